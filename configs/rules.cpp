@@ -1,0 +1,170 @@
+// Cross-key rules: what DeepSpeed asserts across sections (config.md §10), plus the cases
+// DeepSpeed silently ignores but dscpp refuses because the config cannot mean what it says.
+#include <fmt/core.h>
+
+#include "configs/resolve.h"
+
+namespace dscpp::config {
+namespace {
+
+class Rules {
+ public:
+  explicit Rules(LoadedConfig& c) : c_(c), cfg_(c.config) {}
+
+  void error(const std::string& path, std::string message) {
+    auto it = c_.origins.find(path);
+    c_.diagnostics.error(path, it == c_.origins.end() ? Location{} : it->second.loc, std::move(message));
+  }
+  void warning(const std::string& path, std::string message) {
+    auto it = c_.origins.find(path);
+    c_.diagnostics.warning(path, it == c_.origins.end() ? Location{} : it->second.loc, std::move(message));
+  }
+
+  void run() {
+    precision();
+    zero();
+    offload();
+    optimizer();
+    scheduler();
+    misc();
+    validate_extras(cfg_.extras, c_.diagnostics);
+  }
+
+ private:
+  LoadedConfig& c_;
+  DsConfig& cfg_;
+
+  i64 stage() const { return cfg_.zero_optimization.stage; }
+
+  void precision() {
+    if (cfg_.fp16.enabled && cfg_.bf16.enabled)
+      error("bf16.enabled", "fp16 and bf16 cannot both be enabled; choose one precision");
+    if (cfg_.amp.enabled) {
+      if (cfg_.fp16.enabled || cfg_.bf16.enabled)
+        error("amp.enabled", "apex amp cannot be combined with fp16 or bf16; enable only one of them");
+      if (stage() > 0) error("amp.enabled", "apex amp cannot be combined with ZeRO; use fp16 or bf16 instead");
+    }
+    if (cfg_.fp16.fp16_master_weights_and_grads && stage() == 0)
+      error("fp16.fp16_master_weights_and_grads", "needs ZeRO stage 1, 2 or 3");
+    if (cfg_.fp16.fp16_master_weights_and_grads && !cfg_.fp16.enabled)
+      error("fp16.fp16_master_weights_and_grads", "needs fp16.enabled");
+    if (cfg_.bf16.bf16_master_weights_and_grads && stage() == 0)
+      error("bf16.bf16_master_weights_and_grads", "needs ZeRO stage 1, 2 or 3");
+    if (cfg_.bf16.bf16_optimizer_states && (stage() == 0 || !cfg_.bf16.bf16_master_weights_and_grads))
+      error("bf16.bf16_optimizer_states", "needs ZeRO stage 1, 2 or 3 and bf16.bf16_master_weights_and_grads");
+    if (cfg_.bf16.enabled && stage() == 0 && cfg_.data_types.grad_accum_dtype == "bf16")
+      error("data_types.grad_accum_dtype",
+            "bf16 gradient accumulation without ZeRO is only supported with pipeline parallelism; use fp32 or "
+            "enable ZeRO");
+  }
+
+  void zero() {
+    const ZeroConfig& z = cfg_.zero_optimization;
+    if (z.legacy_stage1) error("zero_optimization.legacy_stage1", "the legacy stage 1 implementation was removed; set it to false");
+    if (stage() == 2 && z.reduce_scatter) {
+      if (cfg_.gradient_predivide_factor != 1.0)
+        error("gradient_predivide_factor", "ZeRO stage 2 with reduce_scatter requires gradient_predivide_factor 1.0");
+      if (cfg_.prescale_gradients)
+        error("prescale_gradients", "ZeRO stage 2 with reduce_scatter does not support prescale_gradients");
+    }
+    if (cfg_.gradient_allreduce_op == "sum" && stage() == 3)
+      error("gradient_allreduce_op", "\"sum\" is not supported with ZeRO stage 3; use \"mean\"");
+    auto stage3_only = [&](bool on, const char* key, const char* what) {
+      if (on && stage() != 3)
+        error(fmt::format("zero_optimization.{}", key),
+              fmt::format("{} works only with ZeRO stage 3 (stage is {}); DeepSpeed would ignore it silently", what,
+                          stage()));
+    };
+    stage3_only(z.zero_hpz_partition_size > 1, "zero_hpz_partition_size", "ZeRO++ hierarchical partitioning (hpZ)");
+    stage3_only(z.zero_quantized_weights, "zero_quantized_weights", "ZeRO++ quantized weights (qwZ)");
+    stage3_only(z.zero_quantized_gradients, "zero_quantized_gradients", "ZeRO++ quantized gradients (qgZ)");
+    stage3_only(z.mics_shard_size > 0, "mics_shard_size", "MiCS sharding");
+  }
+
+  void offload() {
+    const ZeroConfig& z = cfg_.zero_optimization;
+    if (z.offload_param && z.offload_param->device != "none") {
+      if (stage() != 3)
+        error("zero_optimization.offload_param",
+              fmt::format("parameter offload works only with ZeRO stage 3 (stage is {}); DeepSpeed would ignore it "
+                          "silently. Use stage 3, or offload_optimizer for stages 1-2",
+                          stage()));
+      if (z.offload_param->device == "nvme" && !z.offload_param->nvme_path)
+        error("zero_optimization.offload_param.nvme_path", "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
+    }
+    if (z.offload_optimizer && z.offload_optimizer->device != "none") {
+      const auto& o = *z.offload_optimizer;
+      if (stage() == 0) error("zero_optimization.offload_optimizer", "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0)");
+      if (o.device == "nvme" && !o.nvme_path)
+        error("zero_optimization.offload_optimizer.nvme_path", "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
+      if (o.device == "nvme" && stage() != 3)
+        error("zero_optimization.offload_optimizer.device", "NVMe optimizer offload (ZeRO-Infinity) needs ZeRO stage 3");
+      if (cfg_.optimizer && cfg_.zero_force_ds_cpu_optimizer) {
+        OptimizerKind k = cfg_.optimizer->kind;
+        bool cpu_capable = k == OptimizerKind::adam || k == OptimizerKind::adamw || k == OptimizerKind::adagrad ||
+                           k == OptimizerKind::lion;
+        if (!cpu_capable)
+          error("optimizer.type", fmt::format("optimizer offload runs DeepSpeed's CPU optimizers (Adam, AdamW, Adagrad, "
+                                              "Lion); {} has none. Use one of those or set "
+                                              "zero_force_ds_cpu_optimizer to false",
+                                              cfg_.optimizer->type));
+      }
+    }
+    if (z.offload_optimizer && z.offload_optimizer->ratio < 1.0 && stage() != 3)
+      error("zero_optimization.offload_optimizer.ratio", "partial offload (ratio < 1) needs ZeRO stage 3");
+  }
+
+  void optimizer() {
+    if (!cfg_.optimizer) {
+      if (stage() == 1 || stage() == 2)
+        error("zero_optimization.stage",
+              "ZeRO stage 1 and 2 partition optimizer state, so an \"optimizer\" block is required");
+      return;
+    }
+    const OptimizerConfig& o = *cfg_.optimizer;
+    const OptimizerParams& p = o.params;
+    if (p.max_grad_norm)
+      error("optimizer.params.max_grad_norm", "not an optimizer parameter; set the top-level \"gradient_clipping\" instead");
+    bool onebit = o.kind == OptimizerKind::onebit_adam || o.kind == OptimizerKind::zero_one_adam ||
+                  o.kind == OptimizerKind::onebit_lamb;
+    if (onebit && stage() > 0)
+      error("optimizer.type", fmt::format("{} cannot be combined with ZeRO (stage {}); use stage 0", o.type, stage()));
+    if (stage() > 0 && !onebit && !zero_supported_optimizer(o.kind) && !cfg_.zero_allow_untested_optimizer)
+      error("optimizer.type", fmt::format("{} is not one of the optimizers tested with ZeRO (Adam, AdamW, Adagrad, "
+                                          "Lion, Muon); set zero_allow_untested_optimizer to true to use it anyway",
+                                          o.type));
+    if (p.betas.size() != 2) error("optimizer.params.betas", fmt::format("expected two values [beta1, beta2], found {}", p.betas.size()));
+    if (p.etas.size() != 2) error("optimizer.params.etas", "expected two values [eta_minus, eta_plus]");
+    if (p.step_sizes.size() != 2) error("optimizer.params.step_sizes", "expected two values [min, max]");
+    if (p.amsgrad && (o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw) && !p.torch_adam &&
+        !(cfg_.zero_optimization.offload_optimizer && cfg_.zero_optimization.offload_optimizer->device != "none"))
+      error("optimizer.params.amsgrad", "FusedAdam does not support amsgrad; set torch_adam to true to use it");
+  }
+
+  void scheduler() {
+    if (!cfg_.scheduler) return;
+    const SchedulerConfig& s = *cfg_.scheduler;
+    const SchedulerParams& p = s.params;
+    if (p.total_num_steps && (s.kind == SchedulerKind::warmup_decay_lr || s.kind == SchedulerKind::warmup_cosine_lr) &&
+        *p.total_num_steps < p.warmup_num_steps)
+      warning("scheduler.params.total_num_steps",
+              fmt::format("total_num_steps {} is less than warmup_num_steps {}: the schedule never leaves warmup",
+                          *p.total_num_steps, p.warmup_num_steps));
+    if (s.kind == SchedulerKind::one_cycle && p.cycle_min_lr.size() && p.cycle_max_lr.size() &&
+        p.cycle_min_lr.size() != p.cycle_max_lr.size())
+      error("scheduler.params.cycle_max_lr", "cycle_min_lr and cycle_max_lr must list the same number of groups");
+  }
+
+  void misc() {
+    if (cfg_.vocabulary_size && *cfg_.vocabulary_size % 8 != 0)
+      warning("vocabulary_size", fmt::format("{} is not a multiple of 8; tensor-core GEMMs run slower", *cfg_.vocabulary_size));
+    if (cfg_.aio.use_gds)
+      error("aio.use_gds", "GPUDirect Storage needs CUDA and the cuFile library; dscpp does not implement it, set it to false");
+  }
+};
+
+}  // namespace
+
+void check_rules(LoadedConfig& c) { Rules(c).run(); }
+
+}  // namespace dscpp::config
