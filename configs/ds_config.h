@@ -122,6 +122,10 @@ struct OptimizerParams {
   std::vector<double> etas = {0.5, 1.2};
   std::vector<double> step_sizes = {1e-6, 50};
   i64 ns_steps = 5;
+  std::optional<double> muon_lr;  // Muon: lr of the matrix parameters (else lr)
+  std::optional<double> adam_lr;  // Muon: lr of the parameters it updates with Adam
+  std::string ns_method = "newton_schulz";
+  bool per_head_muon = false;
   std::optional<double> max_grad_norm;  // rejected: clipping is the top-level gradient_clipping
 };
 
@@ -263,6 +267,14 @@ struct LeafModuleConfig {
   std::vector<std::string> name_suffixes;
 };
 
+// ReFlow: CPU-side optimizer-step scheduling for offloaded stage 3 (needs bf16).
+struct ReflowConfig {
+  bool enable_cpu_affinity = false;
+  std::optional<i64> main_thread_cores;
+  std::optional<i64> bucketwise_cores_per_worker;
+  std::optional<i64> state_update_cores;
+};
+
 struct ZeroConfig {
   i64 stage = 0;
   bool contiguous_gradients = true;
@@ -304,6 +316,10 @@ struct ZeroConfig {
   bool save_muon_momentum_buffer_in_memory = false;
   std::optional<ZenFlowConfig> zenflow;
   LeafModuleConfig leaf_module;
+  std::optional<ReflowConfig> reflow;
+  // Shown in DeepSpeed's documented zero_optimization template but read by no release.
+  std::optional<bool> compute_grad_norm;
+  std::optional<bool> parameter_alignment;
   // Deprecated spellings, mapped onto the fields above after reading.
   std::optional<bool> cpu_offload;
   std::optional<bool> cpu_offload_param;
@@ -409,6 +425,23 @@ struct TimersConfig {
   ThroughputTimerConfig throughput;
 };
 
+// HiFloat8 training (Ascend NPUs): which modules run in the 8-bit format, and its recipe.
+struct HiFloat8Recipe {
+  std::optional<double> input_dst_type_max;
+  std::optional<double> weight_dst_type_max;
+  std::optional<double> grad_dst_type_max;
+  std::optional<std::string> scale_policy;
+  std::optional<std::string> compute_dtype;
+};
+
+struct HiFloat8Config {
+  bool enabled = false;
+  std::optional<std::string> backend;
+  std::vector<std::string> module_name_patterns;
+  i64 min_numel = 0;
+  std::optional<HiFloat8Recipe> config;
+};
+
 // ---- the whole config ----------------------------------------------------------------
 struct DsConfig {
   std::optional<i64> train_batch_size;
@@ -456,6 +489,7 @@ struct DsConfig {
   CommsLoggerConfig comms_logger;
   FlopsProfilerConfig flops_profiler;
   TimersConfig timers;
+  HiFloat8Config hifloat8;
   ExtrasConfig extras;  // sections dscpp validates but does not run (ds_extras.h)
 
   // ZeRO stage > 0.
@@ -469,6 +503,9 @@ void describe(Visitor& v, OffloadOptimizerConfig& c);
 void describe(Visitor& v, ZenFlowConfig& c);
 void describe(Visitor& v, LocoConfig& c);
 void describe(Visitor& v, LeafModuleConfig& c);
+void describe(Visitor& v, ReflowConfig& c);
+void describe(Visitor& v, HiFloat8Config& c);
+void describe(Visitor& v, HiFloat8Recipe& c);
 void describe(Visitor& v, AioConfig& c);
 void describe(Visitor& v, Fp16Config& c);
 void describe(Visitor& v, Bf16Config& c);

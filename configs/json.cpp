@@ -101,7 +101,9 @@ class Parser {
       v.text = parse_string();
       return v;
     }
-    if (c == '-' || c == '+' || (c >= '0' && c <= '9') || c == '.' || c == 'I' || c == 'N') {
+    // `inf` is how Python prints Accelerate's steps_per_print; accept it like Infinity.
+    if (c == '-' || c == '+' || (c >= '0' && c <= '9') || c == '.' || c == 'I' || c == 'N' ||
+        s_.substr(pos_, 3) == "inf") {
       return parse_number();
     }
     if (match_word("true")) {

@@ -50,7 +50,10 @@ class Reader final : public Visitor {
     frames_.push_back(Frame{&root, "", false, false, {}, {}});
   }
 
-  void finish() { check_unknown_keys(frames_.back()); }
+  void finish() {
+    check_unknown_keys(frames_.back());
+    report_unknown_keys();
+  }
 
   void field(std::string_view key, bool& v, const FieldOpts& o) override { read(key, v, o); }
   void field(std::string_view key, std::int64_t& v, const FieldOpts& o) override { read(key, v, o); }
@@ -64,7 +67,7 @@ class Reader final : public Visitor {
   void field(std::string_view key, std::vector<std::int64_t>& v, const FieldOpts& o) override { read(key, v, o); }
   void field(std::string_view key, std::vector<std::string>& v, const FieldOpts& o) override { read(key, v, o); }
   void field(std::string_view key, std::optional<JsonValue>& v, const FieldOpts& o) override {
-    const JsonValue* j = locate(key, o);
+    const JsonValue* j = locate(key, o, /*section=*/false, /*raw=*/true);
     if (!j) return;
     if (j->is_null()) v.reset();
     else v = *j;
@@ -120,7 +123,8 @@ class Reader final : public Visitor {
   }
 
   // Registers `key` as valid here and returns its value in the JSON, if present.
-  const JsonValue* locate(std::string_view key, const FieldOpts& o, bool section = false) {
+  // `raw` fields pass any value through, "auto" included.
+  const JsonValue* locate(std::string_view key, const FieldOpts& o, bool section = false, bool raw = false) {
     Frame& f = frames_.back();
     f.known.emplace_back(key);
     if (o.alias) f.known.emplace_back(o.alias);
@@ -150,7 +154,7 @@ class Reader final : public Visitor {
     }
     if (o.ignored) warning(m->key_loc, fmt::format("\"{}\" has no effect: {}", m->key, o.ignored));
     state_.origins[current_path_] = origin;
-    if (!section && m->value.is_string("auto") && !allows_auto_value(o)) {
+    if (!section && !raw && m->value.is_string("auto") && !allows_auto_value(o)) {
       state_.autos.push_back({current_path_, m->value.loc, f.strict});
       return nullptr;
     }
@@ -161,23 +165,43 @@ class Reader final : public Visitor {
     return std::any_of(o.choices.begin(), o.choices.end(), [](const char* c) { return std::string_view(c) == "auto"; });
   }
 
+  struct UnknownKey {
+    std::string path, key;
+    Location loc;
+    bool at_root;
+    std::vector<std::string> known;
+  };
+  std::vector<UnknownKey> unknown_;
+
+  // Reported at the end, when the root's keys are all known: a section put at the wrong
+  // level (HF's guide nests "aio" in zero_optimization) gets pointed to its real place.
   void check_unknown_keys(const Frame& f) {
     if (f.any_keys) return;
     for (const auto& m : f.object->members) {
       if (f.consumed.count(m.key)) continue;
-      std::string path = join_path(f.path, m.key);
-      std::string hint = closest_match(m.key, f.known);
+      unknown_.push_back({join_path(f.path, m.key), m.key, m.key_loc, f.path.empty(), f.known});
+    }
+  }
+
+  void report_unknown_keys() {
+    const std::vector<std::string>& root_keys = frames_.front().known;
+    for (auto& u : unknown_) {
       std::string message;
+      std::string hint = closest_match(u.key, u.known);
       if (!hint.empty()) {
         message = fmt::format("unknown key; did you mean {}?", hint);
+      } else if (!u.at_root && std::find(root_keys.begin(), root_keys.end(), u.key) != root_keys.end()) {
+        message = fmt::format("unknown key here; \"{}\" is a top-level section, move it out of this block", u.key);
       } else {
-        std::vector<std::string> sorted = f.known;
-        std::sort(sorted.begin(), sorted.end());
-        sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+        std::sort(u.known.begin(), u.known.end());
+        u.known.erase(std::unique(u.known.begin(), u.known.end()), u.known.end());
+        const size_t shown = std::min<size_t>(u.known.size(), 12);
         message = "unknown key; valid keys here: ";
-        for (size_t i = 0; i < sorted.size(); ++i) message += (i ? ", " : "") + sorted[i];
+        for (size_t i = 0; i < shown; ++i) message += (i ? ", " : "") + u.known[i];
+        if (shown < u.known.size())
+          message += fmt::format(", ... ({} more; `dscpp config keys` lists them all)", u.known.size() - shown);
       }
-      state_.diagnostics.error(path, m.key_loc, message);
+      state_.diagnostics.error(u.path, u.loc, message);
     }
   }
 
@@ -295,6 +319,10 @@ class Reader final : public Visitor {
   template <typename T>
   bool convert(const JsonValue& j, std::vector<T>& out, const FieldOpts& o) {
     std::vector<T> values;
+    if (j.is_null() && o.scalar_ok) {  // "not set", as the effective-config dump writes it
+      out.clear();
+      return true;
+    }
     if (j.kind != JsonValue::Kind::array) {
       if (!o.scalar_ok) {
         error(j.loc, fmt::format("expected a list [...], found {}", j.describe()));

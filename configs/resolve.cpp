@@ -221,6 +221,22 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
   }
 }
 
+void supply_default_optimizer(LoadedConfig& c, const RunFacts& f) {
+  if (c.config.optimizer) return;
+  OptimizerConfig& o = c.config.optimizer.emplace();
+  o.type = "AdamW";
+  o.kind = OptimizerKind::adamw;
+  o.defaults_for_ = o.type;
+  o.params.lr = f.learning_rate.value_or(5e-5);
+  o.params.betas = {f.adam_beta1.value_or(0.9), f.adam_beta2.value_or(0.999)};
+  o.params.eps = f.adam_epsilon.value_or(1e-8);
+  o.params.weight_decay = f.weight_decay.value_or(0.0);
+  const char* why = "no optimizer block: AdamW from the training arguments, as the HF Trainer builds it";
+  for (const char* key : {"optimizer.type", "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps",
+                          "optimizer.params.weight_decay"})
+    c.origins[key] = Origin{Origin::Source::auto_resolved, {}, why};
+}
+
 void resolve_batch_sizes(LoadedConfig& c, const RunFacts& f) {
   DsConfig& cfg = c.config;
   if (batch_from_elasticity(c)) return;

@@ -115,12 +115,7 @@ class Rules {
   }
 
   void optimizer() {
-    if (!cfg_.optimizer) {
-      if (stage() == 1 || stage() == 2)
-        error("zero_optimization.stage",
-              "ZeRO stage 1 and 2 partition optimizer state, so an \"optimizer\" block is required");
-      return;
-    }
+    if (!cfg_.optimizer) return;
     const OptimizerConfig& o = *cfg_.optimizer;
     const OptimizerParams& p = o.params;
     if (p.max_grad_norm)
@@ -156,6 +151,8 @@ class Rules {
   }
 
   void misc() {
+    if (cfg_.zero_optimization.reflow && !cfg_.bf16.enabled)
+      error("zero_optimization.reflow", "ReFlow runs with bf16 model parameters only; enable bf16");
     if (cfg_.vocabulary_size && *cfg_.vocabulary_size % 8 != 0)
       warning("vocabulary_size", fmt::format("{} is not a multiple of 8; tensor-core GEMMs run slower", *cfg_.vocabulary_size));
     if (cfg_.aio.use_gds)

@@ -139,6 +139,22 @@ void describe(Visitor& v, ThroughputTimerConfig& c) {
 
 void describe(Visitor& v, TimersConfig& c) { v.section("throughput", c.throughput, {.strict = true}); }
 
+void describe(Visitor& v, HiFloat8Recipe& c) {
+  v.field("input_dst_type_max", c.input_dst_type_max, kNonNegative);
+  v.field("weight_dst_type_max", c.weight_dst_type_max, kNonNegative);
+  v.field("grad_dst_type_max", c.grad_dst_type_max, kNonNegative);
+  v.field("scale_policy", c.scale_policy);
+  v.field("compute_dtype", c.compute_dtype, {.choices = kDtypes});
+}
+
+void describe(Visitor& v, HiFloat8Config& c) {
+  v.field("enabled", c.enabled);
+  v.field("backend", c.backend);
+  v.field("module_name_patterns", c.module_name_patterns);
+  v.field("min_numel", c.min_numel, kNonNegative);
+  v.section("config", c.config);
+}
+
 void describe(Visitor& v, DsConfig& c) {
   v.field("train_batch_size", c.train_batch_size, kPositive);
   v.field("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu, kPositive);
@@ -188,6 +204,7 @@ void describe(Visitor& v, DsConfig& c) {
   v.section("comms_logger", c.comms_logger, {.strict = true});
   v.section("flops_profiler", c.flops_profiler);
   v.section("timers", c.timers);
+  v.section("hifloat8", c.hifloat8);
   describe_extras(v, c.extras);
 }
 

@@ -49,7 +49,8 @@ const std::vector<OptimizerInfo>& optimizer_table() {
       {K::muadamw, "MuAdamW", true, false, concat({"lr", "betas", "eps", "weight_decay", "amsgrad"}, kTorchFlags)},
       {K::musgd, "MuSGD", true, false,
        concat({"lr", "momentum", "dampening", "weight_decay", "nesterov", "fused"}, kTorchFlags)},
-      {K::muon, "Muon", true, true, {"lr", "momentum", "weight_decay", "nesterov", "ns_steps", "betas", "eps"}},
+      {K::muon, "Muon", true, true, {"lr", "momentum", "weight_decay", "nesterov", "ns_steps", "betas", "eps", "muon_lr", "adam_lr",
+                                    "ns_method", "per_head_muon"}},
       {K::sgd, "SGD", false, false, concat({"lr", "momentum", "dampening", "weight_decay", "nesterov", "fused"}, kTorchFlags)},
       {K::rmsprop, "RMSprop", false, false,
        concat({"lr", "alpha", "eps", "weight_decay", "momentum", "centered"}, kTorchFlags)},
@@ -152,6 +153,10 @@ void describe_optimizer_params(Visitor& v, OptimizerParams& p, const OptimizerIn
   if (has("etas")) v.field("etas", p.etas, nonneg);
   if (has("step_sizes")) v.field("step_sizes", p.step_sizes, nonneg);
   if (has("ns_steps")) v.field("ns_steps", p.ns_steps, {.min = 1});
+  if (has("muon_lr")) v.field("muon_lr", p.muon_lr, nonneg);
+  if (has("adam_lr")) v.field("adam_lr", p.adam_lr, nonneg);
+  if (has("ns_method")) v.field("ns_method", p.ns_method);
+  if (has("per_head_muon")) v.field("per_head_muon", p.per_head_muon);
   // Not an optimizer argument; listed so that its error can point at gradient_clipping.
   v.field("max_grad_norm", p.max_grad_norm);
 }

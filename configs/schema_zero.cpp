@@ -54,6 +54,13 @@ void describe(Visitor& v, LeafModuleConfig& c) {
   v.field("name_suffixes", c.name_suffixes);
 }
 
+void describe(Visitor& v, ReflowConfig& c) {
+  v.field("enable_cpu_affinity", c.enable_cpu_affinity);
+  v.field("main_thread_cores", c.main_thread_cores, {.min = 1});
+  v.field("bucketwise_cores_per_worker", c.bucketwise_cores_per_worker, {.min = 1});
+  v.field("state_update_cores", c.state_update_cores, {.min = 1});
+}
+
 void describe(Visitor& v, ZeroConfig& c) {
   v.field("stage", c.stage, {.min = 0, .max = 3});
   v.field("contiguous_gradients", c.contiguous_gradients);
@@ -100,6 +107,11 @@ void describe(Visitor& v, ZeroConfig& c) {
   v.field("save_muon_momentum_buffer_in_memory", c.save_muon_momentum_buffer_in_memory);
   v.section("zenflow", c.zenflow);
   v.section("leaf_module", c.leaf_module);
+  v.section("reflow", c.reflow);
+  v.field("compute_grad_norm", c.compute_grad_norm,
+          {.ignored = "it appears in DeepSpeed's documented template, but no DeepSpeed release reads it"});
+  v.field("parameter_alignment", c.parameter_alignment,
+          {.ignored = "it appears in DeepSpeed's documented template, but no DeepSpeed release reads it"});
   v.field("cpu_offload", c.cpu_offload, {.deprecated = "use \"offload_optimizer\": {\"device\": \"cpu\"}"});
   v.field("cpu_offload_param", c.cpu_offload_param, {.deprecated = "use \"offload_param\": {\"device\": \"cpu\"}"});
   v.field("cpu_offload_use_pin_memory", c.cpu_offload_use_pin_memory,

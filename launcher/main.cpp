@@ -24,8 +24,10 @@ void add_fact_flags(CLI::App* cmd, dscpp::config::RunFacts& f) {
   cmd->add_option("--max_grad_norm", f.max_grad_norm, "gradient clipping (HF default 1.0)")->group(group);
   cmd->add_option("--warmup_steps", f.warmup_steps, "(HF default 0)")->group(group);
   cmd->add_option("--warmup_ratio", f.warmup_ratio, "warmup as a fraction of total steps (HF default 0)")->group(group);
-  cmd->add_flag("--fp16", f.fp16, "fills fp16.enabled: \"auto\"")->group(group);
-  cmd->add_flag("--bf16", f.bf16, "fills bf16.enabled: \"auto\"")->group(group);
+  // Flags set the fact only when given: an unset fact must stay unset, or it would
+  // contradict every config that enables fp16/bf16 without "auto".
+  cmd->add_flag_callback("--fp16", [&f] { f.fp16 = true; }, "fills fp16.enabled: \"auto\"")->group(group);
+  cmd->add_flag_callback("--bf16", [&f] { f.bf16 = true; }, "fills bf16.enabled: \"auto\"")->group(group);
 }
 
 }  // namespace

@@ -110,7 +110,11 @@ TEST_CASE("DeepSpeed's defaults fill a minimal config", "[config]") {
   CHECK(d.checkpoint.tag_validation == "Warn");
   CHECK(d.gradient_clipping == 1.0);
   CHECK(d.steps_per_print == 10);
-  CHECK_FALSE(d.optimizer.has_value());
+  // No optimizer block: the runtime trains with AdamW from the training arguments (HF Trainer).
+  REQUIRE(d.optimizer.has_value());
+  CHECK(d.optimizer->kind == OptimizerKind::adamw);
+  CHECK(d.optimizer->params.lr == 5e-5);
+  CHECK(d.optimizer->params.weight_decay == 0);
 }
 
 TEST_CASE("stage 3 turns overlap_comm on unless it is set", "[config]") {
@@ -339,4 +343,49 @@ TEST_CASE("closest_match suggests only near misses", "[config]") {
   CHECK(closest_match("Stage", keys) == "stage");
   CHECK(closest_match("reduce_bucket", keys) == "reduce_bucket_size");
   CHECK(closest_match("zzzz", keys).empty());
+}
+
+// Examples from DeepSpeed's documentation and the HF Transformers/Accelerate guides
+// (tests/data/configs/accepted/SOURCES.md lists where each comes from). Each must be
+// accepted at some world size: several fix a topology (TP/EP degree, a batch triple).
+TEST_CASE("every documented DeepSpeed config example is accepted", "[config][docs]") {
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(kData / "accepted")) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    std::string text = slurp(entry.path());
+    bool has_auto = text.find("\"auto\"") != std::string::npos;
+    std::string last_report;
+    bool accepted = false;
+    for (long long world : {1, 2, 4, 8, 16, 3}) {
+      RunFacts f;
+      f.world_size = world;
+      if (has_auto) f.hidden_size = 1024, f.total_steps = 1000;
+      LoadedConfig c = load_config_text(text, entry.path().filename().string(), f);
+      if (c.ok()) {
+        accepted = true;
+        break;
+      }
+      last_report = problems(c);
+    }
+    INFO(entry.path().filename().string() << "\n" << last_report);
+    CHECK(accepted);
+  }
+  CHECK(files >= 100);
+}
+
+// Examples in the documentation that DeepSpeed itself rejects (doc-errata/SOURCES.md says
+// why for each): dscpp must refuse them too, not silently take them.
+TEST_CASE("documented examples DeepSpeed rejects are refused", "[config][docs]") {
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(kData / "doc-errata")) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    RunFacts f;
+    f.world_size = 2, f.hidden_size = 1024, f.total_steps = 1000;
+    LoadedConfig c = load_config_text(slurp(entry.path()), entry.path().filename().string(), f);
+    INFO(entry.path().filename().string());
+    CHECK_FALSE(c.ok());
+  }
+  CHECK(files >= 15);
 }
