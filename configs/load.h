@@ -59,6 +59,10 @@ struct LoadedConfig {
 LoadedConfig load_config_file(const std::string& path, const RunFacts& facts);
 LoadedConfig load_config_text(std::string_view text, std::string_view name, const RunFacts& facts);
 
+// Valid DeepSpeed features this config switches on that the dscpp runtime does not run
+// (pipeline/tensor parallelism, compression, apex amp, ...), as short human descriptions.
+std::vector<std::string> unsupported_features(const DsConfig& c);
+
 // The effective config: every key with its value and where it came from.
 std::string format_effective_config_table(const LoadedConfig& loaded);
 // The effective config as a DeepSpeed JSON document (every key, defaults filled in).

@@ -29,7 +29,8 @@ std::string format_limit(double x) {
 
 std::string range_text(const FieldOpts& o) {
   bool lo = !std::isinf(o.min), hi = !std::isinf(o.max);
-  if (lo && hi) return fmt::format("from {} to {}", format_limit(o.min), format_limit(o.max));
+  if (lo && hi)
+    return fmt::format("from {}{} to {}", format_limit(o.min), o.min_exclusive ? " (exclusive)" : "", format_limit(o.max));
   if (lo) return fmt::format("{} {}", o.min_exclusive ? ">" : ">=", format_limit(o.min));
   if (hi) return fmt::format("<= {}", format_limit(o.max));
   return "";
@@ -137,6 +138,7 @@ class Reader final : public Visitor {
     }
     if (main && alias) {
       error(alias->key_loc, fmt::format("both \"{}\" and its alias \"{}\" are given; keep one", key, o.alias));
+      f.consumed.insert(alias->key);
     }
     const JsonMember* m = main ? main : alias;
     if (!m) {
@@ -289,7 +291,7 @@ class Reader final : public Visitor {
       }
     } else {
       for (const char* c : o.choices) {
-      if (j.text == c || (o.case_insensitive && iequals(j.text, c))) {
+        if (j.text == c || (o.case_insensitive && iequals(j.text, c))) {
           out = c;
           return true;
         }

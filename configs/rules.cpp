@@ -164,4 +164,22 @@ class Rules {
 
 void check_rules(LoadedConfig& c) { Rules(c).run(); }
 
+std::vector<std::string> unsupported_features(const DsConfig& c) {
+  std::vector<std::string> out = unsupported_enabled_features(c.extras);
+  auto add = [&](bool on, const char* what) {
+    if (on) out.emplace_back(what);
+  };
+  const ZeroConfig& z = c.zero_optimization;
+  add(c.amp.enabled, "amp.enabled (NVIDIA apex amp; use fp16 or bf16)");
+  add(c.torch_autocast.enabled, "torch_autocast.enabled (torch autocast)");
+  add(c.hifloat8.enabled, "hifloat8.enabled (HiFloat8 training on Ascend NPUs)");
+  add(c.sparse_gradients, "sparse_gradients (sparse embedding gradients)");
+  add(c.sequence_parallel_size.value_or(1) > 1, "sequence_parallel_size > 1 (sequence parallelism)");
+  add(z.mics_shard_size > 0, "zero_optimization.mics_shard_size (MiCS)");
+  add(z.zenflow.has_value(), "zero_optimization.zenflow (ZenFlow)");
+  add(z.reflow.has_value(), "zero_optimization.reflow (ReFlow)");
+  add(z.offload_optimizer && z.offload_optimizer->super_offload, "zero_optimization.offload_optimizer.super_offload (SuperOffload)");
+  return out;
+}
+
 }  // namespace dscpp::config

@@ -42,6 +42,11 @@ struct SectionOpts {
   const char* deprecated = nullptr;
 };
 
+// DeepSpeed's DtypeEnum spellings, for fields naming a dtype.
+inline const std::vector<const char*> kDtypeChoices = {
+    "fp32", "fp16", "bf16", "int8", "torch.float32", "float32", "float", "torch.float16", "float16", "half",
+    "torch.bfloat16", "bfloat16", "torch.int8"};
+
 class Visitor {
  public:
   virtual ~Visitor() = default;

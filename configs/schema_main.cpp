@@ -6,10 +6,6 @@ namespace dscpp::config {
 namespace {
 const FieldOpts kNonNegative{.min = 0};
 const FieldOpts kPositive{.min = 1};
-// DeepSpeed's DtypeEnum spellings.
-const std::vector<const char*> kDtypes = {"fp32", "fp16", "bf16", "int8", "torch.float32", "float32", "float",
-                                          "torch.float16", "float16", "half", "torch.bfloat16", "bfloat16",
-                                          "torch.int8"};
 }  // namespace
 
 void describe(Visitor& v, Fp16Config& c) {
@@ -49,14 +45,14 @@ void describe(Visitor& v, AmpConfig& c) {
 
 void describe(Visitor& v, TorchAutocastConfig& c) {
   v.field("enabled", c.enabled);
-  v.field("dtype", c.dtype, {.choices = kDtypes});
+  v.field("dtype", c.dtype, {.choices = kDtypeChoices});
   v.field("lower_precision_safe_modules", c.lower_precision_safe_modules);
 }
 
 void describe(Visitor& v, DataTypesConfig& c) {
-  v.field("grad_accum_dtype", c.grad_accum_dtype, {.choices = kDtypes});
-  v.field("param_dtype", c.param_dtype, {.choices = kDtypes});
-  v.field("buffer_dtype", c.buffer_dtype, {.choices = kDtypes});
+  v.field("grad_accum_dtype", c.grad_accum_dtype, {.choices = kDtypeChoices});
+  v.field("param_dtype", c.param_dtype, {.choices = kDtypeChoices});
+  v.field("buffer_dtype", c.buffer_dtype, {.choices = kDtypeChoices});
 }
 
 void describe(Visitor& v, ActivationCheckpointingConfig& c) {
@@ -144,7 +140,7 @@ void describe(Visitor& v, HiFloat8Recipe& c) {
   v.field("weight_dst_type_max", c.weight_dst_type_max, kNonNegative);
   v.field("grad_dst_type_max", c.grad_dst_type_max, kNonNegative);
   v.field("scale_policy", c.scale_policy);
-  v.field("compute_dtype", c.compute_dtype, {.choices = kDtypes});
+  v.field("compute_dtype", c.compute_dtype, {.choices = kDtypeChoices});
 }
 
 void describe(Visitor& v, HiFloat8Config& c) {

@@ -30,16 +30,17 @@ int run_config_check(const ConfigCheckArgs& args) {
                                  : config::format_effective_config_table(loaded);
     std::fputs(text.c_str(), stdout);
   }
-  auto unsupported = config::unsupported_enabled_features(loaded.config.extras);
+  auto unsupported = config::unsupported_features(loaded.config);
   for (const auto& f : unsupported)
     std::fputs(fmt::format("{}: note: valid for DeepSpeed, but dscpp's runtime does not implement {}\n", name, f).c_str(),
                stderr);
-  std::fputs(fmt::format("{}: OK (ZeRO stage {}, {}, train_batch_size {} = micro {} × accumulation {} × data-parallel "
-                         "ranks)\n",
-                         name, loaded.config.zero_optimization.stage,
-                         loaded.config.fp16.enabled ? "fp16" : loaded.config.bf16.enabled ? "bf16" : "fp32",
-                         loaded.config.train_batch_size.value_or(0), loaded.config.train_micro_batch_size_per_gpu.value_or(0),
-                         loaded.config.gradient_accumulation_steps.value_or(0))
+  const config::DsConfig& c = loaded.config;
+  const long long tbs = c.train_batch_size.value_or(0), mbs = c.train_micro_batch_size_per_gpu.value_or(0),
+                  gas = c.gradient_accumulation_steps.value_or(0);
+  std::fputs(fmt::format("{}: OK (ZeRO stage {}, {}, train_batch_size {} = micro {} × accumulation {} × {} "
+                         "data-parallel ranks)\n",
+                         name, c.zero_optimization.stage, c.fp16.enabled ? "fp16" : c.bf16.enabled ? "bf16" : "fp32",
+                         tbs, mbs, gas, mbs * gas > 0 ? tbs / (mbs * gas) : 0)
                  .c_str(),
              stderr);
   return 0;
