@@ -45,6 +45,9 @@ std::optional<DType> parse_dtype(std::string_view name);
 // Supported: any pair among fp32, fp16, bf16 and fp64, and any type to itself (a copy).
 // Every result is rounded once from the exact source value (fp64 -> fp16/bf16 included).
 // Other pairs throw dscpp::Error naming both types. The ranges must not overlap.
+// Whether bulk fp32<->fp16 conversion uses the CPU's F16C instructions (checked once).
+bool cpu_has_f16c();
+
 void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
 
 }  // namespace dscpp

@@ -501,6 +501,26 @@ TEST_CASE("convert: the bulk loop equals the scalar conversions at every length"
   }
 }
 
+TEST_CASE("convert: the dispatched fp16 path equals the scalar one on every pattern",
+          "[dtype][convert]") {
+  using dscpp::DType;
+  CAPTURE(dscpp::cpu_has_f16c());
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> wide(all.size());
+  std::vector<uint16_t> narrow(all.size());
+  dscpp::convert(all.data(), DType::f16, wide.data(), DType::f32, all.size());
+  dscpp::convert(wide.data(), DType::f32, narrow.data(), DType::f16, wide.size());
+  Mismatches m;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (bits_of(wide[i]) != bits_of(fp16_bits_to_float(all[i])))
+      m.add(fmt::format("f16->f32 {} -> {}", hex(all[i], 4), hex(bits_of(wide[i]), 8)));
+    if (narrow[i] != float_to_fp16_bits(wide[i]))
+      m.add(fmt::format("f32->f16 {} -> {}", hex(bits_of(wide[i]), 8), hex(narrow[i], 4)));
+  }
+  REQUIRE_NONE(m);
+}
+
 TEST_CASE("convert: fp32 -> fp16/bf16 -> fp32 round trips representable values",
           "[dtype][convert]") {
   using dscpp::DType;
