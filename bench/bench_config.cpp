@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   std::vector<std::filesystem::path> files;
   for (int i = 1; i < argc; ++i) files.emplace_back(argv[i]);
   if (files.empty())
-    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(DSCPP_SOURCE_ROOT) / "configs/templates"))
+    for (const auto& e :
+         std::filesystem::directory_iterator(std::filesystem::path(DSCPP_SOURCE_ROOT) / "configs/templates"))
       files.push_back(e.path());
   std::sort(files.begin(), files.end());
   std::printf("%-28s %8s %14s %16s %7s\n", "config", "bytes", "dscpp load us", "nlohmann parse us", "ratio");

@@ -29,7 +29,8 @@ double best_seconds(F fn) {
 __attribute__((target("f16c,avx"))) void f16c_to_half(const float* src, std::uint16_t* dst, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
@@ -54,7 +55,10 @@ int main(int argc, char** argv) {
 
   // Bytes moved by one conversion pass: read 4, write 2 (or read 2, write 4).
   const double bytes = static_cast<double>(n) * 6;
-  double copy = best_seconds([&] { std::memcpy(h16.data(), f32.data(), n * 2); std::memcpy(back.data(), f32.data(), n * 4); });
+  double copy = best_seconds([&] {
+    std::memcpy(h16.data(), f32.data(), n * 2);
+    std::memcpy(back.data(), f32.data(), n * 4);
+  });
   auto gbs = [&](double s) { return bytes / s / 1e9; };
   std::printf("%zu MiB fp32 (%zu elements); GB/s counts bytes read + written\n", mib, n);
   std::printf("%-26s %8.2f GB/s\n", "baseline memcpy (6 B/elem)", gbs(copy));

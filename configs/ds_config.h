@@ -70,9 +70,27 @@ struct DataTypesConfig {
 
 // ---- optimizer -----------------------------------------------------------------------
 enum class OptimizerKind {
-  adam, adamw, lamb, onebit_adam, zero_one_adam, onebit_lamb, lion, adagrad, muadam, muadamw,
-  musgd, muon,                                                 // DeepSpeed's own names
-  sgd, rmsprop, adadelta, adamax, nadam, radam, asgd, rprop, sparse_adam,  // torch.optim
+  adam,
+  adamw,
+  lamb,
+  onebit_adam,
+  zero_one_adam,
+  onebit_lamb,
+  lion,
+  adagrad,
+  muadam,
+  muadamw,
+  musgd,
+  muon,  // DeepSpeed's own names
+  sgd,
+  rmsprop,
+  adadelta,
+  adamax,
+  nadam,
+  radam,
+  asgd,
+  rprop,
+  sparse_adam,  // torch.optim
 };
 
 // One struct for every optimizer's parameters; which keys a type accepts, and their
@@ -141,9 +159,22 @@ struct OptimizerConfig {
 
 // ---- scheduler -----------------------------------------------------------------------
 enum class SchedulerKind {
-  warmup_lr, warmup_decay_lr, warmup_cosine_lr, one_cycle, lr_range_test,  // DeepSpeed's
-  step_lr, multi_step_lr, exponential_lr, cosine_annealing_lr, cosine_annealing_warm_restarts,
-  constant_lr, linear_lr, polynomial_lr, cyclic_lr, one_cycle_lr, reduce_lr_on_plateau,  // torch
+  warmup_lr,
+  warmup_decay_lr,
+  warmup_cosine_lr,
+  one_cycle,
+  lr_range_test,  // DeepSpeed's
+  step_lr,
+  multi_step_lr,
+  exponential_lr,
+  cosine_annealing_lr,
+  cosine_annealing_warm_restarts,
+  constant_lr,
+  linear_lr,
+  polynomial_lr,
+  cyclic_lr,
+  one_cycle_lr,
+  reduce_lr_on_plateau,  // torch
 };
 
 struct SchedulerParams {

@@ -350,7 +350,7 @@ struct DynamicBatchingConfig {
   i64 min_batch_size = 1;
   std::optional<i64> max_batch_size;
   std::string sequence_picking_order = "dataloader";  // dataloader | random | seqlen
-  std::optional<i64> max_tokens;  // required when enabled
+  std::optional<i64> max_tokens;                      // required when enabled
   bool verbose = false;
 };
 
@@ -416,9 +416,9 @@ struct ElasticityConfig {
   std::vector<i64> micro_batch_sizes = {2, 4, 6};
   i64 min_gpus = 1;
   i64 max_gpus = 10000;
-  i64 num_gpus_per_node = 1;    // v0.2 only
-  i64 model_parallel_size = 1;  // v0.2 only
-  double min_time = 0;          // minutes; v0.1 only; 0 = unknown
+  i64 num_gpus_per_node = 1;        // v0.2 only
+  i64 model_parallel_size = 1;      // v0.2 only
+  double min_time = 0;              // minutes; v0.1 only; 0 = unknown
   bool prefer_larger_batch = true;  // the docs spell it prefer_large_batch (ignored by DeepSpeed)
   bool ignore_non_elastic_batch_info = false;
   double version = 0.2;
@@ -492,9 +492,9 @@ struct ExpertParallelConfig {
   i64 comm_max_tokens_per_rank = 0;  // must be > 0 with deepep
   std::optional<i64> num_expert_groups;
   std::optional<i64> num_limited_groups;
-  std::string score_func = "auto";  // auto | softmax | sigmoid
-  std::optional<JsonValue> top_k = auto_json();  // "auto" or an integer (null = "auto")
-  std::optional<JsonValue> load_balance_coeff;      // only null is supported
+  std::string score_func = "auto";                               // auto | softmax | sigmoid
+  std::optional<JsonValue> top_k = auto_json();                  // "auto" or an integer (null = "auto")
+  std::optional<JsonValue> load_balance_coeff;                   // only null is supported
   std::optional<JsonValue> routed_scaling_factor = auto_json();  // "auto" or a number
   std::optional<std::string> expert_w1;
   std::optional<std::string> expert_w2;

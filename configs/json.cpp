@@ -54,9 +54,7 @@ class Parser {
     return fmt::format("'{}'", static_cast<char>(c));
   }
 
-  [[noreturn]] void fail_at(Location where, const std::string& message) const {
-    throw JsonSyntaxError(where, message);
-  }
+  [[noreturn]] void fail_at(Location where, const std::string& message) const { throw JsonSyntaxError(where, message); }
   [[noreturn]] void fail_here(const std::string& message) const { fail_at(here(), message); }
 
   // Returns whether a line break was crossed: hjson lets a line break stand for a comma.
@@ -119,8 +117,8 @@ class Parser {
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       fail_here("expected a value; unquoted words are not accepted, write strings in double quotes");
     }
-    fail_here(fmt::format("expected a value (object, array, string, number, true, false or null), found {}",
-                          show_char()));
+    fail_here(
+        fmt::format("expected a value (object, array, string, number, true, false or null), found {}", show_char()));
   }
 
   JsonValue parse_number() {
@@ -203,7 +201,10 @@ class Parser {
     uint32_t cp = 0;
     for (int i = 0; i < 4; ++i) {
       char h = peek();
-      int d = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+      int d = (h >= '0' && h <= '9')   ? h - '0'
+              : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+              : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                       : -1;
       if (d < 0) fail_here("\\u escape needs four hex digits");
       cp = cp * 16 + static_cast<uint32_t>(d);
       advance();
@@ -236,15 +237,33 @@ class Parser {
       if (at_end()) fail_at(start, "this string is never closed (missing \")");
       advance();
       switch (e) {
-        case '"': out += '"'; break;
-        case '\'': out += '\''; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = parse_hex4();
           if (cp >= 0xD800 && cp < 0xDC00 && peek() == '\\' && pos_ + 1 < s_.size() && s_[pos_ + 1] == 'u') {
@@ -256,7 +275,8 @@ class Parser {
           append_utf8(out, cp);
           break;
         }
-        default: fail_here(fmt::format("unknown escape \\{} in a string", e));
+        default:
+          fail_here(fmt::format("unknown escape \\{} in a string", e));
       }
     }
   }
@@ -305,9 +325,11 @@ class Parser {
       m.key = parse_string();
       if (!seen.insert(m.key).second) {
         const JsonMember* first = nullptr;
-        for (const auto& other : v.members) if (other.key == m.key) first = &other;
-        fail_at(m.key_loc, fmt::format("duplicate key \"{}\" (first given at line {}); DeepSpeed rejects duplicate keys",
-                                       m.key, first ? first->key_loc.line : 0));
+        for (const auto& other : v.members)
+          if (other.key == m.key) first = &other;
+        fail_at(m.key_loc,
+                fmt::format("duplicate key \"{}\" (first given at line {}); DeepSpeed rejects duplicate keys", m.key,
+                            first ? first->key_loc.line : 0));
       }
       skip_space();
       if (peek() != ':') fail_here(fmt::format("expected ':' after the key \"{}\", found {}", m.key, show_char()));
@@ -320,8 +342,8 @@ class Parser {
       if (peek() == ',') {
         advance();
       } else if (peek() != '}' && !newline) {
-        fail_here(fmt::format("expected ',' or '}}' after the value of \"{}\", found {}", v.members.back().key,
-                              show_char()));
+        fail_here(
+            fmt::format("expected ',' or '}}' after the value of \"{}\", found {}", v.members.back().key, show_char()));
       }
     }
   }
@@ -337,26 +359,39 @@ const JsonValue* JsonValue::find(std::string_view key) const {
 
 const char* kind_name(JsonValue::Kind kind) {
   switch (kind) {
-    case JsonValue::Kind::null: return "null";
-    case JsonValue::Kind::boolean: return "a boolean";
-    case JsonValue::Kind::integer: return "an integer";
-    case JsonValue::Kind::number: return "a number";
-    case JsonValue::Kind::string: return "a string";
-    case JsonValue::Kind::array: return "an array";
-    case JsonValue::Kind::object: return "an object";
+    case JsonValue::Kind::null:
+      return "null";
+    case JsonValue::Kind::boolean:
+      return "a boolean";
+    case JsonValue::Kind::integer:
+      return "an integer";
+    case JsonValue::Kind::number:
+      return "a number";
+    case JsonValue::Kind::string:
+      return "a string";
+    case JsonValue::Kind::array:
+      return "an array";
+    case JsonValue::Kind::object:
+      return "an object";
   }
   return "?";
 }
 
 std::string JsonValue::describe() const {
   switch (kind) {
-    case Kind::null: return "null";
-    case Kind::boolean: return boolean ? "true" : "false";
+    case Kind::null:
+      return "null";
+    case Kind::boolean:
+      return boolean ? "true" : "false";
     case Kind::integer:
-    case Kind::number: return text.empty() ? fmt::format("{}", number) : text;
-    case Kind::string: return json_quote(text);
-    case Kind::array: return fmt::format("an array of {}", items.size());
-    case Kind::object: return "an object";
+    case Kind::number:
+      return text.empty() ? fmt::format("{}", number) : text;
+    case Kind::string:
+      return json_quote(text);
+    case Kind::array:
+      return fmt::format("an array of {}", items.size());
+    case Kind::object:
+      return "an object";
   }
   return "?";
 }
@@ -365,14 +400,26 @@ std::string json_quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20)
+          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+        else
+          out += c;
     }
   }
   return out + "\"";
@@ -380,14 +427,18 @@ std::string json_quote(std::string_view s) {
 
 std::string to_json_text(const JsonValue& v) {
   switch (v.kind) {
-    case JsonValue::Kind::null: return "null";
-    case JsonValue::Kind::boolean: return v.boolean ? "true" : "false";
-    case JsonValue::Kind::integer: return fmt::format("{}", v.integer);
+    case JsonValue::Kind::null:
+      return "null";
+    case JsonValue::Kind::boolean:
+      return v.boolean ? "true" : "false";
+    case JsonValue::Kind::integer:
+      return fmt::format("{}", v.integer);
     case JsonValue::Kind::number:
       if (std::isinf(v.number)) return v.number > 0 ? "Infinity" : "-Infinity";
       if (std::isnan(v.number)) return "NaN";
       return fmt::format("{}", v.number);
-    case JsonValue::Kind::string: return json_quote(v.text);
+    case JsonValue::Kind::string:
+      return json_quote(v.text);
     case JsonValue::Kind::array: {
       std::string out = "[";
       for (size_t i = 0; i < v.items.size(); ++i) out += (i ? ", " : "") + to_json_text(v.items[i]);
@@ -403,6 +454,8 @@ std::string to_json_text(const JsonValue& v) {
   return "null";
 }
 
-JsonValue parse_json(std::string_view text) { return Parser(text).parse_document(); }
+JsonValue parse_json(std::string_view text) {
+  return Parser(text).parse_document();
+}
 
 }  // namespace dscpp::config

@@ -28,9 +28,9 @@ class JsonValue {
 
   Kind kind = Kind::null;
   bool boolean = false;
-  std::int64_t integer = 0;  // kind == integer
-  double number = 0;         // kind == number, or integer converted
-  std::string text;          // kind == string: the string; numbers: their source spelling
+  std::int64_t integer = 0;         // kind == integer
+  double number = 0;                // kind == number, or integer converted
+  std::string text;                 // kind == string: the string; numbers: their source spelling
   std::vector<JsonValue> items;     // kind == array
   std::vector<JsonMember> members;  // kind == object, in file order
   Location loc;
@@ -53,8 +53,7 @@ const char* kind_name(JsonValue::Kind kind);
 
 class JsonSyntaxError : public std::runtime_error {
  public:
-  JsonSyntaxError(Location where, const std::string& message)
-      : std::runtime_error(message), loc(where) {}
+  JsonSyntaxError(Location where, const std::string& message) : std::runtime_error(message), loc(where) {}
   Location loc;
 };
 

@@ -20,13 +20,20 @@ std::optional<std::string> decode_base64(std::string_view s) {
   int bits = 0;
   for (char ch : s) {
     int v;
-    if (ch >= 'A' && ch <= 'Z') v = ch - 'A';
-    else if (ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
-    else if (ch >= '0' && ch <= '9') v = ch - '0' + 52;
-    else if (ch == '-' || ch == '+') v = 62;
-    else if (ch == '_' || ch == '/') v = 63;
-    else if (ch == '=') break;
-    else return std::nullopt;
+    if (ch >= 'A' && ch <= 'Z')
+      v = ch - 'A';
+    else if (ch >= 'a' && ch <= 'z')
+      v = ch - 'a' + 26;
+    else if (ch >= '0' && ch <= '9')
+      v = ch - '0' + 52;
+    else if (ch == '-' || ch == '+')
+      v = 62;
+    else if (ch == '_' || ch == '/')
+      v = 63;
+    else if (ch == '=')
+      break;
+    else
+      return std::nullopt;
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -58,7 +65,8 @@ void rewrite_legacy_zero(JsonValue& root, LoadedConfig& out) {
     stage.loc = loc;
     block.members.push_back({"stage", loc, stage});
     if (on) {
-      if (const JsonValue* size = root.find("allgather_size")) block.members.push_back({"allgather_bucket_size", loc, *size});
+      if (const JsonValue* size = root.find("allgather_size"))
+        block.members.push_back({"allgather_bucket_size", loc, *size});
     }
     m.value = std::move(block);
   }
@@ -69,11 +77,16 @@ void rewrite_legacy_zero(JsonValue& root, LoadedConfig& out) {
 std::string describe_origin(const Origin& o) {
   std::string line = o.loc.line ? fmt::format(" line {}", o.loc.line) : "";
   switch (o.source) {
-    case Origin::Source::file: return o.detail.empty() ? "config" + line : fmt::format("config{}, {}", line, o.detail);
-    case Origin::Source::auto_resolved: return fmt::format("auto: {}", o.detail);
-    case Origin::Source::derived: return fmt::format("derived: {}", o.detail);
-    case Origin::Source::deprecated_key: return o.detail.empty() ? "config" + line + " (deprecated key)" : "config" + line + ", " + o.detail;
-    case Origin::Source::auto_default: return fmt::format("auto: {}", o.detail);
+    case Origin::Source::file:
+      return o.detail.empty() ? "config" + line : fmt::format("config{}, {}", line, o.detail);
+    case Origin::Source::auto_resolved:
+      return fmt::format("auto: {}", o.detail);
+    case Origin::Source::derived:
+      return fmt::format("derived: {}", o.detail);
+    case Origin::Source::deprecated_key:
+      return o.detail.empty() ? "config" + line + " (deprecated key)" : "config" + line + ", " + o.detail;
+    case Origin::Source::auto_default:
+      return fmt::format("auto: {}", o.detail);
   }
   return "?";
 }
@@ -89,7 +102,8 @@ LoadedConfig load_config_text(std::string_view text, std::string_view name, cons
     return out;
   }
   if (root.kind != JsonValue::Kind::object) {
-    out.diagnostics.error("", root.loc, fmt::format("a DeepSpeed config is a JSON object {{...}}, found {}", root.describe()));
+    out.diagnostics.error("", root.loc,
+                          fmt::format("a DeepSpeed config is a JSON object {{...}}, found {}", root.describe()));
     return out;
   }
   rewrite_legacy_zero(root, out);

@@ -18,21 +18,21 @@ namespace dscpp::config {
 // default when an "auto" needs it; facts that have no default (hidden size, total steps)
 // make such an "auto" an error that names the flag supplying them.
 struct RunFacts {
-  std::optional<i64> world_size;           // default 1
-  std::optional<i64> hidden_size;          // the model's; no default
-  std::optional<i64> micro_batch;          // per-rank micro batch; HF default 8
+  std::optional<i64> world_size;                   // default 1
+  std::optional<i64> hidden_size;                  // the model's; no default
+  std::optional<i64> micro_batch;                  // per-rank micro batch; HF default 8
   std::optional<i64> gradient_accumulation_steps;  // default 1
-  std::optional<i64> total_steps;          // optimizer steps of the run; no default
-  std::optional<double> learning_rate;     // 5e-5
-  std::optional<double> weight_decay;      // 0
-  std::optional<double> adam_beta1;        // 0.9
-  std::optional<double> adam_beta2;        // 0.999
-  std::optional<double> adam_epsilon;      // 1e-8
-  std::optional<double> max_grad_norm;     // 1.0
-  std::optional<i64> warmup_steps;         // 0
-  std::optional<double> warmup_ratio;      // 0
-  std::optional<bool> fp16;                // off
-  std::optional<bool> bf16;                // off
+  std::optional<i64> total_steps;                  // optimizer steps of the run; no default
+  std::optional<double> learning_rate;             // 5e-5
+  std::optional<double> weight_decay;              // 0
+  std::optional<double> adam_beta1;                // 0.9
+  std::optional<double> adam_beta2;                // 0.999
+  std::optional<double> adam_epsilon;              // 1e-8
+  std::optional<double> max_grad_norm;             // 1.0
+  std::optional<i64> warmup_steps;                 // 0
+  std::optional<double> warmup_ratio;              // 0
+  std::optional<bool> fp16;                        // off
+  std::optional<bool> bf16;                        // off
   // How the caller names these facts in its own CLI, for "pass --X" hints.
   std::string total_steps_flag = "--total_steps";
   std::string hidden_size_flag = "--hidden_size";

@@ -37,10 +37,18 @@ JsonValue make_string(const std::string& s) {
   v.text = s;
   return v;
 }
-JsonValue make_value(bool b) { return make_bool(b); }
-JsonValue make_value(std::int64_t i) { return make_int(i); }
-JsonValue make_value(double d) { return make_number(d); }
-JsonValue make_value(const std::string& s) { return make_string(s); }
+JsonValue make_value(bool b) {
+  return make_bool(b);
+}
+JsonValue make_value(std::int64_t i) {
+  return make_int(i);
+}
+JsonValue make_value(double d) {
+  return make_number(d);
+}
+JsonValue make_value(const std::string& s) {
+  return make_string(s);
+}
 
 // Builds the effective config as a JSON tree (every key, in schema order).
 class Writer final : public Visitor {
@@ -137,7 +145,8 @@ std::string format_rows(const std::vector<std::array<std::string, 3>>& rows, con
   size_t w0 = 3, w1 = 5;
   for (const auto& r : rows) w0 = std::max(w0, r[0].size()), w1 = std::max(w1, std::min<size_t>(r[1].size(), 40));
   std::string out = fmt::format("{:<{}}  {:<{}}  {}\n", "key", w0, "value", w1, third);
-  out += std::string(w0, '-') + "  " + std::string(w1, '-') + "  " + std::string(std::string_view(third).size(), '-') + "\n";
+  out += std::string(w0, '-') + "  " + std::string(w1, '-') + "  " + std::string(std::string_view(third).size(), '-') +
+         "\n";
   for (const auto& r : rows) out += fmt::format("{:<{}}  {:<{}}  {}\n", r[0], w0, r[1], w1, r[2]);
   return out;
 }

@@ -30,7 +30,8 @@ std::string format_limit(double x) {
 std::string range_text(const FieldOpts& o) {
   bool lo = !std::isinf(o.min), hi = !std::isinf(o.max);
   if (lo && hi)
-    return fmt::format("from {}{} to {}", format_limit(o.min), o.min_exclusive ? " (exclusive)" : "", format_limit(o.max));
+    return fmt::format("from {}{} to {}", format_limit(o.min), o.min_exclusive ? " (exclusive)" : "",
+                       format_limit(o.max));
   if (lo) return fmt::format("{} {}", o.min_exclusive ? ">" : ">=", format_limit(o.min));
   if (hi) return fmt::format("<= {}", format_limit(o.max));
   return "";
@@ -70,8 +71,10 @@ class Reader final : public Visitor {
   void field(std::string_view key, std::optional<JsonValue>& v, const FieldOpts& o) override {
     const JsonValue* j = locate(key, o, /*section=*/false, /*raw=*/true);
     if (!j) return;
-    if (j->is_null()) v.reset();
-    else v = *j;
+    if (j->is_null())
+      v.reset();
+    else
+      v = *j;
   }
 
  protected:
@@ -133,8 +136,10 @@ class Reader final : public Visitor {
     const JsonMember* main = nullptr;
     const JsonMember* alias = nullptr;
     for (const auto& m : f.object->members) {
-      if (m.key == key) main = &m;
-      else if (o.alias && m.key == o.alias) alias = &m;
+      if (m.key == key)
+        main = &m;
+      else if (o.alias && m.key == o.alias)
+        alias = &m;
     }
     if (main && alias) {
       error(alias->key_loc, fmt::format("both \"{}\" and its alias \"{}\" are given; keep one", key, o.alias));
@@ -220,9 +225,11 @@ class Reader final : public Visitor {
     if (j.kind == JsonValue::Kind::string || j.kind == JsonValue::Kind::integer) {
       std::string s = j.kind == JsonValue::Kind::string ? j.text : std::to_string(j.integer);
       for (const char* t : truthy)
-        if (iequals(s, t)) return out = true, warning(j.loc, fmt::format("{} taken as true; write true", j.describe())), true;
+        if (iequals(s, t))
+          return out = true, warning(j.loc, fmt::format("{} taken as true; write true", j.describe())), true;
       for (const char* f : falsy)
-        if (iequals(s, f)) return out = false, warning(j.loc, fmt::format("{} taken as false; write false", j.describe())), true;
+        if (iequals(s, f))
+          return out = false, warning(j.loc, fmt::format("{} taken as false; write false", j.describe())), true;
     }
     error(j.loc, fmt::format("expected true or false, found {}", j.describe()));
     return false;
@@ -254,8 +261,8 @@ class Reader final : public Visitor {
         out = static_cast<std::int64_t>(j.number);
         return true;
       }
-      error(j.loc, fmt::format("expected an integer{}{}, found {} (not a whole number)", range_text(o).empty() ? "" : " ",
-                               range_text(o), j.describe()));
+      error(j.loc, fmt::format("expected an integer{}{}, found {} (not a whole number)",
+                               range_text(o).empty() ? "" : " ", range_text(o), j.describe()));
       return false;
     }
     error(j.loc, fmt::format("expected an integer{}{}, found {}", range_text(o).empty() ? "" : " ", range_text(o),

@@ -7,7 +7,9 @@
 namespace dscpp::config {
 namespace {
 
-bool given(const LoadedConfig& c, const std::string& path) { return c.origins.count(path) > 0; }
+bool given(const LoadedConfig& c, const std::string& path) {
+  return c.origins.count(path) > 0;
+}
 
 Location where(const LoadedConfig& c, const std::string& path) {
   auto it = c.origins.find(path);
@@ -23,9 +25,9 @@ void mark(LoadedConfig& c, const std::string& path, Origin::Source source, std::
 // "Cannot provide deprecated parameter ... and replacing parameter ... together".
 bool deprecated_conflict(LoadedConfig& c, const std::string& old_path, const std::string& new_path) {
   if (!given(c, old_path) || !given(c, new_path)) return false;
-  c.diagnostics.error(old_path, where(c, old_path),
-                      fmt::format("deprecated key given together with its replacement {}; keep only {}", new_path,
-                                  new_path));
+  c.diagnostics.error(
+      old_path, where(c, old_path),
+      fmt::format("deprecated key given together with its replacement {}; keep only {}", new_path, new_path));
   return true;
 }
 
@@ -80,11 +82,14 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
   };
   // The micro batch and accumulation the triple uses, whether auto or given.
   if (auto_at("train_micro_batch_size_per_gpu")) cfg.train_micro_batch_size_per_gpu = f.micro_batch.value_or(8);
-  if (auto_at("gradient_accumulation_steps")) cfg.gradient_accumulation_steps = f.gradient_accumulation_steps.value_or(1);
+  if (auto_at("gradient_accumulation_steps"))
+    cfg.gradient_accumulation_steps = f.gradient_accumulation_steps.value_or(1);
 
   for (const auto& a : autos) {
     const std::string& p = a.path;
-    auto resolved = [&](std::string detail) { c.origins[p] = Origin{Origin::Source::auto_resolved, a.loc, std::move(detail)}; };
+    auto resolved = [&](std::string detail) {
+      c.origins[p] = Origin{Origin::Source::auto_resolved, a.loc, std::move(detail)};
+    };
     auto need = [&](const std::string& what, const std::string& flag) {
       c.diagnostics.error(p, a.loc, fmt::format("\"auto\" needs {}; pass {}", what, flag));
     };
@@ -97,7 +102,8 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
     const bool stage3 = cfg.zero_optimization.stage == 3;
 
     if (p == "train_micro_batch_size_per_gpu") {
-      resolved(fmt::format("micro batch {}{}", *cfg.train_micro_batch_size_per_gpu, f.micro_batch ? "" : " (HF default)"));
+      resolved(
+          fmt::format("micro batch {}{}", *cfg.train_micro_batch_size_per_gpu, f.micro_batch ? "" : " (HF default)"));
     } else if (p == "gradient_accumulation_steps") {
       resolved(fmt::format("gradient accumulation {}{}", *cfg.gradient_accumulation_steps,
                            f.gradient_accumulation_steps ? "" : " (HF default)"));
@@ -128,8 +134,10 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
       sp->warmup_max_lr = {lr};
       resolved("learning rate");
     } else if (p == "scheduler.params.total_num_steps" && sp) {
-      if (!f.total_steps) need("the number of optimizer steps of the run", f.total_steps_flag);
-      else sp->total_num_steps = *f.total_steps, resolved("optimizer steps of the run");
+      if (!f.total_steps)
+        need("the number of optimizer steps of the run", f.total_steps_flag);
+      else
+        sp->total_num_steps = *f.total_steps, resolved("optimizer steps of the run");
     } else if (p == "scheduler.params.warmup_num_steps" && sp) {
       i64 steps = f.warmup_steps.value_or(0);
       double ratio = f.warmup_ratio.value_or(0.0);
@@ -155,7 +163,8 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
       cfg.amp.opt_level = "O1";
       resolved("fp16_opt_level (HF default O1)");
     } else if (p == "zero_optimization.reduce_bucket_size") {
-      if (auto h = hidden()) cfg.zero_optimization.reduce_bucket_size = *h * *h, resolved(fmt::format("hidden² = {}²", *h));
+      if (auto h = hidden())
+        cfg.zero_optimization.reduce_bucket_size = *h * *h, resolved(fmt::format("hidden² = {}²", *h));
     } else if (p == "zero_optimization.stage3_prefetch_bucket_size" && stage3) {
       // Integer arithmetic: 0.9·h² as a float is what broke DeepSpeed ≥ 0.15 (user-pain #12).
       if (auto h = hidden()) {
@@ -163,13 +172,15 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
         resolved(fmt::format("0.9 × hidden² = int(0.9 × {}²)", *h));
       }
     } else if (p == "zero_optimization.stage3_param_persistence_threshold" && stage3) {
-      if (auto h = hidden()) cfg.zero_optimization.param_persistence_threshold = 10 * *h, resolved(fmt::format("10 × hidden = 10 × {}", *h));
+      if (auto h = hidden())
+        cfg.zero_optimization.param_persistence_threshold = 10 * *h, resolved(fmt::format("10 × hidden = 10 × {}", *h));
     } else if (p == "zero_optimization.stage") {
       cfg.zero_optimization.stage = 2;
       resolved("2, Accelerate's default zero_stage");
     } else if (p == "zero_optimization.offload_optimizer.device" || p == "zero_optimization.offload_param.device") {
       resolved("none, Accelerate's default");  // the field already holds "none"
-    } else if (p == "zero_optimization.offload_optimizer.nvme_path" || p == "zero_optimization.offload_param.nvme_path") {
+    } else if (p == "zero_optimization.offload_optimizer.nvme_path" ||
+               p == "zero_optimization.offload_param.nvme_path") {
       resolved("none, Accelerate's default");
     } else if (p == "zero_optimization.stage3_gather_16bit_weights_on_model_save") {
       cfg.zero_optimization.gather_16bit_weights_on_model_save = false;
@@ -188,11 +199,13 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
   auto mismatch = [&](const std::string& path, double config_value, std::optional<double> fact, const char* flag) {
     if (!fact || !given(c, path) || c.origins[path].source != Origin::Source::file) return;
     if (std::fabs(config_value - *fact) <= 1e-12 * std::max(1.0, std::fabs(*fact))) return;
-    c.diagnostics.error(path, where(c, path),
-                        fmt::format("the config says {} but {} says {}; make them agree or write \"auto\"", config_value,
-                                    flag, *fact));
+    c.diagnostics.error(
+        path, where(c, path),
+        fmt::format("the config says {} but {} says {}; make them agree or write \"auto\"", config_value, flag, *fact));
   };
-  auto as_double = [](std::optional<i64> v) { return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt; };
+  auto as_double = [](std::optional<i64> v) {
+    return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
+  };
   auto as_bool = [](std::optional<bool> v) { return v ? std::optional<double>(*v ? 1.0 : 0.0) : std::nullopt; };
   if (cfg.train_micro_batch_size_per_gpu)
     mismatch("train_micro_batch_size_per_gpu", static_cast<double>(*cfg.train_micro_batch_size_per_gpu),
@@ -215,9 +228,13 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
   }
   if (cfg.scheduler) {
     const SchedulerParams& sp = cfg.scheduler->params;
-    if (sp.warmup_max_lr.size() == 1) mismatch("scheduler.params.warmup_max_lr", sp.warmup_max_lr[0], f.learning_rate, "--learning_rate");
-    if (sp.total_num_steps) mismatch("scheduler.params.total_num_steps", static_cast<double>(*sp.total_num_steps), as_double(f.total_steps), f.total_steps_flag.c_str());
-    mismatch("scheduler.params.warmup_num_steps", static_cast<double>(sp.warmup_num_steps), as_double(f.warmup_steps), "--warmup_steps");
+    if (sp.warmup_max_lr.size() == 1)
+      mismatch("scheduler.params.warmup_max_lr", sp.warmup_max_lr[0], f.learning_rate, "--learning_rate");
+    if (sp.total_num_steps)
+      mismatch("scheduler.params.total_num_steps", static_cast<double>(*sp.total_num_steps), as_double(f.total_steps),
+               f.total_steps_flag.c_str());
+    mismatch("scheduler.params.warmup_num_steps", static_cast<double>(sp.warmup_num_steps), as_double(f.warmup_steps),
+             "--warmup_steps");
   }
 }
 
@@ -257,7 +274,9 @@ void resolve_batch_sizes(LoadedConfig& c, const RunFacts& f) {
   auto& tbs = cfg.train_batch_size;
   auto& mbs = cfg.train_micro_batch_size_per_gpu;
   auto& gas = cfg.gradient_accumulation_steps;
-  auto derived = [&](const char* path, std::string formula) { mark(c, path, Origin::Source::derived, std::move(formula)); };
+  auto derived = [&](const char* path, std::string formula) {
+    mark(c, path, Origin::Source::derived, std::move(formula));
+  };
   if (!tbs && !mbs) {
     c.diagnostics.error("train_batch_size", {},
                         "either train_batch_size or train_micro_batch_size_per_gpu must be given (DeepSpeed derives "
@@ -266,10 +285,12 @@ void resolve_batch_sizes(LoadedConfig& c, const RunFacts& f) {
   }
   if (tbs && mbs && !gas) {
     gas = *tbs / *mbs / dp;
-    derived("gradient_accumulation_steps", fmt::format("train_batch_size // micro // dp = {} // {} // {}", *tbs, *mbs, dp));
+    derived("gradient_accumulation_steps",
+            fmt::format("train_batch_size // micro // dp = {} // {} // {}", *tbs, *mbs, dp));
   } else if (tbs && gas && !mbs) {
     mbs = *tbs / dp / *gas;
-    derived("train_micro_batch_size_per_gpu", fmt::format("train_batch_size // dp // accumulation = {} // {} // {}", *tbs, dp, *gas));
+    derived("train_micro_batch_size_per_gpu",
+            fmt::format("train_batch_size // dp // accumulation = {} // {} // {}", *tbs, dp, *gas));
   } else if (mbs && gas && !tbs) {
     tbs = *mbs * *gas * dp;
     derived("train_batch_size", fmt::format("micro × accumulation × dp = {} × {} × {}", *mbs, *gas, dp));
@@ -296,7 +317,8 @@ void resolve_batch_sizes(LoadedConfig& c, const RunFacts& f) {
       *tbs, source("train_batch_size"), *mbs, source("train_micro_batch_size_per_gpu"), *gas,
       source("gradient_accumulation_steps"), dp_text);
   if (*mbs > 0 && *gas > 0) {
-    message += fmt::format("; consistent choices: train_batch_size {} (keeping micro and accumulation)", *mbs * *gas * dp);
+    message +=
+        fmt::format("; consistent choices: train_batch_size {} (keeping micro and accumulation)", *mbs * *gas * dp);
     if (*tbs > 0 && *tbs % (*mbs * dp) == 0)
       message += fmt::format(", or gradient_accumulation_steps {} (keeping train_batch_size)", *tbs / (*mbs * dp));
     else if (*tbs > 0 && *tbs % (*gas * dp) == 0)

@@ -60,7 +60,8 @@ class Rules {
 
   void zero() {
     const ZeroConfig& z = cfg_.zero_optimization;
-    if (z.legacy_stage1) error("zero_optimization.legacy_stage1", "the legacy stage 1 implementation was removed; set it to false");
+    if (z.legacy_stage1)
+      error("zero_optimization.legacy_stage1", "the legacy stage 1 implementation was removed; set it to false");
     if (stage() == 2 && z.reduce_scatter) {
       if (cfg_.gradient_predivide_factor != 1.0)
         error("gradient_predivide_factor", "ZeRO stage 2 with reduce_scatter requires gradient_predivide_factor 1.0");
@@ -90,24 +91,29 @@ class Rules {
                           "silently. Use stage 3, or offload_optimizer for stages 1-2",
                           stage()));
       if (z.offload_param->device == "nvme" && !z.offload_param->nvme_path)
-        error("zero_optimization.offload_param.nvme_path", "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
+        error("zero_optimization.offload_param.nvme_path",
+              "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
     }
     if (z.offload_optimizer && z.offload_optimizer->device != "none") {
       const auto& o = *z.offload_optimizer;
-      if (stage() == 0) error("zero_optimization.offload_optimizer", "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0)");
+      if (stage() == 0)
+        error("zero_optimization.offload_optimizer", "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0)");
       if (o.device == "nvme" && !o.nvme_path)
-        error("zero_optimization.offload_optimizer.nvme_path", "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
+        error("zero_optimization.offload_optimizer.nvme_path",
+              "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
       if (o.device == "nvme" && stage() != 3)
-        error("zero_optimization.offload_optimizer.device", "NVMe optimizer offload (ZeRO-Infinity) needs ZeRO stage 3");
+        error("zero_optimization.offload_optimizer.device",
+              "NVMe optimizer offload (ZeRO-Infinity) needs ZeRO stage 3");
       if (cfg_.optimizer && cfg_.zero_force_ds_cpu_optimizer) {
         OptimizerKind k = cfg_.optimizer->kind;
         bool cpu_capable = k == OptimizerKind::adam || k == OptimizerKind::adamw || k == OptimizerKind::adagrad ||
                            k == OptimizerKind::lion;
         if (!cpu_capable)
-          error("optimizer.type", fmt::format("optimizer offload runs DeepSpeed's CPU optimizers (Adam, AdamW, Adagrad, "
-                                              "Lion); {} has none. Use one of those or set "
-                                              "zero_force_ds_cpu_optimizer to false",
-                                              cfg_.optimizer->type));
+          error("optimizer.type",
+                fmt::format("optimizer offload runs DeepSpeed's CPU optimizers (Adam, AdamW, Adagrad, "
+                            "Lion); {} has none. Use one of those or set "
+                            "zero_force_ds_cpu_optimizer to false",
+                            cfg_.optimizer->type));
       }
     }
     if (z.offload_optimizer && z.offload_optimizer->ratio < 1.0 && stage() != 3)
@@ -119,7 +125,8 @@ class Rules {
     const OptimizerConfig& o = *cfg_.optimizer;
     const OptimizerParams& p = o.params;
     if (p.max_grad_norm)
-      error("optimizer.params.max_grad_norm", "not an optimizer parameter; set the top-level \"gradient_clipping\" instead");
+      error("optimizer.params.max_grad_norm",
+            "not an optimizer parameter; set the top-level \"gradient_clipping\" instead");
     bool onebit = o.kind == OptimizerKind::onebit_adam || o.kind == OptimizerKind::zero_one_adam ||
                   o.kind == OptimizerKind::onebit_lamb;
     if (onebit && stage() > 0)
@@ -128,7 +135,8 @@ class Rules {
       error("optimizer.type", fmt::format("{} is not one of the optimizers tested with ZeRO (Adam, AdamW, Adagrad, "
                                           "Lion, Muon); set zero_allow_untested_optimizer to true to use it anyway",
                                           o.type));
-    if (p.betas.size() != 2) error("optimizer.params.betas", fmt::format("expected two values [beta1, beta2], found {}", p.betas.size()));
+    if (p.betas.size() != 2)
+      error("optimizer.params.betas", fmt::format("expected two values [beta1, beta2], found {}", p.betas.size()));
     if (p.etas.size() != 2) error("optimizer.params.etas", "expected two values [eta_minus, eta_plus]");
     if (p.step_sizes.size() != 2) error("optimizer.params.step_sizes", "expected two values [min, max]");
     if (p.amsgrad && (o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw) && !p.torch_adam &&
@@ -154,15 +162,19 @@ class Rules {
     if (cfg_.zero_optimization.reflow && !cfg_.bf16.enabled)
       error("zero_optimization.reflow", "ReFlow runs with bf16 model parameters only; enable bf16");
     if (cfg_.vocabulary_size && *cfg_.vocabulary_size % 8 != 0)
-      warning("vocabulary_size", fmt::format("{} is not a multiple of 8; tensor-core GEMMs run slower", *cfg_.vocabulary_size));
+      warning("vocabulary_size",
+              fmt::format("{} is not a multiple of 8; tensor-core GEMMs run slower", *cfg_.vocabulary_size));
     if (cfg_.aio.use_gds)
-      error("aio.use_gds", "GPUDirect Storage needs CUDA and the cuFile library; dscpp does not implement it, set it to false");
+      error("aio.use_gds",
+            "GPUDirect Storage needs CUDA and the cuFile library; dscpp does not implement it, set it to false");
   }
 };
 
 }  // namespace
 
-void check_rules(LoadedConfig& c) { Rules(c).run(); }
+void check_rules(LoadedConfig& c) {
+  Rules(c).run();
+}
 
 std::vector<std::string> unsupported_features(const DsConfig& c) {
   std::vector<std::string> out = unsupported_enabled_features(c.extras);
@@ -178,7 +190,8 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
   add(z.mics_shard_size > 0, "zero_optimization.mics_shard_size (MiCS)");
   add(z.zenflow.has_value(), "zero_optimization.zenflow (ZenFlow)");
   add(z.reflow.has_value(), "zero_optimization.reflow (ReFlow)");
-  add(z.offload_optimizer && z.offload_optimizer->super_offload, "zero_optimization.offload_optimizer.super_offload (SuperOffload)");
+  add(z.offload_optimizer && z.offload_optimizer->super_offload,
+      "zero_optimization.offload_optimizer.super_offload (SuperOffload)");
   return out;
 }
 

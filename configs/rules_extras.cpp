@@ -36,7 +36,9 @@ class Checker {
   Diagnostics& d_;
 };
 
-std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
+std::string join(const std::string& a, const std::string& b) {
+  return a.empty() ? b : a + "." + b;
+}
 
 // DeepSpeed's CurriculumScheduler checks when curriculum learning is switched on.
 void check_curriculum_schedule(Checker& ck, const std::string& path, const std::optional<i64>& min_d,
@@ -75,7 +77,8 @@ void check_related_modules(Checker& ck, const std::string& path, const std::opti
   bool ok = v->kind == JsonValue::Kind::array;
   if (ok) {
     for (const auto& inner : v->items) {
-      if (inner.kind != JsonValue::Kind::array) ok = false;
+      if (inner.kind != JsonValue::Kind::array)
+        ok = false;
       else
         for (const auto& s : inner.items) ok = ok && s.kind == JsonValue::Kind::string;
     }
@@ -191,7 +194,9 @@ void check_data_efficiency(Checker& ck, const DataEfficiencyConfig& c) {
     ck.error(join(rp, "random_ltd_schedule.min_value"), "is greater than max_value");
 }
 
-bool is_attr_name(const std::string& s) { return !s.empty() && s.find('.') == std::string::npos; }
+bool is_attr_name(const std::string& s) {
+  return !s.empty() && s.find('.') == std::string::npos;
+}
 
 void check_expert_parallel(Checker& ck, const ExpertParallelConfig& c) {
   const std::string p = "expert_parallel";
@@ -200,19 +205,22 @@ void check_expert_parallel(Checker& ck, const ExpertParallelConfig& c) {
   if (c.top_k && !c.top_k->is_null() && !c.top_k->is_string("auto") &&
       !(c.top_k->kind == JsonValue::Kind::integer && c.top_k->integer >= 1))
     ck.error(join(p, "top_k"), "must be \"auto\" or a positive integer, got " + c.top_k->describe());
-  if (c.routed_scaling_factor && !c.routed_scaling_factor->is_null() &&
-      !c.routed_scaling_factor->is_string("auto") && !c.routed_scaling_factor->is_number())
-    ck.error(join(p, "routed_scaling_factor"), "must be \"auto\" or a number, got " + c.routed_scaling_factor->describe());
+  if (c.routed_scaling_factor && !c.routed_scaling_factor->is_null() && !c.routed_scaling_factor->is_string("auto") &&
+      !c.routed_scaling_factor->is_number())
+    ck.error(join(p, "routed_scaling_factor"),
+             "must be \"auto\" or a number, got " + c.routed_scaling_factor->describe());
   if (c.expert_w3 && !c.expert_w3->is_null() &&
       !(c.expert_w3->kind == JsonValue::Kind::string && is_attr_name(c.expert_w3->text)))
     ck.error(join(p, "expert_w3"), "must be null (fused gate/up) or an attribute name without dots");
-  for (auto [value, key] : {std::pair{&c.expert_w1, "expert_w1"}, {&c.expert_w2, "expert_w2"},
-                            {&c.num_experts_attr, "num_experts_attr"}, {&c.top_k_attr, "top_k_attr"},
-                            {&c.router_pattern, "router_pattern"}, {&c.expert_pattern, "expert_pattern"},
+  for (auto [value, key] : {std::pair{&c.expert_w1, "expert_w1"},
+                            {&c.expert_w2, "expert_w2"},
+                            {&c.num_experts_attr, "num_experts_attr"},
+                            {&c.top_k_attr, "top_k_attr"},
+                            {&c.router_pattern, "router_pattern"},
+                            {&c.expert_pattern, "expert_pattern"},
                             {&c.shared_experts_pattern, "shared_experts_pattern"},
                             {&c.shared_experts_gate_pattern, "shared_experts_gate_pattern"}})
-    if (*value && !is_attr_name(**value))
-      ck.error(join(p, key), "must be a non-empty attribute name without dots");
+    if (*value && !is_attr_name(**value)) ck.error(join(p, key), "must be a non-empty attribute name without dots");
   if (c.num_expert_groups && c.num_limited_groups && *c.num_limited_groups > *c.num_expert_groups)
     ck.error(join(p, "num_limited_groups"),
              "must not exceed num_expert_groups (" + std::to_string(*c.num_expert_groups) + ")");
@@ -237,8 +245,7 @@ void validate_extras(const ExtrasConfig& c, Diagnostics& d) {
 
   // pipeline.stages: "auto" or a positive stage count.
   const auto& st = c.pipeline.stages;
-  if (st && !st->is_null() && !st->is_string("auto") &&
-      !(st->kind == JsonValue::Kind::integer && st->integer >= 1))
+  if (st && !st->is_null() && !st->is_string("auto") && !(st->kind == JsonValue::Kind::integer && st->integer >= 1))
     ck.error("pipeline.stages", "must be \"auto\" or a positive integer, got " + st->describe());
 
   const auto& cc = c.compile;
@@ -255,7 +262,8 @@ void validate_extras(const ExtrasConfig& c, Diagnostics& d) {
       bool ok = e->kind == JsonValue::Kind::array;
       if (ok)
         for (const auto& x : e->items) ok = ok && x.kind == JsonValue::Kind::integer;
-      if (!ok) ck.error("sparse_attention.global_block_end_indices", "must be null or a list of integers");
+      if (!ok)
+        ck.error("sparse_attention.global_block_end_indices", "must be null or a list of integers");
       else if (e->items.size() != c.sparse_attention->global_block_indices.size())
         ck.error("sparse_attention.global_block_end_indices",
                  "must have as many entries as global_block_indices (" +
@@ -293,13 +301,15 @@ void validate_extras(const ExtrasConfig& c, Diagnostics& d) {
     ck.error("autotuning.end_profile_step",
              "must not be less than start_profile_step (" + std::to_string(at.start_profile_step) + ")");
   if (at.max_train_micro_batch_size_per_gpu < at.min_train_micro_batch_size_per_gpu)
-    ck.error("autotuning.max_train_micro_batch_size_per_gpu", "must not be less than min_train_micro_batch_size_per_gpu");
+    ck.error("autotuning.max_train_micro_batch_size_per_gpu",
+             "must not be less than min_train_micro_batch_size_per_gpu");
   if (at.max_train_batch_size && *at.max_train_batch_size < at.min_train_batch_size)
     ck.error("autotuning.max_train_batch_size", "must not be less than min_train_batch_size");
 
   if (c.nebula.enabled && !c.nebula.persistent_storage_path)
-    ck.warning("nebula.persistent_storage_path", "not set: Nebula falls back to the NEBULA_PERSISTENT_STORAGE_PATH "
-                                                 "environment variable");
+    ck.warning("nebula.persistent_storage_path",
+               "not set: Nebula falls back to the NEBULA_PERSISTENT_STORAGE_PATH "
+               "environment variable");
 
   check_expert_parallel(ck, c.expert_parallel);
 }
@@ -312,7 +322,8 @@ std::vector<std::string> unsupported_enabled_features(const ExtrasConfig& c) {
   if (auto n = c.pipeline.stage_count(); n && *n > 1)
     out.push_back("pipeline.stages = " + std::to_string(*n) + " (pipeline parallelism)");
   add(c.tensor_parallel.autotp_size > 0,
-      "tensor_parallel.autotp_size = " + std::to_string(c.tensor_parallel.autotp_size) + " (AutoTP tensor parallelism)");
+      "tensor_parallel.autotp_size = " + std::to_string(c.tensor_parallel.autotp_size) +
+          " (AutoTP tensor parallelism)");
   add(c.hybrid_engine.enabled, "hybrid_engine.enabled (RLHF hybrid engine)");
   add(c.compile.deepcompile, "compile.deepcompile (DeepCompile)");
   add(c.weight_quantization && c.weight_quantization->enabled, "weight_quantization (inference weight quantization)");

@@ -17,7 +17,7 @@
 namespace dscpp::config {
 
 struct FieldOpts {
-  const char* alias = nullptr;  // second accepted name (DeepSpeed's pydantic alias)
+  const char* alias = nullptr;                            // second accepted name (DeepSpeed's pydantic alias)
   double min = -std::numeric_limits<double>::infinity();  // inclusive bounds for numbers
   double max = std::numeric_limits<double>::infinity();
   bool min_exclusive = false;
@@ -44,8 +44,8 @@ struct SectionOpts {
 
 // DeepSpeed's DtypeEnum spellings, for fields naming a dtype.
 inline const std::vector<const char*> kDtypeChoices = {
-    "fp32", "fp16", "bf16", "int8", "torch.float32", "float32", "float", "torch.float16", "float16", "half",
-    "torch.bfloat16", "bfloat16", "torch.int8"};
+    "fp32",          "fp16",    "bf16", "int8",           "torch.float32", "float32",   "float",
+    "torch.float16", "float16", "half", "torch.bfloat16", "bfloat16",      "torch.int8"};
 
 class Visitor {
  public:

@@ -15,15 +15,18 @@ const char* const kMoqLegacy =
     "legacy MoQ setting: DeepSpeed no longer reads it (use compression_training.weight_quantization)";
 
 const std::vector<const char*> kSymmetry = {"symmetric", "asymmetric"};
-const std::vector<const char*> kCurriculumSchedules = {"fixed_linear", "fixed_root", "fixed_discrete",
-                                                       "custom"};
+const std::vector<const char*> kCurriculumSchedules = {"fixed_linear", "fixed_root", "fixed_discrete", "custom"};
 
 // Free-form fields where "auto" is one of the values DeepSpeed itself understands (the
 // reader otherwise treats "auto" as a placeholder for HF/Accelerate to fill in).
 const FieldOpts kAutoOk{.choices = {"auto"}};
 
-FieldOpts at_least(double lo) { return FieldOpts{.min = lo}; }
-FieldOpts one_of(std::vector<const char*> choices) { return FieldOpts{.choices = std::move(choices)}; }
+FieldOpts at_least(double lo) {
+  return FieldOpts{.min = lo};
+}
+FieldOpts one_of(std::vector<const char*> choices) {
+  return FieldOpts{.choices = std::move(choices)};
+}
 
 }  // namespace
 
@@ -421,8 +424,7 @@ void describe(Visitor& v, AutotuningConfig& c) {
   v.field("min_train_micro_batch_size_per_gpu", c.min_train_micro_batch_size_per_gpu, at_least(1));
   v.field("num_tuning_micro_batch_sizes", c.num_tuning_micro_batch_sizes, at_least(1));
   v.field("mp_size", c.mp_size, at_least(1));
-  v.field("metric", c.metric,
-          FieldOpts{.choices = {"throughput", "latency", "flops"}, .case_insensitive = true});
+  v.field("metric", c.metric, FieldOpts{.choices = {"throughput", "latency", "flops"}, .case_insensitive = true});
   v.section("model_info", c.model_info);
   v.field("model_info_path", c.model_info_path);
 }

@@ -64,7 +64,9 @@ void describe(Visitor& v, ActivationCheckpointingConfig& c) {
   v.field("profile", c.profile);
 }
 
-void describe(Visitor& v, CheckpointParallelWriteConfig& c) { v.field("pipeline_stage", c.pipeline_stage); }
+void describe(Visitor& v, CheckpointParallelWriteConfig& c) {
+  v.field("pipeline_stage", c.pipeline_stage);
+}
 
 void describe(Visitor& v, CheckpointWriterConfig& c) {
   v.field("type", c.type, {.choices = {"FAST", "PYTHON", "MOCK"}, .case_insensitive = true});
@@ -133,7 +135,9 @@ void describe(Visitor& v, ThroughputTimerConfig& c) {
   v.field("synchronized", c.synchronized);
 }
 
-void describe(Visitor& v, TimersConfig& c) { v.section("throughput", c.throughput, {.strict = true}); }
+void describe(Visitor& v, TimersConfig& c) {
+  v.section("throughput", c.throughput, {.strict = true});
+}
 
 void describe(Visitor& v, HiFloat8Recipe& c) {
   v.field("input_dst_type_max", c.input_dst_type_max, kNonNegative);

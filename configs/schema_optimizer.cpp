@@ -13,16 +13,18 @@ using K = OptimizerKind;
 
 struct OptimizerInfo {
   OptimizerKind kind;
-  const char* name;      // canonical spelling
-  bool deepspeed_name;   // matched case-insensitively (DeepSpeed's own); torch.optim names are exact
-  bool zero_supported;   // runs under ZeRO without zero_allow_untested_optimizer
+  const char* name;     // canonical spelling
+  bool deepspeed_name;  // matched case-insensitively (DeepSpeed's own); torch.optim names are exact
+  bool zero_supported;  // runs under ZeRO without zero_allow_untested_optimizer
   std::vector<const char*> keys;
 };
 
-const std::vector<const char*> kAdamKeys = {"lr", "betas", "eps", "weight_decay", "bias_correction", "amsgrad",
-                                            "set_grad_none", "torch_adam", "adam_w_mode", "fp32_optimizer_states"};
-const std::vector<const char*> kOneBitKeys = {"lr", "bias_correction", "betas", "eps", "eps_inside_sqrt",
-                                              "weight_decay", "amsgrad", "cuda_aware", "comm_backend_name"};
+const std::vector<const char*> kAdamKeys = {
+    "lr",      "betas",         "eps",        "weight_decay", "bias_correction",
+    "amsgrad", "set_grad_none", "torch_adam", "adam_w_mode",  "fp32_optimizer_states"};
+const std::vector<const char*> kOneBitKeys = {"lr",      "bias_correction", "betas",
+                                              "eps",     "eps_inside_sqrt", "weight_decay",
+                                              "amsgrad", "cuda_aware",      "comm_backend_name"};
 const std::vector<const char*> kTorchFlags = {"maximize", "foreach", "differentiable", "capturable"};
 
 std::vector<const char*> concat(std::vector<const char*> a, const std::vector<const char*>& b) {
@@ -34,14 +36,18 @@ const std::vector<OptimizerInfo>& optimizer_table() {
   static const std::vector<OptimizerInfo> table = {
       {K::adam, "Adam", true, true, kAdamKeys},
       {K::adamw, "AdamW", true, true, kAdamKeys},
-      {K::lamb, "Lamb", true, false,
-       {"lr", "bias_correction", "betas", "eps", "eps_inside_sqrt", "weight_decay", "max_coeff", "min_coeff", "amsgrad"}},
+      {K::lamb,
+       "Lamb",
+       true,
+       false,
+       {"lr", "bias_correction", "betas", "eps", "eps_inside_sqrt", "weight_decay", "max_coeff", "min_coeff",
+        "amsgrad"}},
       {K::onebit_adam, "OneBitAdam", true, false, concat(kOneBitKeys, {"freeze_step"})},
       {K::zero_one_adam, "ZeroOneAdam", true, false,
        concat(kOneBitKeys, {"var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper"})},
       {K::onebit_lamb, "OneBitLamb", true, false,
-       concat(kOneBitKeys, {"freeze_step", "max_coeff", "min_coeff", "coeff_beta", "factor_max", "factor_min",
-                            "factor_threshold"})},
+       concat(kOneBitKeys,
+              {"freeze_step", "max_coeff", "min_coeff", "coeff_beta", "factor_max", "factor_min", "factor_threshold"})},
       {K::lion, "Lion", true, true, {"lr", "betas", "weight_decay", "set_grad_none", "fp32_optimizer_states"}},
       {K::adagrad, "Adagrad", true, true,
        concat({"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "amsgrad", "fused"}, kTorchFlags)},
@@ -49,9 +55,14 @@ const std::vector<OptimizerInfo>& optimizer_table() {
       {K::muadamw, "MuAdamW", true, false, concat({"lr", "betas", "eps", "weight_decay", "amsgrad"}, kTorchFlags)},
       {K::musgd, "MuSGD", true, false,
        concat({"lr", "momentum", "dampening", "weight_decay", "nesterov", "fused"}, kTorchFlags)},
-      {K::muon, "Muon", true, true, {"lr", "momentum", "weight_decay", "nesterov", "ns_steps", "betas", "eps", "muon_lr", "adam_lr",
-                                    "ns_method", "per_head_muon"}},
-      {K::sgd, "SGD", false, false, concat({"lr", "momentum", "dampening", "weight_decay", "nesterov", "fused"}, kTorchFlags)},
+      {K::muon,
+       "Muon",
+       true,
+       true,
+       {"lr", "momentum", "weight_decay", "nesterov", "ns_steps", "betas", "eps", "muon_lr", "adam_lr", "ns_method",
+        "per_head_muon"}},
+      {K::sgd, "SGD", false, false,
+       concat({"lr", "momentum", "dampening", "weight_decay", "nesterov", "fused"}, kTorchFlags)},
       {K::rmsprop, "RMSprop", false, false,
        concat({"lr", "alpha", "eps", "weight_decay", "momentum", "centered"}, kTorchFlags)},
       {K::adadelta, "Adadelta", false, false, concat({"lr", "rho", "eps", "weight_decay"}, kTorchFlags)},
@@ -90,15 +101,30 @@ bool canonical_optimizer(std::string& type) {
 OptimizerParams optimizer_defaults(OptimizerKind kind) {
   OptimizerParams p;
   switch (kind) {
-    case K::adagrad: p.lr = 1e-2, p.eps = 1e-10; break;
-    case K::rmsprop: p.lr = 1e-2; break;
-    case K::adadelta: p.lr = 1.0, p.eps = 1e-6; break;
+    case K::adagrad:
+      p.lr = 1e-2, p.eps = 1e-10;
+      break;
+    case K::rmsprop:
+      p.lr = 1e-2;
+      break;
+    case K::adadelta:
+      p.lr = 1.0, p.eps = 1e-6;
+      break;
     case K::adamax:
-    case K::nadam: p.lr = 2e-3; break;
-    case K::asgd: p.lr = 1e-2, p.alpha = 0.75; break;
-    case K::rprop: p.lr = 1e-2; break;
-    case K::muon: p.lr = 1e-3, p.momentum = 0.95, p.weight_decay = 0.1, p.nesterov = true; break;
-    default: break;
+    case K::nadam:
+      p.lr = 2e-3;
+      break;
+    case K::asgd:
+      p.lr = 1e-2, p.alpha = 0.75;
+      break;
+    case K::rprop:
+      p.lr = 1e-2;
+      break;
+    case K::muon:
+      p.lr = 1e-3, p.momentum = 0.95, p.weight_decay = 0.1, p.nesterov = true;
+      break;
+    default:
+      break;
   }
   return p;
 }
@@ -177,16 +203,19 @@ const std::vector<SchedulerInfo>& scheduler_table() {
   static const std::vector<SchedulerInfo> table = {
       {S::warmup_lr, "WarmupLR", warmup, {}},
       {S::warmup_decay_lr, "WarmupDecayLR", concat(warmup, {"total_num_steps"}), {"total_num_steps"}},
-      {S::warmup_cosine_lr, "WarmupCosineLR",
+      {S::warmup_cosine_lr,
+       "WarmupCosineLR",
        {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type",
         "last_batch_iteration"},
        {"total_num_steps"}},
-      {S::one_cycle, "OneCycle",
+      {S::one_cycle,
+       "OneCycle",
        {"cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size", "cycle_second_step_size",
         "cycle_first_stair_count", "cycle_second_stair_count", "decay_step_size", "cycle_momentum", "cycle_min_mom",
         "cycle_max_mom", "decay_mom_rate", "last_batch_iteration"},
        {"cycle_min_lr", "cycle_max_lr"}},
-      {S::lr_range_test, "LRRangeTest",
+      {S::lr_range_test,
+       "LRRangeTest",
        {"lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate", "lr_range_test_staircase",
         "last_batch_iteration"},
        {}},
@@ -194,20 +223,25 @@ const std::vector<SchedulerInfo>& scheduler_table() {
       {S::multi_step_lr, "MultiStepLR", {"milestones", "gamma", "last_epoch"}, {"milestones"}},
       {S::exponential_lr, "ExponentialLR", {"gamma", "last_epoch"}, {"gamma"}},
       {S::cosine_annealing_lr, "CosineAnnealingLR", {"T_max", "eta_min", "last_epoch"}, {"T_max"}},
-      {S::cosine_annealing_warm_restarts, "CosineAnnealingWarmRestarts", {"T_0", "T_mult", "eta_min", "last_epoch"},
+      {S::cosine_annealing_warm_restarts,
+       "CosineAnnealingWarmRestarts",
+       {"T_0", "T_mult", "eta_min", "last_epoch"},
        {"T_0"}},
       {S::constant_lr, "ConstantLR", {"factor", "total_iters", "last_epoch"}, {}},
       {S::linear_lr, "LinearLR", {"start_factor", "end_factor", "total_iters", "last_epoch"}, {}},
       {S::polynomial_lr, "PolynomialLR", {"total_iters", "power", "last_epoch"}, {}},
-      {S::cyclic_lr, "CyclicLR",
+      {S::cyclic_lr,
+       "CyclicLR",
        {"base_lr", "max_lr", "step_size_up", "step_size_down", "mode", "gamma", "scale_mode", "cycle_momentum",
         "base_momentum", "max_momentum", "last_epoch"},
        {"base_lr", "max_lr"}},
-      {S::one_cycle_lr, "OneCycleLR",
+      {S::one_cycle_lr,
+       "OneCycleLR",
        {"max_lr", "total_steps", "epochs", "steps_per_epoch", "pct_start", "anneal_strategy", "cycle_momentum",
         "base_momentum", "max_momentum", "div_factor", "final_div_factor", "three_phase", "last_epoch"},
        {"max_lr"}},
-      {S::reduce_lr_on_plateau, "ReduceLROnPlateau",
+      {S::reduce_lr_on_plateau,
+       "ReduceLROnPlateau",
        {"mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps"},
        {}},
   };
@@ -224,14 +258,25 @@ SchedulerParams scheduler_defaults(SchedulerKind kind) {
   SchedulerParams p;
   switch (kind) {
     case S::step_lr:
-    case S::multi_step_lr: p.gamma = 0.1; break;
-    case S::cyclic_lr: p.gamma = 1.0; break;
+    case S::multi_step_lr:
+      p.gamma = 0.1;
+      break;
+    case S::cyclic_lr:
+      p.gamma = 1.0;
+      break;
     case S::constant_lr:
     case S::linear_lr:
-    case S::polynomial_lr: p.total_iters = 5; break;
-    case S::one_cycle_lr: p.base_momentum = 0.85, p.max_momentum = 0.95; break;
-    case S::reduce_lr_on_plateau: p.mode = "min", p.factor = 0.1; break;
-    default: break;
+    case S::polynomial_lr:
+      p.total_iters = 5;
+      break;
+    case S::one_cycle_lr:
+      p.base_momentum = 0.85, p.max_momentum = 0.95;
+      break;
+    case S::reduce_lr_on_plateau:
+      p.mode = "min", p.factor = 0.1;
+      break;
+    default:
+      break;
   }
   return p;
 }
@@ -287,8 +332,10 @@ void describe_scheduler_params(Visitor& v, SchedulerParams& p, const SchedulerIn
   if (has("step_size_up")) v.field("step_size_up", p.step_size_up, {.min = 1});
   if (has("step_size_down")) v.field("step_size_down", p.step_size_down, {.min = 1});
   if (has("mode")) {
-    if (info && info->kind == S::reduce_lr_on_plateau) v.field("mode", p.mode, {.choices = {"min", "max"}});
-    else v.field("mode", p.mode, {.choices = {"triangular", "triangular2", "exp_range"}});
+    if (info && info->kind == S::reduce_lr_on_plateau)
+      v.field("mode", p.mode, {.choices = {"min", "max"}});
+    else
+      v.field("mode", p.mode, {.choices = {"triangular", "triangular2", "exp_range"}});
   }
   if (has("scale_mode")) v.field("scale_mode", p.scale_mode, {.choices = {"cycle", "iterations"}});
   if (has("base_momentum")) v.field("base_momentum", p.base_momentum, nonneg);
@@ -310,7 +357,9 @@ void describe_scheduler_params(Visitor& v, SchedulerParams& p, const SchedulerIn
   if (has("last_epoch")) v.field("last_epoch", p.last_epoch, {.min = -1});
 }
 
-bool canonical_scheduler(std::string& type) { return find_scheduler(type) != nullptr; }
+bool canonical_scheduler(std::string& type) {
+  return find_scheduler(type) != nullptr;
+}
 
 template <typename Table>
 std::vector<const char*> names_of(const Table& table) {
@@ -353,40 +402,40 @@ bool zero_supported_optimizer(OptimizerKind kind) {
   return false;
 }
 
-void describe(Visitor& v, OptimizerConfig& c) {
-  static const std::vector<const char*> names = names_of(optimizer_table());
-  v.field("type", c.type, {.choices = names, .required = true, .canonical = canonical_optimizer});
-  const OptimizerInfo* info = find_optimizer(c.type);
+namespace {
+
+// "type" then "params": the params' keys and defaults follow the type, so the type is read
+// first and, when it changes, the params are reset to that type's defaults before reading.
+template <typename Config, typename Info, typename Defaults, typename DescribeParams>
+void describe_typed(Visitor& v, Config& c, const std::vector<const char*>& names, bool (*canonical)(std::string&),
+                    const Info* (*find)(const std::string&), Defaults defaults, DescribeParams describe_params) {
+  v.field("type", c.type, {.choices = names, .required = true, .canonical = canonical});
+  const Info* info = find(c.type);
   if (info && c.defaults_for_ != c.type) {
     c.kind = info->kind;
-    c.params = optimizer_defaults(info->kind);
+    c.params = defaults(info->kind);
     c.defaults_for_ = c.type;
   }
   // With an unknown type (already reported) the params cannot be checked; keep quiet about them.
   if (info || c.type.empty()) {
-    v.section_fn("params", [&](Visitor& pv) { describe_optimizer_params(pv, c.params, info); });
+    v.section_fn("params", [&](Visitor& pv) { describe_params(pv, c.params, info); });
   } else {
     std::optional<JsonValue> ignored;
     v.field("params", ignored);
   }
+}
+
+}  // namespace
+
+void describe(Visitor& v, OptimizerConfig& c) {
+  static const std::vector<const char*> names = names_of(optimizer_table());
+  describe_typed(v, c, names, canonical_optimizer, find_optimizer, optimizer_defaults, describe_optimizer_params);
   v.field("legacy_fusion", c.legacy_fusion);
 }
 
 void describe(Visitor& v, SchedulerConfig& c) {
   static const std::vector<const char*> names = names_of(scheduler_table());
-  v.field("type", c.type, {.choices = names, .required = true, .canonical = canonical_scheduler});
-  const SchedulerInfo* info = find_scheduler(c.type);
-  if (info && c.defaults_for_ != c.type) {
-    c.kind = info->kind;
-    c.params = scheduler_defaults(info->kind);
-    c.defaults_for_ = c.type;
-  }
-  if (info || c.type.empty()) {
-    v.section_fn("params", [&](Visitor& pv) { describe_scheduler_params(pv, c.params, info); });
-  } else {
-    std::optional<JsonValue> ignored;
-    v.field("params", ignored);
-  }
+  describe_typed(v, c, names, canonical_scheduler, find_scheduler, scheduler_defaults, describe_scheduler_params);
 }
 
 }  // namespace dscpp::config

@@ -9,7 +9,9 @@
 namespace dscpp::config {
 namespace {
 
-char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+char lower(char c) {
+  return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
 
 // Optimal-string-alignment distance (Damerau-Levenshtein without repeated edits of one
 // substring), case-insensitive: transposed letters are the commonest config typo.

@@ -19,14 +19,22 @@ void invalid_dtype(int value) {
 
 std::string_view dtype_name(DType type) {
   switch (type) {
-    case DType::f32: return "fp32";
-    case DType::f16: return "fp16";
-    case DType::bf16: return "bf16";
-    case DType::f64: return "fp64";
-    case DType::i8: return "int8";
-    case DType::u8: return "uint8";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
+    case DType::f32:
+      return "fp32";
+    case DType::f16:
+      return "fp16";
+    case DType::bf16:
+      return "bf16";
+    case DType::f64:
+      return "fp64";
+    case DType::i8:
+      return "int8";
+    case DType::u8:
+      return "uint8";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
   }
   invalid_dtype(static_cast<int>(type));
 }
@@ -37,19 +45,36 @@ std::optional<DType> parse_dtype(std::string_view name) {
     DType type;
   };
   static constexpr Spelling spellings[] = {
-      {"torch.float16", DType::f16},  {"fp16", DType::f16},    {"float16", DType::f16},
-      {"half", DType::f16},           {"torch.half", DType::f16},
-      {"torch.float32", DType::f32},  {"fp32", DType::f32},    {"float32", DType::f32},
-      {"float", DType::f32},          {"torch.float", DType::f32},
-      {"torch.bfloat16", DType::bf16}, {"bf16", DType::bf16},  {"bfloat16", DType::bf16},
+      {"torch.float16", DType::f16},
+      {"fp16", DType::f16},
+      {"float16", DType::f16},
+      {"half", DType::f16},
+      {"torch.half", DType::f16},
+      {"torch.float32", DType::f32},
+      {"fp32", DType::f32},
+      {"float32", DType::f32},
+      {"float", DType::f32},
+      {"torch.float", DType::f32},
+      {"torch.bfloat16", DType::bf16},
+      {"bf16", DType::bf16},
+      {"bfloat16", DType::bf16},
       {"bfloat", DType::bf16},
-      {"torch.float64", DType::f64},  {"fp64", DType::f64},    {"float64", DType::f64},
-      {"double", DType::f64},         {"torch.double", DType::f64},
-      {"torch.int8", DType::i8},      {"int8", DType::i8},
-      {"torch.uint8", DType::u8},     {"uint8", DType::u8},
-      {"torch.int32", DType::i32},    {"int32", DType::i32},   {"int", DType::i32},
+      {"torch.float64", DType::f64},
+      {"fp64", DType::f64},
+      {"float64", DType::f64},
+      {"double", DType::f64},
+      {"torch.double", DType::f64},
+      {"torch.int8", DType::i8},
+      {"int8", DType::i8},
+      {"torch.uint8", DType::u8},
+      {"uint8", DType::u8},
+      {"torch.int32", DType::i32},
+      {"int32", DType::i32},
+      {"int", DType::i32},
       {"torch.int", DType::i32},
-      {"torch.int64", DType::i64},    {"int64", DType::i64},   {"long", DType::i64},
+      {"torch.int64", DType::i64},
+      {"int64", DType::i64},
+      {"long", DType::i64},
       {"torch.long", DType::i64},
   };
   for (const Spelling& s : spellings)
@@ -143,35 +168,30 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t 
       return convert_loop<u16, float>(src, dst, n, [](u16 h) { return bf16_bits_to_float(h); });
     // fp16 <-> bf16 go through float, which holds every value of both exactly: one rounding.
     case pair(DType::f16, DType::bf16):
-      return convert_loop<u16, u16>(
-          src, dst, n, [](u16 h) { return float_to_bf16_bits(fp16_bits_to_float(h)); });
+      return convert_loop<u16, u16>(src, dst, n, [](u16 h) { return float_to_bf16_bits(fp16_bits_to_float(h)); });
     case pair(DType::bf16, DType::f16):
-      return convert_loop<u16, u16>(
-          src, dst, n, [](u16 h) { return float_to_fp16_bits(bf16_bits_to_float(h)); });
+      return convert_loop<u16, u16>(src, dst, n, [](u16 h) { return float_to_fp16_bits(bf16_bits_to_float(h)); });
     case pair(DType::f32, DType::f64):
-      return convert_loop<float, double>(src, dst, n,
-                                         [](float x) { return static_cast<double>(x); });
+      return convert_loop<float, double>(src, dst, n, [](float x) { return static_cast<double>(x); });
     case pair(DType::f64, DType::f32):
-      return convert_loop<double, float>(src, dst, n,
-                                         [](double x) { return static_cast<float>(x); });
+      return convert_loop<double, float>(src, dst, n, [](double x) { return static_cast<float>(x); });
     case pair(DType::f16, DType::f64):
-      return convert_loop<u16, double>(
-          src, dst, n, [](u16 h) { return static_cast<double>(fp16_bits_to_float(h)); });
+      return convert_loop<u16, double>(src, dst, n, [](u16 h) { return static_cast<double>(fp16_bits_to_float(h)); });
     case pair(DType::bf16, DType::f64):
-      return convert_loop<u16, double>(
-          src, dst, n, [](u16 h) { return static_cast<double>(bf16_bits_to_float(h)); });
+      return convert_loop<u16, double>(src, dst, n, [](u16 h) { return static_cast<double>(bf16_bits_to_float(h)); });
     case pair(DType::f64, DType::f16):
-      return convert_loop<double, u16>(
-          src, dst, n, [](double x) { return float_to_fp16_bits(narrow_round_to_odd(x)); });
+      return convert_loop<double, u16>(src, dst, n,
+                                       [](double x) { return float_to_fp16_bits(narrow_round_to_odd(x)); });
     case pair(DType::f64, DType::bf16):
-      return convert_loop<double, u16>(
-          src, dst, n, [](double x) { return float_to_bf16_bits(narrow_round_to_odd(x)); });
+      return convert_loop<double, u16>(src, dst, n,
+                                       [](double x) { return float_to_bf16_bits(narrow_round_to_odd(x)); });
     default:
       break;
   }
-  fail("convert: no conversion from {} to {} (supported: between fp32, fp16, bf16 and fp64, "
-       "or a type to itself)",
-       dtype_name(src_type), dtype_name(dst_type));
+  fail(
+      "convert: no conversion from {} to {} (supported: between fp32, fp16, bf16 and fp64, "
+      "or a type to itself)",
+      dtype_name(src_type), dtype_name(dst_type));
 }
 
 }  // namespace dscpp

@@ -17,14 +17,22 @@ enum class DType : uint8_t { f32, f16, bf16, f64, i8, u8, i32, i64 };
 // Bytes per element.
 constexpr size_t dtype_size(DType type) {
   switch (type) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::f64: return 8;
-    case DType::i8: return 1;
-    case DType::u8: return 1;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
+    case DType::f32:
+      return 4;
+    case DType::f16:
+      return 2;
+    case DType::bf16:
+      return 2;
+    case DType::f64:
+      return 8;
+    case DType::i8:
+      return 1;
+    case DType::u8:
+      return 1;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
   }
   invalid_dtype(static_cast<int>(type));
 }

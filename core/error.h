@@ -32,20 +32,19 @@ template <typename... Args>
 
 }  // namespace dscpp
 
-#define DSCPP_CHECK(cond)                                                          \
-  do {                                                                             \
+#define DSCPP_CHECK(cond)                                                           \
+  do {                                                                              \
     if (!(cond)) ::dscpp::check_failed(__FILE__, __LINE__, "check failed: " #cond); \
   } while (0)
 
 // Compares with `op` and, on failure, prints both operands (they must be fmt-formattable).
-#define DSCPP_CHECK_OP(a, op, b)                                                        \
-  do {                                                                                  \
-    const auto& dscpp_a_ = (a);                                                         \
-    const auto& dscpp_b_ = (b);                                                         \
-    if (!(dscpp_a_ op dscpp_b_))                                                        \
-      ::dscpp::check_failed(__FILE__, __LINE__,                                         \
-                            ::fmt::format("check failed: {} " #op " {} ({} vs {})", #a, \
-                                          #b, dscpp_a_, dscpp_b_));                     \
+#define DSCPP_CHECK_OP(a, op, b)                                                                                  \
+  do {                                                                                                            \
+    const auto& dscpp_a_ = (a);                                                                                   \
+    const auto& dscpp_b_ = (b);                                                                                   \
+    if (!(dscpp_a_ op dscpp_b_))                                                                                  \
+      ::dscpp::check_failed(__FILE__, __LINE__,                                                                   \
+                            ::fmt::format("check failed: {} " #op " {} ({} vs {})", #a, #b, dscpp_a_, dscpp_b_)); \
   } while (0)
 
 #define DSCPP_CHECK_EQ(a, b) DSCPP_CHECK_OP(a, ==, b)

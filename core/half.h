@@ -84,7 +84,7 @@ DSCPP_HD inline float fp16_bits_to_float(uint16_t h) {
 DSCPP_HD inline uint16_t float_to_fp16_bits(float f) {
   const uint32_t x = float_to_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t a = x & 0x7fffffffu;  // |f|; float bit patterns order like their magnitudes
+  const uint32_t a = x & 0x7fffffffu;           // |f|; float bit patterns order like their magnitudes
   constexpr uint32_t min_normal = 0x38800000u;  // 2^-14, the smallest normal fp16
   constexpr uint32_t overflow = 0x477ff000u;    // 65520 = 65504 + half an ulp: ties to Inf
   constexpr uint32_t inf = 0x7f800000u;

@@ -10,10 +10,14 @@ namespace {
 
 spdlog::level::level_enum to_spdlog(Level level) {
   switch (level) {
-    case Level::debug: return spdlog::level::debug;
-    case Level::info: return spdlog::level::info;
-    case Level::warn: return spdlog::level::warn;
-    case Level::error: return spdlog::level::err;
+    case Level::debug:
+      return spdlog::level::debug;
+    case Level::info:
+      return spdlog::level::info;
+    case Level::warn:
+      return spdlog::level::warn;
+    case Level::error:
+      return spdlog::level::err;
   }
   return spdlog::level::info;
 }
@@ -38,10 +42,16 @@ void init_logging(int rank, const std::string& host) {
   logger()->set_pattern(prefix + "%^%l%$: %v");
 }
 
-void set_level(Level level) { logger()->set_level(to_spdlog(level)); }
+void set_level(Level level) {
+  logger()->set_level(to_spdlog(level));
+}
 
-bool enabled(Level level) { return logger()->should_log(to_spdlog(level)); }
+bool enabled(Level level) {
+  return logger()->should_log(to_spdlog(level));
+}
 
-void write(Level level, std::string_view message) { logger()->log(to_spdlog(level), message); }
+void write(Level level, std::string_view message) {
+  logger()->log(to_spdlog(level), message);
+}
 
 }  // namespace dscpp::log

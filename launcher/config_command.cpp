@@ -19,27 +19,31 @@ int run_config_check(const ConfigCheckArgs& args) {
     config::Diagnostics only_errors;
     for (const auto& e : errors) only_errors.error(e.path, e.loc, e.message);
     std::fputs(only_errors.format(name).c_str(), stderr);
-    std::fputs(fmt::format("{}: {} error{}; the config was not accepted\n", name, errors.size(),
-                           errors.size() == 1 ? "" : "s")
-                   .c_str(),
-               stderr);
+    std::fputs(
+        fmt::format("{}: {} error{}; the config was not accepted\n", name, errors.size(), errors.size() == 1 ? "" : "s")
+            .c_str(),
+        stderr);
     return 1;
   }
   if (!args.quiet) {
-    std::string text = args.json ? config::format_effective_config_json(loaded)
-                                 : config::format_effective_config_table(loaded);
+    std::string text =
+        args.json ? config::format_effective_config_json(loaded) : config::format_effective_config_table(loaded);
     std::fputs(text.c_str(), stdout);
   }
   auto unsupported = config::unsupported_features(loaded.config);
   for (const auto& f : unsupported)
-    std::fputs(fmt::format("{}: note: valid for DeepSpeed, but dscpp's runtime does not implement {}\n", name, f).c_str(),
-               stderr);
+    std::fputs(
+        fmt::format("{}: note: valid for DeepSpeed, but dscpp's runtime does not implement {}\n", name, f).c_str(),
+        stderr);
   const config::DsConfig& c = loaded.config;
   const long long tbs = c.train_batch_size.value_or(0), mbs = c.train_micro_batch_size_per_gpu.value_or(0),
                   gas = c.gradient_accumulation_steps.value_or(0);
   std::fputs(fmt::format("{}: OK (ZeRO stage {}, {}, train_batch_size {} = micro {} × accumulation {} × {} "
                          "data-parallel ranks)\n",
-                         name, c.zero_optimization.stage, c.fp16.enabled ? "fp16" : c.bf16.enabled ? "bf16" : "fp32",
+                         name, c.zero_optimization.stage,
+                         c.fp16.enabled   ? "fp16"
+                         : c.bf16.enabled ? "bf16"
+                                          : "fp32",
                          tbs, mbs, gas, mbs * gas > 0 ? tbs / (mbs * gas) : 0)
                  .c_str(),
              stderr);
@@ -57,7 +61,9 @@ int run_config_keys() {
 int run_report() {
   auto yes = [](bool b) { return b ? "yes" : "no (not found at build time)"; };
   std::string out = fmt::format("dscpp {}\n", DSCPP_VERSION);
-  out += fmt::format("  {:<10} {}\n", "cuda", DSCPP_HAVE_CUDA ? fmt::format("yes (sm {}; run dscpp-cuda-check for devices)", DSCPP_CUDA_ARCHS) : std::string(yes(false)));
+  out += fmt::format("  {:<10} {}\n", "cuda",
+                     DSCPP_HAVE_CUDA ? fmt::format("yes (sm {}; run dscpp-cuda-check for devices)", DSCPP_CUDA_ARCHS)
+                                     : std::string(yes(false)));
   out += fmt::format("  {:<10} {}\n", "nccl", yes(DSCPP_HAVE_NCCL));
   out += fmt::format("  {:<10} {}\n", "gloo", yes(DSCPP_HAVE_GLOO));
   out += fmt::format("  {:<10} {}\n", "mpi", yes(DSCPP_HAVE_MPI));

@@ -26,8 +26,12 @@ void add_fact_flags(CLI::App* cmd, dscpp::config::RunFacts& f) {
   cmd->add_option("--warmup_ratio", f.warmup_ratio, "warmup as a fraction of total steps (HF default 0)")->group(group);
   // Flags set the fact only when given: an unset fact must stay unset, or it would
   // contradict every config that enables fp16/bf16 without "auto".
-  cmd->add_flag_callback("--fp16", [&f] { f.fp16 = true; }, "fills fp16.enabled: \"auto\"")->group(group);
-  cmd->add_flag_callback("--bf16", [&f] { f.bf16 = true; }, "fills bf16.enabled: \"auto\"")->group(group);
+  cmd->add_flag_callback(
+         "--fp16", [&f] { f.fp16 = true; }, "fills fp16.enabled: \"auto\"")
+      ->group(group);
+  cmd->add_flag_callback(
+         "--bf16", [&f] { f.bf16 = true; }, "fills bf16.enabled: \"auto\"")
+      ->group(group);
 }
 
 }  // namespace
@@ -51,7 +55,8 @@ int main(int argc, char** argv) {
       "Validate FILE as DeepSpeed would (strictly: unknown keys are errors, with the closest valid key), resolve\n"
       "\"auto\" values the way the HF Trainer does, and print the effective config with each value's source.\n"
       "Exit status: 0 valid, 1 invalid.");
-  check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)")->required();
+  check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)")
+      ->required();
   check_cmd->add_flag("--json", check.json, "print the effective config as JSON instead of a table");
   check_cmd->add_flag("-q,--quiet", check.quiet, "print only problems");
   add_fact_flags(check_cmd, check.facts);

@@ -24,8 +24,7 @@ struct FromBf16 {
 template <typename Src, typename Dst, typename Op>
 __global__ void cast_kernel(const Src* __restrict__ src, Dst* __restrict__ dst, size_t n, Op op) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    dst[i] = op(src[i]);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = op(src[i]);
 }
 
 template <typename Src, typename Dst, typename Op>
@@ -37,23 +36,19 @@ cudaError_t launch(const Src* src, Dst* dst, size_t n, cudaStream_t stream, Op o
 
 }  // namespace
 
-cudaError_t launch_cast_f32_to_f16(const float* src, uint16_t* dst, size_t n,
-                                   cudaStream_t stream) {
+cudaError_t launch_cast_f32_to_f16(const float* src, uint16_t* dst, size_t n, cudaStream_t stream) {
   return launch(src, dst, n, stream, ToF16{});
 }
 
-cudaError_t launch_cast_f16_to_f32(const uint16_t* src, float* dst, size_t n,
-                                   cudaStream_t stream) {
+cudaError_t launch_cast_f16_to_f32(const uint16_t* src, float* dst, size_t n, cudaStream_t stream) {
   return launch(src, dst, n, stream, FromF16{});
 }
 
-cudaError_t launch_cast_f32_to_bf16(const float* src, uint16_t* dst, size_t n,
-                                    cudaStream_t stream) {
+cudaError_t launch_cast_f32_to_bf16(const float* src, uint16_t* dst, size_t n, cudaStream_t stream) {
   return launch(src, dst, n, stream, ToBf16{});
 }
 
-cudaError_t launch_cast_bf16_to_f32(const uint16_t* src, float* dst, size_t n,
-                                    cudaStream_t stream) {
+cudaError_t launch_cast_bf16_to_f32(const uint16_t* src, float* dst, size_t n, cudaStream_t stream) {
   return launch(src, dst, n, stream, FromBf16{});
 }
 

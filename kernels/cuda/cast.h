@@ -41,14 +41,10 @@ namespace dscpp::cuda {
 // bits. Returns the launch error, if any (cudaSuccess for n == 0, which launches nothing);
 // errors during execution surface at the next synchronisation, as usual. The ranges must
 // not overlap.
-cudaError_t launch_cast_f32_to_f16(const float* src, uint16_t* dst, size_t n,
-                                   cudaStream_t stream);
-cudaError_t launch_cast_f16_to_f32(const uint16_t* src, float* dst, size_t n,
-                                   cudaStream_t stream);
-cudaError_t launch_cast_f32_to_bf16(const float* src, uint16_t* dst, size_t n,
-                                    cudaStream_t stream);
-cudaError_t launch_cast_bf16_to_f32(const uint16_t* src, float* dst, size_t n,
-                                    cudaStream_t stream);
+cudaError_t launch_cast_f32_to_f16(const float* src, uint16_t* dst, size_t n, cudaStream_t stream);
+cudaError_t launch_cast_f16_to_f32(const uint16_t* src, float* dst, size_t n, cudaStream_t stream);
+cudaError_t launch_cast_f32_to_bf16(const float* src, uint16_t* dst, size_t n, cudaStream_t stream);
+cudaError_t launch_cast_bf16_to_f32(const uint16_t* src, float* dst, size_t n, cudaStream_t stream);
 
 }  // namespace dscpp::cuda
 

@@ -29,12 +29,12 @@ constexpr int exit_skip = 77;
 constexpr size_t check_elements = size_t(1) << 20;
 
 // Names the failing call and CUDA's explanation, as NCCL's CUDACHECK does.
-#define DSCPP_CUDA_CHECK(call)                                                             \
-  do {                                                                                     \
-    const cudaError_t dscpp_err_ = (call);                                                 \
-    if (dscpp_err_ != cudaSuccess)                                                         \
-      ::dscpp::fail("{} failed: {} ({} = {})", #call, cudaGetErrorString(dscpp_err_),      \
-                    cudaGetErrorName(dscpp_err_), static_cast<int>(dscpp_err_));           \
+#define DSCPP_CUDA_CHECK(call)                                                                                      \
+  do {                                                                                                              \
+    const cudaError_t dscpp_err_ = (call);                                                                          \
+    if (dscpp_err_ != cudaSuccess)                                                                                  \
+      ::dscpp::fail("{} failed: {} ({} = {})", #call, cudaGetErrorString(dscpp_err_), cudaGetErrorName(dscpp_err_), \
+                    static_cast<int>(dscpp_err_));                                                                  \
   } while (0)
 
 // CUDA encodes versions as 1000 * major + 10 * minor.
@@ -71,22 +71,31 @@ std::vector<float> make_float_inputs(size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const uint16_t h = static_cast<uint16_t>(i);
     switch (i >> 16) {
-      case 0: v[i] = dscpp::fp16_bits_to_float(h); break;
-      case 1: v[i] = dscpp::bf16_bits_to_float(h); break;
+      case 0:
+        v[i] = dscpp::fp16_bits_to_float(h);
+        break;
+      case 1:
+        v[i] = dscpp::bf16_bits_to_float(h);
+        break;
       // An fp16 value with its dropped bits set to exactly half an fp16 ulp (normal range):
       // a tie, to be broken toward the even neighbour.
-      case 2: v[i] = bits_to_float(float_to_bits(dscpp::fp16_bits_to_float(h)) | 0x1000u); break;
+      case 2:
+        v[i] = bits_to_float(float_to_bits(dscpp::fp16_bits_to_float(h)) | 0x1000u);
+        break;
       // The same for bf16: half a bf16 ulp above every bf16 pattern.
-      case 3: v[i] = bits_to_float((uint32_t(h) << 16) | 0x8000u); break;
-      default: v[i] = bits_to_float(static_cast<uint32_t>(rng())); break;
+      case 3:
+        v[i] = bits_to_float((uint32_t(h) << 16) | 0x8000u);
+        break;
+      default:
+        v[i] = bits_to_float(static_cast<uint32_t>(rng()));
+        break;
     }
   }
   return v;
 }
 
 template <typename Dst, typename Src, typename Launch, typename Reference>
-size_t check_cast(const char* what, const std::vector<Src>& input, Launch launch,
-                  Reference reference) {
+size_t check_cast(const char* what, const std::vector<Src>& input, Launch launch, Reference reference) {
   const size_t n = input.size();
   DeviceBuffer<Src> d_src(n);
   DeviceBuffer<Dst> d_dst(n);
@@ -106,8 +115,8 @@ size_t check_cast(const char* what, const std::vector<Src>& input, Launch launch
       std::memcpy(&in, &input[i], sizeof(Src));
       std::memcpy(&got, &output[i], sizeof(Dst));
       std::memcpy(&want, &expected, sizeof(Dst));
-      fmt::print("  {} mismatch at {}: input 0x{:0{}x} -> device 0x{:0{}x}, cpu 0x{:0{}x}\n", what,
-                 i, in, 2 * sizeof(Src), got, 2 * sizeof(Dst), want, 2 * sizeof(Dst));
+      fmt::print("  {} mismatch at {}: input 0x{:0{}x} -> device 0x{:0{}x}, cpu 0x{:0{}x}\n", what, i, in,
+                 2 * sizeof(Src), got, 2 * sizeof(Dst), want, 2 * sizeof(Dst));
     }
   }
   fmt::print("  {:<10} {} elements, {} mismatches\n", what, n, mismatches);
@@ -175,12 +184,11 @@ int main(int argc, char** argv) {
 #if DSCPP_HAVE_NCCL
     int nccl_version = 0;
     const ncclResult_t nccl_result = ncclGetVersion(&nccl_version);
-    if (nccl_result != ncclSuccess)
-      dscpp::fail("ncclGetVersion failed: {}", ncclGetErrorString(nccl_result));
+    if (nccl_result != ncclSuccess) dscpp::fail("ncclGetVersion failed: {}", ncclGetErrorString(nccl_result));
     // NCCL_VERSION: 1000*major + 100*minor + patch up to 2.8, 10000*major + ... after.
     const int nccl_scale = nccl_version >= 10000 ? 10000 : 1000;
-    fmt::print("NCCL         : {}.{}.{} ({})\n", nccl_version / nccl_scale,
-               nccl_version % nccl_scale / 100, nccl_version % 100, nccl_version);
+    fmt::print("NCCL         : {}.{}.{} ({})\n", nccl_version / nccl_scale, nccl_version % nccl_scale / 100,
+               nccl_version % 100, nccl_version);
 #else
     fmt::print("NCCL         : not built in (not found, or disabled, at configure time)\n");
 #endif
@@ -189,8 +197,8 @@ int main(int argc, char** argv) {
     const cudaError_t count_err = cudaGetDeviceCount(&device_count);
     if (count_err != cudaSuccess || device_count == 0) {
       if (count_err != cudaSuccess)
-        fmt::print("no usable CUDA device: {} ({} = {})\n", cudaGetErrorString(count_err),
-                   cudaGetErrorName(count_err), static_cast<int>(count_err));
+        fmt::print("no usable CUDA device: {} ({} = {})\n", cudaGetErrorString(count_err), cudaGetErrorName(count_err),
+                   static_cast<int>(count_err));
       else
         fmt::print("no usable CUDA device: cudaGetDeviceCount found 0 devices\n");
       if (allow_no_device) return 0;
@@ -202,9 +210,8 @@ int main(int argc, char** argv) {
     for (int d = 0; d < device_count; ++d) {
       cudaDeviceProp prop{};
       DSCPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
-      fmt::print("  [{}] {} (sm_{}{}, {} SMs, {:.1f} GiB)\n", d, prop.name, prop.major,
-                 prop.minor, prop.multiProcessorCount,
-                 static_cast<double>(prop.totalGlobalMem) / double(1u << 30));
+      fmt::print("  [{}] {} (sm_{}{}, {} SMs, {:.1f} GiB)\n", d, prop.name, prop.major, prop.minor,
+                 prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / double(1u << 30));
     }
     DSCPP_CUDA_CHECK(cudaSetDevice(0));
     fmt::print("cast kernels on device 0:\n");

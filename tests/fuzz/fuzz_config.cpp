@@ -34,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   format_effective_config_table(c);
   LoadedConfig again = load_config_text(dump, "dump.json", facts);
   if (!again.ok()) {
-    std::fprintf(stderr, "the effective config of an accepted input does not reload:\n%s\n--- input:\n%s\n--- dump:\n%s\n",
+    std::fprintf(stderr,
+                 "the effective config of an accepted input does not reload:\n%s\n--- input:\n%s\n--- dump:\n%s\n",
                  again.diagnostics.format("dump.json").c_str(), text.c_str(), dump.c_str());
     std::abort();
   }

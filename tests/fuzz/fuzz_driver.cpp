@@ -20,13 +20,47 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kTokens = {
-    "{", "}", "[", "]", ",", ":", "\"", "\"auto\"", "null", "true", "false", "0", "-1", "1e9", "5e8", "0.5",
-    "Infinity", "NaN", "//", "/*", "*/", "#", "\n", "\"stage\": 3", "\"zero_optimization\": {", "\"offload_param\": {",
-    "\"device\": \"nvme\"", "\"nvme_path\": \"/x\"", "\"train_batch_size\": ", "\"fp16\": {\"enabled\": true}",
-    "\"bf16\": {\"enabled\": true}", "\"optimizer\": {\"type\": \"Lamb\"", "\"scheduler\": {\"type\": \"OneCycle\"",
-    "\"params\": {", "\\u0000", "\\ud800", "'", "\"train_micro_batch_size_per_gpu\": \"auto\"",
-    "\"elasticity\": {\"enabled\": true}", "\"cpu_offload\": true", "\"zero_optimization\": true"};
+const std::vector<std::string> kTokens = {"{",
+                                          "}",
+                                          "[",
+                                          "]",
+                                          ",",
+                                          ":",
+                                          "\"",
+                                          "\"auto\"",
+                                          "null",
+                                          "true",
+                                          "false",
+                                          "0",
+                                          "-1",
+                                          "1e9",
+                                          "5e8",
+                                          "0.5",
+                                          "Infinity",
+                                          "NaN",
+                                          "//",
+                                          "/*",
+                                          "*/",
+                                          "#",
+                                          "\n",
+                                          "\"stage\": 3",
+                                          "\"zero_optimization\": {",
+                                          "\"offload_param\": {",
+                                          "\"device\": \"nvme\"",
+                                          "\"nvme_path\": \"/x\"",
+                                          "\"train_batch_size\": ",
+                                          "\"fp16\": {\"enabled\": true}",
+                                          "\"bf16\": {\"enabled\": true}",
+                                          "\"optimizer\": {\"type\": \"Lamb\"",
+                                          "\"scheduler\": {\"type\": \"OneCycle\"",
+                                          "\"params\": {",
+                                          "\\u0000",
+                                          "\\ud800",
+                                          "'",
+                                          "\"train_micro_batch_size_per_gpu\": \"auto\"",
+                                          "\"elasticity\": {\"enabled\": true}",
+                                          "\"cpu_offload\": true",
+                                          "\"zero_optimization\": true"};
 
 std::vector<std::string> load_seeds(const std::vector<std::string>& paths) {
   std::vector<std::string> seeds;
@@ -57,11 +91,15 @@ std::string mutate(std::string s, const std::vector<std::string>& seeds, std::mt
       case 0:
         if (!s.empty()) s[pick(s.size())] = static_cast<char>(rng());
         break;
-      case 1: s.insert(at, 1, static_cast<char>(rng())); break;
+      case 1:
+        s.insert(at, 1, static_cast<char>(rng()));
+        break;
       case 2:
         if (!s.empty()) s.erase(pick(s.size()), 1 + pick(16));
         break;
-      case 3: s.insert(at, kTokens[pick(kTokens.size())]); break;
+      case 3:
+        s.insert(at, kTokens[pick(kTokens.size())]);
+        break;
       case 4: {
         const std::string& other = seeds[pick(seeds.size())];
         size_t from = pick(other.size());
@@ -87,9 +125,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) seconds = std::stod(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
-    else paths.push_back(a);
+    if (a == "--seconds" && i + 1 < argc)
+      seconds = std::stod(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc)
+      seed = std::stoull(argv[++i]);
+    else
+      paths.push_back(a);
   }
   std::vector<std::string> seeds = load_seeds(paths);
   for (const auto& s : seeds) LLVMFuzzerTestOneInput(reinterpret_cast<const std::uint8_t*>(s.data()), s.size());

@@ -29,19 +29,29 @@ RunFacts parse_facts(const std::string& line) {
   std::istringstream in(line);
   std::string flag, value;
   while (in >> flag >> value) {
-    if (flag == "--world_size") f.world_size = std::stoll(value);
-    else if (flag == "--hidden_size") f.hidden_size = std::stoll(value);
-    else if (flag == "--total_steps") f.total_steps = std::stoll(value);
-    else if (flag == "--micro_batch") f.micro_batch = std::stoll(value);
-    else if (flag == "--learning_rate") f.learning_rate = std::stod(value);
-    else FAIL("unknown fact flag in test data: " << flag);
+    if (flag == "--world_size")
+      f.world_size = std::stoll(value);
+    else if (flag == "--hidden_size")
+      f.hidden_size = std::stoll(value);
+    else if (flag == "--total_steps")
+      f.total_steps = std::stoll(value);
+    else if (flag == "--micro_batch")
+      f.micro_batch = std::stoll(value);
+    else if (flag == "--learning_rate")
+      f.learning_rate = std::stod(value);
+    else
+      FAIL("unknown fact flag in test data: " << flag);
   }
   return f;
 }
 
-LoadedConfig load(const std::string& text, RunFacts facts = {}) { return load_config_text(text, "t.json", facts); }
+LoadedConfig load(const std::string& text, RunFacts facts = {}) {
+  return load_config_text(text, "t.json", facts);
+}
 
-std::string problems(const LoadedConfig& c) { return c.diagnostics.format(c.file_name); }
+std::string problems(const LoadedConfig& c) {
+  return c.diagnostics.format(c.file_name);
+}
 
 }  // namespace
 
@@ -167,7 +177,8 @@ TEST_CASE("deprecated keys map onto their replacements with a warning", "[config
   CHECK(c.config.zero_optimization.offload_optimizer->device == "cpu");
   CHECK(problems(c).find("warning: zero_optimization.cpu_offload: \"cpu_offload\" is deprecated") != std::string::npos);
 
-  c = load(R"({"train_batch_size": 8, "allgather_size": 1000, "optimizer": {"type": "Adam"}, "zero_optimization": true})");
+  c = load(
+      R"({"train_batch_size": 8, "allgather_size": 1000, "optimizer": {"type": "Adam"}, "zero_optimization": true})");
   INFO(problems(c));
   REQUIRE(c.ok());
   CHECK(c.config.zero_optimization.stage == 1);
@@ -277,7 +288,8 @@ TEST_CASE("auto values resolve like the HF Trainer", "[config][auto]") {
     LoadedConfig c = load(text);
     CHECK_FALSE(c.ok());
     std::string report = problems(c);
-    CHECK(report.find("zero_optimization.reduce_bucket_size: \"auto\" needs the model's hidden size; pass --hidden_size") !=
+    CHECK(report.find(
+              "zero_optimization.reduce_bucket_size: \"auto\" needs the model's hidden size; pass --hidden_size") !=
           std::string::npos);
     CHECK(report.find("scheduler.params.total_num_steps: \"auto\" needs the number of optimizer steps of the run; pass "
                       "--total_steps") != std::string::npos);
@@ -294,11 +306,13 @@ TEST_CASE("stage-3-only autos stay DeepSpeed's defaults below stage 3", "[config
 }
 
 TEST_CASE("all errors are reported at once, in file order", "[config]") {
-  LoadedConfig c = load("{\n \"train_batch_size\": 8,\n \"fp16\": {\"enabld\": true},\n \"zero_optimization\": {\"stage\": 9}\n}");
+  LoadedConfig c =
+      load("{\n \"train_batch_size\": 8,\n \"fp16\": {\"enabld\": true},\n \"zero_optimization\": {\"stage\": 9}\n}");
   auto errors = c.diagnostics.errors();
   REQUIRE(errors.size() == 2);
   std::string report = problems(c);
-  CHECK(report.find("t.json:3:11: error: fp16.enabld: unknown key; did you mean enabled?") < report.find("t.json:4:32"));
+  CHECK(report.find("t.json:3:11: error: fp16.enabld: unknown key; did you mean enabled?") <
+        report.find("t.json:4:32"));
 }
 
 TEST_CASE("the effective config lists every key with its source", "[config]") {

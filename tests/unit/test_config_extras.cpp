@@ -22,11 +22,12 @@ LoadedConfig load(const std::string& members) {
   return load_config_text(text, "t.json", RunFacts{});
 }
 
-std::string report(const LoadedConfig& c) { return c.diagnostics.format("t.json"); }
+std::string report(const LoadedConfig& c) {
+  return c.diagnostics.format("t.json");
+}
 
 bool lists(const std::vector<std::string>& features, const std::string& prefix) {
-  return std::any_of(features.begin(), features.end(),
-                     [&](const std::string& f) { return f.rfind(prefix, 0) == 0; });
+  return std::any_of(features.begin(), features.end(), [&](const std::string& f) { return f.rfind(prefix, 0) == 0; });
 }
 
 bool has_warning_for(const LoadedConfig& c, const std::string& path) {
@@ -387,7 +388,8 @@ TEST_CASE("extras: parallelism sections", "[config][extras]") {
   }
 }
 
-TEST_CASE("extras: strict pydantic blocks take DeepSpeed's default for \"auto\"; loose ones do not", "[config][extras]") {
+TEST_CASE("extras: strict pydantic blocks take DeepSpeed's default for \"auto\"; loose ones do not",
+          "[config][extras]") {
   auto c = load(R"("hybrid_engine": {"enabled": true, "max_out_tokens": "auto", "inference_tp_size": 2})");
   INFO(report(c));
   REQUIRE(c.ok());

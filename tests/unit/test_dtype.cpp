@@ -8,8 +8,8 @@
 //     (ldexp, frexp, nearbyint), parameterised only by the exponent and mantissa widths.
 // Each check counts mismatches and REQUIREs the count to be 0, printing the first few bit
 // patterns in hex, so 65536-pattern sweeps stay fast and a failure stays readable.
-#include <catch2/catch.hpp>
 #include <fmt/core.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -45,9 +45,15 @@ using dscpp::float_to_bf16_bits;
 using dscpp::float_to_fp16_bits;
 using dscpp::fp16_bits_to_float;
 
-uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
-float float_of(uint32_t u) { return std::bit_cast<float>(u); }
-std::string hex(uint32_t v, int digits) { return fmt::format("0x{:0{}x}", v, digits); }
+uint32_t bits_of(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
+float float_of(uint32_t u) {
+  return std::bit_cast<float>(u);
+}
+std::string hex(uint32_t v, int digits) {
+  return fmt::format("0x{:0{}x}", v, digits);
+}
 
 // Counts mismatches and keeps the first few descriptions for the failure report.
 struct Mismatches {
@@ -58,16 +64,18 @@ struct Mismatches {
   }
 };
 
-#define REQUIRE_NONE(m)                                                         \
-  do {                                                                          \
-    INFO(#m << ": " << (m).count << " mismatches, first ones:" << (m).first);   \
-    REQUIRE((m).count == 0);                                                    \
+#define REQUIRE_NONE(m)                                                       \
+  do {                                                                        \
+    INFO(#m << ": " << (m).count << " mismatches, first ones:" << (m).first); \
+    REQUIRE((m).count == 0);                                                  \
   } while (0)
 
 // ---- hardware references ----------------------------------------------------------------
 
 #if DSCPP_TEST_X86
-__attribute__((target("f16c"))) float f16c_to_float(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) float f16c_to_float(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 __attribute__((target("f16c"))) uint16_t f16c_from_float(float f) {
   return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 }
@@ -77,16 +85,28 @@ __attribute__((target("avx512bf16,avx512vl"))) uint16_t avx512_bf16_from_float(f
   const __m128bh r = _mm_cvtneps_pbh(_mm_set_ss(f));
   return static_cast<uint16_t>(_mm_extract_epi16(reinterpret_cast<const __m128i&>(r), 0));
 }
-bool have_f16c() { return __builtin_cpu_supports("f16c"); }
+bool have_f16c() {
+  return __builtin_cpu_supports("f16c");
+}
 bool have_avx512_bf16() {
   return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vl");
 }
 #else
-float f16c_to_float(uint16_t) { return 0; }
-uint16_t f16c_from_float(float) { return 0; }
-uint16_t avx512_bf16_from_float(float) { return 0; }
-bool have_f16c() { return false; }
-bool have_avx512_bf16() { return false; }
+float f16c_to_float(uint16_t) {
+  return 0;
+}
+uint16_t f16c_from_float(float) {
+  return 0;
+}
+uint16_t avx512_bf16_from_float(float) {
+  return 0;
+}
+bool have_f16c() {
+  return false;
+}
+bool have_avx512_bf16() {
+  return false;
+}
 #endif
 
 // ---- IEEE-754 references ----------------------------------------------------------------
@@ -156,8 +176,7 @@ uint32_t ref_encode(double x, Format f) {
     return sign | static_cast<uint32_t>(rounded / std::ldexp(1.0, f.emin() - f.man_bits));
   std::frexp(rounded, &e);
   const int biased = e - 1 + f.bias();
-  const uint32_t t = static_cast<uint32_t>(rounded / std::ldexp(1.0, e - 1 - f.man_bits)) -
-                     (1u << f.man_bits);
+  const uint32_t t = static_cast<uint32_t>(rounded / std::ldexp(1.0, e - 1 - f.man_bits)) - (1u << f.man_bits);
   return sign | (static_cast<uint32_t>(biased) << f.man_bits) | t;
 }
 
@@ -179,11 +198,9 @@ struct Fp16EncodeCheck {
     const uint32_t got = float_to_fp16_bits(x);
     const uint32_t want = ref_encode_float(x, fp16_format);
     if (got != want)
-      vs_ieee.add(fmt::format("{} -> {}, IEEE reference {}", hex(bits_of(x), 8), hex(got, 4),
-                              hex(want, 4)));
+      vs_ieee.add(fmt::format("{} -> {}, IEEE reference {}", hex(bits_of(x), 8), hex(got, 4), hex(want, 4)));
     if (f16c && got != f16c_from_float(x))
-      vs_f16c.add(fmt::format("{} -> {}, F16C {}", hex(bits_of(x), 8), hex(got, 4),
-                              hex(f16c_from_float(x), 4)));
+      vs_f16c.add(fmt::format("{} -> {}, F16C {}", hex(bits_of(x), 8), hex(got, 4), hex(f16c_from_float(x), 4)));
   }
 };
 
@@ -194,11 +211,10 @@ struct Bf16EncodeCheck {
     const uint32_t got = float_to_bf16_bits(x);
     const uint32_t want = ref_encode_float(x, bf16_format);
     if (got != want)
-      vs_ieee.add(fmt::format("{} -> {}, IEEE reference {}", hex(bits_of(x), 8), hex(got, 4),
-                              hex(want, 4)));
+      vs_ieee.add(fmt::format("{} -> {}, IEEE reference {}", hex(bits_of(x), 8), hex(got, 4), hex(want, 4)));
     if (hardware && std::fpclassify(x) != FP_SUBNORMAL && got != avx512_bf16_from_float(x))
-      vs_hardware.add(fmt::format("{} -> {}, AVX512-BF16 {}", hex(bits_of(x), 8), hex(got, 4),
-                                  hex(avx512_bf16_from_float(x), 4)));
+      vs_hardware.add(
+          fmt::format("{} -> {}, AVX512-BF16 {}", hex(bits_of(x), 8), hex(got, 4), hex(avx512_bf16_from_float(x), 4)));
   }
 };
 
@@ -223,17 +239,15 @@ Mismatches sweep_midpoints(Format f, Encode encode, Check& check) {
     const struct {
       float x;
       uint32_t want;
-    } probes[] = {{mid, even},
-                  {std::nextafter(mid, INFINITY), hi},
-                  {std::nextafter(mid, 0.0f), lo}};
+    } probes[] = {{mid, even}, {std::nextafter(mid, INFINITY), hi}, {std::nextafter(mid, 0.0f), lo}};
     for (const auto& p : probes) {
       for (const bool negative : {false, true}) {
         const float x = negative ? -p.x : p.x;
         const uint32_t want = p.want | (negative ? f.sign_bit() : 0u);
         const uint32_t got = encode(x);
         if (got != want)
-          m.add(fmt::format("{} -> {}, expected {} (between {} and {})", hex(bits_of(x), 8),
-                            hex(got, 4), hex(want, 4), hex(lo, 4), hex(hi, 4)));
+          m.add(fmt::format("{} -> {}, expected {} (between {} and {})", hex(bits_of(x), 8), hex(got, 4), hex(want, 4),
+                            hex(lo, 4), hex(hi, 4)));
         check(x);
       }
     }
@@ -266,8 +280,7 @@ TEST_CASE("fp16 -> float: all 65536 patterns match IEEE and F16C", "[dtype][fp16
   for (uint32_t h = 0; h <= 0xffff; ++h) {
     const uint32_t got = bits_of(fp16_bits_to_float(static_cast<uint16_t>(h)));
     const uint32_t want = ref_decode(h, fp16_format);
-    if (got != want)
-      vs_ieee.add(fmt::format("{} -> {}, IEEE {}", hex(h, 4), hex(got, 8), hex(want, 8)));
+    if (got != want) vs_ieee.add(fmt::format("{} -> {}, IEEE {}", hex(h, 4), hex(got, 8), hex(want, 8)));
     if (f16c && got != bits_of(f16c_to_float(static_cast<uint16_t>(h))))
       vs_f16c.add(fmt::format("{} -> {}, F16C {}", hex(h, 4), hex(got, 8),
                               hex(bits_of(f16c_to_float(static_cast<uint16_t>(h))), 8)));
@@ -284,8 +297,7 @@ TEST_CASE("float -> fp16: every fp16 value round-trips, NaNs stay NaN", "[dtype]
     const float x = float_of(ref_decode(h, fp16_format));
     const uint32_t got = float_to_fp16_bits(x);
     const uint32_t want = ref_is_nan(h, fp16_format) ? h | 0x0200u : h;  // NaN: quieted
-    if (got != want)
-      round_trip.add(fmt::format("{} -> {} -> {}", hex(h, 4), hex(bits_of(x), 8), hex(got, 4)));
+    if (got != want) round_trip.add(fmt::format("{} -> {} -> {}", hex(h, 4), hex(bits_of(x), 8), hex(got, 4)));
     check(x);
   }
   REQUIRE_NONE(round_trip);
@@ -293,8 +305,7 @@ TEST_CASE("float -> fp16: every fp16 value round-trips, NaNs stay NaN", "[dtype]
   REQUIRE_NONE(check.vs_f16c);
 }
 
-TEST_CASE("float -> fp16: ties to even at every midpoint, neighbours round correctly",
-          "[dtype][fp16]") {
+TEST_CASE("float -> fp16: ties to even at every midpoint, neighbours round correctly", "[dtype][fp16]") {
   Fp16EncodeCheck check;
   const Mismatches expected = sweep_midpoints(
       fp16_format, [](float x) { return uint32_t(float_to_fp16_bits(x)); }, check);
@@ -328,19 +339,16 @@ TEST_CASE("float -> fp16: random floats match IEEE and F16C", "[dtype][fp16]") {
 
 // ---- bf16 -------------------------------------------------------------------------------
 
-TEST_CASE("bf16 -> float: all 65536 patterns match IEEE and the top-half rule",
-          "[dtype][bf16]") {
+TEST_CASE("bf16 -> float: all 65536 patterns match IEEE and the top-half rule", "[dtype][bf16]") {
   Mismatches vs_ieee, vs_shift;
   for (uint32_t h = 0; h <= 0xffff; ++h) {
     const uint32_t got = bits_of(bf16_bits_to_float(static_cast<uint16_t>(h)));
     const uint32_t want = ref_decode(h, bf16_format);
-    if (got != want)
-      vs_ieee.add(fmt::format("{} -> {}, IEEE {}", hex(h, 4), hex(got, 8), hex(want, 8)));
+    if (got != want) vs_ieee.add(fmt::format("{} -> {}, IEEE {}", hex(h, 4), hex(got, 8), hex(want, 8)));
     // bf16 is by definition the top half of a float; a NaN additionally gets the quiet bit.
     uint32_t top_half = h << 16;
     if (std::isnan(float_of(top_half))) top_half |= 0x00400000u;
-    if (got != top_half)
-      vs_shift.add(fmt::format("{} -> {}, top half {}", hex(h, 4), hex(got, 8), hex(top_half, 8)));
+    if (got != top_half) vs_shift.add(fmt::format("{} -> {}, top half {}", hex(h, 4), hex(got, 8), hex(top_half, 8)));
   }
   REQUIRE_NONE(vs_ieee);
   REQUIRE_NONE(vs_shift);
@@ -354,8 +362,7 @@ TEST_CASE("float -> bf16: every bf16 value round-trips, NaNs stay NaN", "[dtype]
     const float x = float_of(ref_decode(h, bf16_format));
     const uint32_t got = float_to_bf16_bits(x);
     const uint32_t want = ref_is_nan(h, bf16_format) ? h | 0x0040u : h;
-    if (got != want)
-      round_trip.add(fmt::format("{} -> {} -> {}", hex(h, 4), hex(bits_of(x), 8), hex(got, 4)));
+    if (got != want) round_trip.add(fmt::format("{} -> {} -> {}", hex(h, 4), hex(bits_of(x), 8), hex(got, 4)));
     check(x);
   }
   REQUIRE_NONE(round_trip);
@@ -363,8 +370,7 @@ TEST_CASE("float -> bf16: every bf16 value round-trips, NaNs stay NaN", "[dtype]
   REQUIRE_NONE(check.vs_hardware);
 }
 
-TEST_CASE("float -> bf16: ties to even at every midpoint, neighbours round correctly",
-          "[dtype][bf16]") {
+TEST_CASE("float -> bf16: ties to even at every midpoint, neighbours round correctly", "[dtype][bf16]") {
   Bf16EncodeCheck check;
   const Mismatches expected = sweep_midpoints(
       bf16_format, [](float x) { return uint32_t(float_to_bf16_bits(x)); }, check);
@@ -403,16 +409,15 @@ TEST_CASE("float -> fp16/bf16: all 2^32 floats match the hardware", "[.][exhaust
   for (uint64_t i = 0; i <= 0xffffffffu; ++i) {
     const float x = float_of(static_cast<uint32_t>(i));
     if (f16c && float_to_fp16_bits(x) != f16c_from_float(x))
-      vs_f16c.add(fmt::format("{} -> {}, F16C {}", hex(bits_of(x), 8),
-                              hex(float_to_fp16_bits(x), 4), hex(f16c_from_float(x), 4)));
+      vs_f16c.add(fmt::format("{} -> {}, F16C {}", hex(bits_of(x), 8), hex(float_to_fp16_bits(x), 4),
+                              hex(f16c_from_float(x), 4)));
     // The instruction flushes subnormal inputs: those go to the IEEE reference instead.
     const bool subnormal = std::fpclassify(x) == FP_SUBNORMAL;
     if (bf16 && !subnormal && float_to_bf16_bits(x) != avx512_bf16_from_float(x))
-      vs_bf16.add(fmt::format("{} -> {}, AVX512-BF16 {}", hex(bits_of(x), 8),
-                              hex(float_to_bf16_bits(x), 4), hex(avx512_bf16_from_float(x), 4)));
+      vs_bf16.add(fmt::format("{} -> {}, AVX512-BF16 {}", hex(bits_of(x), 8), hex(float_to_bf16_bits(x), 4),
+                              hex(avx512_bf16_from_float(x), 4)));
     if (subnormal && float_to_bf16_bits(x) != ref_encode_float(x, bf16_format))
-      vs_ieee_bf16.add(fmt::format("{} -> {}, IEEE {}", hex(bits_of(x), 8),
-                                   hex(float_to_bf16_bits(x), 4),
+      vs_ieee_bf16.add(fmt::format("{} -> {}, IEEE {}", hex(bits_of(x), 8), hex(float_to_bf16_bits(x), 4),
                                    hex(ref_encode_float(x, bf16_format), 4)));
   }
   REQUIRE_NONE(vs_f16c);
@@ -457,8 +462,7 @@ std::vector<T> random_values(size_t n, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("convert: the bulk loop equals the scalar conversions at every length",
-          "[dtype][convert]") {
+TEST_CASE("convert: the bulk loop equals the scalar conversions at every length", "[dtype][convert]") {
   using dscpp::DType;
   // Lengths around the 64-element blocks of the vectorised loop, and empty.
   for (const size_t n : {0, 1, 3, 63, 64, 65, 127, 1000, 4099}) {
@@ -470,29 +474,22 @@ TEST_CASE("convert: the bulk loop equals the scalar conversions at every length"
     Mismatches m;
     const auto compare = [&](const char* what, auto got, auto want, size_t i, uint32_t in) {
       if (got != want)
-        m.add(fmt::format("{} [{}] {} -> {}, scalar {}", what, i, hex(in, 8), hex(got, 8),
-                          hex(want, 8)));
+        m.add(fmt::format("{} [{}] {} -> {}, scalar {}", what, i, hex(in, 8), hex(got, 8), hex(want, 8)));
     };
     dscpp::convert(f32.data(), DType::f32, out16.data(), DType::f16, n);
-    for (size_t i = 0; i < n; ++i)
-      compare("f32->f16", out16[i], float_to_fp16_bits(float_of(f32[i])), i, f32[i]);
+    for (size_t i = 0; i < n; ++i) compare("f32->f16", out16[i], float_to_fp16_bits(float_of(f32[i])), i, f32[i]);
     dscpp::convert(f32.data(), DType::f32, out16.data(), DType::bf16, n);
-    for (size_t i = 0; i < n; ++i)
-      compare("f32->bf16", out16[i], float_to_bf16_bits(float_of(f32[i])), i, f32[i]);
+    for (size_t i = 0; i < n; ++i) compare("f32->bf16", out16[i], float_to_bf16_bits(float_of(f32[i])), i, f32[i]);
     dscpp::convert(u16.data(), DType::f16, out32.data(), DType::f32, n);
-    for (size_t i = 0; i < n; ++i)
-      compare("f16->f32", out32[i], bits_of(fp16_bits_to_float(u16[i])), i, u16[i]);
+    for (size_t i = 0; i < n; ++i) compare("f16->f32", out32[i], bits_of(fp16_bits_to_float(u16[i])), i, u16[i]);
     dscpp::convert(u16.data(), DType::bf16, out32.data(), DType::f32, n);
-    for (size_t i = 0; i < n; ++i)
-      compare("bf16->f32", out32[i], bits_of(bf16_bits_to_float(u16[i])), i, u16[i]);
+    for (size_t i = 0; i < n; ++i) compare("bf16->f32", out32[i], bits_of(bf16_bits_to_float(u16[i])), i, u16[i]);
     dscpp::convert(u16.data(), DType::f16, out16.data(), DType::bf16, n);
     for (size_t i = 0; i < n; ++i)
-      compare("f16->bf16", out16[i], ref_encode_float(fp16_bits_to_float(u16[i]), bf16_format),
-              i, u16[i]);
+      compare("f16->bf16", out16[i], ref_encode_float(fp16_bits_to_float(u16[i]), bf16_format), i, u16[i]);
     dscpp::convert(u16.data(), DType::bf16, out16.data(), DType::f16, n);
     for (size_t i = 0; i < n; ++i)
-      compare("bf16->f16", out16[i], ref_encode_float(bf16_bits_to_float(u16[i]), fp16_format),
-              i, u16[i]);
+      compare("bf16->f16", out16[i], ref_encode_float(bf16_bits_to_float(u16[i]), fp16_format), i, u16[i]);
     dscpp::convert(u16.data(), DType::f16, out16.data(), DType::f16, n);  // a copy
     for (size_t i = 0; i < n; ++i) compare("f16->f16", out16[i], u16[i], i, u16[i]);
     REQUIRE_NONE(m);
@@ -501,8 +498,7 @@ TEST_CASE("convert: the bulk loop equals the scalar conversions at every length"
   }
 }
 
-TEST_CASE("convert: the dispatched fp16 path equals the scalar one on every pattern",
-          "[dtype][convert]") {
+TEST_CASE("convert: the dispatched fp16 path equals the scalar one on every pattern", "[dtype][convert]") {
   using dscpp::DType;
   CAPTURE(dscpp::cpu_has_f16c());
   std::vector<uint16_t> all(65536);
@@ -521,8 +517,7 @@ TEST_CASE("convert: the dispatched fp16 path equals the scalar one on every patt
   REQUIRE_NONE(m);
 }
 
-TEST_CASE("convert: fp32 -> fp16/bf16 -> fp32 round trips representable values",
-          "[dtype][convert]") {
+TEST_CASE("convert: fp32 -> fp16/bf16 -> fp32 round trips representable values", "[dtype][convert]") {
   using dscpp::DType;
   std::vector<float> values;
   for (uint32_t h = 0; h <= 0xffff; ++h)
@@ -534,8 +529,7 @@ TEST_CASE("convert: fp32 -> fp16/bf16 -> fp32 round trips representable values",
   Mismatches m;
   for (size_t i = 0; i < values.size(); ++i)
     if (bits_of(back[i]) != bits_of(values[i]))
-      m.add(fmt::format("{} -> {} -> {}", hex(bits_of(values[i]), 8), hex(half[i], 4),
-                        hex(bits_of(back[i]), 8)));
+      m.add(fmt::format("{} -> {} -> {}", hex(bits_of(values[i]), 8), hex(half[i], 4), hex(bits_of(back[i]), 8)));
   REQUIRE_NONE(m);
 }
 
@@ -549,20 +543,17 @@ TEST_CASE("convert: fp64 -> fp16/bf16 rounds once, not via fp32", "[dtype][conve
     std::vector<double> inputs;
     for (uint32_t lo = 0; lo + 1 < f.inf(); ++lo) {
       const double mid = (ref_value(lo, f) + ref_value(lo + 1, f)) / 2;
-      for (const double x : {mid * (1 + 0x1p-40), mid * (1 - 0x1p-40), -mid * (1 + 0x1p-40)})
-        inputs.push_back(x);
+      for (const double x : {mid * (1 + 0x1p-40), mid * (1 - 0x1p-40), -mid * (1 + 0x1p-40)}) inputs.push_back(x);
     }
     // Beyond float: huge (overflow to Inf) and tiny (below every subnormal) doubles.
-    for (const double x : {1e300, -1e300, 1e-300, -1e-300, 0x1p-200, 3e38 * 1.2})
-      inputs.push_back(x);
+    for (const double x : {1e300, -1e300, 1e-300, -1e-300, 0x1p-200, 3e38 * 1.2}) inputs.push_back(x);
     std::vector<uint16_t> out(inputs.size());
     dscpp::convert(inputs.data(), DType::f64, out.data(), type, inputs.size());
     Mismatches m;
     size_t naive_wrong = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const uint32_t want = ref_encode(inputs[i], f);
-      if (out[i] != want)
-        m.add(fmt::format("{:a} -> {}, IEEE {}", inputs[i], hex(out[i], 4), hex(want, 4)));
+      if (out[i] != want) m.add(fmt::format("{:a} -> {}, IEEE {}", inputs[i], hex(out[i], 4), hex(want, 4)));
       if (std::fabs(inputs[i]) <= std::numeric_limits<float>::max())  // else float is Inf
         naive_wrong += ref_encode(static_cast<float>(inputs[i]), f) != want;
     }
@@ -574,8 +565,7 @@ TEST_CASE("convert: fp64 -> fp16/bf16 rounds once, not via fp32", "[dtype][conve
 TEST_CASE("convert: other fp64 pairs are exact or rounded once", "[dtype][convert]") {
   using dscpp::DType;
   // Rounding to float, checked with the same IEEE encoder (float is {8, 23}).
-  const std::vector<double> d = {1.0, -0.0, 0x1.fffffffp0, 1e-40, 0x1.000001p-140, 1e39,
-                                 -INFINITY};
+  const std::vector<double> d = {1.0, -0.0, 0x1.fffffffp0, 1e-40, 0x1.000001p-140, 1e39, -INFINITY};
   std::vector<float> f(d.size());
   dscpp::convert(d.data(), DType::f64, f.data(), DType::f32, d.size());
   for (size_t i = 0; i < d.size(); ++i) {
@@ -591,17 +581,15 @@ TEST_CASE("convert: other fp64 pairs are exact or rounded once", "[dtype][conver
 }
 
 TEST_CASE("convert: unsupported pairs throw naming both types", "[dtype][convert]") {
-  using dscpp::DType;
   using Catch::Matchers::Contains;
+  using dscpp::DType;
   float src[2] = {1, 2};
   int8_t dst[2] = {};
   REQUIRE_THROWS_AS(dscpp::convert(src, DType::f32, dst, DType::i8, 2), dscpp::Error);
-  REQUIRE_THROWS_WITH(dscpp::convert(src, DType::f32, dst, DType::i8, 2),
-                      Contains("fp32") && Contains("int8"));
+  REQUIRE_THROWS_WITH(dscpp::convert(src, DType::f32, dst, DType::i8, 2), Contains("fp32") && Contains("int8"));
   REQUIRE_THROWS_WITH(dscpp::convert(dst, DType::i8, src, DType::bf16, 0),  // even when empty
                       Contains("int8") && Contains("bf16"));
-  REQUIRE_THROWS_WITH(dscpp::convert(src, DType::i32, dst, DType::i64, 1),
-                      Contains("int32") && Contains("int64"));
+  REQUIRE_THROWS_WITH(dscpp::convert(src, DType::i32, dst, DType::i64, 1), Contains("int32") && Contains("int64"));
   int8_t copy[2] = {};
   dscpp::convert(dst, DType::i8, copy, DType::i8, 2);  // a type to itself is a copy
 }
@@ -611,21 +599,18 @@ TEST_CASE("convert: unsupported pairs throw naming both types", "[dtype][convert
 TEST_CASE("parse_dtype accepts DeepSpeed's spellings", "[dtype]") {
   using dscpp::DType;
   const std::pair<const char*, DType> accepted[] = {
-      {"torch.float16", DType::f16}, {"fp16", DType::f16}, {"float16", DType::f16},
-      {"half", DType::f16},          {"torch.float32", DType::f32}, {"fp32", DType::f32},
-      {"float32", DType::f32},       {"float", DType::f32},   {"torch.bfloat16", DType::bf16},
-      {"bf16", DType::bf16},         {"bfloat16", DType::bf16}, {"bfloat", DType::bf16},
-      {"torch.int8", DType::i8},     {"int8", DType::i8},     {"torch.float64", DType::f64},
-      {"fp64", DType::f64},          {"double", DType::f64},  {"uint8", DType::u8},
-      {"torch.int32", DType::i32},   {"int32", DType::i32},   {"torch.int64", DType::i64},
-      {"int64", DType::i64},         {"torch.half", DType::f16}, {"torch.long", DType::i64},
+      {"torch.float16", DType::f16},   {"fp16", DType::f16},  {"float16", DType::f16},       {"half", DType::f16},
+      {"torch.float32", DType::f32},   {"fp32", DType::f32},  {"float32", DType::f32},       {"float", DType::f32},
+      {"torch.bfloat16", DType::bf16}, {"bf16", DType::bf16}, {"bfloat16", DType::bf16},     {"bfloat", DType::bf16},
+      {"torch.int8", DType::i8},       {"int8", DType::i8},   {"torch.float64", DType::f64}, {"fp64", DType::f64},
+      {"double", DType::f64},          {"uint8", DType::u8},  {"torch.int32", DType::i32},   {"int32", DType::i32},
+      {"torch.int64", DType::i64},     {"int64", DType::i64}, {"torch.half", DType::f16},    {"torch.long", DType::i64},
   };
   for (const auto& [name, type] : accepted) {
     CAPTURE(name);
     CHECK(dscpp::parse_dtype(name) == type);
   }
-  for (const char* rejected :
-       {"", "FP16", "fp 16", "torch.float16 ", "float8", "torch.bf16", "fp8", "int4"}) {
+  for (const char* rejected : {"", "FP16", "fp 16", "torch.float16 ", "float8", "torch.bf16", "fp8", "int4"}) {
     CAPTURE(rejected);
     CHECK_FALSE(dscpp::parse_dtype(rejected).has_value());
   }
@@ -633,9 +618,8 @@ TEST_CASE("parse_dtype accepts DeepSpeed's spellings", "[dtype]") {
 
 TEST_CASE("dtype names round-trip and sizes are right", "[dtype]") {
   using dscpp::DType;
-  const std::pair<DType, size_t> all[] = {{DType::f32, 4}, {DType::f16, 2}, {DType::bf16, 2},
-                                          {DType::f64, 8}, {DType::i8, 1},  {DType::u8, 1},
-                                          {DType::i32, 4}, {DType::i64, 8}};
+  const std::pair<DType, size_t> all[] = {{DType::f32, 4}, {DType::f16, 2}, {DType::bf16, 2}, {DType::f64, 8},
+                                          {DType::i8, 1},  {DType::u8, 1},  {DType::i32, 4},  {DType::i64, 8}};
   for (const auto& [type, size] : all) {
     CAPTURE(dscpp::dtype_name(type));
     CHECK(dscpp::dtype_size(type) == size);
@@ -658,13 +642,12 @@ TEST_CASE("cast kernels: grid size covers n and stays capped", "[dtype][cuda]") 
   CHECK(cast_grid_blocks(cast_threads_per_block) == 1);
   CHECK(cast_grid_blocks(cast_threads_per_block + 1) == 2);
   CHECK(cast_grid_blocks(size_t(cast_max_blocks) * cast_threads_per_block) == cast_max_blocks);
-  CHECK(cast_grid_blocks(size_t(cast_max_blocks) * cast_threads_per_block + 1) ==
-        cast_max_blocks);
+  CHECK(cast_grid_blocks(size_t(cast_max_blocks) * cast_threads_per_block + 1) == cast_max_blocks);
   CHECK(cast_grid_blocks(size_t(1) << 40) == cast_max_blocks);  // > 2^32 elements
   for (size_t n = 1; n < 10000; n += 37) {
     CAPTURE(n);
     const size_t blocks = cast_grid_blocks(n);
-    CHECK(blocks * cast_threads_per_block >= n);        // one pass covers n ...
-    CHECK((blocks - 1) * cast_threads_per_block < n);   // ... with no idle block
+    CHECK(blocks * cast_threads_per_block >= n);       // one pass covers n ...
+    CHECK((blocks - 1) * cast_threads_per_block < n);  // ... with no idle block
   }
 }
