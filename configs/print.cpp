@@ -143,7 +143,9 @@ void table_rows(const JsonValue& node, const std::string& path, const LoadedConf
 
 std::string format_rows(const std::vector<std::array<std::string, 3>>& rows, const char* third) {
   size_t w0 = 3, w1 = 5;
-  for (const auto& r : rows) w0 = std::max(w0, r[0].size()), w1 = std::max(w1, std::min<size_t>(r[1].size(), 40));
+  // Capped widths: a few very long paths (compression groups) must not push every row right.
+  for (const auto& r : rows)
+    w0 = std::max(w0, std::min<size_t>(r[0].size(), 60)), w1 = std::max(w1, std::min<size_t>(r[1].size(), 24));
   std::string out = fmt::format("{:<{}}  {:<{}}  {}\n", "key", w0, "value", w1, third);
   out += std::string(w0, '-') + "  " + std::string(w1, '-') + "  " + std::string(std::string_view(third).size(), '-') +
          "\n";
