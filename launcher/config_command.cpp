@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "build_config.h"
+#include "core/dtype.h"
 #include "launcher/commands.h"
 
 namespace dscpp::launcher {
@@ -59,8 +60,8 @@ int run_config_keys() {
 }
 
 int run_report() {
-  auto yes = [](bool b) { return b ? "yes" : "no (not found at build time)"; };
-  std::string out = fmt::format("dscpp {}\n", DSCPP_VERSION);
+  auto yes = [](bool b) { return b ? "yes" : "no (not found at build time; reconfigure after installing it)"; };
+  std::string out = fmt::format("dscpp {}\nengines found when this build was configured:\n", DSCPP_VERSION);
   out += fmt::format("  {:<10} {}\n", "cuda",
                      DSCPP_HAVE_CUDA ? fmt::format("yes (sm {}; run dscpp-cuda-check for devices)", DSCPP_CUDA_ARCHS)
                                      : std::string(yes(false)));
@@ -83,6 +84,7 @@ int run_report() {
   add(__builtin_cpu_supports("avx512f"), "avx512f");
   add(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
   out += fmt::format("  {:<10} {}\n", "cpu", simd.empty() ? "baseline x86-64" : simd);
+  out += fmt::format("  {:<10} {}\n", "fp16 cast", cpu_has_f16c() ? "F16C instructions" : "portable loop (no F16C)");
   std::fputs(out.c_str(), stdout);
   return 0;
 }
