@@ -4,7 +4,7 @@
 #
 #   scripts/setup.sh [build] [test] [all]      (default: all)
 #     build : what building dscpp and running a training job needs
-#     test  : what the test suite adds (SSH/SLURM testbeds, fio, references)
+#     test  : what the test suite adds (sshd and SLURM testbeds)
 #
 # Needs root to install. Starts no service.
 set -euo pipefail
@@ -12,7 +12,9 @@ set -euo pipefail
 build="g++ cmake meson ninja-build pkg-config git
 libopenmpi-dev openmpi-bin libssh2-1-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
 catch2 libgloo-dev liburing-dev libaio-dev libopenblas-dev"
-test_extra="python3"
+# The launcher's system tests: real sshd hosts in network namespaces, a real SLURM cluster.
+test_extra="python3 openssh-server openssh-client iproute2 util-linux procps
+slurmctld slurmd slurm-client munge"
 
 want=""
 [ $# -eq 0 ] && set -- all
