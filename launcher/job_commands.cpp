@@ -1,0 +1,141 @@
+#include "launcher/job_commands.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "launcher/env_export.h"
+
+namespace dscpp::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string absolute(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+void append_shim(std::vector<std::string>& argv, const std::string& dscpp_path, const ProgramSpec& program,
+                 bool no_local_rank) {
+  argv.push_back(dscpp_path);
+  argv.push_back("rank-shim");
+  // The shim inserts --local_rank itself (only it knows the task's local rank).
+  argv.push_back("--local_rank_at=" + std::to_string(no_local_rank ? -1 : program.local_rank_at));
+  argv.push_back("--");
+  argv.insert(argv.end(), program.argv.begin(), program.argv.end());
+}
+
+}  // namespace
+
+ProgramSpec resolve_program(const std::vector<std::string>& program, bool no_local_rank, const std::string& dscpp_path) {
+  if (program.empty()) fail("no PROGRAM to run");
+  ProgramSpec spec;
+  const std::string& first = program[0];
+  std::vector<std::string> rest(program.begin() + 1, program.end());
+  if (ends_with(first, ".so")) {
+    fs::path runtime = fs::path(dscpp_path).parent_path() / "dscpp-runtime";
+    if (!fs::exists(runtime)) runtime = fs::path(dscpp_path).parent_path().parent_path() / "runtime" / "dscpp-runtime";
+    spec.file = absolute(first);
+    spec.argv = {runtime.string(), "--model", spec.file};
+    spec.local_rank_at = 3;
+  } else if (ends_with(first, ".py")) {
+    spec.file = absolute(first);
+    spec.argv = {"python3", "-u", spec.file};
+    spec.local_rank_at = 3;
+  } else if (first.find('/') != std::string::npos) {
+    spec.file = absolute(first);
+    spec.argv = {spec.file};
+  } else {
+    spec.argv = {first};
+  }
+  if (no_local_rank) spec.local_rank_at = -1;
+  spec.argv.insert(spec.argv.end(), rest.begin(), rest.end());
+  return spec;
+}
+
+std::vector<std::string> rank_argv(const ProgramSpec& program, int local_rank) {
+  std::vector<std::string> argv = program.argv;
+  if (program.local_rank_at >= 0)
+    argv.insert(argv.begin() + program.local_rank_at, "--local_rank=" + std::to_string(local_rank));
+  return argv;
+}
+
+std::vector<std::string> split_shell_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quote) {
+      if (c == quote) quote = 0;
+      else if (c == '\\' && quote == '"' && i + 1 < text.size() && (text[i + 1] == '"' || text[i + 1] == '\\')) word += text[++i];
+      else word += c;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == '\\' && i + 1 < text.size()) {
+      word += text[++i];
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(word), word.clear(), in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (quote) fail("--launcher_args: unclosed {} quote in: {}", quote, text);
+  if (in_word) words.push_back(word);
+  return words;
+}
+
+std::vector<std::string> mpirun_argv(const WorldPlan& plan, const std::vector<std::string>& env_names,
+                                     const std::string& launcher_args, const std::string& dscpp_path,
+                                     const ProgramSpec& program, bool no_local_rank, bool as_root) {
+  std::vector<std::string> argv = {"mpirun"};
+  if (as_root) argv.push_back("--allow-run-as-root");
+  argv.push_back("-n");
+  argv.push_back(std::to_string(plan.world_size()));
+  // host:slots grants exactly the plan's slots (more ranks than cores need no --oversubscribe),
+  // and by-slot mapping numbers ranks host by host, as the plan does.
+  std::string hosts;
+  for (const auto& h : plan.hosts) hosts += (hosts.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
+  argv.insert(argv.end(), {"--host", hosts, "--map-by", "slot"});
+  for (const auto& name : env_names) argv.insert(argv.end(), {"-x", name});
+  for (auto& w : split_shell_words(launcher_args)) argv.push_back(w);
+  append_shim(argv, dscpp_path, program, no_local_rank);
+  return argv;
+}
+
+std::vector<std::string> srun_argv(const WorldPlan& plan, bool restrict_nodes, const std::string& launcher_args,
+                                   const std::string& dscpp_path, const ProgramSpec& program, bool no_local_rank) {
+  std::vector<std::string> argv = {"srun", "--nodes=" + std::to_string(plan.node_count()),
+                                   "--ntasks=" + std::to_string(plan.world_size())};
+  bool uniform = true;
+  for (const auto& h : plan.hosts) uniform = uniform && h.slots.size() == plan.hosts.front().slots.size();
+  if (uniform && !plan.hosts.empty()) argv.push_back("--ntasks-per-node=" + std::to_string(plan.hosts.front().slots.size()));
+  if (restrict_nodes) {
+    std::string nodes;
+    for (const auto& h : plan.hosts) nodes += (nodes.empty() ? "" : ",") + h.host;
+    argv.push_back("--nodelist=" + nodes);
+  }
+  // One failing task ends the step, as the other runners stop all ranks.
+  argv.insert(argv.end(), {"--kill-on-bad-exit=1", "--export=ALL"});
+  for (auto& w : split_shell_words(launcher_args)) argv.push_back(w);
+  append_shim(argv, dscpp_path, program, no_local_rank);
+  return argv;
+}
+
+std::string agent_command(const std::string& cwd, const std::string& dscpp_path,
+                          const std::vector<std::string>& agent_args) {
+  std::string cmd = "cd " + shell_quote(cwd) + " && exec " + shell_quote(dscpp_path) + " node-agent";
+  for (const auto& a : agent_args) cmd += " " + shell_quote(a);
+  return cmd;
+}
+
+}  // namespace dscpp::launcher

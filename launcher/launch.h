@@ -1,0 +1,45 @@
+// `dscpp [launcher options] PROGRAM [args]`: from flags to running ranks. Resources come from
+// the hostfile, else the SLURM allocation, else this machine; a runner (local, ssh, openmpi,
+// slurm) starts them; the first failure anywhere stops everything.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/world.h"
+
+namespace dscpp::launcher {
+
+struct LaunchArgs {
+  std::string hostfile = "/job/hostfile";  // DeepSpeed's default; a missing default file means "this machine"
+  bool hostfile_given = false;
+  std::string include, exclude;
+  int num_nodes = -1;
+  int num_gpus = -1;
+  int num_procs = -1;  // CPU ranks on this machine when there are no GPUs (default 1)
+  std::string master_addr;
+  int master_port = 29500;
+  std::string launcher;  // local | ssh | openmpi | slurm; empty = chosen from the resources
+  std::string launcher_args;
+  int ssh_port = 22;
+  bool no_ssh_check = false;
+  bool force_multi = false;
+  bool no_local_rank = false;
+  bool bind_cores_to_rank = false;
+  std::string bind_core_list;
+  std::string each_rank_log_dir;
+  bool save_pid = false;
+  bool dry_run = false;
+  std::vector<std::string> env;       // --env K=V
+  std::vector<std::string> program;   // PROGRAM and its arguments
+};
+
+// Returns the exit status for the `dscpp` process.
+int run_launch(const LaunchArgs& args);
+
+// `dscpp rank-shim -- PROGRAM ARGS`: what mpirun/srun start per task. Maps the task's
+// OMPI_*/SLURM_* numbers onto RANK, LOCAL_RANK, ... and runs PROGRAM with prefixed output.
+// `local_rank_at` >= 0 inserts --local_rank=N at that argv index.
+int run_rank_shim(const std::vector<std::string>& program, int local_rank_at);
+
+}  // namespace dscpp::launcher
