@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "launcher/commands.h"
+#include "launcher/launch.h"
+#include "launcher/node_agent.h"
 
 namespace {
 
@@ -26,26 +28,65 @@ void add_fact_flags(CLI::App* cmd, dscpp::config::RunFacts& f) {
   cmd->add_option("--warmup_ratio", f.warmup_ratio, "warmup as a fraction of total steps (HF default 0)")->group(group);
   // Flags set the fact only when given: an unset fact must stay unset, or it would
   // contradict every config that enables fp16/bf16 without "auto".
-  cmd->add_flag_callback(
-         "--fp16", [&f] { f.fp16 = true; }, "fills fp16.enabled: \"auto\"")
-      ->group(group);
-  cmd->add_flag_callback(
-         "--bf16", [&f] { f.bf16 = true; }, "fills bf16.enabled: \"auto\"")
-      ->group(group);
+  cmd->add_flag_callback("--fp16", [&f] { f.fp16 = true; }, "fills fp16.enabled: \"auto\"")->group(group);
+  cmd->add_flag_callback("--bf16", [&f] { f.bf16 = true; }, "fills bf16.enabled: \"auto\"")->group(group);
+}
+
+void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
+  const char* res = "Resources (hostfile > SLURM allocation > this machine)";
+  app.add_option("-H,--hostfile", a.hostfile, "DeepSpeed/MPI hostfile: lines \"HOST slots=N\" (default /job/hostfile)")
+      ->group(res)
+      ->each([&a](const std::string&) { a.hostfile_given = true; });
+  app.add_option("-i,--include", a.include, "use only these: HOST[:SLOT,...][@HOST...]; a bare HOST = all its slots")
+      ->group(res);
+  app.add_option("-e,--exclude", a.exclude, "leave out these, same syntax as --include")->group(res);
+  app.add_option("--num_nodes", a.num_nodes, "use the first N hosts")->group(res);
+  app.add_option("--num_gpus,--num_accelerators", a.num_gpus, "use GPUs 0..N-1 on every host")->group(res);
+  app.add_option("--num_procs", a.num_procs, "CPU ranks on this machine when it has no GPUs (default 1)")->group(res);
+  const char* run = "Running";
+  app.add_option("--launcher", a.launcher, "local | ssh | openmpi | slurm (default: local for one host, slurm "
+                                           "inside an allocation, else ssh)")
+      ->group(run);
+  app.add_option("--launcher_args", a.launcher_args, "extra arguments for mpirun/srun, split like a shell")->group(run);
+  app.add_option("--master_addr", a.master_addr, "rank 0's address (default: the first host's, as this host sees it)")
+      ->group(run);
+  app.add_option("--master_port", a.master_port, "rank 0's rendezvous port (default 29500; checked to be free)")
+      ->group(run);
+  app.add_option("--ssh_port", a.ssh_port, "sshd port on every host (default 22)")->group(run);
+  app.add_flag("--no_ssh_check", a.no_ssh_check, "skip the pre-flight reachability/binary checks over ssh")->group(run);
+  app.add_flag("--force_multi", a.force_multi, "use the multi-host runner even for a single host")->group(run);
+  app.add_flag("--no_local_rank", a.no_local_rank, "do not append --local_rank=N to the program's arguments")
+      ->group(run);
+  app.add_flag("--bind_cores_to_rank", a.bind_cores_to_rank, "pin each rank to its share of the cores; sets "
+                                                            "OMP_NUM_THREADS")
+      ->group(run);
+  app.add_option("--bind_core_list", a.bind_core_list, "cores to share out, e.g. 0,2-5 (default: all)")->group(run);
+  app.add_option("--enable_each_rank_log", a.each_rank_log_dir, "write each rank's output to DIR/<time>_rank<R>.log")
+      ->group(run);
+  app.add_flag("--save_pid", a.save_pid, "write the launcher's pid to /tmp/<pid>.deepspeed")->group(run);
+  app.add_option("--env", a.env, "K=V for every rank (repeatable; overrides exported variables and env files)")
+      ->group(run);
+  app.add_flag("--dry_run", a.dry_run, "print the plan, the exact commands and each host's environment; start nothing")
+      ->group(run);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "dscpp — DeepSpeed's distributed training, native.\n"
-      "Reads DeepSpeed JSON configs unchanged. Subcommands:\n"
-      "  config check FILE   validate a config, resolve \"auto\", print every effective key and its source\n"
-      "  config keys         list every config key dscpp knows, with DeepSpeed's default\n"
-      "  report              what this build contains (CUDA, NCCL, gloo, MPI, async I/O) and CPU features",
+      "dscpp — DeepSpeed's distributed training, native.\n\n"
+      "  dscpp [options] PROGRAM [ARGS...]   start PROGRAM once per rank, like `deepspeed`\n"
+      "      PROGRAM is a model plugin (*.so, run by dscpp-runtime) or any executable;\n"
+      "      everything after PROGRAM (or after --) goes to it unchanged.\n"
+      "  dscpp config check FILE             validate a DeepSpeed config, resolve \"auto\", print every key\n"
+      "  dscpp config keys                   list every config key dscpp knows, with DeepSpeed's default\n"
+      "  dscpp report                        what this build and this machine offer\n",
       "dscpp"};
-  app.require_subcommand(1);
   app.set_version_flag("--version", DSCPP_VERSION_STRING);
+  app.prefix_command();  // the first positional ends dscpp's options: the rest is PROGRAM's
+
+  dscpp::launcher::LaunchArgs launch;
+  add_launch_flags(app, launch);
 
   CLI::App* config = app.add_subcommand("config", "DeepSpeed config tools");
   config->require_subcommand(1);
@@ -55,13 +96,24 @@ int main(int argc, char** argv) {
       "Validate FILE as DeepSpeed would (strictly: unknown keys are errors, with the closest valid key), resolve\n"
       "\"auto\" values the way the HF Trainer does, and print the effective config with each value's source.\n"
       "Exit status: 0 valid, 1 invalid.");
-  check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)")
-      ->required();
+  check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)")->required();
   check_cmd->add_flag("--json", check.json, "print the effective config as JSON instead of a table");
   check_cmd->add_flag("-q,--quiet", check.quiet, "print only problems");
   add_fact_flags(check_cmd, check.facts);
   CLI::App* keys_cmd = config->add_subcommand("keys", "List every config key with DeepSpeed's default");
-  CLI::App* report_cmd = app.add_subcommand("report", "Show the engines compiled into this build and CPU features");
+  CLI::App* report_cmd = app.add_subcommand("report", "Show what this build and this machine offer");
+
+  // Internal: the per-host agent the ssh runner starts, and the per-task shim of mpirun/srun.
+  std::vector<std::string> agent_args;
+  CLI::App* agent_cmd = app.add_subcommand("node-agent", "(internal) run this host's ranks of a job");
+  agent_cmd->group("");
+  agent_cmd->prefix_command();
+  std::vector<std::string> shim_program;
+  int shim_local_rank_at = -1;
+  CLI::App* shim_cmd = app.add_subcommand("rank-shim", "(internal) run one mpirun/srun task as a dscpp rank");
+  shim_cmd->group("");
+  shim_cmd->add_option("--local_rank_at", shim_local_rank_at, "argv index for --local_rank=N (-1: none)");
+  shim_cmd->prefix_command();
 
   try {
     app.parse(argc, argv);
@@ -72,9 +124,22 @@ int main(int argc, char** argv) {
     if (*check_cmd) return dscpp::launcher::run_config_check(check);
     if (*keys_cmd) return dscpp::launcher::run_config_keys();
     if (*report_cmd) return dscpp::launcher::run_report();
+    if (*agent_cmd) return dscpp::launcher::run_node_agent(dscpp::launcher::parse_node_agent_argv(agent_cmd->remaining()));
+    if (*shim_cmd) {
+      auto program = shim_cmd->remaining();
+      if (!program.empty() && program.front() == "--") program.erase(program.begin());
+      return dscpp::launcher::run_rank_shim(program, shim_local_rank_at);
+    }
+    launch.program = app.remaining();
+    if (!launch.program.empty() && launch.program.front() == "--") launch.program.erase(launch.program.begin());
+    if (launch.program.empty()) {
+      std::fputs(app.help().c_str(), stdout);
+      std::fputs("\ndscpp: error: no PROGRAM given (try `dscpp --num_procs 2 -- hostname`)\n", stderr);
+      return 2;
+    }
+    return dscpp::launcher::run_launch(launch);
   } catch (const dscpp::Error& e) {
     std::fprintf(stderr, "dscpp: error: %s\n", e.what());
     return 1;
   }
-  return 0;
 }

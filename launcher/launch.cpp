@@ -1,0 +1,413 @@
+#include "launcher/launch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+extern char** environ;
+
+#include <filesystem>
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rank_discovery.h"
+#include "launcher/env_export.h"
+#include "launcher/hostfile.h"
+#include "launcher/job_commands.h"
+#include "launcher/node_agent.h"
+#include "launcher/resources.h"
+#include "launcher/slurm_env.h"
+#include "launcher/ssh.h"
+#include "launcher/supervisor.h"
+
+namespace dscpp::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+// CUDA devices this machine shows, without linking CUDA into the launcher: the driver's
+// device nodes (the runtime sees the same ones).
+int local_gpu_count() {
+  glob_t g{};
+  int n = 0;
+  if (glob("/dev/nvidia[0-9]*", 0, nullptr, &g) == 0) n = static_cast<int>(g.gl_pathc);
+  globfree(&g);
+  return n;
+}
+
+bool is_local_host(const std::string& host) {
+  if (host == "localhost" || host == "127.0.0.1" || host == "::1") return true;
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return host == name;
+}
+
+// The first IPv4 address `host` resolves to here, or "" when it does not resolve.
+std::string resolve_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return "";
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, text, sizeof text);
+  freeaddrinfo(res);
+  return text;
+}
+
+// Whether something on this machine already listens on `port` (what rank 0's store needs).
+bool local_port_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return true;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) fail("cannot find the dscpp executable through /proc/self/exe: {}", ec.message());
+  return p.string();
+}
+
+}  // namespace
+
+namespace {
+
+struct Resolved {
+  WorldPlan plan;
+  std::string pool_source;     // "hostfile /path", "SLURM allocation (...)", "this machine (...)"
+  bool from_slurm = false;
+  bool from_hostfile = false;
+};
+
+Resolved resolve_resources(const LaunchArgs& args, const Environment& env) {
+  Resolved r;
+  ResourcePool pool;
+  bool slots_are_limits = true;
+  std::optional<ResourcePool> from_file =
+      args.hostfile_given ? std::optional(load_hostfile(args.hostfile)) : load_hostfile_if_present(args.hostfile);
+  if (from_file) {
+    pool = *from_file;
+    r.from_hostfile = true;
+    r.pool_source = "hostfile " + args.hostfile;
+    if (args.num_procs > 0) fail("--num_procs sizes this machine's ranks; with a hostfile use slots= or --num_gpus");
+  } else if (auto alloc = slurm_allocation(env)) {
+    pool = alloc->pool;
+    r.from_slurm = true;
+    r.plan.devices_are_gpus = alloc->devices_are_gpus;
+    r.pool_source = fmt::format("SLURM allocation ({}, {})", alloc->nodes_from, alloc->slots_from);
+  } else {
+    int gpus = local_gpu_count();
+    auto cvd = env.find("CUDA_VISIBLE_DEVICES");
+    if (gpus > 0 && args.num_procs <= 0) {
+      pool = local_device_pool(cvd == env.end() ? std::string_view() : std::string_view(cvd->second), gpus);
+      r.plan.devices_are_gpus = true;
+      r.pool_source = fmt::format("this machine ({} GPUs)", gpus);
+    } else {
+      int n = args.num_procs > 0 ? args.num_procs : 1;
+      HostSlots h{"localhost", {}};
+      for (int i = 0; i < n; ++i) h.slots.push_back(i);
+      pool = {h};
+      slots_are_limits = false;
+      r.pool_source = fmt::format("this machine ({} CPU rank{})", n, n == 1 ? "" : "s");
+    }
+  }
+  ResourceSelection sel;
+  sel.include = args.include;
+  sel.exclude = args.exclude;
+  sel.num_nodes = args.num_nodes;
+  sel.num_gpus = args.num_gpus;
+  sel.pool_source = r.pool_source;
+  sel.slots_are_limits = slots_are_limits;
+  r.plan.hosts = select_resources(pool, sel);
+  if (r.plan.world_size() == 0) fail("no ranks to start: {} leaves no slots after --include/--exclude", r.pool_source);
+  return r;
+}
+
+std::string choose_runner(const LaunchArgs& args, const Resolved& r) {
+  if (!args.launcher.empty()) {
+    static const char* known[] = {"local", "ssh", "openmpi", "slurm", "pdsh"};
+    for (const char* k : known)
+      if (args.launcher == k) return args.launcher == "pdsh" ? "ssh" : args.launcher;
+    fail("--launcher {}: expected local, ssh, openmpi or slurm (pdsh's role is dscpp's ssh runner)", args.launcher);
+  }
+  if (r.from_slurm) return "slurm";
+  bool single_local = r.plan.hosts.size() == 1 && is_local_host(r.plan.hosts[0].host);
+  if (single_local && !args.force_multi) return "local";
+  return "ssh";
+}
+
+// Rank 0's address as every host can reach it: given, or loopback for one local host, or
+// the first host's address as this machine resolves it, or as that host reports it.
+std::string choose_master_addr(const LaunchArgs& args, const WorldPlan& plan, const std::string& runner,
+                               const SshOptions& ssh) {
+  if (!args.master_addr.empty()) return args.master_addr;
+  const std::string& first = plan.hosts.front().host;
+  if (runner == "local") return "127.0.0.1";
+  if (runner == "slurm") {
+    // SLURM knows the node's address even when its name does not resolve here.
+    std::string cmd = "scontrol show node " + shell_quote(first) + " -o 2>/dev/null";
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[4096] = {};
+      std::string out = fgets(buf, sizeof buf, p) ? buf : "";
+      pclose(p);
+      size_t at = out.find("NodeAddr=");
+      if (at != std::string::npos) {
+        std::string addr = out.substr(at + 9, out.find_first_of(" \n", at + 9) - at - 9);
+        std::string ip = resolve_ipv4(addr);
+        if (!ip.empty()) {
+          log::info("master address {} (SLURM's NodeAddr of {})", ip, first);
+          return ip;
+        }
+      }
+    }
+  }
+  std::string addr = resolve_ipv4(first);
+  if (!addr.empty() && addr.rfind("127.", 0) != 0) {
+    log::info("master address {} (how this host resolves {}); pass --master_addr to choose another", addr, first);
+    return addr;
+  }
+  if (runner == "ssh") {
+    std::string out = ssh_capture(first, "hostname -I", ssh);
+    std::string token = out.substr(0, out.find_first_of(" \t\n"));
+    if (!token.empty()) {
+      log::info("master address {} (first address `hostname -I` reports on {}); pass --master_addr to choose another",
+                token, first);
+      return token;
+    }
+  }
+  fail("cannot work out the address of {} (rank 0's host); pass --master_addr with an address every host can reach",
+       first);
+}
+
+std::string sha256_of(const std::string& path) {
+  std::string cmd = "sha256sum " + shell_quote(path) + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  char buf[256] = {};
+  std::string out = fgets(buf, sizeof buf, p) ? buf : "";
+  pclose(p);
+  return out.substr(0, out.find(' '));
+}
+
+// Before any rank starts: every host answers, runs the same dscpp build and sees the same
+// program file, and rank 0's port is free. Each failure names the host and what to do.
+void preflight_ssh(const WorldPlan& plan, const std::string& dscpp, const ProgramSpec& program, const SshOptions& ssh) {
+  std::string dscpp_hash = sha256_of(dscpp);
+  std::string program_hash = program.file.empty() ? "" : sha256_of(program.file);
+  for (const auto& h : plan.hosts) {
+    std::string cmd = "sha256sum " + shell_quote(dscpp);
+    if (!program.file.empty()) cmd += " " + shell_quote(program.file);
+    std::string out;
+    try {
+      out = ssh_capture(h.host, cmd, ssh);
+    } catch (const Error& e) {
+      fail("pre-flight on {}: {}\n  (dscpp must be installed at {} on every host, and the program at the same path; "
+           "--no_ssh_check skips this check)",
+           h.host, e.what(), dscpp);
+    }
+    auto hash_line = [&](size_t n) {
+      size_t start = 0;
+      for (size_t i = 0; i < n; ++i) start = out.find('\n', start) + 1;
+      return out.substr(start, 64);
+    };
+    if (hash_line(0) != dscpp_hash)
+      fail("pre-flight on {}: {} differs from this host's build (sha256 {} here); install the same dscpp everywhere",
+           h.host, dscpp, dscpp_hash.substr(0, 12));
+    if (!program.file.empty() && hash_line(1) != program_hash)
+      fail("pre-flight on {}: {} differs from this host's copy (sha256 {} here); copy the same file to every host",
+           h.host, program.file, program_hash.substr(0, 12));
+  }
+  std::string busy = ssh_capture(plan.hosts.front().host,
+                                 fmt::format("ss -Htln 'sport = :{}' 2>/dev/null | head -1", plan.master_port), ssh);
+  if (!busy.empty())
+    fail("pre-flight: port {} on {} (rank 0's host) is already in use; pass --master_port with a free port",
+         plan.master_port, plan.hosts.front().host);
+}
+
+void print_plan(const Resolved& r, const std::string& runner, const EnvList& exported) {
+  const WorldPlan& plan = r.plan;
+  std::string out = fmt::format("dscpp plan: {} rank{} on {} host{} from {}; runner {}; master {}:{}\n",
+                                plan.world_size(), plan.world_size() == 1 ? "" : "s", plan.node_count(),
+                                plan.node_count() == 1 ? "" : "s", r.pool_source, runner, plan.master_addr,
+                                plan.master_port);
+  for (int n = 0; n < plan.node_count(); ++n) {
+    auto ranks = plan.ranks_on(n);
+    out += fmt::format("  {:<20} slots {:<12} ranks {}-{}\n", plan.hosts[n].host, format_id_ranges(plan.hosts[n].slots),
+                       ranks.front().rank, ranks.back().rank);
+  }
+  if (!exported.empty()) {
+    out += "  forwarded environment:";
+    for (const auto& [k, v] : exported) out += " " + k;
+    out += "\n";
+  }
+  std::fputs(out.c_str(), stderr);
+}
+
+}  // namespace
+
+namespace {
+
+// Runs one local child (mpirun, srun) whose ranks print their own prefixes, under the same
+// supervision as ranks: signals to dscpp tear it down, nothing outlives dscpp.
+int run_backend(const std::vector<std::string>& argv, const EnvList& env) {
+  RankLaunch child;
+  child.rank = 0;
+  child.label = "";
+  child.argv = argv;
+  child.env = env;
+  SupervisorOptions options;
+  options.host = "this host";
+  GroupResult result = run_rank_group({child}, options);
+  if (result.first_failure && !result.stopped)
+    log::error("{} exited with code {}", argv.front(), result.exit_code);
+  return result.exit_code;
+}
+
+std::string join_words(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shell_quote(a);
+  return out;
+}
+
+}  // namespace
+
+int run_rank_shim(const std::vector<std::string>& program, int local_rank_at) {
+  auto id = discover_rank();
+  if (!id) fail("rank-shim: no rank variables (OMPI_COMM_WORLD_*, SLURM_PROCID, PMI_RANK) in the environment");
+  // A plan shaped like the job (uniform nodes) lets rank_env name everything as the other
+  // runners do; MASTER_ADDR/PORT and the forwarded variables arrive in the environment.
+  WorldPlan plan;
+  for (int n = 0; n < id->node_count; ++n) {
+    HostSlots h{"node" + std::to_string(n), {}};
+    for (int s = 0; s < id->local_size; ++s) h.slots.push_back(s);
+    plan.hosts.push_back(h);
+  }
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (addr) plan.master_addr = addr;
+  if (port) plan.master_port = std::atoi(port);
+  RankInfo info{id->rank, id->local_rank, id->node_rank, id->local_rank, ""};
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  RankLaunch rank;
+  rank.rank = id->rank;
+  rank.label = id->node_count > 1 ? fmt::format("[rank {} {}]", id->rank, host) : fmt::format("[rank {}]", id->rank);
+  rank.env = rank_env(plan, info, {});
+  ProgramSpec spec{program, local_rank_at, ""};
+  rank.argv = rank_argv(spec, id->local_rank);
+  SupervisorOptions options;
+  options.host = host;
+  return run_rank_group({rank}, options).exit_code;
+}
+
+int run_launch(const LaunchArgs& args) {
+  log::init_logging(-1);
+  Environment env = environment_from(::environ);
+  if (auto why = launched_task_reason(env))
+    fail("refusing to start ranks from inside a launched job: {}. Starting dscpp once per task would multiply the "
+         "ranks; run dscpp once (e.g. in the sbatch script, not under srun/mpirun), or run PROGRAM directly",
+         *why);
+  Resolved r = resolve_resources(args, env);
+  const std::string runner = choose_runner(args, r);
+  const std::string dscpp = self_executable();
+  const ProgramSpec program = resolve_program(args.program, args.no_local_rank, dscpp);
+  SshOptions ssh;
+  ssh.port = args.ssh_port;
+  r.plan.master_port = args.master_port;
+  r.plan.master_addr = choose_master_addr(args, r.plan, runner, ssh);
+  std::error_code ec;
+  const std::string cwd = fs::current_path(ec).string();
+  ExportInputs inputs;
+  inputs.environment = env;
+  inputs.cwd = cwd;
+  inputs.cli_env = args.env;
+  // Locally every rank inherits dscpp's whole environment; other hosts get the forwarded set.
+  const EnvList exported = runner == "local" ? build_exported_env(ExportInputs{{}, cwd, args.env}) : build_exported_env(inputs);
+
+  NodeAgentArgs agent;
+  agent.world_info = encode_world_info(r.plan.hosts);
+  agent.master_addr = r.plan.master_addr;
+  agent.master_port = r.plan.master_port;
+  agent.devices_are_gpus = r.plan.devices_are_gpus;
+  agent.env = exported;
+  agent.program = program.argv;
+  agent.local_rank_at = program.local_rank_at;
+  agent.bind_cores_to_rank = args.bind_cores_to_rank;
+  agent.bind_core_list = args.bind_core_list;
+  agent.each_rank_log_dir = args.each_rank_log_dir;
+
+  EnvList backend_env = {{"MASTER_ADDR", r.plan.master_addr}, {"MASTER_PORT", std::to_string(r.plan.master_port)}};
+  backend_env.insert(backend_env.end(), exported.begin(), exported.end());
+  std::vector<std::string> backend_names;
+  for (const auto& [k, v] : backend_env) backend_names.push_back(k);
+
+  print_plan(r, runner, runner == "local" ? EnvList{} : exported);
+  if (args.dry_run) {
+    std::string out;
+    if (runner == "local") {
+      out += "command (each rank, in this process group): " + join_words(rank_argv(program, 0)) + "\n";
+    } else if (runner == "ssh") {
+      for (int n = 0; n < r.plan.node_count(); ++n) {
+        agent.node_rank = n;
+        out += fmt::format("command on {}: {}\n", r.plan.hosts[n].host,
+                           agent_command(cwd, dscpp, node_agent_argv(agent)));
+      }
+    } else {
+      auto argv = runner == "openmpi" ? mpirun_argv(r.plan, backend_names, args.launcher_args, dscpp, program,
+                                                    args.no_local_rank, geteuid() == 0)
+                                      : srun_argv(r.plan, r.from_hostfile || !args.include.empty() || !args.exclude.empty(),
+                                                  args.launcher_args, dscpp, program, args.no_local_rank);
+      out += "command: " + join_words(argv) + "\n";
+    }
+    out += fmt::format("environment of each rank (rank 0 shown; RANK/LOCAL_RANK/CROSS_RANK differ per rank):\n");
+    for (const auto& [k, v] : rank_env(r.plan, r.plan.ranks().front(), EnvOptions{exported, false, 0}))
+      out += "  " + k + "=" + shell_quote(v) + "\n";
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+
+  if (args.save_pid) {
+    std::string path = fmt::format("/tmp/{}.deepspeed", getpid());
+    if (FILE* f = std::fopen(path.c_str(), "w")) std::fprintf(f, "%d\n", getpid()), std::fclose(f);
+  }
+  if (runner == "local") {
+    if (!local_port_free(r.plan.master_port))
+      fail("port {} is already in use on this machine (rank 0 listens there); pass --master_port with a free port",
+           r.plan.master_port);
+    agent.node_rank = 0;
+    agent.stop_on_stdin_eof = false;
+    return run_node_agent(agent);
+  }
+  if (runner == "ssh") {
+    if (!args.no_ssh_check) preflight_ssh(r.plan, dscpp, program, ssh);
+    std::vector<RemoteCommand> commands;
+    for (int n = 0; n < r.plan.node_count(); ++n) {
+      agent.node_rank = n;
+      commands.push_back({r.plan.hosts[n].host, agent_command(cwd, dscpp, node_agent_argv(agent)), {}});
+    }
+    RemoteRunResult result = run_remote(commands, ssh, RemoteRunOptions{});
+    return result.exit_code;
+  }
+  if (runner == "openmpi")
+    return run_backend(mpirun_argv(r.plan, backend_names, args.launcher_args, dscpp, program, args.no_local_rank,
+                                   geteuid() == 0),
+                       backend_env);
+  return run_backend(srun_argv(r.plan, r.from_hostfile || !args.include.empty() || !args.exclude.empty(),
+                               args.launcher_args, dscpp, program, args.no_local_rank),
+                     backend_env);
+}
+
+}  // namespace dscpp::launcher
