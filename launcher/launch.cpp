@@ -155,7 +155,9 @@ std::string choose_master_addr(const LaunchArgs& args, const WorldPlan& plan, co
                                const SshOptions& ssh) {
   if (!args.master_addr.empty()) return args.master_addr;
   const std::string& first = plan.hosts.front().host;
-  if (runner == "local") return "127.0.0.1";
+  bool all_local = true;
+  for (const auto& h : plan.hosts) all_local = all_local && is_local_host(h.host);
+  if (runner == "local" || all_local) return "127.0.0.1";
   if (runner == "slurm") {
     // SLURM knows the node's address even when its name does not resolve here.
     std::string cmd = "scontrol show node " + shell_quote(first) + " -o 2>/dev/null";

@@ -72,7 +72,29 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
 
 }  // namespace
 
+// The internal subcommands take argv as it is: the per-host agent the ssh runner starts, and
+// the per-task shim mpirun/srun start. Users never type them.
+int run_internal(const std::string& command, std::vector<std::string> args) {
+  if (command == "node-agent")
+    return dscpp::launcher::run_node_agent(dscpp::launcher::parse_node_agent_argv(args));
+  int local_rank_at = -1;
+  if (!args.empty() && args.front().rfind("--local_rank_at=", 0) == 0) {
+    local_rank_at = std::stoi(args.front().substr(16));
+    args.erase(args.begin());
+  }
+  if (!args.empty() && args.front() == "--") args.erase(args.begin());
+  return dscpp::launcher::run_rank_shim(args, local_rank_at);
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && (std::string(argv[1]) == "node-agent" || std::string(argv[1]) == "rank-shim")) {
+    try {
+      return run_internal(argv[1], std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dscpp %s: error: %s\n", argv[1], e.what());
+      return 1;
+    }
+  }
   CLI::App app{
       "dscpp — DeepSpeed's distributed training, native.\n\n"
       "  dscpp [options] PROGRAM [ARGS...]   start PROGRAM once per rank, like `deepspeed`\n"
@@ -103,18 +125,6 @@ int main(int argc, char** argv) {
   CLI::App* keys_cmd = config->add_subcommand("keys", "List every config key with DeepSpeed's default");
   CLI::App* report_cmd = app.add_subcommand("report", "Show what this build and this machine offer");
 
-  // Internal: the per-host agent the ssh runner starts, and the per-task shim of mpirun/srun.
-  std::vector<std::string> agent_args;
-  CLI::App* agent_cmd = app.add_subcommand("node-agent", "(internal) run this host's ranks of a job");
-  agent_cmd->group("");
-  agent_cmd->prefix_command();
-  std::vector<std::string> shim_program;
-  int shim_local_rank_at = -1;
-  CLI::App* shim_cmd = app.add_subcommand("rank-shim", "(internal) run one mpirun/srun task as a dscpp rank");
-  shim_cmd->group("");
-  shim_cmd->add_option("--local_rank_at", shim_local_rank_at, "argv index for --local_rank=N (-1: none)");
-  shim_cmd->prefix_command();
-
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -124,12 +134,6 @@ int main(int argc, char** argv) {
     if (*check_cmd) return dscpp::launcher::run_config_check(check);
     if (*keys_cmd) return dscpp::launcher::run_config_keys();
     if (*report_cmd) return dscpp::launcher::run_report();
-    if (*agent_cmd) return dscpp::launcher::run_node_agent(dscpp::launcher::parse_node_agent_argv(agent_cmd->remaining()));
-    if (*shim_cmd) {
-      auto program = shim_cmd->remaining();
-      if (!program.empty() && program.front() == "--") program.erase(program.begin());
-      return dscpp::launcher::run_rank_shim(program, shim_local_rank_at);
-    }
     launch.program = app.remaining();
     if (!launch.program.empty() && launch.program.front() == "--") launch.program.erase(launch.program.begin());
     if (launch.program.empty()) {
