@@ -5,7 +5,7 @@
 # ends the job quickly with its code named.
 #   launch_slurm.sh DSCPP SOURCE_ROOT
 set -u
-dscpp=$1 root=$2
+dscpp=$(readlink -f "$1") root=$(readlink -f "$2")
 [ "$(id -u)" = 0 ] || { echo "needs root (slurmd runs jobs as root here)"; exit 77; }
 testbed=""
 for d in "${DSCPP_TESTBED:-}" "$root/../shared/testbed" /work/shared/testbed; do
