@@ -11,6 +11,7 @@
 extern char** environ;
 
 #include <filesystem>
+#include <sstream>
 #include <fmt/core.h>
 
 #include "core/error.h"
@@ -207,36 +208,46 @@ std::string sha256_of(const std::string& path) {
 // Before any rank starts: every host answers, runs the same dscpp build and sees the same
 // program file, and rank 0's port is free. Each failure names the host and what to do.
 void preflight_ssh(const WorldPlan& plan, const std::string& dscpp, const ProgramSpec& program, const SshOptions& ssh) {
-  std::string dscpp_hash = sha256_of(dscpp);
-  std::string program_hash = program.file.empty() ? "" : sha256_of(program.file);
+  const std::string dscpp_hash = sha256_of(dscpp);
+  const std::string program_hash = program.file.empty() ? "" : sha256_of(program.file);
+  std::string cmd = "sha256sum " + shell_quote(dscpp);
+  if (!program.file.empty()) cmd += " " + shell_quote(program.file);
+  // Rank 0's host also reports whether the master port is taken.
+  std::vector<RemoteCommand> checks;
   for (const auto& h : plan.hosts) {
-    std::string cmd = "sha256sum " + shell_quote(dscpp);
-    if (!program.file.empty()) cmd += " " + shell_quote(program.file);
-    std::string out;
-    try {
-      out = ssh_capture(h.host, cmd, ssh);
-    } catch (const Error& e) {
-      fail("pre-flight on {}: {}\n  (dscpp must be installed at {} on every host, and the program at the same path; "
-           "--no_ssh_check skips this check)",
-           h.host, e.what(), dscpp);
-    }
-    auto hash_line = [&](size_t n) {
-      size_t start = 0;
-      for (size_t i = 0; i < n; ++i) start = out.find('\n', start) + 1;
-      return out.substr(start, 64);
-    };
-    if (hash_line(0) != dscpp_hash)
-      fail("pre-flight on {}: {} differs from this host's build (sha256 {} here); install the same dscpp everywhere",
-           h.host, dscpp, dscpp_hash.substr(0, 12));
-    if (!program.file.empty() && hash_line(1) != program_hash)
-      fail("pre-flight on {}: {} differs from this host's copy (sha256 {} here); copy the same file to every host",
-           h.host, program.file, program_hash.substr(0, 12));
+    std::string c = cmd;
+    if (&h == &plan.hosts.front())
+      c += fmt::format("; echo PORT; ss -Htln 'sport = :{}' 2>/dev/null | head -1", plan.master_port);
+    checks.push_back({h.host, c, {}, false});
   }
-  std::string busy = ssh_capture(plan.hosts.front().host,
-                                 fmt::format("ss -Htln 'sport = :{}' 2>/dev/null | head -1", plan.master_port), ssh);
-  if (!busy.empty())
-    fail("pre-flight: port {} on {} (rank 0's host) is already in use; pass --master_port with a free port",
-         plan.master_port, plan.hosts.front().host);
+  std::vector<RemoteCapture> results = ssh_capture_all(checks, ssh);
+  std::string problems;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string& host = plan.hosts[i].host;
+    const RemoteCapture& r = results[i];
+    if (std::string why = r.failure(cmd); !why.empty()) {
+      problems += fmt::format("\n  {}: {}", host, why);
+      continue;
+    }
+    std::istringstream lines(r.out);
+    std::string dscpp_line, program_line, marker, port_line;
+    std::getline(lines, dscpp_line);
+    if (!program.file.empty()) std::getline(lines, program_line);
+    if (dscpp_line.substr(0, 64) != dscpp_hash)
+      problems += fmt::format("\n  {}: {} differs from this host's build (sha256 {}... here); install the same dscpp "
+                              "at the same path on every host",
+                              host, dscpp, dscpp_hash.substr(0, 12));
+    if (!program.file.empty() && program_line.substr(0, 64) != program_hash)
+      problems += fmt::format("\n  {}: {} differs from this host's copy (sha256 {}... here); copy the same file to "
+                              "every host",
+                              host, program.file, program_hash.substr(0, 12));
+    if (i == 0 && std::getline(lines, marker) && std::getline(lines, port_line) && !port_line.empty())
+      problems += fmt::format("\n  {}: port {} (rank 0's rendezvous) is already in use; pass --master_port with a "
+                              "free port",
+                              host, plan.master_port);
+  }
+  if (!problems.empty())
+    fail("pre-flight found problems before starting any rank (--no_ssh_check skips these checks):{}", problems);
 }
 
 void print_plan(const Resolved& r, const std::string& runner, const EnvList& exported) {
@@ -398,7 +409,8 @@ int run_launch(const LaunchArgs& args) {
     std::vector<RemoteCommand> commands;
     for (int n = 0; n < r.plan.node_count(); ++n) {
       agent.node_rank = n;
-      commands.push_back({r.plan.hosts[n].host, agent_command(cwd, dscpp, node_agent_argv(agent)), {}});
+      // The agent stops its ranks when its stdin closes: that is how teardown reaches it.
+      commands.push_back({r.plan.hosts[n].host, agent_command(cwd, dscpp, node_agent_argv(agent)), {}, true});
     }
     RemoteRunResult result = run_remote(commands, ssh, RemoteRunOptions{});
     return result.exit_code;

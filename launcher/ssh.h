@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/env_export.h"  // shell_quote
 #include "launcher/world.h"
 
 namespace dscpp::launcher {
@@ -17,31 +18,46 @@ struct SshOptions {
   std::vector<std::string> identity_files;  // default: ~/.ssh/id_ed25519, id_ecdsa, id_rsa
   std::string known_hosts;                  // default: ~/.ssh/known_hosts
   bool use_agent = true;                    // try ssh-agent keys first when SSH_AUTH_SOCK is set
-  double connect_timeout_seconds = 10;
+  double connect_timeout_seconds = 10;      // TCP connect, per address of the host
+  double login_timeout_seconds = 60;        // connected -> command started (handshake, auth, exec)
 };
+// Identity files are tried in order after the agent; missing ones are skipped (and listed as
+// such in the error). A passphrase-protected key is decrypted with $DSCPP_SSH_PASSPHRASE.
+// libssh2 1.10 signs RSA user auth with SHA-1 "ssh-rsa", which OpenSSH >= 8.8 refuses unless
+// the server sets `PubkeyAcceptedAlgorithms +ssh-rsa`: prefer ed25519 or ECDSA keys.
 
 struct RemoteCommand {
   std::string host;     // name or address to connect to
-  std::string command;  // run by the remote user's shell
+  std::string command;  // run by /bin/sh -c on the remote host (whatever the login shell is)
   EnvList env;          // sent with the command (as `export` prefixes; sshd's AcceptEnv is not needed)
+  // false: stdin is /dev/null and a stop TERMs the command's process group at once.
+  // true: the command keeps the channel's stdin and stops itself on its EOF (a dscpp node agent
+  // with stop_fd = 0); its group is TERMed only if it is still running grace_seconds later.
+  bool watches_stdin = false;
 };
 
 struct RemoteExit {
   std::string host;
-  int exit_code = 0;
+  int exit_code = 0;   // the command's code; 128+N when killed by signal N; 255 when `error` is set
   std::string signal;  // e.g. "TERM" when killed by a signal
-  std::string error;   // connection/auth failure, empty when the command ran
+  // Empty when the command ran to its exit. Otherwise a connection/host-key/auth failure, a
+  // lost connection, "not started: ..." (stopped before it ran) or "did not exit within ..."
+  // (its connection was dropped after the grace period).
+  std::string error;
+  std::string describe() const;  // "host node2 exited with code 3", "... was killed by signal TERM"
 };
 
 struct RemoteRunOptions {
   int stop_fd = -1;  // readable or EOF = stop every host
   int out_fd = 1;
   int err_fd = 2;
-  double grace_seconds = 5.0;
+  double grace_seconds = 5.0;  // remote TERM -> KILL (watches_stdin: EOF -> TERM -> KILL); then
+                               // sessions still open 2 s later are dropped
+  bool prefix_host = false;    // prefix relayed lines with "[host] "
 };
 
 struct RemoteRunResult {
-  int exit_code = 0;
+  int exit_code = 0;  // 0, the first failure's exit_code, or 143 when stopped through stop_fd
   std::optional<RemoteExit> first_failure;
   bool stopped = false;
   std::vector<RemoteExit> exits;  // one per host, in input order
@@ -49,11 +65,35 @@ struct RemoteRunResult {
 
 // Runs every command at once, relays output (whole lines, in order per stream), and on the
 // first non-zero exit stops the other hosts' commands (their whole process group).
+// All sessions share one poll() loop (no thread per host). Each command runs as
+// `remote_command_line(command, env)`: a stdin-EOF watchdog TERMs the remote process group
+// when we send EOF, when the connection drops, or when this process dies. Teardown (first
+// failure, lost connection, or stop_fd readable/EOF): message on err_fd, EOF to every other
+// host, up to grace_seconds for them to exit, then their sessions are dropped. When a command
+// exits, whatever it left running in its process group is TERMed too (nothing outlives it). Throws
+// dscpp::Error only for invalid input (an environment name a shell cannot export).
 RemoteRunResult run_remote(const std::vector<RemoteCommand>& commands, const SshOptions& ssh,
                            const RemoteRunOptions& options);
 
 // Connects, authenticates and runs `command`, returning its stdout (for pre-flight checks:
 // reachability, `sha256sum` of binaries). Throws dscpp::Error naming host and remedy.
 std::string ssh_capture(const std::string& host, const std::string& command, const SshOptions& ssh);
+
+// What ssh_capture_all returns per host.
+struct RemoteCapture {
+  RemoteExit exit;
+  std::string out, err;  // the command's stdout and stderr
+  // "" when the command exited 0; else the error with host and remedy (as ssh_capture throws).
+  std::string failure(const std::string& command, const std::string& user = "") const;
+};
+
+// ssh_capture on every host at once (one poll loop, logins in parallel): for pre-flight checks
+// of all hosts. Never throws for a host's failure and never stops the others: every result says
+// what happened, so all failing hosts can be reported together.
+std::vector<RemoteCapture> ssh_capture_all(const std::vector<RemoteCommand>& commands, const SshOptions& ssh);
+
+// The exact line sent to sshd for `command` with `env`: the watchdog wrapper around
+// `export K='v'; ...; command`, run by /bin/sh whatever the login shell is (for --dry-run).
+std::string remote_command_line(const std::string& command, const EnvList& env, bool watches_stdin = false);
 
 }  // namespace dscpp::launcher

@@ -26,6 +26,7 @@ struct SupervisorOptions {
   int out_fd = 1;              // where prefixed stdout lines go
   int err_fd = 2;              // where prefixed stderr lines and supervisor messages go
   std::string host;            // named in failure messages
+  std::string stop_fd_name = "stop_fd";  // what stop_fd is, for the message when it fires
 };
 
 struct RankExit {
@@ -41,6 +42,28 @@ struct GroupResult {
   bool stopped = false;                   // torn down by a signal or stop_fd, not by a rank failure
 };
 
+// Starts every rank and supervises them until all have exited and none of their processes is
+// left. Contract details:
+// - Each rank leads its own process group (its children die with it), gets
+//   PR_SET_PDEATHSIG(SIGKILL) and stdin = /dev/null; it inherits this process's environment
+//   plus `env` (a key given twice keeps its last value). An exec failure prints
+//   "cannot run PROGRAM: REASON" on the rank's stderr and counts as exit code 127.
+// - This process is a child subreaper while the group runs: descendants that leave a rank's
+//   process group (setsid daemons) are still found, signalled and reaped.
+// - The first rank to exit non-zero or by a signal: "dscpp: rank R on HOST exited with code C;
+//   stopping the other ranks" on err_fd, SIGTERM (+SIGCONT) to every rank's group, SIGKILL
+//   after grace_seconds. SIGINT/SIGTERM/SIGHUP (exit code 128+N) or stop_fd do the same with
+//   stopped = true; a second request during the grace period sends SIGKILL at once. A SIGINT
+//   or SIGHUP that was ignored when the call began stays ignored (nohup, `&` in scripts).
+// - When every rank exited 0 but left processes running, those are stopped the same way and
+//   the result stays 0. Processes that survive SIGKILL for 5 s are named and abandoned.
+// - Signal handlers, the signal mask and the subreaper flag are restored on return; SIGPIPE
+//   is ignored meanwhile (a closed out_fd just drops output). One call at a time per process
+//   (a second concurrent call throws). Throws dscpp::Error before starting anything for an
+//   empty argv, an out-of-range core or an unopenable log file.
+// - Not covered: a rank's grandchildren survive a SIGKILL of the supervisor itself (only the
+//   rank leaders have PDEATHSIG); output is relayed by this thread, so a consumer that stops
+//   reading out_fd/err_fd also stalls supervision.
 GroupResult run_rank_group(const std::vector<RankLaunch>& ranks, const SupervisorOptions& options);
 
 }  // namespace dscpp::launcher

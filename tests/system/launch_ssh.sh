@@ -1,2 +1,235 @@
 #!/usr/bin/env bash
-echo "not written yet"; exit 77
+# System test of the SSH starter (launcher/ssh.cpp) against real sshd "hosts": network
+# namespaces brought up by the shared testbed (netns-hosts.sh). Drives run_remote/ssh_capture
+# through tests/ssh_run_check, and `dscpp --hostfile` once the launcher CLI has it.
+#   launch_ssh.sh DSCPP_EXE SOURCE_ROOT
+# Needs root and `ip netns`; exits 77 (skip) otherwise, or when the testbed is not found
+# ($DSCPP_TESTBED, SOURCE_ROOT/../shared/testbed, /work/shared/testbed).
+set -uo pipefail
+
+DSCPP=$1
+SRC=$2
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, sshd)"
+ip netns list >/dev/null 2>&1 || skip "needs iproute2 with 'ip netns'"
+[ -x /usr/sbin/sshd ] && command -v ssh >/dev/null || skip "needs openssh-server and openssh-client"
+T=""
+for d in "${DSCPP_TESTBED:-}" "$SRC/../shared/testbed" /work/shared/testbed; do
+  [ -n "$d" ] && [ -x "$d/netns-hosts.sh" ] && { T="$d/netns-hosts.sh"; break; }
+done
+[ -n "$T" ] || skip "testbed netns-hosts.sh not found (set DSCPP_TESTBED to its directory)"
+RUN=${SSH_RUN_CHECK:-$(dirname "$DSCPP")/../tests/ssh_run_check}
+[ -x "$RUN" ] || { echo "FAIL: ssh_run_check not built at $RUN"; exit 1; }
+
+# Our own testbed: name, subnet and state dir of this run, always taken down.
+export TESTBED_NAME="dsl$(($$ % 1000000))" TESTBED_DIR="/tmp/dsl-tb-$$"
+W=$(mktemp -d /tmp/dsl-ssh.XXXXXX)
+cleanup() { "$T" down >/dev/null 2>&1; rm -rf "$W"; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+up=0
+for try in 0 1 2 3 4; do
+  export TESTBED_NET="10.252.$(( ($$ + try * 37) % 250 + 1 ))"
+  if "$T" up 3 >"$W/up.log" 2>&1; then up=1; break; fi
+  grep -q "already in use" "$W/up.log" || break
+done
+[ $up = 1 ] || { cat "$W/up.log"; echo "FAIL: testbed did not come up"; exit 1; }
+eval "$("$T" env)"
+read -r IP1 IP2 IP3 <<<"$TESTBED_IPS"
+echo "testbed $TESTBED_NAME: $TESTBED_IPS"
+
+fails=0
+ok() { echo "ok   - $*"; }
+bad() { echo "FAIL - $*"; fails=$((fails + 1)); }
+now() { date +%s.%N; }
+elapsed() { echo "$(now) - $1" | bc; }
+R() { "$RUN" --no-agent --key "$TESTBED_KEY" --known_hosts "$TESTBED_KNOWN_HOSTS" "$@"; }
+
+# Per-node token programs: a symlink to sleep under $W/nI/, so `pgrep -f $W/n[I]/` finds every
+# remote process of a test (the sh wrappers carry the path in their command lines too).
+for i in 1 2 3; do mkdir -p "$W/n$i"; ln -s "$(command -v sleep)" "$W/n$i/sleep"; done
+S1=$W/n1/sleep S2=$W/n2/sleep S3=$W/n3/sleep
+left_on() { "$T" exec "node$1" pgrep -f "$W/n[$1]/" 2>/dev/null | wc -l; }
+# all_gone SECONDS: polls every node until none of our processes is left
+all_gone() {
+  local t0 i n
+  t0=$(now)
+  while :; do
+    n=0
+    for i in 1 2 3; do n=$((n + $(left_on $i))); done
+    [ $n = 0 ] && { gone_after=$(printf '%.1f' "$(elapsed "$t0")"); return 0; }
+    [ "$(echo "$(elapsed "$t0") > $1" | bc)" = 1 ] && return 1
+    sleep 0.2
+  done
+}
+
+# 1. Output: whole lines, in order per host and stream; 9 sessions (3 per host) in one loop.
+gen='i=1; while [ $i -le 150 ]; do printf "%s-out-%d-%s\n" "$(hostname)" $i "$X"; printf "%s-err-%d\n" "$(hostname)" $i >&2; i=$((i+1)); done; printf "part-"; sleep 0.2; echo "whole"; printf "no-newline-at-end"'
+X=$(printf 'x%.0s' $(seq 1 2000))
+args=()
+for ip in $TESTBED_IPS $TESTBED_IPS $TESTBED_IPS; do args+=("$ip" "$gen"); done
+R --prefix --env "X=$X" "${args[@]}" >"$W/out" 2>"$W/err"
+rc=$?
+good=1
+for i in 1 2 3; do
+  ip=$(echo "$TESTBED_IPS" | cut -d' ' -f$i)
+  exp_out=$(for k in $(seq 1 150); do echo "[$ip] node$i-out-$k-$X"; done; echo "[$ip] part-whole"; echo "[$ip] no-newline-at-end")
+  exp_err=$(for k in $(seq 1 150); do echo "[$ip] node$i-err-$k"; done)
+  # three sessions per host interleave with each other, but each one's lines stay whole and in order:
+  # every expected line appears exactly 3 times, and the first copies keep the order
+  [ "$(grep -c "^\[$ip\] " "$W/out")" = 456 ] || good=0
+  [ "$(grep "^\[$ip\] " "$W/out" | sort | uniq -c | awk '$1 != 3' | wc -l)" = 0 ] || good=0
+  [ "$(grep "^\[$ip\] " "$W/out" | awk '!seen[$0]++')" = "$exp_out" ] || good=0
+  [ "$(grep "^\[$ip\] " "$W/err" | awk '!seen[$0]++')" = "$exp_err" ] || good=0
+done
+[ $rc = 0 ] && [ $good = 1 ] && [ "$(grep -vc '^\[' "$W/out")" = 0 ] &&
+  ok "9 sessions on 3 hosts: 1368 stdout lines of 2 KB and 1350 stderr lines, whole and in order per host" ||
+  { bad "output relay (rc=$rc)"; head -c 600 "$W/err"; }
+
+# 2. One host exits 3: the others (sleep 60, one with a background child) are stopped.
+t0=$(now)
+R "$IP1" "$S1 60" "$IP2" "sleep 0.5; exit 3" "$IP3" "$S3 60 & $S3 61; wait" >"$W/out" 2>"$W/err"
+rc=$?
+t=$(printf '%.1f' "$(elapsed "$t0")")
+if [ $rc = 3 ] && grep -q "^dscpp: host $IP2 exited with code 3; stopping the other hosts$" "$W/err" &&
+   grep -q "host=$IP1 exit_code=143 signal=TERM" "$W/err" && grep -q "host=$IP3 exit_code=143 signal=TERM" "$W/err" &&
+   grep -q "first_failure=$IP2" "$W/err"; then
+  ok "host 2 exit 3 -> exit code 3, others TERMed, run took ${t} s"
+else bad "first-failure stop (rc=$rc)"; cat "$W/err"; fi
+all_gone 5 && ok "no remote process left after the stop (checked on every node, ${gone_after} s)" || bad "processes left after the stop"
+
+# 3. The local side dies (SIGKILL): the watchdogs see the connections drop.
+"$RUN" --no-agent --key "$TESTBED_KEY" --known_hosts "$TESTBED_KNOWN_HOSTS" \
+  "$IP1" "$S1 60 & $S1 61; wait" "$IP2" "$S2 60" "$IP3" "sh -c 'trap \"\" TERM; $S3 62' & $S3 63; wait" >/dev/null 2>&1 &
+pid=$!  # ssh_run_check itself, not a subshell
+t0=$(now)
+until [ "$(left_on 1)" -ge 2 ] && [ "$(left_on 2)" -ge 1 ] && [ "$(left_on 3)" -ge 3 ]; do
+  [ "$(echo "$(elapsed "$t0") > 15" | bc)" = 1 ] && break
+  sleep 0.2
+done
+kill -9 $pid
+wait $pid 2>/dev/null
+all_gone 5 && ok "SIGKILL of the local process: every remote process gone (a TERM-ignoring child too) in ${gone_after} s" ||
+  bad "remote processes left after SIGKILL of the local process"
+
+# 4. stop_fd: its EOF stops everything; result says stopped.
+(sleep 1.5) | R --stop-on-stdin "$IP1" "$S1 60" "$IP2" "$S2 60" "$IP3" "$S3 60" >/dev/null 2>"$W/err"
+rc=$?
+[ $rc = 143 ] && grep -q "stopped=1" "$W/err" && grep -q "dscpp: stop requested" "$W/err" &&
+  ok "stop_fd EOF -> all hosts TERMed, exit 143, stopped=1" || { bad "stop_fd (rc=$rc)"; cat "$W/err"; }
+all_gone 5 && ok "no remote process left after stop_fd (${gone_after} s)" || bad "processes left after stop_fd"
+
+# 4b. watches_stdin: the command gets the EOF itself and may exit its own way; one that ignores
+# it is TERMed grace_seconds later.
+t0=$(now)
+(sleep 1) | R --stop-on-stdin --watches-stdin --grace 1 "$IP1" 'read x; echo "graceful $(hostname)"; exit 7' \
+  "$IP2" "$S2 60" >"$W/out" 2>"$W/err"
+rc=$?
+t=$(printf '%.1f' "$(elapsed "$t0")")
+[ $rc = 143 ] && grep -q "host=$IP1 exit_code=7 signal=-" "$W/err" && grep -q "host=$IP2 exit_code=143 signal=TERM" "$W/err" &&
+  grep -q "^graceful node1$" "$W/out" &&
+  ok "watches_stdin: node1 saw EOF and exited 7 itself, node2 ignored it and was TERMed 1 s later (run ${t} s)" ||
+  { bad "watches_stdin (rc=$rc)"; cat "$W/out" "$W/err"; }
+all_gone 4 || bad "processes left after watches_stdin stop"
+
+# 5. A command that ignores TERM is KILLed by its watchdog after the grace period.
+t0=$(now)
+R --grace 1 "$IP1" "trap '' TERM; $S1 60" "$IP2" "sleep 0.3; exit 4" >/dev/null 2>"$W/err"
+rc=$?
+t=$(printf '%.1f' "$(elapsed "$t0")")
+[ $rc = 4 ] && grep -q "host=$IP1 exit_code=137 signal=KILL" "$W/err" &&
+  ok "TERM-ignoring command KILLed after the 1 s grace (run ${t} s)" || { bad "KILL escalation (rc=$rc)"; cat "$W/err"; }
+all_gone 3 || bad "processes left after KILL escalation"
+
+grep -v "$IP3" "$TESTBED_KNOWN_HOSTS" >"$W/kh_no3"
+
+# 6. Environment (shell-quoted exports) and ssh_capture.
+out=$(R --env "A=it's \$HOME \"q\" \`x\`" --env B=2 "$IP2" 'printf "%s|%s\n" "$A" "$B"' 2>/dev/null)
+[ "$out" = "it's \$HOME \"q\" \`x\`|2" ] && ok "env exported verbatim through quoting" || bad "env: got [$out]"
+out=$(R --capture "$IP3" 'hostname' 2>&1)
+[ "$out" = node3 ] && ok "ssh_capture returns stdout" || bad "ssh_capture: [$out]"
+out=$(R --capture "$IP3" 'echo no such file >&2; exit 5' 2>&1)
+echo "$out" | grep -q "exited with code 5: no such file; run it there by hand" && ok "ssh_capture failure names code, stderr, remedy" ||
+  bad "ssh_capture failure: [$out]"
+
+# ssh_capture_all: every host checked at once; each failure reported, none stops the others.
+out=$(R --capture --known_hosts "$W/kh_no3" "$IP1" 'echo one' "$IP2" 'echo two; echo broken >&2; exit 5' "$IP3" true)
+rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "^capture: $IP1 ok$" && echo "$out" | grep -q "^one$" &&
+  echo "$out" | grep -q "^capture: $IP2 FAILED: on $IP2: .* exited with code 5: broken" &&
+  echo "$out" | grep -q "^capture: $IP3 FAILED: unknown host" &&
+  ok "ssh_capture_all: node1 ok, node2 exit 5 and node3 unknown host key, all reported" ||
+  { bad "ssh_capture_all (rc=$rc)"; echo "$out"; }
+
+# Keys from ssh-agent (tried before identity files; here the only file is missing).
+if command -v ssh-agent >/dev/null; then
+  eval "$(ssh-agent -s)" >/dev/null
+  ssh-add -q "$TESTBED_KEY" 2>/dev/null
+  out=$("$RUN" --key "$W/missing" --known_hosts "$TESTBED_KNOWN_HOSTS" "$IP1" 'echo agent-ok' 2>/dev/null)
+  [ "$out" = agent-ok ] && ok "auth through ssh-agent" || bad "auth through ssh-agent: [$out]"
+  kill "$SSH_AGENT_PID" 2>/dev/null
+  unset SSH_AUTH_SOCK SSH_AGENT_PID
+fi
+
+# 7. Documented errors.
+expect_error() {  # NAME PATTERN ssh_run_check-args...
+  local name=$1 pattern=$2
+  shift 2
+  out=$("$RUN" --no-agent "$@" 2>&1)
+  if [ $? = 255 ] && echo "$out" | grep -q -- "$pattern"; then ok "$name: $(echo "$out" | head -1 | cut -c1-150)..."
+  else bad "$name"; echo "$out"; fi
+}
+n1key=$(grep "^node1," "$TESTBED_KNOWN_HOSTS" | cut -d' ' -f2-)
+{ grep -v "^node2," "$TESTBED_KNOWN_HOSTS"; echo "$IP2 $n1key"; } >"$W/kh_swap"
+ssh-keygen -q -t ed25519 -N '' -f "$W/stranger"
+expect_error "unknown host key" "unknown host: $IP3 is not in $W/kh_no3.*ssh-keyscan -t ed25519 $IP3 >> $W/kh_no3" \
+  --key "$TESTBED_KEY" --known_hosts "$W/kh_no3" "$IP3" true
+expect_error "host key mismatch" "HOST KEY MISMATCH for $IP2.*ssh-keygen -R $IP2" \
+  --key "$TESTBED_KEY" --known_hosts "$W/kh_swap" "$IP2" true
+expect_error "wrong key" "authentication as root@$IP2:22 failed; tried: $W/stranger (rejected by the server); $W/none (No such file" \
+  --key "$W/stranger" --key "$W/none" --known_hosts "$TESTBED_KNOWN_HOSTS" "$IP2" true
+expect_error "RSA key vs OpenSSH 9" "PubkeyAcceptedAlgorithms +ssh-rsa" \
+  --key "$TESTBED_KEY_RSA" --known_hosts "$TESTBED_KNOWN_HOSTS" "$IP2" true
+expect_error "connection refused" "connection refused by $IP1:2222 ($IP1): is sshd running there" \
+  --port 2222 --key "$TESTBED_KEY" --known_hosts "$TESTBED_KNOWN_HOSTS" "$IP1" true
+expect_error "cannot resolve" "cannot resolve host 'no-such-host.invalid'" \
+  --key "$TESTBED_KEY" --known_hosts "$TESTBED_KNOWN_HOSTS" no-such-host.invalid true
+# a failed login on one host stops the hosts already running
+t0=$(now)
+out=$("$RUN" --no-agent --key "$TESTBED_KEY" --known_hosts "$W/kh_no3" "$IP1" "$S1 60" "$IP2" "$S2 60" "$IP3" "$S3 60" 2>&1)
+t=$(printf '%.1f' "$(elapsed "$t0")")
+# (node1/node2 are usually still logging in: then they are "not started"; else TERMed)
+echo "$out" | grep -q "^dscpp: host $IP3 failed: unknown host" &&
+  [ "$(echo "$out" | grep -cE "host=($IP1|$IP2) exit_code=(143 signal=TERM|255 signal=- error=not started: stopped after $IP3 failed)")" = 2 ] &&
+  ok "a host-key failure on node3 stops node1/node2 (run ${t} s)" || { bad "login failure stop"; echo "$out"; }
+all_gone 5 || bad "processes left after a login failure"
+
+# 8. Time to run `true` on 3 hosts: connect + auth + exec + close, vs OpenSSH in this run.
+best() { sort -n | head -1; }
+ours=$(for k in 1 2 3; do t0=$(now); R "$IP1" true "$IP2" true "$IP3" true 2>/dev/null; elapsed "$t0"; done | best)
+par=$(for k in 1 2 3; do t0=$(now); for ip in $TESTBED_IPS; do $TESTBED_SSH "$ip" true & done; wait; elapsed "$t0"; done | best)
+seq=$(for k in 1 2; do t0=$(now); for ip in $TESTBED_IPS; do $TESTBED_SSH "$ip" true; done; elapsed "$t0"; done | best)
+printf 'timing - `true` on 3 hosts (connect+auth+exec+close), best of 3: dscpp/libssh2 %.2f s | OpenSSH ssh parallel %.2f s, sequential %.2f s\n' \
+  "$ours" "$par" "$seq"
+
+# 9. The launcher proper: `dscpp --hostfile H -- cmd`, run from node1 (node names resolve there).
+if "$DSCPP" --help 2>&1 | grep -q -- --hostfile; then
+  H=$W/home && mkdir -p "$H/.ssh" && cp "$TESTBED_KEY" "$H/.ssh/id_ed25519" && cp "$TESTBED_KNOWN_HOSTS" "$H/.ssh/known_hosts"
+  D() { "$T" exec node1 env HOME="$H" "$DSCPP" --hostfile "$TESTBED_HOSTFILE" "$@"; }
+  out=$(D -- /bin/sh -c 'echo "hello from $(hostname)"' 2>&1)
+  rc=$?
+  [ $rc = 0 ] && for i in 1 2 3; do echo "$out" | grep -q "hello from node$i" || rc=99; done
+  [ $rc = 0 ] && ok "dscpp --hostfile: every host ran the command" || { bad "dscpp --hostfile run (rc=$rc)"; echo "$out"; }
+  t0=$(now)
+  out=$(D -- /bin/sh -c "case \$(hostname) in node2) sleep 0.5; exit 3;; node1) exec $S1 60;; *) exec $S3 60;; esac" 2>&1)
+  rc=$?
+  t=$(printf '%.1f' "$(elapsed "$t0")")
+  [ $rc = 3 ] && echo "$out" | grep -q node2 && ok "dscpp: node2 exit 3 -> dscpp exits 3 naming node2 (${t} s)" ||
+    { bad "dscpp failure propagation (rc=$rc)"; echo "$out"; }
+  all_gone 8 && ok "dscpp: no remote process left (${gone_after} s)" || bad "dscpp: processes left"
+else
+  echo "skipping dscpp checks: \`dscpp --help\` has no --hostfile yet"
+fi
+
+[ $fails = 0 ] && echo "PASS: launch_ssh" || echo "FAIL: launch_ssh ($fails failures)"
+[ $fails = 0 ]
