@@ -149,15 +149,15 @@ out=$(R --env "A=it's \$HOME \"q\" \`x\`" --env B=2 "$IP2" 'printf "%s|%s\n" "$A
 out=$(R --capture "$IP3" 'hostname' 2>&1)
 [ "$out" = node3 ] && ok "ssh_capture returns stdout" || bad "ssh_capture: [$out]"
 out=$(R --capture "$IP3" 'echo no such file >&2; exit 5' 2>&1)
-echo "$out" | grep -q "exited with code 5: no such file; run it there by hand" && ok "ssh_capture failure names code, stderr, remedy" ||
+grep -q "exited with code 5: no such file; run it there by hand" <<<"$out" && ok "ssh_capture failure names code, stderr, remedy" ||
   bad "ssh_capture failure: [$out]"
 
 # ssh_capture_all: every host checked at once; each failure reported, none stops the others.
 out=$(R --capture --known_hosts "$W/kh_no3" "$IP1" 'echo one' "$IP2" 'echo two; echo broken >&2; exit 5' "$IP3" true)
 rc=$?
-[ $rc = 1 ] && echo "$out" | grep -q "^capture: $IP1 ok$" && echo "$out" | grep -q "^one$" &&
-  echo "$out" | grep -q "^capture: $IP2 FAILED: on $IP2: .* exited with code 5: broken" &&
-  echo "$out" | grep -q "^capture: $IP3 FAILED: unknown host" &&
+[ $rc = 1 ] && grep -q "^capture: $IP1 ok$" <<<"$out" && grep -q "^one$" <<<"$out" &&
+  grep -q "^capture: $IP2 FAILED: on $IP2: .* exited with code 5: broken" <<<"$out" &&
+  grep -q "^capture: $IP3 FAILED: unknown host" <<<"$out" &&
   ok "ssh_capture_all: node1 ok, node2 exit 5 and node3 unknown host key, all reported" ||
   { bad "ssh_capture_all (rc=$rc)"; echo "$out"; }
 
@@ -176,7 +176,7 @@ expect_error() {  # NAME PATTERN ssh_run_check-args...
   local name=$1 pattern=$2
   shift 2
   out=$("$RUN" --no-agent "$@" 2>&1)
-  if [ $? = 255 ] && echo "$out" | grep -q -- "$pattern"; then ok "$name: $(echo "$out" | head -1 | cut -c1-150)..."
+  if [ $? = 255 ] && grep -q -- "$pattern" <<<"$out"; then ok "$name: $(echo "$out" | head -1 | cut -c1-150)..."
   else bad "$name"; echo "$out"; fi
 }
 n1key=$(grep "^node1," "$TESTBED_KNOWN_HOSTS" | cut -d' ' -f2-)
@@ -199,7 +199,7 @@ t0=$(now)
 out=$("$RUN" --no-agent --key "$TESTBED_KEY" --known_hosts "$W/kh_no3" "$IP1" "$S1 60" "$IP2" "$S2 60" "$IP3" "$S3 60" 2>&1)
 t=$(printf '%.1f' "$(elapsed "$t0")")
 # (node1/node2 are usually still logging in: then they are "not started"; else TERMed)
-echo "$out" | grep -q "^dscpp: host $IP3 failed: unknown host" &&
+grep -q "^dscpp: host $IP3 failed: unknown host" <<<"$out" &&
   [ "$(echo "$out" | grep -cE "host=($IP1|$IP2) exit_code=(143 signal=TERM|255 signal=- error=not started: stopped after $IP3 failed)")" = 2 ] &&
   ok "a host-key failure on node3 stops node1/node2 (run ${t} s)" || { bad "login failure stop"; echo "$out"; }
 all_gone 5 || bad "processes left after a login failure"
@@ -213,18 +213,18 @@ printf 'timing - `true` on 3 hosts (connect+auth+exec+close), best of 3: dscpp/l
   "$ours" "$par" "$seq"
 
 # 9. The launcher proper: `dscpp --hostfile H -- cmd`, run from node1 (node names resolve there).
-if "$DSCPP" --help 2>&1 | grep -q -- --hostfile; then
+if grep -q -- --hostfile <<<"$("$DSCPP" --help 2>&1)"; then
   H=$W/home && mkdir -p "$H/.ssh" && cp "$TESTBED_KEY" "$H/.ssh/id_ed25519" && cp "$TESTBED_KNOWN_HOSTS" "$H/.ssh/known_hosts"
   D() { "$T" exec node1 env HOME="$H" "$DSCPP" --hostfile "$TESTBED_HOSTFILE" "$@"; }
   out=$(D -- /bin/sh -c 'echo "hello from $(hostname)"' 2>&1)
   rc=$?
-  [ $rc = 0 ] && for i in 1 2 3; do echo "$out" | grep -q "hello from node$i" || rc=99; done
+  [ $rc = 0 ] && for i in 1 2 3; do grep -q "hello from node$i" <<<"$out" || rc=99; done
   [ $rc = 0 ] && ok "dscpp --hostfile: every host ran the command" || { bad "dscpp --hostfile run (rc=$rc)"; echo "$out"; }
   t0=$(now)
   out=$(D -- /bin/sh -c "case \$(hostname) in node2) sleep 0.5; exit 3;; node1) exec $S1 60;; *) exec $S3 60;; esac" 2>&1)
   rc=$?
   t=$(printf '%.1f' "$(elapsed "$t0")")
-  [ $rc = 3 ] && echo "$out" | grep -q node2 && ok "dscpp: node2 exit 3 -> dscpp exits 3 naming node2 (${t} s)" ||
+  [ $rc = 3 ] && grep -q node2 <<<"$out" && ok "dscpp: node2 exit 3 -> dscpp exits 3 naming node2 (${t} s)" ||
     { bad "dscpp failure propagation (rc=$rc)"; echo "$out"; }
   all_gone 8 && ok "dscpp: no remote process left (${gone_after} s)" || bad "dscpp: processes left"
 else
