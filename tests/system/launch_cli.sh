@@ -52,9 +52,11 @@ RANK=1 WORLD_SIZE=2 "$dscpp" --num_procs 2 -- /bin/true >out 2>err; rc=$?
 "$dscpp" >out 2>err; [ $? = 2 ] && grep -q "no PROGRAM" err || fail "no program: $(cat err)"
 
 # A busy master port is refused before any rank starts.
-exec 9< <(python3 -c 'import socket,time; s=socket.socket(); s.bind(("0.0.0.0",0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(30)')
+exec 9< <(exec python3 -c 'import socket,time; s=socket.socket(); s.bind(("0.0.0.0",0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(30)')
+holder=$!
 read -r port <&9
 check_error "port $port is already in use" --num_procs 2 --master_port "$port" -- /bin/true
+kill "$holder" 2>/dev/null; exec 9<&-
 
 [ "$failures" = 0 ] && echo "launch_cli: all checks passed"
 exit $(( failures > 0 ))
