@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# --launcher openmpi: ranks start through a real mpirun, each with dscpp's rank environment
+# (mapped from OMPI_COMM_WORLD_* by the rank shim) and the forwarded variables; a failing
+# rank ends the job with its code named and no rank left behind.
+#   launch_openmpi.sh DSCPP
+set -u
+dscpp=$(readlink -f "$1")
+command -v mpirun >/dev/null || { echo "mpirun not installed"; exit 77; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+"$dscpp" --launcher openmpi --num_procs 4 --env FOO='a b' -- \
+  sh -c 'echo "RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE LOCAL_SIZE=$LOCAL_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT FOO=$FOO"' \
+  >"$tmp/out" 2>"$tmp/err" || fail "4 ranks through mpirun failed: $(cat "$tmp/err")"
+for r in 0 1 2 3; do
+  grep -qx "\[rank $r\] RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 LOCAL_SIZE=4 MASTER=127.0.0.1:29500 FOO=a b" "$tmp/out" ||
+    fail "rank $r line missing: $(cat "$tmp/out")"
+done
+
+token=dscpp-mpi-$$
+start=$SECONDS
+"$dscpp" --launcher openmpi --num_procs 3 -- sh -c "if [ \$RANK = 1 ]; then exit 3; fi; exec sleep 60 # $token" \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" = 3 ] || fail "a rank exiting 3 made dscpp exit $rc, expected 3"
+grep -q "rank 1 on .* exited with code 3" "$tmp/err" || fail "rank 1's failure not named: $(cat "$tmp/err")"
+[ $((SECONDS - start)) -lt 20 ] || fail "took $((SECONDS - start)) s to stop"
+sleep 0.5
+left=$(pgrep -f "$token" | grep -v "^$$\$" || true)
+[ -z "$left" ] || fail "processes left after the failure: $left"
+
+[ "$failures" = 0 ] && echo "launch_openmpi: all checks passed"
+exit $(( failures > 0 ))
