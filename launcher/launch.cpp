@@ -208,10 +208,15 @@ std::string sha256_of(const std::string& path) {
 // Before any rank starts: every host answers, runs the same dscpp build and sees the same
 // program file, and rank 0's port is free. Each failure names the host and what to do.
 void preflight_ssh(const WorldPlan& plan, const std::string& dscpp, const ProgramSpec& program, const SshOptions& ssh) {
-  const std::string dscpp_hash = sha256_of(dscpp);
-  const std::string program_hash = program.file.empty() ? "" : sha256_of(program.file);
-  std::string cmd = "sha256sum " + shell_quote(dscpp);
-  if (!program.file.empty()) cmd += " " + shell_quote(program.file);
+  // Files every host must have identical: dscpp itself (it runs the agent), the runtime a
+  // plugin runs under, and the program file.
+  std::vector<std::string> files = {dscpp};
+  const std::string& exe = program.argv.front();
+  if (exe.front() == '/' && exe != program.file) files.push_back(exe);
+  if (!program.file.empty()) files.push_back(program.file);
+  std::vector<std::string> hashes;
+  std::string cmd = "sha256sum";
+  for (const auto& f : files) hashes.push_back(sha256_of(f)), cmd += " " + shell_quote(f);
   // Rank 0's host also reports whether the master port is taken.
   std::vector<RemoteCommand> checks;
   for (const auto& h : plan.hosts) {
@@ -230,17 +235,15 @@ void preflight_ssh(const WorldPlan& plan, const std::string& dscpp, const Progra
       continue;
     }
     std::istringstream lines(r.out);
-    std::string dscpp_line, program_line, marker, port_line;
-    std::getline(lines, dscpp_line);
-    if (!program.file.empty()) std::getline(lines, program_line);
-    if (dscpp_line.substr(0, 64) != dscpp_hash)
-      problems += fmt::format("\n  {}: {} differs from this host's build (sha256 {}... here); install the same dscpp "
-                              "at the same path on every host",
-                              host, dscpp, dscpp_hash.substr(0, 12));
-    if (!program.file.empty() && program_line.substr(0, 64) != program_hash)
-      problems += fmt::format("\n  {}: {} differs from this host's copy (sha256 {}... here); copy the same file to "
-                              "every host",
-                              host, program.file, program_hash.substr(0, 12));
+    for (size_t f = 0; f < files.size(); ++f) {
+      std::string line;
+      std::getline(lines, line);
+      if (line.substr(0, 64) != hashes[f])
+        problems += fmt::format("\n  {}: {} differs from this host's copy (sha256 {}... here); the same file must be "
+                                "at the same path on every host",
+                                host, files[f], hashes[f].substr(0, 12));
+    }
+    std::string marker, port_line;
     if (i == 0 && std::getline(lines, marker) && std::getline(lines, port_line) && !port_line.empty())
       problems += fmt::format("\n  {}: port {} (rank 0's rendezvous) is already in use; pass --master_port with a "
                               "free port",

@@ -11,6 +11,7 @@
 //   handled as they happen, and nothing polls on a timer except the TERM -> KILL deadline.
 // - Between fork and exec the child calls only async-signal-safe functions; everything it
 //   needs (argv, envp, PATH candidates, messages) is prepared before fork.
+// - Should this process die anyway, a forked watchdog kills the ranks' process groups.
 #include "launcher/supervisor.h"
 
 #include <dirent.h>
@@ -30,7 +31,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -238,6 +241,71 @@ void child_message(const std::string& prefix, int err) {
   _exit(127);
 }
 
+// fork() with every signal blocked, so that the child runs none of our handlers before it set
+// up its own; the parent's mask comes back, the child's stays blocked.
+pid_t fork_blocked() {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = fork();
+  int error = errno;
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = error;
+  return pid;
+}
+
+// For the one failure the supervisor cannot handle itself, its own death (crash, SIGKILL):
+// PR_SET_PDEATHSIG kills the rank leaders but not their children. This helper, forked once the
+// ranks run, waits on a pipe: EOF without the "done" byte means the supervisor died, and it
+// SIGKILLs every rank's process group. Only async-signal-safe calls in the helper.
+class Watchdog {
+ public:
+  explicit Watchdog(const std::vector<pid_t>& groups) {
+    int fds[2];
+    if (groups.empty() || pipe2(fds, O_CLOEXEC) != 0) return;  // no helper: no protection
+    pid_ = fork_blocked();
+    if (pid_ == 0) watch(fds[0], groups);
+    close(fds[0]);
+    if (pid_ > 0)
+      fd_ = fds[1];
+    else
+      close(fds[1]);
+  }
+  // Unwinding from an exception counts as dying: the helper kills the groups.
+  ~Watchdog() {
+    if (fd_ < 0) return;
+    if (std::uncaught_exceptions() == 0) {
+      [[maybe_unused]] ssize_t n = write(fd_, "d", 1);
+    }
+    close(fd_);
+    waitpid(pid_, nullptr, 0);
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  pid_t pid() const { return pid_; }
+
+ private:
+  [[noreturn]] static void watch(int fd, const std::vector<pid_t>& groups) {
+    setpgid(0, 0);  // out of the terminal's foreground group: Ctrl-C is for the supervisor
+    struct sigaction action {};
+    action.sa_handler = SIG_IGN;  // it leaves when the pipe closes, not on a stray signal
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD}) sigaction(sig, &action, nullptr);
+    if (fd > 0) close_range(0, fd - 1, 0);
+    close_range(fd + 1, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    char byte;
+    ssize_t n;
+    while ((n = read(fd, &byte, 1)) < 0 && errno == EINTR) continue;
+    if (n != 1)  // the supervisor died before saying "done"
+      for (pid_t group : groups) killpg(group, SIGKILL);
+    _exit(0);
+  }
+  int fd_ = -1;
+  pid_t pid_ = -1;
+};
+
 struct Stream {
   int fd = -1;  // read end of the rank's pipe, -1 once closed
   std::string partial;
@@ -288,7 +356,11 @@ class Supervisor {
     for (size_t i = 0; i < launches.size(); ++i) ranks_[i].launch = &launches[i];
   }
   GroupResult run(std::vector<ExecPlan>& plans);
-  void kill_everything();  // on an unexpected exception: SIGKILL and reap, no grace
+  ~Supervisor() {
+    for (const Rank& rank : ranks_)
+      for (int fd : {rank.out.fd, rank.err.fd})
+        if (fd >= 0) close(fd);
+  }
 
  private:
   enum class Phase { running, terminating, killing };
@@ -318,6 +390,7 @@ class Supervisor {
   std::set<pid_t> termed_;  // leftover processes already sent SIGTERM
   bool out_broken_ = false, err_broken_ = false;
   pid_t self_ = getpid();
+  std::optional<Watchdog> watchdog_;  // started once the ranks are, told "done" last
 };
 
 void Supervisor::write_out(int fd, const std::string& text) {
@@ -382,17 +455,12 @@ void Supervisor::start(Rank& rank, ExecPlan& plan, int null_fd) {
   pid_t pid = -1;
   int error = errno;
   if (!failed) {
-    // All signals blocked across fork: the child must not run our handlers before exec.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid = fork();
+    pid = fork_blocked();
     if (pid == 0) {
       int out_fd = plan.log_fd >= 0 ? plan.log_fd : out[1], err_fd = plan.log_fd >= 0 ? plan.log_fd : err[1];
       exec_child(plan, null_fd, out_fd, err_fd, self_, signals_);
     }
     error = errno;
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (pid < 0) failed = "fork";
   }
   for (int fd : {out[1], err[1], std::exchange(plan.log_fd, -1)})
@@ -481,7 +549,7 @@ std::vector<pid_t> Supervisor::leftovers(int sig) {
   std::vector<pid_t> result;
   for (const ProcessInfo& p : scan_processes()) {
     bool ours = p.ppid == self_, in_group = leaders.count(p.pgrp) > 0;
-    if (leaders.count(p.pid) || (!ours && !in_group)) continue;
+    if (leaders.count(p.pid) || (watchdog_ && p.pid == watchdog_->pid()) || (!ours && !in_group)) continue;
     if (p.state == 'Z' && ours) {
       waitpid(p.pid, nullptr, WNOHANG);
       continue;
@@ -559,6 +627,10 @@ GroupResult Supervisor::run(std::vector<ExecPlan>& plans) {
   if (null_fd < 0) fail_errno("supervisor: /dev/null");
   for (size_t i = 0; i < ranks_.size(); ++i) start(ranks_[i], plans[i], null_fd);
   close(null_fd);
+  std::vector<pid_t> groups;
+  for (const Rank& rank : ranks_)
+    if (rank.pid > 0) groups.push_back(rank.pid);
+  watchdog_.emplace(groups);
   for (Rank& rank : ranks_)
     if (rank.exited) on_rank_exit(rank);  // could not start: a failure like any other
   loop();
@@ -574,16 +646,6 @@ GroupResult Supervisor::run(std::vector<ExecPlan>& plans) {
   return result_;
 }
 
-void Supervisor::kill_everything() {
-  signal_groups(SIGKILL);
-  leftovers(SIGKILL);
-  for (Rank& rank : ranks_) {
-    if (rank.pid > 0) waitpid(rank.pid, nullptr, 0);
-    for (int fd : {rank.out.fd, rank.err.fd})
-      if (fd >= 0) close(fd);
-  }
-}
-
 }  // namespace
 
 GroupResult run_rank_group(const std::vector<RankLaunch>& ranks, const SupervisorOptions& options) {
@@ -594,13 +656,7 @@ GroupResult run_rank_group(const std::vector<RankLaunch>& ranks, const Superviso
   std::vector<ExecPlan> plans(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) build_plan(ranks[i], plans[i]);
   SignalScope signals;
-  Supervisor supervisor(ranks, options, signals);
-  try {
-    return supervisor.run(plans);
-  } catch (...) {
-    supervisor.kill_everything();
-    throw;
-  }
+  return Supervisor(ranks, options, signals).run(plans);
 }
 
 std::string RankExit::describe(const std::string& host) const {

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +21,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "launcher/node_agent.h"
+#include "launcher/resources.h"
 #include "launcher/supervisor.h"
 
 using namespace dscpp::launcher;
@@ -92,6 +95,15 @@ SupervisorOptions to(const Capture& out, const Capture& err, double grace = 2, c
   options.err_fd = err.fd();
   options.host = host;
   return options;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mine)) cpus.push_back(cpu);
+  return cpus;
 }
 
 int count_of(const std::string& text, const std::string& what) {
@@ -220,6 +232,38 @@ TEST_CASE("a leftover process writing without pause does not hold up the teardow
   CHECK_THAT(err.text(), Catch::Contains("rank 0 exited with code 3"));
 }
 
+TEST_CASE("a supervisor killed by SIGKILL leaves nothing behind: PDEATHSIG and the watchdog") {
+  Capture out, err;
+  std::string token = unique_token();
+  // The supervisor runs in a forked copy of this process, which we SIGKILL once the ranks run.
+  // We are the subreaper meanwhile, so that the dead processes come to us to be reaped
+  // (PID 1 here does not reap them promptly).
+  REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  pid_t supervisor = fork();
+  if (supervisor == 0) {
+    run_rank_group({sh_rank(0, "sleep 60 & echo child $!; echo pid $$; wait", token),
+                    sh_rank(1, "sleep 61 & echo child $!; echo pid $$; wait", token)},
+                   to(out, err));
+    _exit(0);
+  }
+  auto start = Clock::now();
+  while (count_of(out.text(), "pid ") < 2 && seconds_since(start) < 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(count_of(out.text(), "child ") == 2);
+  kill(supervisor, SIGKILL);
+  auto killed = Clock::now();
+  while (seconds_since(killed) < 3 && (!surviving_pids(out.text()).empty() || !processes_with(token).empty())) {
+    while (waitpid(-1, nullptr, WNOHANG) > 0) continue;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::fprintf(stderr, "[timing] supervisor SIGKILLed -> ranks and their children gone: %.0f ms\n",
+               seconds_since(killed) * 1000);
+  CHECK(surviving_pids(out.text()).empty());
+  CHECK(processes_with(token).empty());
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  while (waitpid(-1, nullptr, WNOHANG) > 0) continue;
+}
+
 TEST_CASE("stop requests: stop_fd closed, SIGINT, SIGTERM") {
   Capture out, err;
   std::string token = unique_token();
@@ -342,11 +386,7 @@ TEST_CASE("log-file mode: unprefixed output in the rank's file, not on the conso
 }
 
 TEST_CASE("CPU pinning shows in the rank's Cpus_allowed_list") {
-  cpu_set_t mine;
-  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
-  int last = -1;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &mine)) last = cpu;
+  int last = allowed_cpus().back();
   Capture out, err;
   RankLaunch rank = sh_rank(0, "grep Cpus_allowed_list /proc/self/status");
   rank.cpus = {last};
@@ -356,8 +396,6 @@ TEST_CASE("CPU pinning shows in the rank's Cpus_allowed_list") {
 }
 
 // ---- the node agent ----------------------------------------------------------------------
-
-#include "launcher/node_agent.h"
 
 namespace {
 
@@ -492,10 +530,13 @@ TEST_CASE("node agent: per-rank log files, core binding, pid file") {
   std::string dir = dir_template, pid_file = dir + "/agent.pid";
   NodeAgentArgs args =
       two_host_agent(0, "grep Cpus_allowed_list /proc/self/status; echo omp=$OMP_NUM_THREADS; cat " + pid_file);
-  args.world_info = encode_world_info({{"solo", {0, 1}}});
+  // One rank per core this process may use (at most two), each pinned to its own.
+  std::vector<int> cores = allowed_cpus();
+  cores.resize(std::min<size_t>(cores.size(), 2));
+  args.world_info = encode_world_info({{"solo", cores}});
   args.each_rank_log_dir = dir + "/logs";  // created
   args.bind_cores_to_rank = true;
-  args.bind_core_list = "0-1";
+  args.bind_core_list = format_id_ranges(cores);
   args.save_pid_file = pid_file;
   CHECK(run_agent_captured(args, out, err) == 0);
   CHECK(out.text().empty());
@@ -503,12 +544,12 @@ TEST_CASE("node agent: per-rank log files, core binding, pid file") {
   std::vector<std::string> logs;
   for (const auto& entry : std::filesystem::directory_iterator(dir + "/logs")) logs.push_back(entry.path().filename());
   std::sort(logs.begin(), logs.end());
-  REQUIRE(logs.size() == 2);
-  for (int r = 0; r < 2; ++r) {
+  REQUIRE(logs.size() == cores.size());
+  for (size_t r = 0; r < cores.size(); ++r) {
     CHECK(std::regex_match(logs[r], std::regex("\\d{14}_rank" + std::to_string(r) + "\\.log")));
     std::ifstream file(dir + "/logs/" + logs[r]);
     std::string content((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    CHECK(content == fmt::format("Cpus_allowed_list:\t{}\nomp=1\n{}\n", r, getpid()));
+    CHECK(content == fmt::format("Cpus_allowed_list:\t{}\nomp=1\n{}\n", cores[r], getpid()));
   }
   std::filesystem::remove_all(dir);
 }
