@@ -280,16 +280,12 @@ namespace {
 // supervision as ranks: signals to dscpp tear it down, nothing outlives dscpp.
 int run_backend(const std::vector<std::string>& argv, const EnvList& env) {
   RankLaunch child;
-  child.rank = 0;
-  child.label = "";
+  child.rank = -1;
   child.argv = argv;
   child.env = env;
   SupervisorOptions options;
-  options.host = "this host";
-  GroupResult result = run_rank_group({child}, options);
-  if (result.first_failure && !result.stopped)
-    log::error("{} exited with code {}", argv.front(), result.exit_code);
-  return result.exit_code;
+  options.host = argv.front();  // failure messages name the backend; the ranks' shims name the rank
+  return run_rank_group({child}, options).exit_code;
 }
 
 std::string join_words(const std::vector<std::string>& argv) {

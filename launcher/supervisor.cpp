@@ -660,7 +660,10 @@ GroupResult run_rank_group(const std::vector<RankLaunch>& ranks, const Superviso
 }
 
 std::string RankExit::describe(const std::string& host) const {
-  std::string who = host.empty() ? fmt::format("rank {}", rank) : fmt::format("rank {} on {}", rank, host);
+  // rank < 0: a backend (mpirun, srun) run for its ranks; `host` then names it.
+  std::string who = rank < 0       ? host
+                    : host.empty() ? fmt::format("rank {}", rank)
+                                   : fmt::format("rank {} on {}", rank, host);
   if (signal != 0) return who + " killed by signal " + signal_name(signal);
   return fmt::format("{} exited with code {}", who, exit_code);
 }

@@ -12,7 +12,7 @@
 namespace dscpp::launcher {
 
 struct RankLaunch {
-  int rank = 0;
+  int rank = 0;                   // < 0: not a rank but a backend (mpirun, srun); messages use options.host
   std::string label;              // output prefix, e.g. "[rank 3]" or "[rank 3 node2]"
   std::vector<std::string> argv;  // argv[0] is looked up in PATH if it has no '/'
   EnvList env;                    // set on top of the supervisor's own environment
