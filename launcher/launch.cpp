@@ -301,10 +301,12 @@ int run_rank_shim(const std::vector<std::string>& program, int local_rank_at) {
   if (!id) fail("rank-shim: no rank variables (OMPI_COMM_WORLD_*, SLURM_PROCID, PMI_RANK) in the environment");
   // A plan shaped like the job (uniform nodes) lets rank_env name everything as the other
   // runners do; MASTER_ADDR/PORT and the forwarded variables arrive in the environment.
+  // Blocks of local_size, the last one short when the job does not divide evenly, so that
+  // WORLD_SIZE stays the job's.
   WorldPlan plan;
-  for (int n = 0; n < id->node_count; ++n) {
+  for (int n = 0, placed = 0; n < id->node_count && placed < id->world_size; ++n) {
     HostSlots h{"node" + std::to_string(n), {}};
-    for (int s = 0; s < id->local_size; ++s) h.slots.push_back(s);
+    for (int s = 0; s < id->local_size && placed < id->world_size; ++s, ++placed) h.slots.push_back(s);
     plan.hosts.push_back(h);
   }
   const char* addr = std::getenv("MASTER_ADDR");
