@@ -376,7 +376,7 @@ struct RandomLtdSchedule {
 };
 
 struct LayerTokenLrSchedule {
-  bool enabled = false;  // not implemented by DeepSpeed
+  bool enabled = false;  // DeepSpeed refuses it when enabled
   std::optional<i64> total_layer_tokens;
 };
 

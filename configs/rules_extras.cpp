@@ -180,7 +180,8 @@ void check_data_efficiency(Checker& ck, const DataEfficiencyConfig& c) {
                                  "random_ltd_schedule.schedule_config.seq_per_step"}})
       if (!present) ck.error(join(rp, key), "required when random-LTD is enabled");
     if (r.layer_token_lr_schedule.enabled)
-      ck.error(join(rp, "layer_token_lr_schedule.enabled"), "not implemented by DeepSpeed (NotImplementedError)");
+      ck.error(join(rp, "layer_token_lr_schedule.enabled"),
+               "DeepSpeed has no layer-token LR schedule (it raises an error when enabled); set it to false");
   }
   if (r.random_ltd_layer_num && !r.random_ltd_layer_id.empty() &&
       static_cast<i64>(r.random_ltd_layer_id.size()) != *r.random_ltd_layer_num)
