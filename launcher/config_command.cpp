@@ -9,6 +9,7 @@
 #include "build_config.h"
 #include "core/dtype.h"
 #include "launcher/commands.h"
+#include "launcher/job_commands.h"
 
 namespace dscpp::launcher {
 
@@ -63,25 +64,10 @@ int run_config_keys() {
   return 0;
 }
 
-namespace {
-
-// First line a command prints, or "" when it is not installed.
-std::string first_line_of(const char* command) {
-  std::string out;
-  if (FILE* p = popen(command, "r")) {
-    char buf[512] = {};
-    if (fgets(buf, sizeof buf, p)) out = buf;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
-}  // namespace
-
 int run_report() {
   auto yes = [](bool b) { return b ? "yes" : "no (not found at build time; reconfigure after installing it)"; };
-  std::string out = fmt::format("dscpp {} (built with gcc {}, libssh2 {})\n", DSCPP_VERSION, __VERSION__, LIBSSH2_VERSION);
+  std::string out =
+      fmt::format("dscpp {} (built with gcc {}, libssh2 {})\n", DSCPP_VERSION, __VERSION__, LIBSSH2_VERSION);
   std::string mpirun = first_line_of("mpirun --version 2>/dev/null");
   std::string srun = first_line_of("srun --version 2>/dev/null");
   if (srun.empty() && !first_line_of("command -v srun").empty()) srun = "installed (no SLURM cluster configured here)";

@@ -1,5 +1,6 @@
 #include "launcher/job_commands.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -32,7 +33,8 @@ void append_shim(std::vector<std::string>& argv, const std::string& dscpp_path, 
 
 }  // namespace
 
-ProgramSpec resolve_program(const std::vector<std::string>& program, bool no_local_rank, const std::string& dscpp_path) {
+ProgramSpec resolve_program(const std::vector<std::string>& program, bool no_local_rank,
+                            const std::string& dscpp_path) {
   if (program.empty()) fail("no PROGRAM to run");
   ProgramSpec spec;
   const std::string& first = program[0];
@@ -73,9 +75,12 @@ std::vector<std::string> split_shell_words(const std::string& text) {
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (quote) {
-      if (c == quote) quote = 0;
-      else if (c == '\\' && quote == '"' && i + 1 < text.size() && (text[i + 1] == '"' || text[i + 1] == '\\')) word += text[++i];
-      else word += c;
+      if (c == quote)
+        quote = 0;
+      else if (c == '\\' && quote == '"' && i + 1 < text.size() && (text[i + 1] == '"' || text[i + 1] == '\\'))
+        word += text[++i];
+      else
+        word += c;
     } else if (c == '\'' || c == '"') {
       quote = c;
       in_word = true;
@@ -118,7 +123,8 @@ std::vector<std::string> srun_argv(const WorldPlan& plan, bool restrict_nodes, c
                                    "--ntasks=" + std::to_string(plan.world_size())};
   bool uniform = true;
   for (const auto& h : plan.hosts) uniform = uniform && h.slots.size() == plan.hosts.front().slots.size();
-  if (uniform && !plan.hosts.empty()) argv.push_back("--ntasks-per-node=" + std::to_string(plan.hosts.front().slots.size()));
+  if (uniform && !plan.hosts.empty())
+    argv.push_back("--ntasks-per-node=" + std::to_string(plan.hosts.front().slots.size()));
   if (restrict_nodes) {
     std::string nodes;
     for (const auto& h : plan.hosts) nodes += (nodes.empty() ? "" : ",") + h.host;
@@ -129,6 +135,17 @@ std::vector<std::string> srun_argv(const WorldPlan& plan, bool restrict_nodes, c
   for (auto& w : split_shell_words(launcher_args)) argv.push_back(w);
   append_shim(argv, dscpp_path, program, no_local_rank);
   return argv;
+}
+
+std::string first_line_of(const std::string& command) {
+  std::string out;
+  if (FILE* p = popen(command.c_str(), "r")) {
+    char buf[4096] = {};
+    if (fgets(buf, sizeof buf, p)) out = buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
 }
 
 std::string agent_command(const std::string& cwd, const std::string& dscpp_path,

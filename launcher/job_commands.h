@@ -39,6 +39,10 @@ std::vector<std::string> mpirun_argv(const WorldPlan& plan, const std::vector<st
 std::vector<std::string> srun_argv(const WorldPlan& plan, bool restrict_nodes, const std::string& launcher_args,
                                    const std::string& dscpp_path, const ProgramSpec& program, bool no_local_rank);
 
+// The first line a local shell command prints (without the newline), or "" when it prints
+// nothing or cannot run. For small queries: versions, sha256sum, scontrol.
+std::string first_line_of(const std::string& command);
+
 // The remote shell command that starts the per-host agent: cd to the launch directory
 // (the same on every host, as DeepSpeed requires) and exec dscpp node-agent ARGS.
 std::string agent_command(const std::string& cwd, const std::string& dscpp_path,

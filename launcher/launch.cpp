@@ -10,9 +10,9 @@
 
 extern char** environ;
 
+#include <fmt/core.h>
 #include <filesystem>
 #include <sstream>
-#include <fmt/core.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -88,7 +88,7 @@ namespace {
 
 struct Resolved {
   WorldPlan plan;
-  std::string pool_source;     // "hostfile /path", "SLURM allocation (...)", "this machine (...)"
+  std::string pool_source;  // "hostfile /path", "SLURM allocation (...)", "this machine (...)"
   bool from_slurm = false;
   bool from_hostfile = false;
 };
@@ -161,19 +161,13 @@ std::string choose_master_addr(const LaunchArgs& args, const WorldPlan& plan, co
   if (runner == "local" || all_local) return "127.0.0.1";
   if (runner == "slurm") {
     // SLURM knows the node's address even when its name does not resolve here.
-    std::string cmd = "scontrol show node " + shell_quote(first) + " -o 2>/dev/null";
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char buf[4096] = {};
-      std::string out = fgets(buf, sizeof buf, p) ? buf : "";
-      pclose(p);
-      size_t at = out.find("NodeAddr=");
-      if (at != std::string::npos) {
-        std::string addr = out.substr(at + 9, out.find_first_of(" \n", at + 9) - at - 9);
-        std::string ip = resolve_ipv4(addr);
-        if (!ip.empty()) {
-          log::info("master address {} (SLURM's NodeAddr of {})", ip, first);
-          return ip;
-        }
+    std::string out = first_line_of("scontrol show node " + shell_quote(first) + " -o 2>/dev/null");
+    size_t at = out.find("NodeAddr=");
+    if (at != std::string::npos) {
+      std::string ip = resolve_ipv4(out.substr(at + 9, out.find(' ', at + 9) - at - 9));
+      if (!ip.empty()) {
+        log::info("master address {} (SLURM's NodeAddr of {})", ip, first);
+        return ip;
       }
     }
   }
@@ -196,12 +190,7 @@ std::string choose_master_addr(const LaunchArgs& args, const WorldPlan& plan, co
 }
 
 std::string sha256_of(const std::string& path) {
-  std::string cmd = "sha256sum " + shell_quote(path) + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "";
-  char buf[256] = {};
-  std::string out = fgets(buf, sizeof buf, p) ? buf : "";
-  pclose(p);
+  std::string out = first_line_of("sha256sum " + shell_quote(path) + " 2>/dev/null");
   return out.substr(0, out.find(' '));
 }
 
@@ -239,15 +228,17 @@ void preflight_ssh(const WorldPlan& plan, const std::string& dscpp, const Progra
       std::string line;
       std::getline(lines, line);
       if (line.substr(0, 64) != hashes[f])
-        problems += fmt::format("\n  {}: {} differs from this host's copy (sha256 {}... here); the same file must be "
-                                "at the same path on every host",
-                                host, files[f], hashes[f].substr(0, 12));
+        problems += fmt::format(
+            "\n  {}: {} differs from this host's copy (sha256 {}... here); the same file must be "
+            "at the same path on every host",
+            host, files[f], hashes[f].substr(0, 12));
     }
     std::string marker, port_line;
     if (i == 0 && std::getline(lines, marker) && std::getline(lines, port_line) && !port_line.empty())
-      problems += fmt::format("\n  {}: port {} (rank 0's rendezvous) is already in use; pass --master_port with a "
-                              "free port",
-                              host, plan.master_port);
+      problems += fmt::format(
+          "\n  {}: port {} (rank 0's rendezvous) is already in use; pass --master_port with a "
+          "free port",
+          host, plan.master_port);
   }
   if (!problems.empty())
     fail("pre-flight found problems before starting any rank (--no_ssh_check skips these checks):{}", problems);
@@ -255,10 +246,10 @@ void preflight_ssh(const WorldPlan& plan, const std::string& dscpp, const Progra
 
 void print_plan(const Resolved& r, const std::string& runner, const EnvList& exported) {
   const WorldPlan& plan = r.plan;
-  std::string out = fmt::format("dscpp plan: {} rank{} on {} host{} from {}; runner {}; master {}:{}\n",
-                                plan.world_size(), plan.world_size() == 1 ? "" : "s", plan.node_count(),
-                                plan.node_count() == 1 ? "" : "s", r.pool_source, runner, plan.master_addr,
-                                plan.master_port);
+  std::string out =
+      fmt::format("dscpp plan: {} rank{} on {} host{} from {}; runner {}; master {}:{}\n", plan.world_size(),
+                  plan.world_size() == 1 ? "" : "s", plan.node_count(), plan.node_count() == 1 ? "" : "s",
+                  r.pool_source, runner, plan.master_addr, plan.master_port);
   for (int n = 0; n < plan.node_count(); ++n) {
     auto ranks = plan.ranks_on(n);
     out += fmt::format("  {:<20} slots {:<12} ranks {}-{}\n", plan.hosts[n].host, format_id_ranges(plan.hosts[n].slots),
@@ -331,9 +322,10 @@ int run_launch(const LaunchArgs& args) {
   log::init_logging(-1);
   Environment env = environment_from(::environ);
   if (auto why = launched_task_reason(env))
-    fail("refusing to start ranks from inside a launched job: {}. Starting dscpp once per task would multiply the "
-         "ranks; run dscpp once (e.g. in the sbatch script, not under srun/mpirun), or run PROGRAM directly",
-         *why);
+    fail(
+        "refusing to start ranks from inside a launched job: {}. Starting dscpp once per task would multiply the "
+        "ranks; run dscpp once (e.g. in the sbatch script, not under srun/mpirun), or run PROGRAM directly",
+        *why);
   Resolved r = resolve_resources(args, env);
   const std::string runner = choose_runner(args, r);
   const std::string dscpp = self_executable();
@@ -349,7 +341,8 @@ int run_launch(const LaunchArgs& args) {
   inputs.cwd = cwd;
   inputs.cli_env = args.env;
   // Locally every rank inherits dscpp's whole environment; other hosts get the forwarded set.
-  const EnvList exported = runner == "local" ? build_exported_env(ExportInputs{{}, cwd, args.env}) : build_exported_env(inputs);
+  const EnvList exported =
+      runner == "local" ? build_exported_env(ExportInputs{{}, cwd, args.env}) : build_exported_env(inputs);
 
   NodeAgentArgs agent;
   agent.world_info = encode_world_info(r.plan.hosts);
@@ -368,25 +361,31 @@ int run_launch(const LaunchArgs& args) {
   std::vector<std::string> backend_names;
   for (const auto& [k, v] : backend_env) backend_names.push_back(k);
 
+  // The exact commands, built once: --dry_run prints what would run.
+  std::vector<RemoteCommand> remote;  // ssh: the agent on each host
+  std::vector<std::string> backend;   // openmpi, slurm: the mpirun/srun command line
+  if (runner == "ssh") {
+    for (int n = 0; n < r.plan.node_count(); ++n) {
+      agent.node_rank = n;
+      // The agent stops its ranks when its stdin closes: that is how teardown reaches it.
+      remote.push_back({r.plan.hosts[n].host, agent_command(cwd, dscpp, node_agent_argv(agent)), {}, true});
+    }
+  } else if (runner == "openmpi") {
+    backend =
+        mpirun_argv(r.plan, backend_names, args.launcher_args, dscpp, program, args.no_local_rank, geteuid() == 0);
+  } else if (runner == "slurm") {
+    const bool filtered = r.from_hostfile || !args.include.empty() || !args.exclude.empty();
+    backend = srun_argv(r.plan, filtered, args.launcher_args, dscpp, program, args.no_local_rank);
+  }
+
   print_plan(r, runner, runner == "local" ? EnvList{} : exported);
   if (args.dry_run) {
     std::string out;
-    if (runner == "local") {
+    if (runner == "local")
       out += "command (each rank, in this process group): " + join_words(rank_argv(program, 0)) + "\n";
-    } else if (runner == "ssh") {
-      for (int n = 0; n < r.plan.node_count(); ++n) {
-        agent.node_rank = n;
-        out += fmt::format("command on {}: {}\n", r.plan.hosts[n].host,
-                           agent_command(cwd, dscpp, node_agent_argv(agent)));
-      }
-    } else {
-      auto argv = runner == "openmpi" ? mpirun_argv(r.plan, backend_names, args.launcher_args, dscpp, program,
-                                                    args.no_local_rank, geteuid() == 0)
-                                      : srun_argv(r.plan, r.from_hostfile || !args.include.empty() || !args.exclude.empty(),
-                                                  args.launcher_args, dscpp, program, args.no_local_rank);
-      out += "command: " + join_words(argv) + "\n";
-    }
-    out += fmt::format("environment of each rank (rank 0 shown; RANK/LOCAL_RANK/CROSS_RANK differ per rank):\n");
+    for (const auto& c : remote) out += fmt::format("command on {}: {}\n", c.host, c.command);
+    if (!backend.empty()) out += "command: " + join_words(backend) + "\n";
+    out += "environment of each rank (rank 0 shown; RANK/LOCAL_RANK/CROSS_RANK differ per rank):\n";
     for (const auto& [k, v] : rank_env(r.plan, r.plan.ranks().front(), EnvOptions{exported, false, 0}))
       out += "  " + k + "=" + shell_quote(v) + "\n";
     std::fputs(out.c_str(), stdout);
@@ -407,22 +406,9 @@ int run_launch(const LaunchArgs& args) {
   }
   if (runner == "ssh") {
     if (!args.no_ssh_check) preflight_ssh(r.plan, dscpp, program, ssh);
-    std::vector<RemoteCommand> commands;
-    for (int n = 0; n < r.plan.node_count(); ++n) {
-      agent.node_rank = n;
-      // The agent stops its ranks when its stdin closes: that is how teardown reaches it.
-      commands.push_back({r.plan.hosts[n].host, agent_command(cwd, dscpp, node_agent_argv(agent)), {}, true});
-    }
-    RemoteRunResult result = run_remote(commands, ssh, RemoteRunOptions{});
-    return result.exit_code;
+    return run_remote(remote, ssh, RemoteRunOptions{}).exit_code;
   }
-  if (runner == "openmpi")
-    return run_backend(mpirun_argv(r.plan, backend_names, args.launcher_args, dscpp, program, args.no_local_rank,
-                                   geteuid() == 0),
-                       backend_env);
-  return run_backend(srun_argv(r.plan, r.from_hostfile || !args.include.empty() || !args.exclude.empty(),
-                               args.launcher_args, dscpp, program, args.no_local_rank),
-                     backend_env);
+  return run_backend(backend, backend_env);
 }
 
 }  // namespace dscpp::launcher
