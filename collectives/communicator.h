@@ -1,0 +1,155 @@
+// The Communicator: every byte the runtime moves between ranks goes through one of these.
+//
+// Semantics (see OpDesc in backend.h for buffer shapes):
+//   allreduce       in place, sum | avg | max | min
+//   reduce_scatter  input of size()*count elements (callers pad), rank r receives the
+//                   reduction of slice r
+//   allgather       count elements from every rank into one flat size()*count buffer
+//   broadcast       in place from `root`
+//   all_to_all      slice j of the input goes to rank j; output slice i came from rank i
+//   barrier
+// on fp32, fp16 and bf16 (and fp64 / integer types where the engine has them). fp16/bf16
+// reductions are computed in fp32 and rounded once, whatever the engine.
+//
+// Ordering: every rank of a group must issue the same operations in the same order (as with
+// NCCL and MPI). Operations of one Communicator run one at a time in issue order on its
+// progress thread, so an async operation issued before a synchronous one has finished when
+// the synchronous one returns. Buffers of an async operation belong to the Communicator until
+// wait() returns. Different Communicators (sub-groups) progress independently.
+//
+// Failure: an operation that cannot finish within the group's timeout (a peer died, or is
+// stuck or behind) fails with dscpp::Error on every rank that waits for it; the message names
+// the ranks that are behind and the last operation they finished (hang forensics below).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/backend.h"
+
+namespace dscpp::comm {
+
+// The record kept for each of a rank's recent operations.
+struct OpRecord {
+  uint64_t seq = 0;  // 1-based, per communicator
+  OpKind kind = OpKind::barrier;
+  DType dtype = DType::f32;
+  size_t bytes = 0;  // payload bytes of this rank's buffer
+  double start_s = 0, end_s = 0;  // seconds since the communicator was created; end 0 = running
+};
+
+struct CommStats {
+  uint64_t ops = 0;
+  uint64_t payload_bytes = 0;  // bytes of the buffers handed in
+  uint64_t wire_bytes = 0;     // bytes this rank sent, by the algorithm's count (backend.h)
+  double busy_s = 0;           // time the progress thread spent inside the engine
+};
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation finished; rethrows its error. Idempotent.
+  virtual void wait() = 0;
+  virtual bool done() const = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return context_.rank; }
+  int size() const { return context_.size; }
+  const std::string& group_name() const { return context_.name; }
+  std::string_view backend_name() const { return backend_->name(); }
+
+  void allreduce(void* buffer, size_t count, DType dtype, ReduceOp op = ReduceOp::sum) {
+    allreduce_async(buffer, count, dtype, op)->wait();
+  }
+  void reduce_scatter(const void* input, void* output, size_t count, DType dtype, ReduceOp op = ReduceOp::sum) {
+    reduce_scatter_async(input, output, count, dtype, op)->wait();
+  }
+  void allgather(const void* input, void* output, size_t count, DType dtype) {
+    allgather_async(input, output, count, dtype)->wait();
+  }
+  void broadcast(void* buffer, size_t count, DType dtype, int root) { broadcast_async(buffer, count, dtype, root)->wait(); }
+  void all_to_all(const void* input, void* output, size_t count, DType dtype) {
+    all_to_all_async(input, output, count, dtype)->wait();
+  }
+  void barrier() { barrier_async()->wait(); }
+
+  WorkHandle allreduce_async(void* buffer, size_t count, DType dtype, ReduceOp op = ReduceOp::sum);
+  WorkHandle reduce_scatter_async(const void* input, void* output, size_t count, DType dtype,
+                                  ReduceOp op = ReduceOp::sum);
+  WorkHandle allgather_async(const void* input, void* output, size_t count, DType dtype);
+  WorkHandle broadcast_async(void* buffer, size_t count, DType dtype, int root);
+  WorkHandle all_to_all_async(const void* input, void* output, size_t count, DType dtype);
+  WorkHandle barrier_async();
+
+  // Collective: ranks with the same color form a group ordered by (key, rank). Returns
+  // nullptr on ranks passing a negative color.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
+
+  CommStats stats() const;
+  // The last operations (oldest first), up to the ring's capacity.
+  std::vector<OpRecord> recent_ops() const;
+
+  // Used by the factory; not for callers.
+  Communicator(GroupContext context, std::unique_ptr<Backend> backend);
+
+ private:
+  struct Queue;
+  WorkHandle submit(const OpDesc& op);
+  void run_staged(const OpDesc& op);
+  [[noreturn]] void report_hang(uint64_t seq, double waited_s);
+
+  GroupContext context_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Queue> queue_;
+  uint64_t splits_ = 0;
+};
+
+enum class BackendChoice { automatic, shm, gloo, mpi, nccl, hierarchical };
+BackendChoice parse_backend_choice(std::string_view name);  // throws Error listing the choices
+
+struct CommOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  BackendChoice backend = BackendChoice::automatic;
+  bool cuda_device = false;      // buffers live on a CUDA device (→ nccl)
+  int device = -1;
+  bool started_by_mpi = false;   // OMPI_* / PMIx variables present (→ mpi between hosts)
+  int ranks_per_node = 0;        // 0: group ranks by host name; >0 forces node = rank / n
+  Millis timeout{std::chrono::minutes(30)};
+  Millis connect_timeout{std::chrono::seconds(300)};
+};
+
+// The world of a job plus its node-local and cross-node groups, and the store that made them.
+struct World {
+  std::shared_ptr<Store> store;
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Communicator> node;   // ranks on this host
+  std::unique_ptr<Communicator> cross;  // ranks with this rank's local index on every host
+  int node_index = 0, node_count = 1, local_rank = 0, local_size = 1;
+  std::string description;  // "hierarchical(shm x2, gloo x2) over 2 hosts", for the start-up log
+};
+
+// Connects to (or, on rank 0, hosts) the store, finds which ranks share a host, picks the
+// backend (explicit choice, else: nccl for CUDA buffers; shm on one host; shm inside hosts +
+// mpi (when started by mpirun/srun) or gloo between hosts) and builds the groups.
+World create_world(const CommOptions& options);
+
+// Reads CommOptions from the environment a launcher leaves (RANK/WORLD_SIZE/MASTER_ADDR/
+// MASTER_PORT and the OMPI_/SLURM_/PMI_ equivalents via core/rank_discovery.h, plus
+// DSCPP_COMM_BACKEND, DSCPP_COMM_TIMEOUT seconds, DSCPP_RANKS_PER_NODE).
+CommOptions comm_options_from_env();
+
+}  // namespace dscpp::comm

@@ -1,0 +1,44 @@
+// The job's rendezvous store over TCP. Rank 0 hosts the server at MASTER_ADDR:MASTER_PORT;
+// every rank, the host included, is a client of it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/store.h"
+
+namespace dscpp::comm {
+
+struct TcpStoreOptions {
+  std::string addr = "127.0.0.1";
+  int port = 29500;
+  // This process listens on `port` (all interfaces) and serves until the TcpStore is destroyed.
+  // port 0 picks a free port (read it back with port()).
+  bool host_server = false;
+  // Clients retry connecting this long (the host may start after them), then throw Error naming
+  // addr:port and saying that rank 0 hosts it.
+  Millis connect_timeout{std::chrono::seconds(60)};
+};
+
+class TcpStore final : public Store {
+ public:
+  explicit TcpStore(const TcpStoreOptions& options);
+  ~TcpStore() override;
+  TcpStore(const TcpStore&) = delete;
+  TcpStore& operator=(const TcpStore&) = delete;
+
+  void set(const std::string& key, std::string_view value) override;
+  std::string get(const std::string& key, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::vector<std::string> wait(const std::vector<std::string>& keys, Millis timeout) override;
+  bool check(const std::string& key) override;
+  void erase(const std::string& key) override;
+
+  int port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dscpp::comm

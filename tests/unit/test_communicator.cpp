@@ -1,0 +1,3 @@
+#include <catch2/catch.hpp>
+
+TEST_CASE("placeholder until the communicator tests land") { SUCCEED(); }

@@ -1,0 +1,35 @@
+// Runs a function as `size` ranks, one thread each, sharing an in-process store: the fast way
+// to test a backend's algorithms (and run them under ASan) without launching processes.
+// The first exception thrown by any rank is rethrown on the caller's thread.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "collectives/store.h"
+
+namespace dscpp::test {
+
+template <typename F>
+void run_thread_ranks(int size, F&& body) {
+  auto store = std::make_shared<comm::MemoryStore>();
+  std::mutex mutex;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        body(rank, size, std::static_pointer_cast<comm::Store>(store));
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (!first) first = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace dscpp::test
