@@ -85,8 +85,19 @@ std::unique_ptr<Backend> make_gloo_backend(const GroupContext& context);
 // MPI_COMM_WORLD; MPI is initialised on first use. context.rank/size must match MPI's.
 std::unique_ptr<Backend> make_mpi_backend(const GroupContext& context);
 std::unique_ptr<Backend> make_nccl_backend(const GroupContext& context);
-// Shared memory inside each host, `cross` between hosts; see hierarchical.cpp.
-std::unique_ptr<Backend> make_hierarchical_backend(const GroupContext& context, std::unique_ptr<Backend> local,
-                                                   std::unique_ptr<Backend> cross, int node, int nodes);
+// The trivial group of one rank: reductions are copies. Lets every group size take one path.
+std::unique_ptr<Backend> make_self_backend(const GroupContext& context);
+
+// Where every rank of a world sits: node-major table of global ranks, uniform ranks per node.
+struct Hierarchy {
+  int node = 0, nodes = 1, local = 0, local_size = 1;
+  std::vector<int> global_rank;  // [n * local_size + l] = global rank of local rank l on node n
+};
+// Shared memory inside each host (`local`, ranks of this node ordered by local index), an
+// engine between hosts (`cross`, the ranks with this local index, ordered by node) and the
+// same engine over the whole world (`flat`) for what does not decompose (all_to_all, split).
+std::unique_ptr<Backend> make_hierarchical_backend(const GroupContext& context, Hierarchy layout,
+                                                   std::unique_ptr<Backend> local, std::unique_ptr<Backend> cross,
+                                                   std::unique_ptr<Backend> flat);
 
 }  // namespace dscpp::comm

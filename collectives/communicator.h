@@ -38,6 +38,7 @@ struct OpRecord {
   uint64_t seq = 0;  // 1-based, per communicator
   OpKind kind = OpKind::barrier;
   DType dtype = DType::f32;
+  ReduceOp reduce = ReduceOp::sum;
   size_t bytes = 0;  // payload bytes of this rank's buffer
   double start_s = 0, end_s = 0;  // seconds since the communicator was created; end 0 = running
 };
@@ -107,7 +108,8 @@ class Communicator {
   struct Queue;
   WorkHandle submit(const OpDesc& op);
   void run_staged(const OpDesc& op);
-  [[noreturn]] void report_hang(uint64_t seq, double waited_s);
+  [[noreturn]] void hung(uint64_t seq, double waited_s);
+  [[noreturn]] void report_hang(uint64_t seq, double waited_s, const std::string& engine_message);
 
   GroupContext context_;
   std::unique_ptr<Backend> backend_;

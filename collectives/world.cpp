@@ -1,0 +1,249 @@
+// Bringing up a job's communicators: store, placement, engine choice, groups.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+
+#include "build_config.h"
+#include "collectives/communicator.h"
+#include "collectives/tcp_store.h"
+#include "core/log.h"
+#include "core/rank_discovery.h"
+
+namespace dscpp::comm {
+namespace {
+
+// The address peers can reach this rank at: the source address the kernel picks for a route to
+// the master (a UDP connect sends nothing). Loopback masters keep everything on loopback.
+std::string reachable_address(const std::string& master) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(master.c_str(), "9", &hints, &found) != 0 || !found) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    char text[INET_ADDRSTRLEN] = "";
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)))
+      out = text;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  return out;
+}
+
+std::string host_name() {
+  char name[256] = "";
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+struct Placement {
+  std::vector<int> node_of;                // per global rank
+  std::vector<std::vector<int>> members;   // per node, global ranks in rank order
+  std::vector<std::string> hosts;          // per node
+};
+
+// Groups ranks by the host name they report (or by rank / ranks_per_node when forced), nodes
+// numbered in order of their lowest rank.
+Placement find_placement(Store& store, const CommOptions& o, Millis timeout) {
+  std::string me = o.ranks_per_node > 0 ? fmt::format("node{}", o.rank / o.ranks_per_node) : host_name();
+  store.set(fmt::format("host/{}", o.rank), me);
+  Placement p;
+  std::map<std::string, int> index;
+  for (int r = 0; r < o.world_size; ++r) {
+    std::string h = r == o.rank ? me : store.get(fmt::format("host/{}", r), timeout);
+    auto [it, fresh] = index.emplace(h, static_cast<int>(p.members.size()));
+    if (fresh) {
+      p.members.emplace_back();
+      p.hosts.push_back(h);
+    }
+    p.node_of.push_back(it->second);
+    p.members[it->second].push_back(r);
+  }
+  return p;
+}
+
+GroupContext group(const CommOptions& o, const std::shared_ptr<Store>& store, const std::string& name, int rank,
+                   int size, const std::string& address) {
+  GroupContext c;
+  c.store = std::make_shared<PrefixStore>(name, store);
+  c.rank = rank;
+  c.size = size;
+  c.name = name;
+  c.timeout = o.timeout;
+  c.address = address;
+  c.device = o.device;
+  return c;
+}
+
+std::unique_ptr<Backend> make_engine(BackendChoice engine, const GroupContext& c) {
+  if (c.size == 1 && engine != BackendChoice::mpi) return make_self_backend(c);
+  switch (engine) {
+    case BackendChoice::shm: return make_shm_backend(c);
+    case BackendChoice::gloo: return make_gloo_backend(c);
+    case BackendChoice::mpi: return make_mpi_backend(c);
+    case BackendChoice::nccl: return make_nccl_backend(c);
+    default: fail("internal: no engine for a flat group");
+  }
+}
+
+std::string_view engine_name(BackendChoice b) {
+  switch (b) {
+    case BackendChoice::shm: return "shm";
+    case BackendChoice::gloo: return "gloo";
+    case BackendChoice::mpi: return "mpi";
+    case BackendChoice::nccl: return "nccl";
+    case BackendChoice::hierarchical: return "hierarchical";
+    case BackendChoice::automatic: return "auto";
+  }
+  return "?";
+}
+
+}  // namespace
+
+World create_world(const CommOptions& o) {
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
+    fail("rank {} is not within a world of {} ranks", o.rank, o.world_size);
+  World w;
+  if (o.world_size == 1) {
+    w.store = std::make_shared<MemoryStore>();
+  } else {
+    TcpStoreOptions so;
+    so.addr = o.master_addr;
+    so.port = o.master_port;
+    so.host_server = o.rank == 0;
+    so.connect_timeout = o.connect_timeout;
+    w.store = std::make_shared<TcpStore>(so);
+  }
+  rendezvous(*w.store, "arrive", o.rank, o.world_size, o.connect_timeout);
+  Placement p = find_placement(*w.store, o, o.connect_timeout);
+  w.node_count = static_cast<int>(p.members.size());
+  w.node_index = p.node_of[o.rank];
+  const auto& mine = p.members[w.node_index];
+  w.local_size = static_cast<int>(mine.size());
+  w.local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), o.rank) - mine.begin());
+  bool uniform = std::all_of(p.members.begin(), p.members.end(),
+                             [&](const auto& m) { return static_cast<int>(m.size()) == w.local_size; });
+  std::string address = o.world_size == 1 ? "127.0.0.1" : reachable_address(o.master_addr);
+
+  BackendChoice between = o.started_by_mpi && DSCPP_HAVE_MPI ? BackendChoice::mpi : BackendChoice::gloo;
+  BackendChoice choice = o.backend;
+  if (choice == BackendChoice::automatic) {
+    if (o.cuda_device)
+      choice = BackendChoice::nccl;
+    else if (w.node_count == 1)
+      choice = BackendChoice::shm;
+    else if (uniform && w.local_size > 1)
+      choice = BackendChoice::hierarchical;
+    else
+      choice = between;
+  }
+  if (choice == BackendChoice::shm && w.node_count > 1)
+    fail("the shm backend needs every rank on one host, but ranks are on {} hosts ({}...); use gloo, mpi or "
+         "hierarchical", w.node_count, p.hosts[0]);
+  if (choice == BackendChoice::hierarchical && !uniform)
+    fail("the hierarchical backend needs the same number of ranks on every host; host {} has {} and host {} has {}",
+         p.hosts[0], p.members[0].size(), p.hosts[w.node_index], w.local_size);
+  if (o.cuda_device && choice != BackendChoice::nccl)
+    log::warn("buffers live on a CUDA device but the {} backend was chosen; it must copy through the host",
+              engine_name(choice));
+
+  GroupContext world_ctx = group(o, w.store, "world", o.rank, o.world_size, address);
+  // MPI makes sub-groups by splitting its world communicator, collectively on every rank, so
+  // each rank asks for the same sequence of groups (node, cross, ...) with its own color.
+  std::unique_ptr<Backend> mpi_world;
+  auto build = [&](BackendChoice engine, const GroupContext& c, int color, std::vector<int> members) {
+    if (engine != BackendChoice::mpi) return make_engine(engine, c);
+    if (!mpi_world) mpi_world = make_mpi_backend(world_ctx);
+    if (c.size == o.world_size) return make_mpi_backend(c);
+    SplitPlan plan{color, c.rank, std::move(members), c};
+    return mpi_world->split(plan);
+  };
+  // The node group: the ranks of this host. The cross group: the ranks with this local index
+  // on every host (only when hosts have equal rank counts; otherwise each rank alone).
+  auto node_group = [&](BackendChoice engine, const std::string& name) {
+    auto c = group(o, w.store, fmt::format("{}{}", name, w.node_index), w.local_rank, w.local_size, address);
+    return std::pair{c, build(engine, c, w.node_index, mine)};
+  };
+  auto cross_group = [&](BackendChoice engine, const std::string& name) {
+    std::vector<int> members;
+    if (uniform)
+      for (const auto& m : p.members) members.push_back(m[w.local_rank]);
+    else
+      members = {o.rank};
+    auto c = uniform ? group(o, w.store, fmt::format("{}{}", name, w.local_rank), w.node_index, w.node_count, address)
+                     : group(o, w.store, fmt::format("{}r{}", name, o.rank), 0, 1, address);
+    return std::pair{c, build(engine, c, uniform ? w.local_rank : o.rank, members)};
+  };
+  BackendChoice local_engine = o.cuda_device ? BackendChoice::nccl : BackendChoice::shm;
+  BackendChoice flat = choice == BackendChoice::hierarchical ? between : choice;
+  BackendChoice cross_engine = flat == BackendChoice::shm ? BackendChoice::gloo : flat;
+  BackendChoice node_engine = choice == BackendChoice::hierarchical ? local_engine : flat;
+
+  std::unique_ptr<Backend> world_backend;
+  if (choice == BackendChoice::hierarchical) {
+    Hierarchy h;
+    h.node = w.node_index;
+    h.nodes = w.node_count;
+    h.local = w.local_rank;
+    h.local_size = w.local_size;
+    for (const auto& m : p.members) h.global_rank.insert(h.global_rank.end(), m.begin(), m.end());
+    auto local = node_group(local_engine, "hier.node").second;
+    auto cross = cross_group(between, "hier.cross").second;
+    auto flat_backend = build(between, group(o, w.store, "hier.flat", o.rank, o.world_size, address), 0, {});
+    world_backend = make_hierarchical_backend(world_ctx, h, std::move(local), std::move(cross), std::move(flat_backend));
+  } else {
+    world_backend = build(choice, world_ctx, 0, {});
+  }
+  w.world = std::make_unique<Communicator>(world_ctx, std::move(world_backend));
+  auto [nctx, nbackend] = node_group(node_engine, "node");
+  w.node = std::make_unique<Communicator>(nctx, std::move(nbackend));
+  auto [cctx, cbackend] = cross_group(cross_engine, "cross");
+  w.cross = std::make_unique<Communicator>(cctx, std::move(cbackend));
+  w.description = fmt::format("{} over {} host{} ({} rank{} per host{})", w.world->backend_name(), w.node_count,
+                              w.node_count == 1 ? "" : "s", w.local_size, w.local_size == 1 ? "" : "s",
+                              uniform ? "" : ", uneven");
+  return w;
+}
+
+CommOptions comm_options_from_env() {
+  CommOptions o;
+  auto env = process_env();
+  if (auto id = discover_rank(env)) {
+    o.rank = id->rank;
+    o.world_size = id->world_size;
+  }
+  if (auto v = env("MASTER_ADDR")) o.master_addr = *v;
+  if (auto v = env("MASTER_PORT")) {
+    char* end = nullptr;
+    long port = std::strtol(v->c_str(), &end, 10);
+    if (v->empty() || *end || port <= 0 || port > 65535) fail("MASTER_PORT='{}': expected a TCP port 1-65535", *v);
+    o.master_port = static_cast<int>(port);
+  }
+  if (auto v = env("DSCPP_COMM_BACKEND")) o.backend = parse_backend_choice(*v);
+  if (auto v = env("DSCPP_COMM_TIMEOUT")) {
+    char* end = nullptr;
+    double s = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end || s <= 0) fail("DSCPP_COMM_TIMEOUT='{}': expected seconds > 0", *v);
+    o.timeout = Millis(static_cast<int64_t>(s * 1000));
+  }
+  if (auto v = env("DSCPP_RANKS_PER_NODE")) {
+    int n = std::atoi(v->c_str());
+    if (n <= 0) fail("DSCPP_RANKS_PER_NODE='{}': expected a positive number of ranks", *v);
+    o.ranks_per_node = n;
+  }
+  o.started_by_mpi = env("OMPI_COMM_WORLD_SIZE").has_value() || env("PMIX_RANK").has_value();
+  return o;
+}
+
+}  // namespace dscpp::comm

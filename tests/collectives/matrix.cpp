@@ -1,0 +1,175 @@
+#include "tests/collectives/matrix.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+namespace dscpp::test {
+namespace {
+
+using comm::ReduceOp;
+
+// Small integers: sums over up to 8 ranks stay below 2^8, exact in bf16, fp16, fp32 and in
+// any summation order, so sum/max/min must match the reference bit for bit on every engine.
+double value(int seed, int rank, size_t i) {
+  return static_cast<double>(static_cast<int64_t>((rank * 7 + i * 3 + static_cast<size_t>(seed)) % 11) - 5);
+}
+
+std::vector<char> encode(const std::vector<double>& v, DType t) {
+  std::vector<char> out(v.size() * dtype_size(t) + 1);  // +1: a valid pointer for 0 elements
+  if (t == DType::i32) {
+    for (size_t i = 0; i < v.size(); ++i) reinterpret_cast<int32_t*>(out.data())[i] = static_cast<int32_t>(v[i]);
+  } else {
+    convert(v.data(), DType::f64, out.data(), t, v.size());
+  }
+  return out;
+}
+
+double decode(const std::vector<char>& b, DType t, size_t i) {
+  if (t == DType::i32) return reinterpret_cast<const int32_t*>(b.data())[i];
+  double d = 0;
+  convert(b.data() + i * dtype_size(t), t, &d, DType::f64, 1);
+  return d;
+}
+
+// Relative tolerance for averages, which are inexact: a couple of units in the last place
+// of the result type (fp16/bf16 averages may be rounded twice when an engine stages via fp32).
+double avg_tolerance(DType t) {
+  switch (t) {
+    case DType::f16: return 2.0 / 1024;
+    case DType::bf16: return 2.0 / 128;
+    case DType::f32: return 2.0 / (1 << 23);
+    default: return 1e-14;
+  }
+}
+
+double reduce(ReduceOp op, const std::function<double(int)>& of_rank, int size) {
+  double acc = of_rank(0);
+  for (int r = 1; r < size; ++r) {
+    double x = of_rank(r);
+    acc = op == ReduceOp::max ? std::max(acc, x) : op == ReduceOp::min ? std::min(acc, x) : acc + x;
+  }
+  return op == ReduceOp::avg ? acc / size : acc;
+}
+
+struct Checker {
+  comm::Communicator& comm;
+  size_t checks = 0;
+
+  void expect(const std::vector<char>& got, DType t, size_t n, const std::function<double(size_t)>& want,
+              const std::string& what, double rel_tol = 0) {
+    for (size_t i = 0; i < n; ++i) {
+      double g = decode(got, t, i), w = want(i);
+      // The reference is rounded to the result type the same way the engine must round.
+      double wr = decode(encode({w}, t), t, 0);
+      if (std::fabs(g - wr) > rel_tol * std::max(1.0, std::fabs(wr)))
+        fail("{} ({} x {}, group '{}' of {} on {}): element {} is {} on rank {}, expected {}", what, n,
+             dtype_name(t), comm.group_name(), comm.size(), comm.backend_name(), i, g, comm.rank(), wr);
+    }
+    ++checks;
+  }
+
+  std::vector<double> input(int seed, int rank, size_t n) {
+    std::vector<double> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = value(seed, rank, i);
+    return v;
+  }
+
+  void run(DType t, size_t count, int seed) {
+    const int n = comm.size(), me = comm.rank();
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+      auto buf = encode(input(seed, me, count), t);
+      comm.allreduce(buf.data(), count, t, op);
+      expect(buf, t, count, [&](size_t i) { return reduce(op, [&](int r) { return value(seed, r, i); }, n); },
+             fmt::format("allreduce {}", comm::reduce_op_name(op)), op == ReduceOp::avg ? avg_tolerance(t) : 0);
+    }
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+      auto in = encode(input(seed + 1, me, count * n), t);
+      auto out = encode(std::vector<double>(count, -99), t);
+      comm.reduce_scatter(in.data(), out.data(), count, t, op);
+      expect(out, t, count,
+             [&](size_t i) { return reduce(op, [&](int r) { return value(seed + 1, r, me * count + i); }, n); },
+             fmt::format("reduce_scatter {}", comm::reduce_op_name(op)), op == ReduceOp::avg ? avg_tolerance(t) : 0);
+    }
+    auto gather_want = [&](size_t i) { return value(seed + 2, static_cast<int>(i / std::max<size_t>(count, 1)), i % std::max<size_t>(count, 1)); };
+    {
+      auto in = encode(input(seed + 2, me, count), t);
+      auto out = encode(std::vector<double>(count * n, -99), t);
+      comm.allgather(in.data(), out.data(), count, t);
+      expect(out, t, count * n, gather_want, "allgather");
+      // In place: this rank's input already sits at its slice of the output.
+      auto both = encode(std::vector<double>(count * n, -99), t);
+      std::memcpy(both.data() + me * count * dtype_size(t), in.data(), count * dtype_size(t));
+      comm.allgather(both.data() + me * count * dtype_size(t), both.data(), count, t);
+      expect(both, t, count * n, gather_want, "allgather in place");
+    }
+    for (int root : {n - 1, 0}) {
+      auto buf = encode(input(seed + 3 + root, me, count), t);
+      comm.broadcast(buf.data(), count, t, root);
+      expect(buf, t, count, [&](size_t i) { return value(seed + 3 + root, root, i); }, fmt::format("broadcast from {}", root));
+    }
+    {
+      // Rank r's slice j is value(seed+9, r, j*count+i): rank me receives slice me from each r.
+      auto in = encode(input(seed + 9, me, count * n), t);
+      auto out = encode(std::vector<double>(count * n, -99), t);
+      comm.all_to_all(in.data(), out.data(), count, t);
+      expect(out, t, count * n,
+             [&](size_t i) {
+               size_t c = std::max<size_t>(count, 1);
+               return value(seed + 9, static_cast<int>(i / c), me * count + i % c);
+             },
+             "all_to_all");
+    }
+  }
+
+  // Several operations in flight while this thread computes: results must be the same as
+  // when issued one by one, and complete in issue order.
+  void run_async(size_t count) {
+    const int n = comm.size(), me = comm.rank();
+    std::vector<std::vector<char>> bufs;
+    std::vector<comm::WorkHandle> work;
+    for (int k = 0; k < 4; ++k) {
+      bufs.push_back(encode(input(40 + k, me, count), DType::f32));
+      work.push_back(comm.allreduce_async(bufs.back().data(), count, DType::f32));
+    }
+    auto gin = encode(input(50, me, count), DType::f32);
+    auto gout = encode(std::vector<double>(count * n, -99), DType::f32);
+    work.push_back(comm.allgather_async(gin.data(), gout.data(), count, DType::f32));
+    volatile double sink = 0;
+    for (int i = 0; i < 2000000; ++i) sink = sink + std::sin(i * 1e-6);
+    work.back()->wait();
+    for (auto& w : work) {
+      if (!w->done()) fail("async: an operation issued earlier was not done when a later one finished");
+      w->wait();
+    }
+    for (int k = 0; k < 4; ++k)
+      expect(bufs[k], DType::f32, count, [&](size_t i) { return reduce(ReduceOp::sum, [&](int r) { return value(40 + k, r, i); }, n); },
+             "async allreduce");
+    expect(gout, DType::f32, count * n, [&](size_t i) { return value(50, static_cast<int>(i / count), i % count); },
+           "async allgather");
+  }
+};
+
+}  // namespace
+
+size_t check_collectives(comm::Communicator& comm, const MatrixOptions& options) {
+  Checker c{comm};
+  int seed = 0;
+  for (DType t : options.dtypes)
+    for (size_t count : options.counts) c.run(t, count, seed++);
+  for (size_t count : {size_t{1}, size_t{1000}}) {
+    auto buf = encode(c.input(70, comm.rank(), count), DType::i32);
+    comm.allreduce(buf.data(), count, DType::i32, ReduceOp::max);
+    c.expect(buf, DType::i32, count,
+             [&](size_t i) { return reduce(ReduceOp::max, [&](int r) { return value(70, r, i); }, comm.size()); },
+             "allreduce max int32");
+  }
+  comm.barrier();
+  if (options.async_overlap) c.run_async(100003);
+  return c.checks;
+}
+
+}  // namespace dscpp::test
