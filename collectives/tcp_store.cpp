@@ -1,2 +1,785 @@
-// Placeholder until the TCP store lands (helper in progress).
+// TcpStore: a poll()-driven server thread on rank 0 and a pooled, thread-safe client.
+//
+// Wire format: every message is a frame, a little-endian u32 body length followed by the body.
+// Requests start with an op byte, replies with a status byte; strings are u32 length + bytes,
+// integers are little-endian i64. A connection carries one request at a time, except that a
+// client whose get/wait deadline passed sends CANCEL; the server then answers the parked
+// request with the keys still missing, or ignores the cancel if the answer already left, so
+// either way exactly one reply follows.
 #include "collectives/tcp_store.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/log.h"
+
+namespace dscpp::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kMaxKey = 4096;
+constexpr size_t kMaxValue = size_t{64} << 20;
+// A wait() for a few thousand ranks fits easily; anything larger is not a dscpp client.
+constexpr size_t kMaxFrame = kMaxValue + 2 * kMaxKey + 64;
+// Bounds every exchange except the caller-chosen get/wait timeouts, so a stalled host (alive
+// but not answering) still turns into an error. Vanished hosts are caught sooner by keepalive.
+constexpr auto kReplyTimeout = std::chrono::seconds(300);
+constexpr size_t kIdleConnections = 8;
+
+enum Op : uint8_t { kSet = 1, kGet, kAdd, kWait, kCheck, kErase, kCancel };
+// kFailed: the request was wrong (bad counter); kBroken: the stream was, and the server hangs up.
+enum Status : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2, kBroken = 3 };
+
+std::string begin_frame(uint8_t code) {
+  return std::string(4, '\0') + static_cast<char>(code);
+}
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+void put_i64(std::string& out, int64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(static_cast<uint64_t>(v) >> (8 * i)));
+}
+void put_str(std::string& out, std::string_view s) {
+  put_u32(out, static_cast<uint32_t>(s.size()));
+  out.append(s);
+}
+std::string& end_frame(std::string& frame) {
+  uint32_t n = static_cast<uint32_t>(frame.size() - 4);
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>(n >> (8 * i));
+  return frame;
+}
+uint32_t get_u32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+
+// Keys can be 4 KiB; messages show enough to recognise one.
+std::string show(std::string_view s) {
+  return s.size() <= 120 ? fmt::format("'{}'", s) : fmt::format("'{}...' ({} bytes)", s.substr(0, 100), s.size());
+}
+
+class Reader {
+ public:
+  Reader(std::string_view data, std::string what) : data_(data), what_(std::move(what)) {}
+  uint8_t u8(const char* field) {
+    need(1, field);
+    return static_cast<uint8_t>(data_[pos_++]);
+  }
+  uint32_t u32(const char* field) {
+    need(4, field);
+    pos_ += 4;
+    return get_u32(data_.data() + pos_ - 4);
+  }
+  int64_t i64(const char* field) {
+    need(8, field);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(data_[pos_ + i])} << (8 * i);
+    pos_ += 8;
+    return static_cast<int64_t>(v);
+  }
+  std::string str(const char* field, size_t limit) {
+    uint32_t n = u32(field);
+    if (n > limit) fail("{}: {} of {} bytes exceeds the {}-byte limit", what_, field, n, limit);
+    need(n, field);
+    pos_ += n;
+    return std::string(data_.substr(pos_ - n, n));
+  }
+  void done() {
+    if (pos_ != data_.size())
+      fail("{}: expected the message to end after {} bytes, found {} more", what_, pos_, data_.size() - pos_);
+  }
+
+ private:
+  void need(size_t n, const char* field) {
+    if (data_.size() - pos_ < n)
+      fail("{}: expected {} bytes for the {}, found {}", what_, n, field, data_.size() - pos_);
+  }
+  std::string_view data_;
+  std::string what_;
+  size_t pos_ = 0;
+};
+
+void set_socket_options(int fd) {
+  // A host that vanishes without a FIN/RST (power loss, network partition) is noticed in
+  // ~25 s through keepalive when idle, and TCP_USER_TIMEOUT when data is unacknowledged.
+  int one = 1, idle = 10, interval = 5, count = 3;
+  unsigned user_timeout_ms = 30000;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+}
+
+// Returns the revents, or 0 when the deadline passed first.
+short poll_until(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::ceil<Millis>(deadline - Clock::now()).count();
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30)));
+    if (n > 0) return p.revents;
+    if (n < 0 && errno != EINTR) fail("poll on a store connection failed: {}", std::strerror(errno));
+    if (n == 0 && Clock::now() >= deadline) return 0;
+  }
+}
+
+Clock::time_point deadline_after(Millis timeout) {
+  // Callers pass Millis::max() for "effectively forever"; keep the arithmetic from overflowing.
+  return Clock::now() + std::clamp(timeout, Millis(0), Millis(std::chrono::hours(24 * 365)));
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server: owns the data; touched only by its own thread, so it needs no locks.
+
+class StoreServer {
+ public:
+  explicit StoreServer(int port) {
+    listen_fd_ = open_listener(port);
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) fail("rendezvous store: eventfd failed: {}", std::strerror(errno));
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~StoreServer() {
+    uint64_t one = 1;
+    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+    thread_.join();
+    for (auto& [fd, c] : conns_) ::close(fd);
+    ::close(listen_fd_);
+    ::close(wake_fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  struct Conn {
+    std::string in, out;
+    size_t out_pos = 0;
+    bool closing = false;  // flush the error reply, then close
+    bool dead = false;
+    // The parked get/wait: answered once every key exists. It is registered under one missing
+    // key at a time (keys[cursor]), so a wait on n keys costs O(n) overall, not O(n^2).
+    bool pending = false;
+    uint8_t op = 0;
+    std::vector<std::string> keys;
+    size_t cursor = 0;
+  };
+
+  static int open_listener(int port) {
+    // Dual-stack IPv6 reaches clients on either family; fall back to IPv4 where v6 is off.
+    for (int family : {AF_INET6, AF_INET}) {
+      int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      int one = 1, zero = 0;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      int rc;
+      if (family == AF_INET6) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        sockaddr_in6 a{};
+        a.sin6_family = AF_INET6;
+        a.sin6_addr = in6addr_any;
+        a.sin6_port = htons(static_cast<uint16_t>(port));
+        rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      } else {
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      }
+      if (rc == 0 && ::listen(fd, SOMAXCONN) == 0) return fd;
+      int err = errno;
+      ::close(fd);
+      if (err == EADDRINUSE || err == EACCES || family == AF_INET)
+        fail("cannot host the rendezvous store on port {}: {} (is another job using MASTER_PORT={}?)", port,
+             std::strerror(err), port);
+    }
+    fail("cannot host the rendezvous store on port {}: no IPv4 or IPv6 socket could be created", port);
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    auto accept_paused_until = Clock::time_point{};
+    for (;;) {
+      bool accepting = Clock::now() >= accept_paused_until;
+      fds.clear();
+      fds.push_back({wake_fd_, POLLIN, 0});
+      fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
+      for (auto& [fd, c] : conns_)
+        fds.push_back({fd, static_cast<short>(POLLIN | (c.out.size() > c.out_pos ? POLLOUT : 0)), 0});
+      if (::poll(fds.data(), fds.size(), accepting ? -1 : 100) < 0) {
+        if (errno != EINTR) log::error("rendezvous store server: poll failed: {}", std::strerror(errno));
+        continue;
+      }
+      if (fds[0].revents) return;
+      if (fds[1].revents && !accept_all()) accept_paused_until = Clock::now() + Millis(100);
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (!fds[i].revents) continue;
+        auto it = conns_.find(fds[i].fd);
+        if (it == conns_.end()) continue;
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) on_readable(it->first, it->second);
+        if (fds[i].revents & POLLOUT) flush(it->first, it->second);
+      }
+      // Closed only now, so no fd number is reused while this round's poll results are read.
+      for (auto it = conns_.begin(); it != conns_.end();) {
+        Conn& c = it->second;
+        if (c.dead || (c.closing && c.out_pos == c.out.size())) {
+          if (c.pending) unpark(it->first, c);
+          ::close(it->first);
+          it = conns_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+
+  // False when out of descriptors: the caller pauses accepting instead of spinning on it.
+  bool accept_all() {
+    for (;;) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        set_socket_options(fd);
+        conns_.emplace(fd, Conn{});
+        continue;
+      }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      log::warn("rendezvous store server: accept failed with {} clients connected: {}{}", conns_.size(),
+                std::strerror(errno), errno == EMFILE ? " (raise `ulimit -n`)" : "");
+      return errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM;
+    }
+  }
+
+  void on_readable(int fd, Conn& c) {
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        if (!c.closing) c.in.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      c.dead = true;  // EOF or reset: the client went away
+      return;
+    }
+    size_t pos = 0;
+    while (!c.closing && c.in.size() - pos >= 4) {
+      uint32_t len = get_u32(c.in.data() + pos);
+      if (len > kMaxFrame) {
+        refuse(fd, c, fmt::format("request frame of {} bytes exceeds the {}-byte limit", len, kMaxFrame));
+        break;
+      }
+      if (c.in.size() - pos - 4 < len) break;
+      try {
+        handle(fd, c, std::string_view(c.in).substr(pos + 4, len));
+      } catch (const Error& e) {
+        refuse(fd, c, e.what());
+      }
+      pos += 4 + len;
+    }
+    c.in.erase(0, pos);
+  }
+
+  void refuse(int fd, Conn& c, const std::string& why) {
+    log::warn("rendezvous store server: dropping a client: {}", why);
+    std::string f = begin_frame(kBroken);
+    put_str(f, why);
+    send_reply(fd, c, end_frame(f));
+    c.closing = true;
+    c.in.clear();
+  }
+
+  // The caller's mistake, not a protocol error: the connection stays usable.
+  void reject(int fd, Conn& c, const std::string& why) {
+    std::string f = begin_frame(kFailed);
+    put_str(f, why);
+    send_reply(fd, c, end_frame(f));
+  }
+
+  void handle(int fd, Conn& c, std::string_view body) {
+    Reader r(body, "request");
+    uint8_t op = r.u8("operation");
+    if (op == kCancel) {
+      r.done();
+      if (c.pending) answer_timed_out(fd, c);  // no pending request: its answer already left
+      return;
+    }
+    if (c.pending) fail("request (op {}) arrived while a get/wait was still pending on the connection", op);
+    std::string key = r.str("key", kMaxKey);
+    std::string f = begin_frame(kOk);
+    switch (op) {
+      case kSet: {
+        std::string value = r.str("value", kMaxValue);
+        r.done();
+        data_[key] = std::move(value);
+        send_reply(fd, c, end_frame(f));
+        key_appeared(key);
+        return;
+      }
+      case kAdd: {
+        int64_t delta = r.i64("delta");
+        r.done();
+        int64_t sum = 0;
+        auto it = data_.find(key);
+        if (it != data_.end()) {
+          const std::string& v = it->second;
+          auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), sum);
+          if (ec != std::errc() || end != v.data() + v.size())
+            return reject(fd, c, fmt::format("the key holds {}, not a decimal integer counter", show(v)));
+        }
+        if (__builtin_add_overflow(sum, delta, &sum))
+          return reject(fd, c, fmt::format("the counter at {} would overflow int64", show(key)));
+        data_[key] = std::to_string(sum);
+        put_i64(f, sum);
+        send_reply(fd, c, end_frame(f));
+        key_appeared(key);
+        return;
+      }
+      case kCheck:
+        r.done();
+        f.push_back(data_.count(key) ? 1 : 0);
+        send_reply(fd, c, end_frame(f));
+        return;
+      case kErase:
+        r.done();
+        data_.erase(key);
+        send_reply(fd, c, end_frame(f));
+        return;
+      case kGet:
+      case kWait: {
+        c.keys.assign(1, std::move(key));
+        if (op == kWait) {
+          uint32_t n = r.u32("key count");
+          for (uint32_t i = 1; i < n; ++i) c.keys.push_back(r.str("key", kMaxKey));
+        }
+        r.done();
+        c.pending = true;
+        c.op = op;
+        c.cursor = 0;
+        advance(fd, c);
+        return;
+      }
+      default:
+        fail("unknown operation {} (expected 1-{}): is the client a dscpp TcpStore of the same version?", op,
+             static_cast<int>(kCancel));
+    }
+  }
+
+  // Answers the parked get/wait if every key exists now; otherwise parks it on the next missing key.
+  void advance(int fd, Conn& c) {
+    while (c.cursor < c.keys.size() && data_.count(c.keys[c.cursor])) ++c.cursor;
+    if (c.cursor == c.keys.size()) {
+      // Keys passed earlier may have been erased since; look once more before answering.
+      while (c.cursor > 0 && data_.count(c.keys[c.cursor - 1])) --c.cursor;
+      if (c.cursor == 0) {
+        std::string f = begin_frame(kOk);
+        if (c.op == kGet) put_str(f, data_[c.keys[0]]);
+        if (c.op == kWait) put_u32(f, 0);
+        c.pending = false;
+        c.keys.clear();
+        send_reply(fd, c, end_frame(f));
+        return;
+      }
+      --c.cursor;
+    }
+    waiters_[c.keys[c.cursor]].insert(fd);
+  }
+
+  void unpark(int fd, Conn& c) {
+    auto it = waiters_.find(c.keys[c.cursor]);
+    if (it != waiters_.end() && it->second.erase(fd) && it->second.empty()) waiters_.erase(it);
+    c.pending = false;
+  }
+
+  void answer_timed_out(int fd, Conn& c) {
+    unpark(fd, c);
+    std::vector<const std::string*> missing;
+    for (const auto& k : c.keys)
+      if (!data_.count(k)) missing.push_back(&k);
+    std::string f = begin_frame(kTimedOut);
+    put_u32(f, static_cast<uint32_t>(missing.size()));
+    for (const auto* k : missing) put_str(f, *k);
+    c.keys.clear();
+    send_reply(fd, c, end_frame(f));
+  }
+
+  void key_appeared(const std::string& key) {
+    auto it = waiters_.find(key);
+    if (it == waiters_.end()) return;
+    auto fds = std::move(it->second);
+    waiters_.erase(it);
+    for (int fd : fds) {
+      auto c = conns_.find(fd);
+      if (c != conns_.end() && c->second.pending) advance(fd, c->second);
+    }
+  }
+
+  void send_reply(int fd, Conn& c, const std::string& frame) {
+    c.out.append(frame);
+    flush(fd, c);
+  }
+
+  void flush(int fd, Conn& c) {
+    while (c.out_pos < c.out.size() && !c.dead) {
+      ssize_t n = ::send(fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out_pos += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return;
+      } else {
+        c.dead = true;
+      }
+    }
+    if (c.out_pos == c.out.size()) {
+      c.out.clear();
+      c.out_pos = 0;
+    }
+  }
+
+  int listen_fd_ = -1, wake_fd_ = -1, port_ = 0;
+  std::unordered_map<std::string, std::string> data_;
+  std::unordered_map<int, Conn> conns_;
+  std::unordered_map<std::string, std::unordered_set<int>> waiters_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Client: a pool of connections, so a get() blocking on one thread never delays another thread's
+// set/add/check, which simply takes (or opens) a different connection.
+
+struct TcpStore::Impl {
+  TcpStoreOptions options;
+  std::unique_ptr<StoreServer> server;
+  int port = 0;
+  std::string where;  // "host:port" for messages
+  std::mutex mutex;
+  std::vector<int> idle;
+  std::string gone;  // set once the host is known to have closed on us; later calls fail fast
+  std::atomic<bool> connected_once{false};
+
+  explicit Impl(const TcpStoreOptions& o) : options(o) {
+    if (o.host_server) server = std::make_unique<StoreServer>(o.port);
+    port = server ? server->port() : o.port;
+    where = o.addr.find(':') == std::string::npos ? fmt::format("{}:{}", o.addr, port)
+                                                  : fmt::format("[{}]:{}", o.addr, port);
+    // Connect now: a missing host is reported at construction, where the job expects to wait.
+    idle.push_back(open_connection());
+  }
+  ~Impl() {
+    for (int fd : idle) ::close(fd);
+    server.reset();
+  }
+
+  int open_connection() {
+    auto start = Clock::now();
+    auto deadline = start + options.connect_timeout;
+    thread_local std::minstd_rand jitter(std::random_device{}());
+    std::string last_error = "no attempt made";
+    for (;;) {
+      {
+        std::lock_guard lock(mutex);
+        if (!gone.empty()) throw Error(gone);
+      }
+      int fd = try_connect(deadline, last_error);
+      if (fd >= 0) {
+        connected_once = true;
+        return fd;
+      }
+      if (connected_once && last_error == std::strerror(ECONNREFUSED))
+        throw declare_gone(fmt::format("it served this process earlier, now connecting says: {}", last_error));
+      if (Clock::now() >= deadline)
+        fail("rendezvous store at {} (hosted by rank 0) not reachable after {:.1f} s: {}", where, seconds_since(start),
+             last_error);
+      // Jittered so thousands of ranks waiting for a late host do not retry in lockstep.
+      auto pause = Millis(50 + jitter() % 50);
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+    }
+  }
+
+  int try_connect(Clock::time_point deadline, std::string& error) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* list = nullptr;
+    // Resolved on every attempt: the host's name may only become resolvable once it is up.
+    if (int rc = ::getaddrinfo(options.addr.c_str(), std::to_string(port).c_str(), &hints, &list); rc != 0) {
+      error = fmt::format("cannot resolve '{}': {}", options.addr, gai_strerror(rc));
+      return -1;
+    }
+    int result = -1;
+    for (addrinfo* ai = list; ai && result < 0; ai = ai->ai_next) {
+      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) {
+        error = std::strerror(errno);
+        continue;
+      }
+      int err = ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+      if (err == EINPROGRESS || err == EINTR) {
+        socklen_t len = sizeof err;
+        if (poll_until(fd, POLLOUT, std::max(deadline, Clock::now() + Millis(10))) == 0)
+          err = ETIMEDOUT;
+        else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+          err = errno;
+      }
+      if (err == 0) {
+        set_socket_options(fd);
+        result = fd;
+      } else {
+        error = std::strerror(err);
+        ::close(fd);
+      }
+    }
+    ::freeaddrinfo(list);
+    return result;
+  }
+
+  Error declare_gone(const std::string& detail) {
+    std::lock_guard lock(mutex);
+    if (gone.empty())
+      gone = fmt::format(
+          "rendezvous store at {}: the store's host (rank 0) closed the connection ({}); rank 0 exited or "
+          "crashed, see its log",
+          where, detail);
+    return Error(gone);
+  }
+
+  [[noreturn]] void io_failed(int err, const std::string& what) {
+    if (err == 0 || err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == EHOSTUNREACH ||
+        err == ENETUNREACH || err == ECONNABORTED)
+      throw declare_gone(fmt::format("{} during {}", err == 0 ? "end of stream" : std::strerror(err), what));
+    fail("rendezvous store at {}: {} failed: {}", where, what, std::strerror(err));
+  }
+
+  void send_all(int fd, std::string_view data, const std::string& what) {
+    auto deadline = Clock::now() + kReplyTimeout;
+    while (!data.empty()) {
+      ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        data.remove_prefix(static_cast<size_t>(n));
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (poll_until(fd, POLLOUT, deadline) == 0)
+          fail("rendezvous store at {}: {} could not be sent within {} s (the host is not reading)", where, what,
+               kReplyTimeout.count());
+      } else if (n < 0 && errno != EINTR) {
+        io_failed(errno, what);
+      }
+    }
+  }
+
+  // False if `first_byte_deadline` passes before any of the reply arrives; once it starts, the
+  // rest must follow within kReplyTimeout.
+  bool read_frame(int fd, std::string& out, Clock::time_point first_byte_deadline, const std::string& what) {
+    char header[4];
+    size_t have = 0;
+    auto deadline = first_byte_deadline;
+    auto read_into = [&](char* buf, size_t n) {
+      for (size_t got = 0; got < n;) {
+        if (poll_until(fd, POLLIN, deadline) == 0) {
+          if (have == 0) return false;
+          fail("rendezvous store at {}: the reply to {} stalled for {} s part-way", where, what, kReplyTimeout.count());
+        }
+        ssize_t r = ::recv(fd, buf + got, n - got, 0);
+        if (r == 0) io_failed(0, what);
+        if (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) io_failed(errno, what);
+        if (r > 0 && have++ == 0) deadline = Clock::now() + kReplyTimeout;
+        if (r > 0) got += static_cast<size_t>(r);
+      }
+      return true;
+    };
+    if (!read_into(header, 4)) return false;
+    uint32_t len = get_u32(header);
+    if (len == 0 || len > kMaxFrame)
+      fail(
+          "rendezvous store at {}: malformed reply to {}: expected a frame of 1-{} bytes, found a length of {} "
+          "(is something other than a dscpp store listening there?)",
+          where, what, kMaxFrame, len);
+    out.resize(len);
+    read_into(out.data(), len);
+    return true;
+  }
+
+  // One request/reply exchange on a pooled connection. `cancel_at` (get/wait) is when to give up
+  // waiting; `parse` reads the reply past its status byte. A connection goes back to the pool
+  // only after a complete, well-formed exchange.
+  template <typename Parse>
+  auto call(const std::string& request, const std::string& what, const Clock::time_point* cancel_at, Parse parse) {
+    int fd = -1;
+    {
+      std::lock_guard lock(mutex);
+      if (!gone.empty()) throw Error(fmt::format("cannot {}: {}", what, gone));
+      if (!idle.empty()) {
+        fd = idle.back();
+        idle.pop_back();
+      }
+    }
+    if (fd < 0) fd = open_connection();
+    bool reusable = false;
+    struct Release {
+      Impl& self;
+      int fd;
+      bool& reusable;
+      ~Release() {
+        std::lock_guard lock(self.mutex);
+        if (reusable && self.idle.size() < kIdleConnections)
+          self.idle.push_back(fd);
+        else
+          ::close(fd);
+      }
+    } release{*this, fd, reusable};
+
+    send_all(fd, request, what);
+    std::string reply;
+    if (!read_frame(fd, reply, cancel_at ? *cancel_at : Clock::now() + kReplyTimeout, what)) {
+      if (!cancel_at)
+        fail("rendezvous store at {}: no reply to {} within {} s (the host is alive but stalled?)", where, what,
+             kReplyTimeout.count());
+      std::string cancel = begin_frame(kCancel);
+      send_all(fd, end_frame(cancel), what);
+      if (!read_frame(fd, reply, Clock::now() + kReplyTimeout, what))
+        fail("rendezvous store at {}: no answer to cancelling {} within {} s", where, what, kReplyTimeout.count());
+    }
+    Reader r(reply, fmt::format("rendezvous store at {}: malformed reply to {}", where, what));
+    uint8_t status = r.u8("status");
+    if (status == kFailed || status == kBroken) {
+      std::string why = r.str("message", kMaxFrame);
+      r.done();
+      reusable = status == kFailed;
+      fail("rendezvous store at {} refused {}: {}", where, what, why);
+    }
+    if (status != kOk && !(status == kTimedOut && cancel_at))
+      fail("rendezvous store at {}: malformed reply to {}: expected status {}, found {}", where, what,
+           cancel_at ? "0 or 1" : "0", status);
+    auto result = parse(status, r);
+    r.done();
+    reusable = true;
+    return result;
+  }
+
+  static void check_key(const std::string& key, const char* op) {
+    if (key.size() > kMaxKey)
+      fail("store {}: key {} is {} bytes, above the {}-byte limit", op, show(key), key.size(), kMaxKey);
+  }
+
+  std::vector<std::string> read_keys(Reader& r, size_t at_most) {
+    uint32_t n = r.u32("missing-key count");
+    if (n > at_most)
+      fail("rendezvous store at {}: reply names {} missing keys, but only {} were asked", where, n, at_most);
+    std::vector<std::string> keys;
+    for (uint32_t i = 0; i < n; ++i) keys.push_back(r.str("missing key", kMaxKey));
+    return keys;
+  }
+};
+
+TcpStore::TcpStore(const TcpStoreOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+TcpStore::~TcpStore() = default;
+
+int TcpStore::port() const {
+  return impl_->port;
+}
+
+void TcpStore::set(const std::string& key, std::string_view value) {
+  Impl::check_key(key, "set");
+  if (value.size() > kMaxValue)
+    fail("store set({}): value of {} bytes exceeds the {}-byte limit", show(key), value.size(), kMaxValue);
+  std::string f = begin_frame(kSet);
+  put_str(f, key);
+  put_str(f, value);
+  impl_->call(end_frame(f), fmt::format("set({})", show(key)), nullptr, [](uint8_t, Reader&) { return 0; });
+}
+
+std::string TcpStore::get(const std::string& key, Millis timeout) {
+  Impl::check_key(key, "get");
+  auto start = Clock::now();
+  auto deadline = deadline_after(timeout);
+  std::string f = begin_frame(kGet);
+  put_str(f, key);
+  bool timed_out = false;
+  std::string value = impl_->call(end_frame(f), fmt::format("get({})", show(key)), &deadline,
+                                  [&](uint8_t status, Reader& r) -> std::string {
+                                    if (status == kOk) return r.str("value", kMaxValue);
+                                    timed_out = true;
+                                    impl_->read_keys(r, 1);
+                                    return {};
+                                  });
+  if (timed_out)
+    throw StoreTimeout(fmt::format("store: key {} did not appear within {:.1f} s (rendezvous store at {}, hosted "
+                                   "by rank 0)",
+                                   show(key), seconds_since(start), impl_->where),
+                       {key});
+  return value;
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t delta) {
+  Impl::check_key(key, "add");
+  std::string f = begin_frame(kAdd);
+  put_str(f, key);
+  put_i64(f, delta);
+  return impl_->call(end_frame(f), fmt::format("add({}, {})", show(key), delta), nullptr,
+                     [](uint8_t, Reader& r) { return r.i64("sum"); });
+}
+
+std::vector<std::string> TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+  if (keys.empty()) return {};
+  for (const auto& k : keys) Impl::check_key(k, "wait");
+  auto deadline = deadline_after(timeout);
+  // The first key travels where every other request has its key; the count follows it.
+  std::string f = begin_frame(kWait);
+  put_str(f, keys[0]);
+  put_u32(f, static_cast<uint32_t>(keys.size()));
+  for (size_t i = 1; i < keys.size(); ++i) put_str(f, keys[i]);
+  std::string what =
+      fmt::format("wait({}{})", show(keys[0]), keys.size() > 1 ? fmt::format(" and {} more", keys.size() - 1) : "");
+  return impl_->call(end_frame(f), what, &deadline,
+                     [&](uint8_t, Reader& r) { return impl_->read_keys(r, keys.size()); });
+}
+
+bool TcpStore::check(const std::string& key) {
+  Impl::check_key(key, "check");
+  std::string f = begin_frame(kCheck);
+  put_str(f, key);
+  return impl_->call(end_frame(f), fmt::format("check({})", show(key)), nullptr,
+                     [](uint8_t, Reader& r) { return r.u8("flag") != 0; });
+}
+
+void TcpStore::erase(const std::string& key) {
+  Impl::check_key(key, "erase");
+  std::string f = begin_frame(kErase);
+  put_str(f, key);
+  impl_->call(end_frame(f), fmt::format("erase({})", show(key)), nullptr, [](uint8_t, Reader&) { return 0; });
+}
+
+}  // namespace dscpp::comm
