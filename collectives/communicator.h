@@ -151,7 +151,7 @@ World create_world(const CommOptions& options);
 
 // Reads CommOptions from the environment a launcher leaves (RANK/WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT and the OMPI_/SLURM_/PMI_ equivalents via core/rank_discovery.h, plus
-// DSCPP_COMM_BACKEND, DSCPP_COMM_TIMEOUT seconds, DSCPP_RANKS_PER_NODE).
+// DSCPP_COMM_BACKEND, DSCPP_COMM_TIMEOUT and DSCPP_RENDEZVOUS_TIMEOUT seconds, DSCPP_RANKS_PER_NODE).
 CommOptions comm_options_from_env();
 
 }  // namespace dscpp::comm

@@ -242,6 +242,12 @@ CommOptions comm_options_from_env() {
     if (n <= 0) fail("DSCPP_RANKS_PER_NODE='{}': expected a positive number of ranks", *v);
     o.ranks_per_node = n;
   }
+  if (auto v = env("DSCPP_RENDEZVOUS_TIMEOUT")) {
+    char* end = nullptr;
+    double s = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end || s <= 0) fail("DSCPP_RENDEZVOUS_TIMEOUT='{}': expected seconds > 0", *v);
+    o.connect_timeout = Millis(static_cast<int64_t>(s * 1000));
+  }
   o.started_by_mpi = env("OMPI_COMM_WORLD_SIZE").has_value() || env("PMIX_RANK").has_value();
   return o;
 }

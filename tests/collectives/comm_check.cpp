@@ -1,0 +1,82 @@
+// One rank of a multi-process collectives check, started by dscpp, mpirun or a test script
+// with the usual rank variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, DSCPP_COMM_*).
+//
+//   comm_check matrix [small]  every op/dtype/size on the world, node, cross and a split group
+//   comm_check behind          the last rank stops communicating after 3 operations; the
+//                              others must fail naming it (exit 0 when they did)
+//   comm_check die             the last rank exits(3) after 3 operations; same expectation
+//   comm_check arrive          run with one rank missing: everyone must fail the rendezvous
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "collectives/communicator.h"
+#include "tests/collectives/matrix.h"
+
+using namespace dscpp;
+
+namespace {
+
+int expect_failure(const std::function<void()>& body, const char* what) {
+  auto start = std::chrono::steady_clock::now();
+  try {
+    body();
+  } catch (const std::exception& e) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("FAILED AS EXPECTED after %.1f s: %s\n", s, e.what());
+    return 0;
+  }
+  std::printf("UNEXPECTED SUCCESS: %s\n", what);
+  return 1;
+}
+
+int run(const std::string& mode, bool small) {
+  comm::CommOptions o = comm::comm_options_from_env();
+  if (mode == "arrive") return expect_failure([&] { comm::create_world(o); }, "rendezvous with a rank missing");
+  comm::World w = comm::create_world(o);
+  int last = w.world->size() - 1;
+  if (mode == "matrix") {
+    test::MatrixOptions m;
+    if (small) m.counts = {0, 1, 7, 1000, 4099};
+    size_t checks = test::check_collectives(*w.world, m);
+    test::MatrixOptions light{{1, 1000}, {DType::f32, DType::bf16}, false};
+    checks += test::check_collectives(*w.node, light);
+    checks += test::check_collectives(*w.cross, light);
+    auto odd = w.world->split(w.world->rank() % 2, w.world->rank(), "parity");
+    checks += test::check_collectives(*odd, light);
+    std::printf("rank %d: %zu checks passed on %s; node group %d of %d, cross group %d of %d\n", w.world->rank(), checks,
+                w.description.c_str(), w.node->rank(), w.node->size(), w.cross->rank(), w.cross->size());
+    return 0;
+  }
+  float x = 1;
+  for (int i = 0; i < 3; ++i) w.world->allreduce(&x, 1, DType::f32);
+  if (mode == "behind" && w.world->rank() == last) {
+    std::this_thread::sleep_for(std::chrono::seconds(30));  // the script kills us before
+    return 0;
+  }
+  if (mode == "die" && w.world->rank() == last) {
+    std::fflush(stdout);
+    _exit(3);
+  }
+  int rc = expect_failure([&] { w.world->allreduce(&x, 1, DType::f32); }, "allreduce with a peer gone");
+  std::fflush(stdout);
+  _exit(rc);  // the hung communicator cannot be torn down cleanly; the OS cleans up
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "matrix";
+  bool small = argc > 2 && std::string(argv[2]) == "small";
+  try {
+    return run(mode, small);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "comm_check %s: %s\n", mode.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,95 @@
+#!/bin/bash
+# The Communicator across real processes:
+# 1. the correctness matrix on 2, 3 and 4 ranks started by `dscpp` (shm on one host; gloo
+#    forced; hierarchical shm+gloo with 2 ranks per "host" forced by DSCPP_RANKS_PER_NODE),
+#    and on 3 ranks under mpirun with the mpi backend when OpenMPI is present;
+# 2. failures with ranks started by hand (so no launcher tears the job down first):
+#    a rank that never arrives, a rank that stops communicating, a rank that dies — every other
+#    rank must fail within the timeout with a message naming the culprit.
+# Usage: comm_multiprocess.sh DSCPP COMM_CHECK [small]
+set -u
+DSCPP=${1:?usage: comm_multiprocess.sh DSCPP COMM_CHECK [small]}
+CHECK=${2:?usage: comm_multiprocess.sh DSCPP COMM_CHECK [small]}
+SIZE=${3:-}
+WORK=$(mktemp -d /tmp/dscpp_comm_mp.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+FAILED=0
+fail() { echo "FAIL: $*"; FAILED=1; }
+port() { echo $((20000 + RANDOM % 20000)); }
+
+matrix() {  # name nprocs [VAR=value...] -- launches through dscpp
+  local name=$1 n=$2 log="$WORK/$1.log" passed
+  shift 2
+  if ! env "$@" timeout 300 "$DSCPP" --num_procs "$n" --master_port "$(port)" "$CHECK" matrix $SIZE >"$log" 2>&1; then
+    fail "$name: dscpp exited non-zero"; sed 's/^/    /' "$log" | tail -20; return
+  fi
+  passed=$(grep -c "checks passed" "$log")
+  [ "$passed" = "$n" ] || { fail "$name: $passed of $n ranks reported success"; tail -20 "$log"; return; }
+  echo "ok  $name: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
+}
+
+for n in 2 3 4; do matrix "shm-$n" "$n" DSCPP_COMM_BACKEND=auto; done
+matrix gloo-3 3 DSCPP_COMM_BACKEND=gloo
+matrix hierarchical-4 4 DSCPP_COMM_BACKEND=auto DSCPP_RANKS_PER_NODE=2
+matrix hierarchical-6 6 DSCPP_COMM_BACKEND=hierarchical DSCPP_RANKS_PER_NODE=3
+
+if command -v mpirun >/dev/null; then
+  log="$WORK/mpi.log"
+  if MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_COMM_BACKEND=mpi timeout 300 \
+      mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_COMM_BACKEND \
+      "$CHECK" matrix $SIZE >"$log" 2>&1 && [ "$(grep -c 'checks passed' "$log")" = 3 ]; then
+    echo "ok  mpi-3: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
+  else
+    fail "mpi-3 under mpirun"; tail -20 "$log"
+  fi
+  log="$WORK/mpi-hier.log"
+  if MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_RANKS_PER_NODE=2 timeout 300 \
+      mpirun --allow-run-as-root --oversubscribe -np 4 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_RANKS_PER_NODE \
+      "$CHECK" matrix $SIZE >"$log" 2>&1 && [ "$(grep -c 'checks passed' "$log")" = 4 ]; then
+    echo "ok  mpi-hierarchical-4: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
+  else
+    fail "hierarchical shm+mpi under mpirun"; tail -20 "$log"
+  fi
+else
+  echo "skip mpi: no mpirun"
+fi
+
+# ---- failures: ranks started by hand --------------------------------------------------------
+start_ranks() {  # mode nprocs started backend -> pids in PIDS, logs $WORK/<mode>.<rank>
+  local mode=$1 n=$2 started=$3 backend=$4 p r
+  p=$(port); PIDS=()
+  for r in $(seq 0 $((started - 1))); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$p DSCPP_COMM_BACKEND=$backend \
+      DSCPP_COMM_TIMEOUT=3 DSCPP_RENDEZVOUS_TIMEOUT=3 "$CHECK" "$mode" >"$WORK/$mode.$backend.$r" 2>&1 &
+    PIDS+=($!)
+  done
+}
+expect_named() {  # mode backend ranks-that-must-fail pattern
+  local mode=$1 backend=$2 n=$3 pattern=$4 r
+  for r in $(seq 0 $((n - 1))); do
+    if ! wait "${PIDS[$r]}"; then fail "$mode/$backend: rank $r exited non-zero: $(cat "$WORK/$mode.$backend.$r")"; continue; fi
+    grep -q "FAILED AS EXPECTED" "$WORK/$mode.$backend.$r" ||
+      { fail "$mode/$backend: rank $r did not fail: $(cat "$WORK/$mode.$backend.$r")"; continue; }
+    grep -qE "$pattern" "$WORK/$mode.$backend.$r" ||
+      fail "$mode/$backend: rank $r's error does not match /$pattern/: $(cat "$WORK/$mode.$backend.$r")"
+  done
+  echo "ok  $mode/$backend: $(grep -h 'FAILED AS EXPECTED' "$WORK/$mode.$backend.0" | cut -c1-400)"
+}
+
+start_ranks arrive 4 3 auto
+expect_named arrive auto 3 "rank 3 of 4 did not arrive within"
+
+for backend in shm gloo; do
+  start_ranks behind 4 4 $backend
+  expect_named behind $backend 3 "Behind: rank 3 last finished #[0-9]+ \(allreduce\)"
+  kill "${PIDS[3]}" 2>/dev/null; wait "${PIDS[3]}" 2>/dev/null
+
+  start_ranks die 3 3 $backend
+  expect_named die $backend 2 "rank 2"
+  wait "${PIDS[2]}" 2>/dev/null
+done
+
+leftover=$(pgrep -f "$CHECK" | tr '\n' ' ')
+[ -z "$leftover" ] || { fail "processes left behind: $leftover"; pkill -9 -f "$CHECK"; }
+ls /dev/shm | grep -q dscpp && fail "shared-memory segments left in /dev/shm: $(ls /dev/shm | grep dscpp | tr '\n' ' ')"
+exit $FAILED
