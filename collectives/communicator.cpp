@@ -406,6 +406,9 @@ void Communicator::report_hang(uint64_t seq, double waited_s, const std::string&
     fail("group '{}' ({}): {} did not complete within {:.1f} s on rank {}, and the store could not be asked "
          "about the other ranks: {}", context_.name, backend_->name(), current, waited_s, rank(), e.what());
   }
+  // World rank 0 hosts the store: stay a moment so that the others can finish their reading
+  // before this rank's failure takes the store down.
+  if (context_.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   std::vector<int> silent, waiting;
   std::string behind;
   for (const auto& p : peers) {

@@ -125,7 +125,9 @@ World create_world(const CommOptions& o) {
     so.connect_timeout = o.connect_timeout;
     w.store = std::make_shared<TcpStore>(so);
   }
-  rendezvous(*w.store, "arrive", o.rank, o.world_size, o.connect_timeout);
+  // The host (rank 0) waits a moment longer, so that every rank gets to report the missing
+  // ranks itself instead of seeing the store vanish.
+  rendezvous(*w.store, "arrive", o.rank, o.world_size, o.connect_timeout + Millis(o.rank == 0 ? 1000 : 0));
   Placement p = find_placement(*w.store, o, o.connect_timeout);
   w.node_count = static_cast<int>(p.members.size());
   w.node_index = p.node_of[o.rank];
