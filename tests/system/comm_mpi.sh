@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The mpi backend under a real mpirun on 2, 3 and 4 ranks (3 and 4 oversubscribe the cores,
+# which also shakes out ordering assumptions): every operation and dtype against a serial
+# reference, the chunked paths for counts beyond INT_MAX, sub-groups and error messages.
+#   comm_mpi.sh MPI_BACKEND_CHECK
+set -u
+check=$(readlink -f "$1")
+command -v mpirun >/dev/null || { echo "mpirun not installed: skipping the mpi backend test"; exit 77; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+failures=0
+for n in 2 3 4; do
+  start=$SECONDS
+  if timeout 50 mpirun --allow-run-as-root --oversubscribe -np "$n" "$check" >"$tmp/out" 2>"$tmp/err"; then
+    echo "np=$n ($((SECONDS - start)) s): $(cat "$tmp/out")"
+  else
+    rc=$?
+    echo "FAIL: np=$n exited $rc after $((SECONDS - start)) s${rc:+$([ "$rc" = 124 ] && echo ' (timed out)')}"
+    grep -v '^\s*$' "$tmp/err" | head -20
+    failures=$((failures + 1))
+  fi
+done
+[ "$failures" = 0 ] && echo "comm_mpi: all runs passed"
+exit $(( failures > 0 ))
