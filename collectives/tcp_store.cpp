@@ -48,28 +48,33 @@ enum Op : uint8_t { kSet = 1, kGet, kAdd, kWait, kCheck, kErase, kCancel };
 // kFailed: the request was wrong (bad counter); kBroken: the stream was, and the server hangs up.
 enum Status : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2, kBroken = 3 };
 
-std::string begin_frame(uint8_t code) {
-  return std::string(4, '\0') + static_cast<char>(code);
-}
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-void put_i64(std::string& out, int64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(static_cast<uint64_t>(v) >> (8 * i)));
-}
-void put_str(std::string& out, std::string_view s) {
-  put_u32(out, static_cast<uint32_t>(s.size()));
-  out.append(s);
-}
-std::string& end_frame(std::string& frame) {
-  uint32_t n = static_cast<uint32_t>(frame.size() - 4);
-  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>(n >> (8 * i));
-  return frame;
-}
-uint32_t get_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
-  return v;
+// Builds one frame: Frame(kSet).str(key).str(value).done().
+class Frame {
+ public:
+  explicit Frame(uint8_t code) : bytes_(4, '\0') { bytes_.push_back(static_cast<char>(code)); }
+  template <typename T>
+  Frame& num(T v) {
+    for (size_t i = 0; i < sizeof v; ++i) bytes_.push_back(static_cast<char>(static_cast<uint64_t>(v) >> (8 * i)));
+    return *this;
+  }
+  Frame& str(std::string_view s) {
+    num(static_cast<uint32_t>(s.size())).bytes_.append(s);
+    return *this;
+  }
+  std::string done() {
+    for (size_t i = 0; i < 4; ++i) bytes_[i] = static_cast<char>((bytes_.size() - 4) >> (8 * i));
+    return std::move(bytes_);
+  }
+
+ private:
+  std::string bytes_;
+};
+
+template <typename T>
+T load(const char* p) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return static_cast<T>(v);
 }
 
 // Keys can be 4 KiB; messages show enough to recognise one.
@@ -80,24 +85,14 @@ std::string show(std::string_view s) {
 class Reader {
  public:
   Reader(std::string_view data, std::string what) : data_(data), what_(std::move(what)) {}
-  uint8_t u8(const char* field) {
-    need(1, field);
-    return static_cast<uint8_t>(data_[pos_++]);
-  }
-  uint32_t u32(const char* field) {
-    need(4, field);
-    pos_ += 4;
-    return get_u32(data_.data() + pos_ - 4);
-  }
-  int64_t i64(const char* field) {
-    need(8, field);
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<uint8_t>(data_[pos_ + i])} << (8 * i);
-    pos_ += 8;
-    return static_cast<int64_t>(v);
+  template <typename T>
+  T num(const char* field) {
+    need(sizeof(T), field);
+    pos_ += sizeof(T);
+    return load<T>(data_.data() + pos_ - sizeof(T));
   }
   std::string str(const char* field, size_t limit) {
-    uint32_t n = u32(field);
+    uint32_t n = num<uint32_t>(field);
     if (n > limit) fail("{}: {} of {} bytes exceeds the {}-byte limit", what_, field, n, limit);
     need(n, field);
     pos_ += n;
@@ -121,14 +116,10 @@ class Reader {
 void set_socket_options(int fd) {
   // A host that vanishes without a FIN/RST (power loss, network partition) is noticed in
   // ~25 s through keepalive when idle, and TCP_USER_TIMEOUT when data is unacknowledged.
-  int one = 1, idle = 10, interval = 5, count = 3;
-  unsigned user_timeout_ms = 30000;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+  const int options[][3] = {{IPPROTO_TCP, TCP_NODELAY, 1},   {SOL_SOCKET, SO_KEEPALIVE, 1},
+                            {IPPROTO_TCP, TCP_KEEPIDLE, 10}, {IPPROTO_TCP, TCP_KEEPINTVL, 5},
+                            {IPPROTO_TCP, TCP_KEEPCNT, 3},   {IPPROTO_TCP, TCP_USER_TIMEOUT, 30000}};
+  for (const auto& o : options) ::setsockopt(fd, o[0], o[1], &o[2], sizeof o[2]);
 }
 
 // Returns the revents, or 0 when the deadline passed first.
@@ -161,17 +152,15 @@ class StoreServer {
     listen_fd_ = open_listener(port);
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) fail("rendezvous store: eventfd failed: {}", std::strerror(errno));
-    sockaddr_storage addr{};
+    sockaddr_in6 addr{};  // sin6_port and sin_port sit at the same offset
     socklen_t len = sizeof addr;
     ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    port_ = ntohs(addr.sin6_port);
     thread_ = std::thread([this] { run(); });
   }
   ~StoreServer() {
     uint64_t one = 1;
-    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
-    }
+    while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) continue;
     thread_.join();
     for (auto& [fd, c] : conns_) ::close(fd);
     ::close(listen_fd_);
@@ -194,28 +183,17 @@ class StoreServer {
   };
 
   static int open_listener(int port) {
-    // Dual-stack IPv6 reaches clients on either family; fall back to IPv4 where v6 is off.
+    // Dual-stack IPv6 reaches clients of either family; IPv4 alone where v6 is switched off.
     for (int family : {AF_INET6, AF_INET}) {
       int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (fd < 0) continue;
       int one = 1, zero = 0;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      int rc;
-      if (family == AF_INET6) {
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        sockaddr_in6 a{};
-        a.sin6_family = AF_INET6;
-        a.sin6_addr = in6addr_any;
-        a.sin6_port = htons(static_cast<uint16_t>(port));
-        rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-      } else {
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_ANY);
-        a.sin_port = htons(static_cast<uint16_t>(port));
-        rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-      }
-      if (rc == 0 && ::listen(fd, SOMAXCONN) == 0) return fd;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // fails harmlessly on AF_INET
+      sockaddr_in6 a6{AF_INET6, htons(static_cast<uint16_t>(port)), 0, in6addr_any, 0};
+      sockaddr_in a4{AF_INET, htons(static_cast<uint16_t>(port)), {htonl(INADDR_ANY)}, {}};
+      auto* a = family == AF_INET6 ? reinterpret_cast<sockaddr*>(&a6) : reinterpret_cast<sockaddr*>(&a4);
+      if (::bind(fd, a, family == AF_INET6 ? sizeof a6 : sizeof a4) == 0 && ::listen(fd, SOMAXCONN) == 0) return fd;
       int err = errno;
       ::close(fd);
       if (err == EADDRINUSE || err == EACCES || family == AF_INET)
@@ -283,52 +261,41 @@ class StoreServer {
     char buf[65536];
     for (;;) {
       ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n > 0) {
-        if (!c.closing) c.in.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
+      if (n > 0 && !c.closing) c.in.append(buf, static_cast<size_t>(n));
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       c.dead = true;  // EOF or reset: the client went away
       return;
     }
     size_t pos = 0;
     while (!c.closing && c.in.size() - pos >= 4) {
-      uint32_t len = get_u32(c.in.data() + pos);
+      uint32_t len = load<uint32_t>(c.in.data() + pos);
       if (len > kMaxFrame) {
         refuse(fd, c, fmt::format("request frame of {} bytes exceeds the {}-byte limit", len, kMaxFrame));
+      } else if (c.in.size() - pos - 4 < len) {
         break;
+      } else {
+        try {
+          handle(fd, c, std::string_view(c.in).substr(pos + 4, len));
+        } catch (const Error& e) {
+          refuse(fd, c, e.what());
+        }
+        pos += 4 + len;
       }
-      if (c.in.size() - pos - 4 < len) break;
-      try {
-        handle(fd, c, std::string_view(c.in).substr(pos + 4, len));
-      } catch (const Error& e) {
-        refuse(fd, c, e.what());
-      }
-      pos += 4 + len;
     }
-    c.in.erase(0, pos);
+    c.in.erase(0, c.closing ? c.in.size() : pos);
   }
 
+  // The byte stream is wrong: say why, then hang up.
   void refuse(int fd, Conn& c, const std::string& why) {
     log::warn("rendezvous store server: dropping a client: {}", why);
-    std::string f = begin_frame(kBroken);
-    put_str(f, why);
-    send_reply(fd, c, end_frame(f));
+    send_reply(fd, c, Frame(kBroken).str(why).done());
     c.closing = true;
-    c.in.clear();
-  }
-
-  // The caller's mistake, not a protocol error: the connection stays usable.
-  void reject(int fd, Conn& c, const std::string& why) {
-    std::string f = begin_frame(kFailed);
-    put_str(f, why);
-    send_reply(fd, c, end_frame(f));
   }
 
   void handle(int fd, Conn& c, std::string_view body) {
     Reader r(body, "request");
-    uint8_t op = r.u8("operation");
+    auto op = r.num<uint8_t>("operation");
     if (op == kCancel) {
       r.done();
       if (c.pending) answer_timed_out(fd, c);  // no pending request: its answer already left
@@ -336,62 +303,50 @@ class StoreServer {
     }
     if (c.pending) fail("request (op {}) arrived while a get/wait was still pending on the connection", op);
     std::string key = r.str("key", kMaxKey);
-    std::string f = begin_frame(kOk);
-    switch (op) {
-      case kSet: {
-        std::string value = r.str("value", kMaxValue);
-        r.done();
-        data_[key] = std::move(value);
-        send_reply(fd, c, end_frame(f));
-        key_appeared(key);
-        return;
+    if (op == kSet) {
+      std::string value = r.str("value", kMaxValue);
+      r.done();
+      data_[key] = std::move(value);
+      send_reply(fd, c, Frame(kOk).done());
+      key_appeared(key);
+    } else if (op == kAdd) {
+      auto delta = r.num<int64_t>("delta");
+      r.done();
+      int64_t sum = 0;
+      if (auto it = data_.find(key); it != data_.end()) {
+        const std::string& v = it->second;
+        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), sum);
+        // The caller's mistake, not the stream's: answer kFailed and keep the connection.
+        if (ec != std::errc() || end != v.data() + v.size())
+          return send_reply(
+              fd, c,
+              Frame(kFailed).str(fmt::format("the key holds {}, not a decimal integer counter", show(v))).done());
       }
-      case kAdd: {
-        int64_t delta = r.i64("delta");
-        r.done();
-        int64_t sum = 0;
-        auto it = data_.find(key);
-        if (it != data_.end()) {
-          const std::string& v = it->second;
-          auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), sum);
-          if (ec != std::errc() || end != v.data() + v.size())
-            return reject(fd, c, fmt::format("the key holds {}, not a decimal integer counter", show(v)));
-        }
-        if (__builtin_add_overflow(sum, delta, &sum))
-          return reject(fd, c, fmt::format("the counter at {} would overflow int64", show(key)));
-        data_[key] = std::to_string(sum);
-        put_i64(f, sum);
-        send_reply(fd, c, end_frame(f));
-        key_appeared(key);
-        return;
-      }
-      case kCheck:
-        r.done();
-        f.push_back(data_.count(key) ? 1 : 0);
-        send_reply(fd, c, end_frame(f));
-        return;
-      case kErase:
-        r.done();
-        data_.erase(key);
-        send_reply(fd, c, end_frame(f));
-        return;
-      case kGet:
-      case kWait: {
-        c.keys.assign(1, std::move(key));
-        if (op == kWait) {
-          uint32_t n = r.u32("key count");
-          for (uint32_t i = 1; i < n; ++i) c.keys.push_back(r.str("key", kMaxKey));
-        }
-        r.done();
-        c.pending = true;
-        c.op = op;
-        c.cursor = 0;
-        advance(fd, c);
-        return;
-      }
-      default:
-        fail("unknown operation {} (expected 1-{}): is the client a dscpp TcpStore of the same version?", op,
-             static_cast<int>(kCancel));
+      if (__builtin_add_overflow(sum, delta, &sum))
+        return send_reply(fd, c,
+                          Frame(kFailed).str(fmt::format("the counter at {} would overflow int64", show(key))).done());
+      data_[key] = std::to_string(sum);
+      send_reply(fd, c, Frame(kOk).num(sum).done());
+      key_appeared(key);
+    } else if (op == kCheck) {
+      r.done();
+      send_reply(fd, c, Frame(kOk).num<uint8_t>(data_.count(key) ? 1 : 0).done());
+    } else if (op == kErase) {
+      r.done();
+      data_.erase(key);
+      send_reply(fd, c, Frame(kOk).done());
+    } else if (op == kGet || op == kWait) {
+      c.keys.assign(1, std::move(key));
+      for (uint32_t i = 1, n = op == kWait ? r.num<uint32_t>("key count") : 1; i < n; ++i)
+        c.keys.push_back(r.str("key", kMaxKey));
+      r.done();
+      c.pending = true;
+      c.op = op;
+      c.cursor = 0;
+      advance(fd, c);
+    } else {
+      fail("unknown operation {} (expected 1-{}): is the client a dscpp TcpStore of the same version?", op,
+           static_cast<int>(kCancel));
     }
   }
 
@@ -402,13 +357,12 @@ class StoreServer {
       // Keys passed earlier may have been erased since; look once more before answering.
       while (c.cursor > 0 && data_.count(c.keys[c.cursor - 1])) --c.cursor;
       if (c.cursor == 0) {
-        std::string f = begin_frame(kOk);
-        if (c.op == kGet) put_str(f, data_[c.keys[0]]);
-        if (c.op == kWait) put_u32(f, 0);
+        Frame f(kOk);
+        if (c.op == kGet) f.str(data_.at(c.keys[0]));
+        if (c.op == kWait) f.num(uint32_t{0});
         c.pending = false;
         c.keys.clear();
-        send_reply(fd, c, end_frame(f));
-        return;
+        return send_reply(fd, c, f.done());
       }
       --c.cursor;
     }
@@ -426,11 +380,11 @@ class StoreServer {
     std::vector<const std::string*> missing;
     for (const auto& k : c.keys)
       if (!data_.count(k)) missing.push_back(&k);
-    std::string f = begin_frame(kTimedOut);
-    put_u32(f, static_cast<uint32_t>(missing.size()));
-    for (const auto* k : missing) put_str(f, *k);
+    Frame f(kTimedOut);
+    f.num(static_cast<uint32_t>(missing.size()));
+    for (const auto* k : missing) f.str(*k);
+    send_reply(fd, c, f.done());
     c.keys.clear();
-    send_reply(fd, c, end_frame(f));
   }
 
   void key_appeared(const std::string& key) {
@@ -509,17 +463,18 @@ struct TcpStore::Impl {
     auto deadline = start + options.connect_timeout;
     thread_local std::minstd_rand jitter(std::random_device{}());
     std::string last_error = "no attempt made";
+    int last_errno = 0;
     for (;;) {
       {
         std::lock_guard lock(mutex);
         if (!gone.empty()) throw Error(gone);
       }
-      int fd = try_connect(deadline, last_error);
+      int fd = try_connect(deadline, last_error, last_errno);
       if (fd >= 0) {
         connected_once = true;
         return fd;
       }
-      if (connected_once && last_error == std::strerror(ECONNREFUSED))
+      if (connected_once && last_errno == ECONNREFUSED)
         throw declare_gone(fmt::format("it served this process earlier, now connecting says: {}", last_error));
       if (Clock::now() >= deadline)
         fail("rendezvous store at {} (hosted by rank 0) not reachable after {:.1f} s: {}", where, seconds_since(start),
@@ -530,7 +485,7 @@ struct TcpStore::Impl {
     }
   }
 
-  int try_connect(Clock::time_point deadline, std::string& error) {
+  int try_connect(Clock::time_point deadline, std::string& error, int& code) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -538,17 +493,14 @@ struct TcpStore::Impl {
     // Resolved on every attempt: the host's name may only become resolvable once it is up.
     if (int rc = ::getaddrinfo(options.addr.c_str(), std::to_string(port).c_str(), &hints, &list); rc != 0) {
       error = fmt::format("cannot resolve '{}': {}", options.addr, gai_strerror(rc));
+      code = 0;
       return -1;
     }
     int result = -1;
     for (addrinfo* ai = list; ai && result < 0; ai = ai->ai_next) {
       int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) {
-        error = std::strerror(errno);
-        continue;
-      }
-      int err = ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
-      if (err == EINPROGRESS || err == EINTR) {
+      int err = fd < 0 ? errno : ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;  // no socket: its errno
+      if (fd >= 0 && (err == EINPROGRESS || err == EINTR)) {
         socklen_t len = sizeof err;
         if (poll_until(fd, POLLOUT, std::max(deadline, Clock::now() + Millis(10))) == 0)
           err = ETIMEDOUT;
@@ -559,8 +511,8 @@ struct TcpStore::Impl {
         set_socket_options(fd);
         result = fd;
       } else {
-        error = std::strerror(err);
-        ::close(fd);
+        error = std::strerror(code = err);
+        if (fd >= 0) ::close(fd);
       }
     }
     ::freeaddrinfo(list);
@@ -621,7 +573,7 @@ struct TcpStore::Impl {
       return true;
     };
     if (!read_into(header, 4)) return false;
-    uint32_t len = get_u32(header);
+    uint32_t len = load<uint32_t>(header);
     if (len == 0 || len > kMaxFrame)
       fail(
           "rendezvous store at {}: malformed reply to {}: expected a frame of 1-{} bytes, found a length of {} "
@@ -667,13 +619,12 @@ struct TcpStore::Impl {
       if (!cancel_at)
         fail("rendezvous store at {}: no reply to {} within {} s (the host is alive but stalled?)", where, what,
              kReplyTimeout.count());
-      std::string cancel = begin_frame(kCancel);
-      send_all(fd, end_frame(cancel), what);
+      send_all(fd, Frame(kCancel).done(), what);
       if (!read_frame(fd, reply, Clock::now() + kReplyTimeout, what))
         fail("rendezvous store at {}: no answer to cancelling {} within {} s", where, what, kReplyTimeout.count());
     }
     Reader r(reply, fmt::format("rendezvous store at {}: malformed reply to {}", where, what));
-    uint8_t status = r.u8("status");
+    uint8_t status = r.num<uint8_t>("status");
     if (status == kFailed || status == kBroken) {
       std::string why = r.str("message", kMaxFrame);
       r.done();
@@ -695,7 +646,7 @@ struct TcpStore::Impl {
   }
 
   std::vector<std::string> read_keys(Reader& r, size_t at_most) {
-    uint32_t n = r.u32("missing-key count");
+    uint32_t n = r.num<uint32_t>("missing-key count");
     if (n > at_most)
       fail("rendezvous store at {}: reply names {} missing keys, but only {} were asked", where, n, at_most);
     std::vector<std::string> keys;
@@ -715,20 +666,16 @@ void TcpStore::set(const std::string& key, std::string_view value) {
   Impl::check_key(key, "set");
   if (value.size() > kMaxValue)
     fail("store set({}): value of {} bytes exceeds the {}-byte limit", show(key), value.size(), kMaxValue);
-  std::string f = begin_frame(kSet);
-  put_str(f, key);
-  put_str(f, value);
-  impl_->call(end_frame(f), fmt::format("set({})", show(key)), nullptr, [](uint8_t, Reader&) { return 0; });
+  impl_->call(Frame(kSet).str(key).str(value).done(), fmt::format("set({})", show(key)), nullptr,
+              [](uint8_t, Reader&) { return 0; });
 }
 
 std::string TcpStore::get(const std::string& key, Millis timeout) {
   Impl::check_key(key, "get");
   auto start = Clock::now();
   auto deadline = deadline_after(timeout);
-  std::string f = begin_frame(kGet);
-  put_str(f, key);
   bool timed_out = false;
-  std::string value = impl_->call(end_frame(f), fmt::format("get({})", show(key)), &deadline,
+  std::string value = impl_->call(Frame(kGet).str(key).done(), fmt::format("get({})", show(key)), &deadline,
                                   [&](uint8_t status, Reader& r) -> std::string {
                                     if (status == kOk) return r.str("value", kMaxValue);
                                     timed_out = true;
@@ -736,20 +683,17 @@ std::string TcpStore::get(const std::string& key, Millis timeout) {
                                     return {};
                                   });
   if (timed_out)
-    throw StoreTimeout(fmt::format("store: key {} did not appear within {:.1f} s (rendezvous store at {}, hosted "
-                                   "by rank 0)",
-                                   show(key), seconds_since(start), impl_->where),
-                       {key});
+    throw StoreTimeout(
+        fmt::format("store: key {} did not appear within {:.1f} s (rendezvous store at {}, hosted by rank 0)",
+                    show(key), seconds_since(start), impl_->where),
+        {key});
   return value;
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   Impl::check_key(key, "add");
-  std::string f = begin_frame(kAdd);
-  put_str(f, key);
-  put_i64(f, delta);
-  return impl_->call(end_frame(f), fmt::format("add({}, {})", show(key), delta), nullptr,
-                     [](uint8_t, Reader& r) { return r.i64("sum"); });
+  return impl_->call(Frame(kAdd).str(key).num(delta).done(), fmt::format("add({}, {})", show(key), delta), nullptr,
+                     [](uint8_t, Reader& r) { return r.num<int64_t>("sum"); });
 }
 
 std::vector<std::string> TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
@@ -757,29 +701,24 @@ std::vector<std::string> TcpStore::wait(const std::vector<std::string>& keys, Mi
   for (const auto& k : keys) Impl::check_key(k, "wait");
   auto deadline = deadline_after(timeout);
   // The first key travels where every other request has its key; the count follows it.
-  std::string f = begin_frame(kWait);
-  put_str(f, keys[0]);
-  put_u32(f, static_cast<uint32_t>(keys.size()));
-  for (size_t i = 1; i < keys.size(); ++i) put_str(f, keys[i]);
-  std::string what =
-      fmt::format("wait({}{})", show(keys[0]), keys.size() > 1 ? fmt::format(" and {} more", keys.size() - 1) : "");
-  return impl_->call(end_frame(f), what, &deadline,
+  Frame f(kWait);
+  f.str(keys[0]).num(static_cast<uint32_t>(keys.size()));
+  for (size_t i = 1; i < keys.size(); ++i) f.str(keys[i]);
+  std::string more = keys.size() > 1 ? fmt::format(" and {} more", keys.size() - 1) : "";
+  return impl_->call(f.done(), fmt::format("wait({}{})", show(keys[0]), more), &deadline,
                      [&](uint8_t, Reader& r) { return impl_->read_keys(r, keys.size()); });
 }
 
 bool TcpStore::check(const std::string& key) {
   Impl::check_key(key, "check");
-  std::string f = begin_frame(kCheck);
-  put_str(f, key);
-  return impl_->call(end_frame(f), fmt::format("check({})", show(key)), nullptr,
-                     [](uint8_t, Reader& r) { return r.u8("flag") != 0; });
+  return impl_->call(Frame(kCheck).str(key).done(), fmt::format("check({})", show(key)), nullptr,
+                     [](uint8_t, Reader& r) { return r.num<uint8_t>("flag") != 0; });
 }
 
 void TcpStore::erase(const std::string& key) {
   Impl::check_key(key, "erase");
-  std::string f = begin_frame(kErase);
-  put_str(f, key);
-  impl_->call(end_frame(f), fmt::format("erase({})", show(key)), nullptr, [](uint8_t, Reader&) { return 0; });
+  impl_->call(Frame(kErase).str(key).done(), fmt::format("erase({})", show(key)), nullptr,
+              [](uint8_t, Reader&) { return 0; });
 }
 
 }  // namespace dscpp::comm

@@ -1,6 +1,7 @@
 // Stores: MemoryStore and PrefixStore semantics, and TcpStore over real sockets (threads and
 // forked processes as clients, a server that starts late, dies, or never existed).
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,6 +58,16 @@ struct UnservedPort {
   }
   ~UnservedPort() { ::close(fd); }
 };
+
+int connect_raw(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
 
 }  // namespace
 
@@ -375,12 +386,7 @@ TEST_CASE("TcpStore: oversized keys and values, bad counters and foreign servers
 
 TEST_CASE("TcpStore server: a request frame above the limit is answered with the reason, then closed") {
   TcpStore host(host_options());
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(host.port()));
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  int fd = connect_raw(host.port());
   const unsigned char frame[] = {0xff, 0xff, 0xff, 0x7f, 1};
   REQUIRE(::write(fd, frame, sizeof frame) == sizeof frame);
   std::string reply;
@@ -391,4 +397,35 @@ TEST_CASE("TcpStore server: a request frame above the limit is answered with the
   CHECK(static_cast<unsigned char>(reply[4]) == 3);
   CHECK_THAT(reply.substr(9), Catch::Contains("2147483647 bytes exceeds"));
   CHECK(host.add("still-serving", 1) == 1);
+}
+
+TEST_CASE("TcpStore server: thousands of connections parked on one key are all answered") {
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  // Each connection costs a descriptor here and one in the server thread (same process).
+  const size_t n = std::min<size_t>(2000, (files.rlim_cur - 100) / 2);
+  TcpStore host(host_options());
+  // A hand-built get('go'): u32 body length, op 2, then the key as u32 length + bytes.
+  const unsigned char get_go[] = {7, 0, 0, 0, 2, 2, 0, 0, 0, 'g', 'o'};
+  std::vector<int> fds;
+  for (size_t i = 0; i < n; ++i) {
+    fds.push_back(connect_raw(host.port()));
+    REQUIRE(::write(fds.back(), get_go, sizeof get_go) == sizeof get_go);
+  }
+  auto start = Clock::now();
+  host.set("go", "now");
+  // The reply: body length 8, status 0, value length 3, "now".
+  const std::string expected("\x08\0\0\0\0\x03\0\0\0now", 12);
+  size_t answered = 0;
+  for (int fd : fds) {
+    std::string reply;
+    char buf[64];
+    for (ssize_t r; reply.size() < expected.size() && (r = ::read(fd, buf, sizeof buf)) > 0;)
+      reply.append(buf, static_cast<size_t>(r));
+    answered += reply == expected;
+    ::close(fd);
+  }
+  CHECK(answered == n);
+  CHECK(since(start) < 3.0);
+  CHECK(n >= 400);
 }
