@@ -28,6 +28,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/log.h"
 
@@ -406,20 +407,11 @@ class StoreServer {
   void flush(int fd, Conn& c) {
     while (c.out_pos < c.out.size() && !c.dead) {
       ssize_t n = ::send(fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
-      if (n > 0) {
-        c.out_pos += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        return;
-      } else {
-        c.dead = true;
-      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n > 0) c.out_pos += static_cast<size_t>(n);
+      if (n == 0 || (n < 0 && errno != EINTR)) c.dead = true;
     }
-    if (c.out_pos == c.out.size()) {
-      c.out.clear();
-      c.out_pos = 0;
-    }
+    if (c.out_pos == c.out.size()) c.out_pos = (c.out.clear(), 0);
   }
 
   int listen_fd_ = -1, wake_fd_ = -1, port_ = 0;
@@ -540,15 +532,11 @@ struct TcpStore::Impl {
     auto deadline = Clock::now() + kReplyTimeout;
     while (!data.empty()) {
       ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        data.remove_prefix(static_cast<size_t>(n));
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (poll_until(fd, POLLOUT, deadline) == 0)
-          fail("rendezvous store at {}: {} could not be sent within {} s (the host is not reading)", where, what,
-               kReplyTimeout.count());
-      } else if (n < 0 && errno != EINTR) {
-        io_failed(errno, what);
-      }
+      if (n > 0) data.remove_prefix(static_cast<size_t>(n));
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) io_failed(errno, what);
+      if (n < 0 && errno != EINTR && poll_until(fd, POLLOUT, deadline) == 0)
+        fail("rendezvous store at {}: {} could not be sent within {} s (the host is not reading)", where, what,
+             kReplyTimeout.count());
     }
   }
 
@@ -556,19 +544,19 @@ struct TcpStore::Impl {
   // rest must follow within kReplyTimeout.
   bool read_frame(int fd, std::string& out, Clock::time_point first_byte_deadline, const std::string& what) {
     char header[4];
-    size_t have = 0;
+    bool started = false;
     auto deadline = first_byte_deadline;
     auto read_into = [&](char* buf, size_t n) {
       for (size_t got = 0; got < n;) {
         if (poll_until(fd, POLLIN, deadline) == 0) {
-          if (have == 0) return false;
+          if (!started) return false;
           fail("rendezvous store at {}: the reply to {} stalled for {} s part-way", where, what, kReplyTimeout.count());
         }
         ssize_t r = ::recv(fd, buf + got, n - got, 0);
-        if (r == 0) io_failed(0, what);
-        if (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) io_failed(errno, what);
-        if (r > 0 && have++ == 0) deadline = Clock::now() + kReplyTimeout;
-        if (r > 0) got += static_cast<size_t>(r);
+        if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
+          io_failed(r == 0 ? 0 : errno, what);
+        if (r > 0 && !std::exchange(started, true)) deadline = Clock::now() + kReplyTimeout;
+        got += static_cast<size_t>(std::max<ssize_t>(r, 0));
       }
       return true;
     };

@@ -23,8 +23,19 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Upper time bounds are loose: the suite shares a loaded machine with builds. Each still sits far
+// below what a broken store would take (a hang, or the full timeout of a blocked call).
+constexpr double kSlack = 5.0;
+
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The N in "<before> N.N s" of a message, or -1.
+double seconds_in(const std::string& message, const std::string& before) {
+  std::smatch m;
+  if (!std::regex_search(message, m, std::regex(before + R"( (\d+\.\d) s)"))) return -1;
+  return std::stod(m[1]);
 }
 
 TcpStoreOptions host_options() {
@@ -153,10 +164,10 @@ TEST_CASE("TcpStore: get times out with StoreTimeout naming key, seconds and add
     FAIL("get of a missing key returned");
   } catch (const StoreTimeout& e) {
     CHECK(since(start) >= 0.29);
-    CHECK(since(start) < 2.0);
+    CHECK(since(start) < kSlack);
     CHECK(e.missing_keys == std::vector<std::string>{"missing/key"});
-    CHECK_THAT(e.what(), Catch::Contains("'missing/key'") && Catch::Contains("0.3 s") &&
-                             Catch::Contains(fmt::format("127.0.0.1:{}", host.port())));
+    CHECK_THAT(e.what(), Catch::Contains("'missing/key'") && Catch::Contains(fmt::format("127.0.0.1:{}", host.port())));
+    CHECK(seconds_in(e.what(), "within") >= 0.3);
   }
   // The cancelled connection is reusable and the store still answers.
   host.set("missing/key", "now");
@@ -173,13 +184,13 @@ TEST_CASE("TcpStore: get blocks until another client sets the key") {
   host.set("late", "value");
   CHECK(got.get() == "value");
   CHECK(since(start) >= 0.19);
-  CHECK(since(start) < 2.0);
+  CHECK(since(start) < kSlack);
 }
 
 TEST_CASE("TcpStore: a get blocking on one thread does not delay other threads") {
   TcpStore host(host_options());
   TcpStore client(client_options(host.port()));
-  auto blocked = std::async(std::launch::async, [&] { return client.get("gate", 5s); });
+  auto blocked = std::async(std::launch::async, [&] { return client.get("gate", 20s); });
   std::this_thread::sleep_for(50ms);
   auto start = Clock::now();
   for (int i = 0; i < 20; ++i) {
@@ -187,7 +198,7 @@ TEST_CASE("TcpStore: a get blocking on one thread does not delay other threads")
     CHECK(client.check(fmt::format("k{}", i)));
     CHECK(client.add("n", 1) == i + 1);
   }
-  CHECK(since(start) < 1.0);
+  CHECK(since(start) < kSlack);  // shared connections would wait out the 20 s get
   CHECK(blocked.wait_for(0ms) == std::future_status::timeout);
   client.set("gate", "open");
   CHECK(blocked.get() == "open");
@@ -246,7 +257,7 @@ TEST_CASE("TcpStore: wait returns the keys still missing at the timeout") {
   auto start = Clock::now();
   CHECK(client.wait({"a", "b", "c", "d"}, 200ms) == std::vector<std::string>{"b", "d"});
   CHECK(since(start) >= 0.19);
-  CHECK(since(start) < 2.0);
+  CHECK(since(start) < kSlack);
 
   // Keys arriving in any order, including one erased and set again, complete the wait.
   auto waited = std::async(std::launch::async, [&] { return client.wait({"a", "b", "c", "d"}, 5s); });
@@ -277,10 +288,8 @@ TEST_CASE("TcpStore: rendezvous names the rank that never arrived") {
   for (auto& f : ranks) {
     std::string message = f.get();
     CHECK_THAT(message, Catch::Contains("rank 3 of 4"));
-    std::smatch m;
-    REQUIRE(std::regex_search(message, m, std::regex(R"(within (\d+\.\d) s)")));
-    CHECK(std::stod(m[1]) >= 0.3);
-    CHECK(std::stod(m[1]) < 2.0);
+    CHECK(seconds_in(message, "within") >= 0.3);
+    CHECK(seconds_in(message, "within") < kSlack);
   }
   // When everyone shows up, it returns.
   std::vector<std::future<void>> all;
@@ -307,7 +316,7 @@ TEST_CASE("TcpStore: a client started before the server connects once it comes u
   CHECK(host.port() == port);
   host.set("hello", "world");
   CHECK(client.get() == "world");
-  CHECK(since(start) < 3.0);
+  CHECK(since(start) < kSlack);
 }
 
 TEST_CASE("TcpStore: nobody serving the port gives an Error naming the address") {
@@ -319,12 +328,13 @@ TEST_CASE("TcpStore: nobody serving the port gives an Error naming the address")
     TcpStore s(o);
     FAIL("connected to a port nobody serves");
   } catch (const dscpp::Error& e) {
+    CHECK(seconds_in(e.what(), "not reachable after") >= 0.3);
     CHECK_THAT(e.what(), Catch::Contains(fmt::format("127.0.0.1:{}", unserved.port)) &&
-                             Catch::Contains("not reachable after 0.3 s") && Catch::Contains("rank 0") &&
+                             Catch::Contains("not reachable after") && Catch::Contains("rank 0") &&
                              Catch::Contains("refused"));
   }
   CHECK(since(start) >= 0.29);
-  CHECK(since(start) < 1.5);
+  CHECK(since(start) < kSlack);
 }
 
 TEST_CASE("TcpStore: the server going away fails blocked and later calls promptly") {
@@ -344,15 +354,16 @@ TEST_CASE("TcpStore: the server going away fails blocked and later calls promptl
   std::this_thread::sleep_for(100ms);
   auto start = Clock::now();
   host.reset();
-  REQUIRE(blocked.wait_for(1s) == std::future_status::ready);
-  CHECK(since(start) < 1.0);
+  // Typically a few ms; the get itself would block for 30 s.
+  REQUIRE(blocked.wait_for(std::chrono::duration<double>(kSlack)) == std::future_status::ready);
+  CHECK(since(start) < kSlack);
   std::string message = blocked.get();
   CHECK_THAT(message,
              Catch::Contains("closed the connection") && Catch::Contains("rank 0") && Catch::Contains("127.0.0.1:"));
   start = Clock::now();
   CHECK_THROWS_WITH(client.set("after", "1"), Catch::Contains("closed the connection"));
   CHECK_THROWS_AS(client.check("after"), dscpp::Error);
-  CHECK(since(start) < 1.0);
+  CHECK(since(start) < kSlack);
 }
 
 TEST_CASE("TcpStore: oversized keys and values, bad counters and foreign servers are clear errors") {
@@ -426,6 +437,6 @@ TEST_CASE("TcpStore server: thousands of connections parked on one key are all a
     ::close(fd);
   }
   CHECK(answered == n);
-  CHECK(since(start) < 3.0);
+  CHECK(since(start) < 2 * kSlack);
   CHECK(n >= 400);
 }
