@@ -45,8 +45,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMagic = 0x6473637070736d31ull;  // "dscppsm1"
-constexpr size_t kLine = 128;                      // two lines: the adjacent-line prefetcher pairs them
-constexpr size_t kAlign = 64;                      // slot ranges start on cache lines
+constexpr size_t kLine = 128;                       // two lines: the adjacent-line prefetcher pairs them
+constexpr size_t kAlign = 64;                       // slot ranges start on cache lines
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 // Below this many bytes an allreduce uses one round with a single barrier in which every
 // rank reduces the whole buffer: latency matters more there than the N-fold reduce work.
@@ -56,8 +56,8 @@ struct alignas(kLine) RankCtl {
   std::atomic<uint32_t> arrive;    // futex word: barriers this rank has reached
   std::atomic<uint32_t> sleepers;  // peers asleep on `arrive`: wake only when someone sleeps
   std::atomic<int32_t> pid;
-  std::atomic<uint32_t> left;     // set when this rank closes the backend
-  std::atomic<uint64_t> op_sig;   // (op sequence << 32) | hash of the op's shape
+  std::atomic<uint32_t> left;    // set when this rank closes the backend
+  std::atomic<uint64_t> op_sig;  // (op sequence << 32) | hash of the op's shape
 };
 
 struct alignas(kLine) Header {
@@ -72,7 +72,9 @@ struct alignas(kLine) Header {
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
               "shared-memory atomics must be lock-free to work across processes");
 
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+size_t round_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   // Not FUTEX_PRIVATE_FLAG: the waiters are other processes mapping the same pages.
@@ -81,12 +83,18 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 std::string_view kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::allreduce: return "allreduce";
-    case OpKind::reduce_scatter: return "reduce_scatter";
-    case OpKind::allgather: return "allgather";
-    case OpKind::broadcast: return "broadcast";
-    case OpKind::barrier: return "barrier";
-    case OpKind::all_to_all: return "all_to_all";
+    case OpKind::allreduce:
+      return "allreduce";
+    case OpKind::reduce_scatter:
+      return "reduce_scatter";
+    case OpKind::allgather:
+      return "allgather";
+    case OpKind::broadcast:
+      return "broadcast";
+    case OpKind::barrier:
+      return "barrier";
+    case OpKind::all_to_all:
+      return "all_to_all";
   }
   return "collective";
 }
@@ -189,8 +197,8 @@ void ShmBackend::attach() {
     static std::atomic<uint64_t> counter{0};
     std::string group;
     for (char c : ctx_.name) group += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    seg_name = fmt::format("/dscpp-shm-{}-{}-{}-{:08x}", group.substr(0, 64), getpid(), counter++,
-                           std::random_device{}());
+    seg_name =
+        fmt::format("/dscpp-shm-{}-{}-{}-{:08x}", group.substr(0, 64), getpid(), counter++, std::random_device{}());
     fd = shm_open(seg_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) fail("shm group '{}': cannot create {}: {}", ctx_.name, seg_name, std::strerror(errno));
     map_bytes_ = header_bytes + 2 * size_t(ctx_.size) * slot_bytes_;
@@ -389,12 +397,18 @@ void ShmBackend::run(const OpDesc& op) {
     fail("shm group '{}': broadcast root {} is outside the group of {}", ctx_.name, op.root, ctx_.size);
   try {
     switch (op.kind) {
-      case OpKind::allreduce: return allreduce(op, in, out);
-      case OpKind::reduce_scatter: return reduce_scatter(op, in, out);
-      case OpKind::allgather: return allgather(op, in, out);
-      case OpKind::broadcast: return broadcast(op, in, out);
-      case OpKind::all_to_all: return all_to_all(op, in, out);
-      case OpKind::barrier: return barrier();
+      case OpKind::allreduce:
+        return allreduce(op, in, out);
+      case OpKind::reduce_scatter:
+        return reduce_scatter(op, in, out);
+      case OpKind::allgather:
+        return allgather(op, in, out);
+      case OpKind::broadcast:
+        return broadcast(op, in, out);
+      case OpKind::all_to_all:
+        return all_to_all(op, in, out);
+      case OpKind::barrier:
+        return barrier();
     }
   } catch (const Error& e) {
     broken_ = e.what();
@@ -538,6 +552,8 @@ std::unique_ptr<Backend> ShmBackend::split(const SplitPlan& plan) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_shm_backend(const GroupContext& context) { return std::make_unique<ShmBackend>(context); }
+std::unique_ptr<Backend> make_shm_backend(const GroupContext& context) {
+  return std::make_unique<ShmBackend>(context);
+}
 
 }  // namespace dscpp::comm

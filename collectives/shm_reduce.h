@@ -27,7 +27,9 @@
 namespace dscpp::comm::shm {
 
 // What reduce() handles: fp32/fp64/fp16/bf16/int32/int64/int8/uint8, all four ops.
-inline bool reduce_supported(DType, ReduceOp) { return true; }
+inline bool reduce_supported(DType, ReduceOp) {
+  return true;
+}
 
 inline bool cpu_has_avx2() {
 #if DSCPP_SHM_X86
@@ -53,12 +55,24 @@ inline T min_nan(T acc, T x) {
   return x != x ? x : r;  // NOLINT
 }
 
-inline float load_f(const float* p) { return *p; }
-inline float load_f(const fp16_t* p) { return static_cast<float>(*p); }
-inline float load_f(const bf16_t* p) { return static_cast<float>(*p); }
-inline void store_f(float* p, float v) { *p = v; }
-inline void store_f(fp16_t* p, float v) { *p = fp16_t(v); }
-inline void store_f(bf16_t* p, float v) { *p = bf16_t(v); }
+inline float load_f(const float* p) {
+  return *p;
+}
+inline float load_f(const fp16_t* p) {
+  return static_cast<float>(*p);
+}
+inline float load_f(const bf16_t* p) {
+  return static_cast<float>(*p);
+}
+inline void store_f(float* p, float v) {
+  *p = v;
+}
+inline void store_f(fp16_t* p, float v) {
+  *p = fp16_t(v);
+}
+inline void store_f(bf16_t* p, float v) {
+  *p = bf16_t(v);
+}
 
 template <typename T>
 void reduce_float_scalar(T* dst, const T* const* src, int nsrc, size_t begin, size_t end, ReduceOp op, int divisor) {
@@ -90,9 +104,12 @@ void reduce_f64(T* dst, const T* const* src, int nsrc, size_t n, ReduceOp op, in
     T acc = src[0][i];
     for (int j = 1; j < nsrc; ++j) {
       const T x = src[j][i];
-      if (op == ReduceOp::max) acc = max_nan(acc, x);
-      else if (op == ReduceOp::min) acc = min_nan(acc, x);
-      else acc += x;
+      if (op == ReduceOp::max)
+        acc = max_nan(acc, x);
+      else if (op == ReduceOp::min)
+        acc = min_nan(acc, x);
+      else
+        acc += x;
     }
     if (op == ReduceOp::avg) acc /= static_cast<T>(divisor);
     dst[i] = acc;
@@ -106,8 +123,8 @@ void reduce_int(T* dst, const T* const* src, int nsrc, size_t n, ReduceOp op, in
   if (op == ReduceOp::max || op == ReduceOp::min) {
     for (size_t i = 0; i < n; ++i) {
       T acc = src[0][i];
-      for (int j = 1; j < nsrc; ++j) acc = op == ReduceOp::max ? (src[j][i] > acc ? src[j][i] : acc)
-                                                               : (src[j][i] < acc ? src[j][i] : acc);
+      for (int j = 1; j < nsrc; ++j)
+        acc = op == ReduceOp::max ? (src[j][i] > acc ? src[j][i] : acc) : (src[j][i] < acc ? src[j][i] : acc);
       dst[i] = acc;
     }
     return;
@@ -122,7 +139,9 @@ void reduce_int(T* dst, const T* const* src, int nsrc, size_t n, ReduceOp op, in
 }
 
 #if DSCPP_SHM_X86
-DSCPP_SHM_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+DSCPP_SHM_AVX2 inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
 DSCPP_SHM_AVX2 inline __m256 load8(const fp16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -132,7 +151,9 @@ DSCPP_SHM_AVX2 inline __m256 load8(const bf16_t* p) {
   const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
-DSCPP_SHM_AVX2 inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+DSCPP_SHM_AVX2 inline void store8(float* p, __m256 v) {
+  _mm256_storeu_ps(p, v);
+}
 DSCPP_SHM_AVX2 inline void store8(fp16_t* p, __m256 v) {
   // F16C rounds to nearest-even and quiets NaNs with the same payload bits as half.h.
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
@@ -239,16 +260,13 @@ inline void reduce(DType dtype, ReduceOp op, void* dst, const void* const* src, 
     case DType::f64:
       return reduce_f64(static_cast<double*>(dst), reinterpret_cast<const double* const*>(src), nsrc, n, op, divisor);
     case DType::i32:
-      return reduce_int(static_cast<int32_t*>(dst), reinterpret_cast<const int32_t* const*>(src), nsrc, n, op,
-                        divisor);
+      return reduce_int(static_cast<int32_t*>(dst), reinterpret_cast<const int32_t* const*>(src), nsrc, n, op, divisor);
     case DType::i64:
-      return reduce_int(static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(src), nsrc, n, op,
-                        divisor);
+      return reduce_int(static_cast<int64_t*>(dst), reinterpret_cast<const int64_t* const*>(src), nsrc, n, op, divisor);
     case DType::i8:
       return reduce_int(static_cast<int8_t*>(dst), reinterpret_cast<const int8_t* const*>(src), nsrc, n, op, divisor);
     case DType::u8:
-      return reduce_int(static_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t* const*>(src), nsrc, n, op,
-                        divisor);
+      return reduce_int(static_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t* const*>(src), nsrc, n, op, divisor);
   }
   invalid_dtype(static_cast<int>(dtype));
 }

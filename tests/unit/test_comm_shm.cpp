@@ -7,12 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <atomic>
-#include <chrono>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -34,32 +34,58 @@ namespace {
 
 double get(DType t, const void* p, size_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f16: return static_cast<float>(static_cast<const fp16_t*>(p)[i]);
-    case DType::bf16: return static_cast<float>(static_cast<const bf16_t*>(p)[i]);
-    case DType::f64: return static_cast<const double*>(p)[i];
-    case DType::i8: return static_cast<const int8_t*>(p)[i];
-    case DType::u8: return static_cast<const uint8_t*>(p)[i];
-    case DType::i32: return static_cast<const int32_t*>(p)[i];
-    case DType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::f16:
+      return static_cast<float>(static_cast<const fp16_t*>(p)[i]);
+    case DType::bf16:
+      return static_cast<float>(static_cast<const bf16_t*>(p)[i]);
+    case DType::f64:
+      return static_cast<const double*>(p)[i];
+    case DType::i8:
+      return static_cast<const int8_t*>(p)[i];
+    case DType::u8:
+      return static_cast<const uint8_t*>(p)[i];
+    case DType::i32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::i64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
   }
   return 0;
 }
 
 void put(DType t, void* p, size_t i, double v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DType::f16: static_cast<fp16_t*>(p)[i] = fp16_t(static_cast<float>(v)); break;
-    case DType::bf16: static_cast<bf16_t*>(p)[i] = bf16_t(static_cast<float>(v)); break;
-    case DType::f64: static_cast<double*>(p)[i] = v; break;
-    case DType::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DType::f32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DType::f16:
+      static_cast<fp16_t*>(p)[i] = fp16_t(static_cast<float>(v));
+      break;
+    case DType::bf16:
+      static_cast<bf16_t*>(p)[i] = bf16_t(static_cast<float>(v));
+      break;
+    case DType::f64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case DType::i8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      break;
+    case DType::u8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::i64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
   }
 }
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64; }
+bool is_float(DType t) {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
+}
 
 // Small integers: every sum of up to 4 of them is exact in every dtype (bf16 holds integers
 // up to 256 exactly, int8 up to 127), so the reference needs no tolerance.
@@ -76,9 +102,12 @@ double reference(DType t, ReduceOp op, int size, size_t i) {
     acc = op == ReduceOp::max ? std::max(acc, x) : op == ReduceOp::min ? std::min(acc, x) : acc + x;
   }
   if (op == ReduceOp::avg) {
-    if (t == DType::f64) acc /= size;
-    else if (is_float(t)) acc = static_cast<float>(acc) / static_cast<float>(size);  // fp32 divide, then round
-    else acc = std::trunc(acc / size);
+    if (t == DType::f64)
+      acc /= size;
+    else if (is_float(t))
+      acc = static_cast<float>(acc) / static_cast<float>(size);  // fp32 divide, then round
+    else
+      acc = std::trunc(acc / size);
   }
   unsigned char buf[8];
   put(t, buf, 0, acc);
@@ -156,12 +185,23 @@ std::string run_case(Backend& b, const Case& c, int me, int n) {
   for (size_t i = 0; i < out_elems; ++i) {
     double want = 0;
     switch (c.kind) {
-      case OpKind::allreduce: want = reference(c.dtype, c.reduce, n, i); break;
-      case OpKind::reduce_scatter: want = reference(c.dtype, c.reduce, n, me * cnt + i); break;
-      case OpKind::allgather: want = value(c.dtype, int(i / cnt), i % cnt); break;
-      case OpKind::broadcast: want = value(c.dtype, root, i); break;
-      case OpKind::all_to_all: want = value(c.dtype, int(i / cnt), me * cnt + i % cnt); break;
-      case OpKind::barrier: break;
+      case OpKind::allreduce:
+        want = reference(c.dtype, c.reduce, n, i);
+        break;
+      case OpKind::reduce_scatter:
+        want = reference(c.dtype, c.reduce, n, me * cnt + i);
+        break;
+      case OpKind::allgather:
+        want = value(c.dtype, int(i / cnt), i % cnt);
+        break;
+      case OpKind::broadcast:
+        want = value(c.dtype, root, i);
+        break;
+      case OpKind::all_to_all:
+        want = value(c.dtype, int(i / cnt), me * cnt + i % cnt);
+        break;
+      case OpKind::barrier:
+        break;
     }
     const double got = get(c.dtype, res, i);
     if (got != want) return fmt::format("{}: rank {} element {}: got {}, want {}", describe(c, n), me, i, got, want);
@@ -237,8 +277,10 @@ TEST_CASE("shm: AVX2 kernels match the scalar ones bit for bit") {
         // Random bit patterns hit NaN, Inf, subnormals and overflow to Inf; a third are
         // ordinary small values so that sums stay finite and rounding gets exercised.
         const uint32_t bits = rng();
-        if (i % 3 == 0) put(t, s.data(), i, std::ldexp(double(int32_t(bits) >> 8), -20));
-        else std::memcpy(s.data() + i * e, &bits, e);
+        if (i % 3 == 0)
+          put(t, s.data(), i, std::ldexp(double(int32_t(bits) >> 8), -20));
+        else
+          std::memcpy(s.data() + i * e, &bits, e);
       }
     for (ReduceOp op : kOps)
       for (int nsrc : {1, 2, 3, 8, kSlots}) {
@@ -371,8 +413,10 @@ TEST_CASE("shm: ranks issuing different collectives fail instead of mixing data"
     auto backend = make_shm_backend(context(rank, n, store, Millis(5000)));
     std::vector<float> in(8, 1.f), out(16);
     try {
-      if (rank == 0) backend->run({OpKind::allreduce, in.data(), in.data(), 8, DType::f32});
-      else backend->run({OpKind::allgather, in.data(), out.data(), 8, DType::f32});
+      if (rank == 0)
+        backend->run({OpKind::allreduce, in.data(), in.data(), 8, DType::f32});
+      else
+        backend->run({OpKind::allgather, in.data(), out.data(), 8, DType::f32});
     } catch (const Error& e) {
       errors[rank] = e.what();
     }
