@@ -260,13 +260,13 @@ class StoreServer {
 
   void on_readable(int fd, Conn& c) {
     char buf[65536];
+    bool gone = false;  // EOF or reset; requests already received are still answered
     for (;;) {
       ssize_t n = ::recv(fd, buf, sizeof buf, 0);
       if (n > 0 && !c.closing) c.in.append(buf, static_cast<size_t>(n));
       if (n > 0 || (n < 0 && errno == EINTR)) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      c.dead = true;  // EOF or reset: the client went away
-      return;
+      gone = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+      break;
     }
     size_t pos = 0;
     while (!c.closing && c.in.size() - pos >= 4) {
@@ -285,6 +285,7 @@ class StoreServer {
       }
     }
     c.in.erase(0, c.closing ? c.in.size() : pos);
+    c.dead = c.dead || gone;
   }
 
   // The byte stream is wrong: say why, then hang up.
@@ -302,6 +303,9 @@ class StoreServer {
       if (c.pending) answer_timed_out(fd, c);  // no pending request: its answer already left
       return;
     }
+    if (op < kSet || op > kErase)
+      fail("unknown operation {} (expected 1-{}): is the client a dscpp TcpStore of the same version?", op,
+           static_cast<int>(kCancel));
     if (c.pending) fail("request (op {}) arrived while a get/wait was still pending on the connection", op);
     std::string key = r.str("key", kMaxKey);
     if (op == kSet) {
@@ -336,7 +340,7 @@ class StoreServer {
       r.done();
       data_.erase(key);
       send_reply(fd, c, Frame(kOk).done());
-    } else if (op == kGet || op == kWait) {
+    } else {  // get or wait
       c.keys.assign(1, std::move(key));
       for (uint32_t i = 1, n = op == kWait ? r.num<uint32_t>("key count") : 1; i < n; ++i)
         c.keys.push_back(r.str("key", kMaxKey));
@@ -345,9 +349,6 @@ class StoreServer {
       c.op = op;
       c.cursor = 0;
       advance(fd, c);
-    } else {
-      fail("unknown operation {} (expected 1-{}): is the client a dscpp TcpStore of the same version?", op,
-           static_cast<int>(kCancel));
     }
   }
 

@@ -395,18 +395,28 @@ TEST_CASE("TcpStore: oversized keys and values, bad counters and foreign servers
   ::close(fd);
 }
 
-TEST_CASE("TcpStore server: a request frame above the limit is answered with the reason, then closed") {
+TEST_CASE("TcpStore server: a broken request stream is answered with the reason, then closed") {
   TcpStore host(host_options());
-  int fd = connect_raw(host.port());
-  const unsigned char frame[] = {0xff, 0xff, 0xff, 0x7f, 1};
-  REQUIRE(::write(fd, frame, sizeof frame) == sizeof frame);
-  std::string reply;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) reply.append(buf, static_cast<size_t>(n));
-  ::close(fd);  // reaching here at all means the server closed its end
-  REQUIRE(reply.size() > 9);
-  CHECK(static_cast<unsigned char>(reply[4]) == 3);
-  CHECK_THAT(reply.substr(9), Catch::Contains("2147483647 bytes exceeds"));
+  // Sends raw bytes, reads until the server hangs up, returns {status, message}.
+  auto exchange = [&](std::vector<unsigned char> bytes) {
+    int fd = connect_raw(host.port());
+    REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+    std::string reply;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) reply.append(buf, static_cast<size_t>(n));
+    ::close(fd);  // reaching here at all means the server closed its end
+    REQUIRE(reply.size() > 9);
+    return std::make_pair(static_cast<int>(static_cast<unsigned char>(reply[4])), reply.substr(9));
+  };
+  auto [status, message] = exchange({0xff, 0xff, 0xff, 0x7f, 1});
+  CHECK(status == 3);
+  CHECK_THAT(message, Catch::Contains("2147483647 bytes exceeds"));
+  std::tie(status, message) = exchange({1, 0, 0, 0, 99});
+  CHECK(status == 3);
+  CHECK_THAT(message, Catch::Contains("unknown operation 99"));
+  // A set whose key length claims more bytes than the frame holds.
+  std::tie(status, message) = exchange({9, 0, 0, 0, 1, 200, 0, 0, 0, 'a', 'b', 'c', 'd'});
+  CHECK_THAT(message, Catch::Contains("expected 200 bytes for the key, found 4"));
   CHECK(host.add("still-serving", 1) == 1);
 }
 
