@@ -99,6 +99,9 @@ std::shared_ptr<gloo::Context> raw_context(int rank, int size, std::shared_ptr<c
     std::vector<std::unique_ptr<gloo::transport::Buffer>> sends, recvs;
     for (int p = 0; p < size; ++p)
       if (p != rank) recvs.push_back(context->getPair(p)->createRecvBuffer(slot, recv.data(), bytes));
+    gloo::BarrierOptions barrier(context);  // peers register before anything arrives
+    barrier.setTag(1);
+    gloo::barrier(barrier);
     for (int p = 0; p < size; ++p)
       if (p != rank) sends.push_back(context->getPair(p)->createSendBuffer(slot, send.data(), bytes));
     for (auto& b : sends) b->send();

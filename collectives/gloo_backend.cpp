@@ -239,6 +239,11 @@ void GlooBackend::pin_send_buffers() {
     if (peer == me) continue;
     recvs.push_back(gloo_->getPair(peer)->createRecvBuffer(slot, recv.data(), recv.size()));
   }
+  // Data for a bound buffer that is not registered yet makes the receiver's loop thread spin
+  // until it is; a barrier first keeps that from happening.
+  gloo::BarrierOptions barrier(gloo_);
+  barrier.setTag(next_tag());
+  gloo::barrier(barrier);
   for (int peer = 0; peer < size; ++peer) {
     if (peer == me) continue;
     sends.push_back(gloo_->getPair(peer)->createSendBuffer(slot, send.data(), send.size()));
