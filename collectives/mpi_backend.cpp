@@ -169,7 +169,9 @@ MPI_Datatype mpi_type(DType type) {
   invalid_dtype(static_cast<int>(type));
 }
 
-bool mpi_reduces(DType type) { return type != DType::f16 && type != DType::bf16; }
+bool mpi_reduces(DType type) {
+  return type != DType::f16 && type != DType::bf16;
+}
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
@@ -192,8 +194,7 @@ size_t max_count_from_env() {
   if (const char* text = std::getenv("DSCPP_MPI_MAX_COUNT"); text != nullptr && *text != '\0') {
     char* end = nullptr;
     unsigned long long value = std::strtoull(text, &end, 10);
-    if (*end != '\0' || value == 0)
-      fail("DSCPP_MPI_MAX_COUNT='{}': expected a positive element count", text);
+    if (*end != '\0' || value == 0) fail("DSCPP_MPI_MAX_COUNT='{}': expected a positive element count", text);
     limit = std::min<size_t>(limit, value);
   }
   return limit;
@@ -272,8 +273,7 @@ class MpiBackend final : public Backend {
         break;
       case OpKind::all_to_all:
         if (n <= max_count_) {
-          check(MPI_Alltoall(in, static_cast<int>(n), type, out, static_cast<int>(n), type, comm_), op,
-                "MPI_Alltoall");
+          check(MPI_Alltoall(in, static_cast<int>(n), type, out, static_cast<int>(n), type, comm_), op, "MPI_Alltoall");
           break;
         }
         if (n > 0) std::memcpy(out + me * n * elem, in + me * n * elem, n * elem);
@@ -308,7 +308,8 @@ class MpiBackend final : public Backend {
              context_.name, context_.rank, plan.context.name, plan.color);
       return nullptr;
     }
-    if (plan.color < 0) fail("mpi group '{}': MPI_Comm_split put a rank with a negative color in a group", context_.name);
+    if (plan.color < 0)
+      fail("mpi group '{}': MPI_Comm_split put a rank with a negative color in a group", context_.name);
     check_members(sub, plan);
     return adopt(sub, plan.context, max_count_);
   }

@@ -131,8 +131,10 @@ class NcclBackend final : public Backend {
     } else {
       std::string bytes = context_.store->get(key, context_.timeout);
       if (bytes.size() != sizeof(id))
-        fail("nccl group '{}': the unique id in the store has {} bytes, expected {} (a different NCCL version on rank 0?)",
-             context_.name, bytes.size(), sizeof(id));
+        fail(
+            "nccl group '{}': the unique id in the store has {} bytes, expected {} (a different NCCL version on rank "
+            "0?)",
+            context_.name, bytes.size(), sizeof(id));
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
     ncclConfig_t config = nonblocking_config();
@@ -155,7 +157,8 @@ class NcclBackend final : public Backend {
 
   void run(const OpDesc& op) override {
     const std::string_view what = kind_name(op.kind);
-    if (aborted_) fail("nccl group '{}': {} after the communicator was aborted by an earlier failure", context_.name, what);
+    if (aborted_)
+      fail("nccl group '{}': {} after the communicator was aborted by an earlier failure", context_.name, what);
     check_cuda(cudaSetDevice(device_), context_.name, fmt::format("cudaSetDevice({})", device_));
     const auto until = deadline();
     const ncclDataType_t type = nccl_type(op.dtype);
@@ -232,7 +235,9 @@ class NcclBackend final : public Backend {
   }
 
  private:
-  Clock::time_point deadline() const { return Clock::now() + context_.timeout; }
+  Clock::time_point deadline() const {
+    return Clock::now() + context_.timeout;
+  }
 
   void nccl_check(ncclResult_t rc, std::string_view call, std::string_view what) {
     if (rc == ncclSuccess) return;
@@ -259,7 +264,8 @@ class NcclBackend final : public Backend {
       if (rc != ncclSuccess) abort_and_fail(what, fmt::format("ncclCommGetAsyncError: {}", ncclGetErrorString(rc)));
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) abort_and_fail(what, fmt::format("{}: {}", call, ncclGetErrorString(state)));
-      if (Clock::now() > until) abort_and_fail(what, fmt::format("{} did not complete within {:.1f} s", call, timeout_s()));
+      if (Clock::now() > until)
+        abort_and_fail(what, fmt::format("{} did not complete within {:.1f} s", call, timeout_s()));
       pause(spins);
     }
   }
@@ -274,7 +280,8 @@ class NcclBackend final : public Backend {
       cudaError_t state = cudaStreamQuery(stream_);
       if (state == cudaSuccess) return;
       if (state != cudaErrorNotReady)
-        abort_and_fail(what, fmt::format("the stream failed: {} ({})", cudaGetErrorString(state), cudaGetErrorName(state)));
+        abort_and_fail(what,
+                       fmt::format("the stream failed: {} ({})", cudaGetErrorString(state), cudaGetErrorName(state)));
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress)
@@ -293,7 +300,9 @@ class NcclBackend final : public Backend {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 
-  double timeout_s() const { return std::chrono::duration<double>(context_.timeout).count(); }
+  double timeout_s() const {
+    return std::chrono::duration<double>(context_.timeout).count();
+  }
 
   GroupContext context_;
   int device_;

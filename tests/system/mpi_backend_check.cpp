@@ -18,10 +18,10 @@
 #include "core/rank_discovery.h"
 
 namespace comm = dscpp::comm;
-using dscpp::DType;
 using comm::OpDesc;
 using comm::OpKind;
 using comm::ReduceOp;
+using dscpp::DType;
 
 namespace {
 
@@ -180,7 +180,7 @@ struct Checker {
       movement<int32_t>(DType::i32, n);
       movement<uint16_t>(DType::f16, n);  // bit patterns: only moved, never reduced
       movement<uint16_t>(DType::bf16, n);
-      b.run(OpDesc{});                    // barrier
+      b.run(OpDesc{});  // barrier
     }
     for (size_t n : {size_t{1}, size_t{1000}}) {
       reductions<int64_t>(DType::i64, n);
@@ -218,8 +218,8 @@ comm::SplitPlan plan_for(int me, int size, const std::vector<int>& colors, const
 void check_sub_group(comm::Backend& parent, std::unique_ptr<comm::Backend> sub, const comm::SplitPlan& plan) {
   const int me = parent.rank();
   if (plan.color < 0) {
-    expect(sub == nullptr, fmt::format("split '{}': rank {} has color {} but got a backend", plan.context.name, me,
-                                       plan.color));
+    expect(sub == nullptr,
+           fmt::format("split '{}': rank {} has color {} but got a backend", plan.context.name, me, plan.color));
     return;
   }
   expect(sub != nullptr, fmt::format("split '{}': member rank {} got no backend", plan.context.name, me));
@@ -249,9 +249,10 @@ std::string error_of(F&& body) {
 
 void check_errors(comm::Backend& world, int rank, int size) {
   std::string message = error_of([&] { comm::make_mpi_backend(world_context(rank, size + 1)); });
-  expect(message.find("MPI says rank") != std::string::npos && message.find(fmt::format("of {}", size + 1)) != std::string::npos,
-         fmt::format("a world context of size {} under {} MPI ranks: expected an error naming both, got '{}'",
-                     size + 1, size, message));
+  expect(message.find("MPI says rank") != std::string::npos &&
+             message.find(fmt::format("of {}", size + 1)) != std::string::npos,
+         fmt::format("a world context of size {} under {} MPI ranks: expected an error naming both, got '{}'", size + 1,
+                     size, message));
 
   float x = 1;
   message = error_of([&] { world.run(OpDesc{OpKind::broadcast, &x, &x, 1, DType::f32, ReduceOp::sum, size}); });
