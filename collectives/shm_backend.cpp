@@ -455,8 +455,7 @@ void ShmBackend::allreduce(const OpDesc& op, const char* in, char* out) {
     barrier();
     for (int r = 0; r < n; ++r) srcs[r] = r == me ? in + (off + lo) * elem : slot(b, r) + lo * elem;
     char* mine = out + (off + lo) * elem;
-    shm::reduce(op.dtype, op.reduce, mine, srcs, n, hi - lo, n, simd_);
-    std::memcpy(slot(b, me) + lo * elem, mine, (hi - lo) * elem);
+    shm::reduce(op.dtype, op.reduce, mine, srcs, n, hi - lo, n, simd_, slot(b, me) + lo * elem);
     barrier();
     for (int k = 1; k < n; ++k) {
       const int r = (me + k) % n;  // ranks start at different peers: spreads the cross-core reads

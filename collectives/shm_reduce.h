@@ -186,7 +186,7 @@ DSCPP_SHM_AVX2 inline __m256 combine8(__m256 acc, __m256 x) {
 }
 
 template <typename T, ReduceOp OP>
-DSCPP_SHM_AVX2 void reduce_float_avx2(T* dst, const T* const* src, int nsrc, size_t n, int divisor) {
+DSCPP_SHM_AVX2 void reduce_float_avx2(T* dst, T* copy, const T* const* src, int nsrc, size_t n, int divisor) {
   const __m256 div = _mm256_set1_ps(static_cast<float>(divisor));
   size_t i = 0;
   // Four vectors in flight per slot pass: enough independent adds to hide latency while the
@@ -206,57 +206,50 @@ DSCPP_SHM_AVX2 void reduce_float_avx2(T* dst, const T* const* src, int nsrc, siz
       a2 = _mm256_div_ps(a2, div), a3 = _mm256_div_ps(a3, div);
     }
     store8(dst + i, a0), store8(dst + i + 8, a1), store8(dst + i + 16, a2), store8(dst + i + 24, a3);
+    if (copy) store8(copy + i, a0), store8(copy + i + 8, a1), store8(copy + i + 16, a2), store8(copy + i + 24, a3);
   }
   for (; i + 8 <= n; i += 8) {
     __m256 a = load8(src[0] + i);
     for (int j = 1; j < nsrc; ++j) a = combine8<OP>(a, load8(src[j] + i));
     if constexpr (OP == ReduceOp::avg) a = _mm256_div_ps(a, div);
     store8(dst + i, a);
+    if (copy) store8(copy + i, a);
   }
   reduce_float_scalar(dst, src, nsrc, i, n, OP, divisor);
+  if (copy && i < n) std::memcpy(copy + i, dst + i, (n - i) * sizeof(T));
 }
 
 template <typename T>
-void reduce_float_avx2_op(T* dst, const T* const* src, int nsrc, size_t n, ReduceOp op, int divisor) {
+void reduce_float_avx2_op(T* dst, T* copy, const T* const* src, int nsrc, size_t n, ReduceOp op, int divisor) {
   switch (op) {
     case ReduceOp::sum:
-      return reduce_float_avx2<T, ReduceOp::sum>(dst, src, nsrc, n, divisor);
+      return reduce_float_avx2<T, ReduceOp::sum>(dst, copy, src, nsrc, n, divisor);
     case ReduceOp::avg:
-      return reduce_float_avx2<T, ReduceOp::avg>(dst, src, nsrc, n, divisor);
+      return reduce_float_avx2<T, ReduceOp::avg>(dst, copy, src, nsrc, n, divisor);
     case ReduceOp::max:
-      return reduce_float_avx2<T, ReduceOp::max>(dst, src, nsrc, n, divisor);
+      return reduce_float_avx2<T, ReduceOp::max>(dst, copy, src, nsrc, n, divisor);
     case ReduceOp::min:
-      return reduce_float_avx2<T, ReduceOp::min>(dst, src, nsrc, n, divisor);
+      return reduce_float_avx2<T, ReduceOp::min>(dst, copy, src, nsrc, n, divisor);
   }
 }
 #endif
 
 template <typename T>
-void reduce_float(void* dst, const void* const* src, int nsrc, size_t n, ReduceOp op, int divisor, bool simd) {
+void reduce_float(void* dst, void* copy, const void* const* src, int nsrc, size_t n, ReduceOp op, int divisor,
+                  bool simd) {
   auto* d = static_cast<T*>(dst);
   auto* s = reinterpret_cast<const T* const*>(src);
 #if DSCPP_SHM_X86
-  if (simd) return reduce_float_avx2_op(d, s, nsrc, n, op, divisor);
+  if (simd) return reduce_float_avx2_op(d, static_cast<T*>(copy), s, nsrc, n, op, divisor);
 #else
   (void)simd;
 #endif
   reduce_float_scalar(d, s, nsrc, 0, n, op, divisor);
+  if (copy) std::memcpy(copy, dst, n * sizeof(T));
 }
 
-}  // namespace detail
-
-// `simd` chooses the AVX2/F16C kernels for fp32/fp16/bf16 (only pass true when cpu_has_avx2()).
-inline void reduce(DType dtype, ReduceOp op, void* dst, const void* const* src, int nsrc, size_t n, int divisor,
-                   bool simd = cpu_has_avx2()) {
-  using namespace detail;
-  if (n == 0) return;
+inline void reduce_other(DType dtype, ReduceOp op, void* dst, const void* const* src, int nsrc, size_t n, int divisor) {
   switch (dtype) {
-    case DType::f32:
-      return reduce_float<float>(dst, src, nsrc, n, op, divisor, simd);
-    case DType::f16:
-      return reduce_float<fp16_t>(dst, src, nsrc, n, op, divisor, simd);
-    case DType::bf16:
-      return reduce_float<bf16_t>(dst, src, nsrc, n, op, divisor, simd);
     case DType::f64:
       return reduce_f64(static_cast<double*>(dst), reinterpret_cast<const double* const*>(src), nsrc, n, op, divisor);
     case DType::i32:
@@ -267,8 +260,33 @@ inline void reduce(DType dtype, ReduceOp op, void* dst, const void* const* src, 
       return reduce_int(static_cast<int8_t*>(dst), reinterpret_cast<const int8_t* const*>(src), nsrc, n, op, divisor);
     case DType::u8:
       return reduce_int(static_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t* const*>(src), nsrc, n, op, divisor);
+    default:
+      break;
   }
   invalid_dtype(static_cast<int>(dtype));
+}
+
+}  // namespace detail
+
+// `simd` chooses the AVX2/F16C kernels for fp32/fp16/bf16 (only pass true when cpu_has_avx2()).
+// `copy`, when not null, receives the result too (no overlap with anything): the vector
+// kernels store it from registers, saving a pass over the result.
+inline void reduce(DType dtype, ReduceOp op, void* dst, const void* const* src, int nsrc, size_t n, int divisor,
+                   bool simd = cpu_has_avx2(), void* copy = nullptr) {
+  using namespace detail;
+  if (n == 0) return;
+  switch (dtype) {
+    case DType::f32:
+      return reduce_float<float>(dst, copy, src, nsrc, n, op, divisor, simd);
+    case DType::f16:
+      return reduce_float<fp16_t>(dst, copy, src, nsrc, n, op, divisor, simd);
+    case DType::bf16:
+      return reduce_float<bf16_t>(dst, copy, src, nsrc, n, op, divisor, simd);
+    default:
+      break;
+  }
+  reduce_other(dtype, op, dst, src, nsrc, n, divisor);
+  if (copy) std::memcpy(copy, dst, n * dtype_size(dtype));
 }
 
 }  // namespace dscpp::comm::shm

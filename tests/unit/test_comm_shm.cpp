@@ -288,7 +288,9 @@ TEST_CASE("shm: AVX2 kernels match the scalar ones bit for bit") {
         for (int j = 0; j < nsrc; ++j) srcs[j] = slots[j].data();
         std::vector<unsigned char> scalar(kN * e), simd(kN * e);
         shm::reduce(t, op, scalar.data(), srcs, nsrc, kN, nsrc, false);
-        shm::reduce(t, op, simd.data(), srcs, nsrc, kN, nsrc, true);
+        std::vector<unsigned char> copy(kN * e);
+        shm::reduce(t, op, simd.data(), srcs, nsrc, kN, nsrc, true, copy.data());
+        CHECK(copy == simd);
         size_t mismatches = 0;
         for (size_t i = 0; i < kN; ++i) {
           const double a = get(t, scalar.data(), i), b = get(t, simd.data(), i);
