@@ -30,6 +30,7 @@ std::vector<char> encode(const std::vector<double>& v, DType t) {
 
 double decode(const std::vector<char>& b, DType t, size_t i) {
   if (t == DType::i32) return reinterpret_cast<const int32_t*>(b.data())[i];
+  if (t == DType::f32) return reinterpret_cast<const float*>(b.data())[i];
   double d = 0;
   convert(b.data() + i * dtype_size(t), t, &d, DType::f64, 1);
   return d;
@@ -64,7 +65,7 @@ struct Checker {
     for (size_t i = 0; i < n; ++i) {
       double g = decode(got, t, i), w = want(i);
       // The reference is rounded to the result type the same way the engine must round.
-      double wr = decode(encode({w}, t), t, 0);
+      double wr = t == DType::f64 ? w : t == DType::f32 ? static_cast<float>(w) : decode(encode({w}, t), t, 0);
       if (std::fabs(g - wr) > rel_tol * std::max(1.0, std::fabs(wr)))
         fail("{} ({} x {}, group '{}' of {} on {}): element {} is {} on rank {}, expected {}", what, n,
              dtype_name(t), comm.group_name(), comm.size(), comm.backend_name(), i, g, comm.rank(), wr);
