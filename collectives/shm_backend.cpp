@@ -81,24 +81,6 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
-std::string_view kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::allreduce:
-      return "allreduce";
-    case OpKind::reduce_scatter:
-      return "reduce_scatter";
-    case OpKind::allgather:
-      return "allgather";
-    case OpKind::broadcast:
-      return "broadcast";
-    case OpKind::barrier:
-      return "barrier";
-    case OpKind::all_to_all:
-      return "all_to_all";
-  }
-  return "collective";
-}
-
 // A peer that exited is either gone (ESRCH) or a zombie its parent has not reaped yet.
 bool process_exited(int pid) {
   if (pid <= 0 || pid == getpid()) return false;
@@ -380,7 +362,7 @@ void ShmBackend::check_signatures() {
 
 void ShmBackend::run(const OpDesc& op) {
   if (!broken_.empty()) fail("shm group '{}' is unusable after an earlier failure: {}", ctx_.name, broken_);
-  current_ = kind_name(op.kind);
+  current_ = op_kind_name(op.kind);
   ++seq_;
   const bool reduces = op.kind == OpKind::allreduce || op.kind == OpKind::reduce_scatter;
   const uint64_t shape = (uint64_t(op.kind) << 56) ^ (uint64_t(op.dtype) << 48) ^
