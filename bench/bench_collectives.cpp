@@ -4,15 +4,22 @@
 //
 //   mpirun --allow-run-as-root [--oversubscribe] -np N bench_collectives
 //       [--backend mpi|shm|gloo|hierarchical|auto] [--min-bytes B] [--max-bytes B] [--seconds S]
-//       [--rounds R]
+//       [--rounds R] [--default-malloc]
 //
 // size is the full buffer (nccl-tests' convention: the input of reduce_scatter, the output of
 // allgather); algbw = size / time; busbw = algbw * 2(n-1)/n for allreduce and * (n-1)/n for
 // the others; ratio = raw time / our time (= our busbw / raw busbw; > 1: ours is faster).
 // Data is fp32 and reductions are sums. Each point runs R rounds of (our loop, raw loop), each
 // loop >= S seconds, and reports each side's best loop.
+//
+// glibc's allocator is pinned (M_MMAP_THRESHOLD / M_TRIM_THRESHOLD = 1 GiB) before MPI starts.
+// With the defaults, OpenMPI's per-call temporaries of 256 KB-4 MB were unmapped and faulted
+// back in on every call made from the main thread but not from the Communicator's progress
+// thread, so raw ran 2-5x slower than ours at those sizes: an allocator effect, not dscpp's.
+// --default-malloc keeps glibc's defaults to show it.
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <malloc.h>
 #include <mpi.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -50,6 +57,7 @@ struct Args {
   size_t max_bytes = size_t{256} << 20;
   double seconds = 0.2;
   int rounds = 3;
+  bool default_malloc = false;
 };
 
 size_t parse_bytes(const std::string& flag, const char* text) {
@@ -74,9 +82,13 @@ Args parse_args(int argc, char** argv) {
       if (g_rank == 0)
         std::printf(
             "usage: mpirun -np N bench_collectives [--backend mpi|shm|gloo|hierarchical|auto] [--min-bytes 4K] "
-            "[--max-bytes 256M] [--seconds 0.2] [--rounds 3]\n");
+            "[--max-bytes 256M] [--seconds 0.2] [--rounds 3] [--default-malloc]\n");
       MPI_Finalize();
       std::exit(0);
+    }
+    if (flag == "--default-malloc") {
+      args.default_malloc = true;
+      continue;
     }
     if (i + 1 >= argc) die(fmt::format("{} needs a value (see --help)", flag));
     const char* value = argv[++i];
@@ -189,6 +201,12 @@ void verify(const Call& call, Op op, size_t count, Buffers& buf, int rank, int s
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool default_malloc = false;
+  for (int i = 1; i < argc; ++i) default_malloc |= std::strcmp(argv[i], "--default-malloc") == 0;
+  if (!default_malloc) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1;
@@ -245,8 +263,10 @@ int main(int argc, char** argv) {
     };
 
     if (rank == 0) {
-      std::printf("# dscpp collective sweep: %d ranks, ours = Communicator(%s) [%s], raw = MPI on MPI_COMM_WORLD\n",
-                  size, std::string(ours.backend_name()).c_str(), world.description.c_str());
+      std::printf(
+          "# dscpp collective sweep: %d ranks, ours = Communicator(%s) [%s], raw = MPI on MPI_COMM_WORLD; malloc %s\n",
+          size, std::string(ours.backend_name()).c_str(), world.description.c_str(),
+          args.default_malloc ? "defaults" : "pinned");
       std::printf(
           "# fp32 sum; size = full buffer; time: best of %d loops of >= %.2f s, slowest rank; "
           "ratio = raw time / our time\n",

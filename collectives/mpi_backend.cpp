@@ -232,19 +232,19 @@ class MpiBackend final : public Backend {
 
     switch (op.kind) {
       case OpKind::allreduce:
-        for_chunks(n, [&](size_t off, int len) {
+        for_chunks(n, big_chunk(elem), [&](size_t off, int len) {
           const void* send = in == out ? MPI_IN_PLACE : in + off * elem;
           check(MPI_Allreduce(send, out + off * elem, len, type, reduce, comm_), op, "MPI_Allreduce");
         });
         break;
       case OpKind::reduce_scatter:
-        if (n <= max_count_) {
+        if (n <= max_count_ && ranks * n * elem <= kLargeBytes) {
           check(MPI_Reduce_scatter_block(in, out, static_cast<int>(n), type, reduce, comm_), op,
                 "MPI_Reduce_scatter_block");
           break;
         }
         // A chunk of every slice is strided in the input, so chunks go to their owner one by one.
-        for_chunks(n, [&](size_t off, int len) {
+        for_chunks(n, big_chunk(elem), [&](size_t off, int len) {
           for (size_t r = 0; r < ranks; ++r)
             check(MPI_Reduce(in + (r * n + off) * elem, r == me ? out + off * elem : nullptr, len, type, reduce,
                              static_cast<int>(r), comm_),
@@ -333,13 +333,27 @@ class MpiBackend final : public Backend {
  private:
   static constexpr int kAllToAllTag = 7301;
 
+  // OpenMPI's reductions allocate a temporary as large as the buffer on every call. glibc serves
+  // that from a thread's arena only up to its 64 MiB heap size and mmaps anything larger anew
+  // each time, so from our progress thread a 64 MiB+ allreduce or reduce_scatter ran at half
+  // the speed of the same call from main (measured with bench_collectives). Pieces of 16 MiB
+  // stay in the arena; reduce_scatter by per-root MPI_Reduce pieces was also 1.5x faster than
+  // MPI_Reduce_scatter_block at 64-256 MiB on 2 ranks.
+  static constexpr size_t kChunkBytes = size_t{16} << 20;
+  static constexpr size_t kLargeBytes = size_t{32} << 20;
+  size_t big_chunk(size_t elem) const { return std::min(max_count_, std::max<size_t>(1, kChunkBytes / elem)); }
+
   template <typename F>
   void for_chunks(size_t count, F&& body) {
+    for_chunks(count, max_count_, std::forward<F>(body));
+  }
+  template <typename F>
+  void for_chunks(size_t count, size_t limit, F&& body) {
     if (count == 0) {
       body(0, 0);  // still collective: every rank must take part, even with nothing to move
       return;
     }
-    for (size_t off = 0; off < count; off += max_count_) body(off, static_cast<int>(std::min(max_count_, count - off)));
+    for (size_t off = 0; off < count; off += limit) body(off, static_cast<int>(std::min(limit, count - off)));
   }
 
   void check(int rc, const OpDesc& op, const char* call) {

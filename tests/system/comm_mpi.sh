@@ -14,8 +14,9 @@ for n in 2 3 4; do
   if timeout "${COMM_MPI_RUN_TIMEOUT:-100}" mpirun --allow-run-as-root --oversubscribe -np "$n" "$check" >"$tmp/out" 2>"$tmp/err"; then
     echo "np=$n ($((SECONDS - start)) s): $(cat "$tmp/out")"
   else
-    rc=$?
-    echo "FAIL: np=$n exited $rc after $((SECONDS - start)) s${rc:+$([ "$rc" = 124 ] && echo ' (timed out)')}"
+    rc=$? note=""
+    [ "$rc" = 124 ] && note=" (timed out)"
+    echo "FAIL: np=$n exited $rc after $((SECONDS - start)) s$note"
     grep -v '^\s*$' "$tmp/err" | head -20
     failures=$((failures + 1))
   fi
