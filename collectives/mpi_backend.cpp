@@ -115,38 +115,6 @@ void ensure_mpi_initialised() {
   });
 }
 
-std::string_view kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::allreduce:
-      return "allreduce";
-    case OpKind::reduce_scatter:
-      return "reduce_scatter";
-    case OpKind::allgather:
-      return "allgather";
-    case OpKind::broadcast:
-      return "broadcast";
-    case OpKind::barrier:
-      return "barrier";
-    case OpKind::all_to_all:
-      return "all_to_all";
-  }
-  return "unknown operation";
-}
-
-std::string_view op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::avg:
-      return "avg";
-    case ReduceOp::max:
-      return "max";
-    case ReduceOp::min:
-      return "min";
-  }
-  return "unknown reduction";
-}
-
 // fp16/bf16 travel as 16-bit words: MPI has no half types, and only data movement uses them.
 MPI_Datatype mpi_type(DType type) {
   switch (type) {
@@ -227,7 +195,7 @@ class MpiBackend final : public Backend {
     const size_t ranks = static_cast<size_t>(context_.size);
     if ((op.kind == OpKind::allreduce || op.kind == OpKind::reduce_scatter) && !supports(op.dtype, op.reduce))
       fail("mpi group '{}': {} with {} on {} is not an MPI reduction; the Communicator stages it", context_.name,
-           kind_name(op.kind), op_name(op.reduce), dtype_name(op.dtype));
+           op_kind_name(op.kind), reduce_op_name(op.reduce), dtype_name(op.dtype));
     const MPI_Op reduce = mpi_op(op.reduce);
 
     switch (op.kind) {
@@ -360,7 +328,7 @@ class MpiBackend final : public Backend {
     if (rc == MPI_SUCCESS) return;
     if (!is_argument_error(rc)) g_failed = true;
     fail("mpi group '{}' (rank {} of {}): {} of {} {} failed in {}: {}", context_.name, context_.rank, context_.size,
-         kind_name(op.kind), op.count, dtype_name(op.dtype), call, mpi_error_text(rc));
+         op_kind_name(op.kind), op.count, dtype_name(op.dtype), call, mpi_error_text(rc));
   }
 
   // The Communicator ordered the sub-group by (key, parent rank) as MPI does; say so if not.

@@ -38,24 +38,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string_view kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::allreduce:
-      return "allreduce";
-    case OpKind::reduce_scatter:
-      return "reduce_scatter";
-    case OpKind::allgather:
-      return "allgather";
-    case OpKind::broadcast:
-      return "broadcast";
-    case OpKind::barrier:
-      return "barrier";
-    case OpKind::all_to_all:
-      return "all_to_all";
-  }
-  return "unknown operation";
-}
-
 ncclDataType_t nccl_type(DType type) {
   switch (type) {
     case DType::f32:
@@ -156,7 +138,7 @@ class NcclBackend final : public Backend {
   bool supports(DType, ReduceOp) const override { return true; }
 
   void run(const OpDesc& op) override {
-    const std::string_view what = kind_name(op.kind);
+    const std::string_view what = op_kind_name(op.kind);
     if (aborted_)
       fail("nccl group '{}': {} after the communicator was aborted by an earlier failure", context_.name, what);
     check_cuda(cudaSetDevice(device_), context_.name, fmt::format("cudaSetDevice({})", device_));
