@@ -209,6 +209,7 @@ class GlooBackend final : public Backend {
   void pin_send_buffers();
   void dispatch(const OpDesc& op);
   void ring(const RingPass& pass);
+  RingPass reducing_pass(const OpDesc& op) const;
   void allreduce(const OpDesc& op);
   void reduce_scatter(const OpDesc& op);
   void allgather(const OpDesc& op);
@@ -405,17 +406,22 @@ void GlooBackend::ring(const RingPass& pass) {
   trim(window_);
 }
 
-void GlooBackend::allreduce(const OpDesc& op) {
-  const int n = context_.size;
-  if (op.count == 0 || n == 1) return;
+RingPass GlooBackend::reducing_pass(const OpDesc& op) const {
   RingPass pass;
-  pass.size = n;
+  pass.size = context_.size;
   pass.rank = context_.rank;
   pass.esize = dtype_size(op.dtype);
   pass.reduce = reduce_fn(op.dtype, op.reduce);
   if (!pass.reduce)
-    fail("gloo group '{}': allreduce cannot reduce {} with {} (supports() said so; stage it)", context_.name,
-         dtype_name(op.dtype), reduce_op_name(op.reduce));
+    fail("gloo group '{}': {} cannot reduce {} with {} (supports() said so; stage it)", context_.name,
+         op_kind_name(op.kind), dtype_name(op.dtype), reduce_op_name(op.reduce));
+  return pass;
+}
+
+void GlooBackend::allreduce(const OpDesc& op) {
+  const int n = context_.size;
+  if (op.count == 0 || n == 1) return;
+  RingPass pass = reducing_pass(op);
   char* buffer = static_cast<char*>(op.output);
   for (int c = 0; c < n; ++c) {
     pass.off.push_back(op.count * c / n);
@@ -438,14 +444,7 @@ void GlooBackend::reduce_scatter(const OpDesc& op) {
     std::memmove(op.output, op.input, bytes);
     return;
   }
-  RingPass pass;
-  pass.size = n;
-  pass.rank = context_.rank;
-  pass.esize = dtype_size(op.dtype);
-  pass.reduce = reduce_fn(op.dtype, op.reduce);
-  if (!pass.reduce)
-    fail("gloo group '{}': reduce_scatter cannot reduce {} with {} (supports() said so; stage it)", context_.name,
-         dtype_name(op.dtype), reduce_op_name(op.reduce));
+  RingPass pass = reducing_pass(op);
   // The input is the caller's and read-only: partial sums of the n-2 chunks that pass through
   // this rank go to scratch, in the order the ring brings them.
   char* partials = scratch(partials_, bytes * static_cast<size_t>(std::max(n - 2, 0)));
