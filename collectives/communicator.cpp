@@ -290,13 +290,14 @@ void Communicator::run_staged(const OpDesc& op) {
     fail("group '{}': the {} engine cannot {}-reduce {} values", context_.name, backend_->name(),
          reduce_op_name(op.reduce), dtype_name(op.dtype));
   // Reduce fp16/bf16 in fp32 and round once: more accurate than the engine's own half sums.
-  std::vector<float> in(in_count);
-  convert(op.input, op.dtype, in.data(), DType::f32, in_count);
-  std::vector<float> out_storage(op.kind == OpKind::reduce_scatter ? out_count : 0);
-  float* out = op.kind == OpKind::reduce_scatter ? out_storage.data() : in.data();
+  // Kept across calls (only the progress thread gets here): gradients are staged every step.
+  if (staging_.size() < in_count + out_count) staging_.resize(in_count + out_count);
+  float* in = staging_.data();
+  convert(op.input, op.dtype, in, DType::f32, in_count);
+  float* out = op.kind == OpKind::reduce_scatter ? in + in_count : in;
   OpDesc staged = op;
   staged.dtype = DType::f32;
-  staged.input = in.data();
+  staged.input = in;
   staged.output = out;
   run_staged(staged);
   convert(out, DType::f32, op.output, op.dtype, out_count);

@@ -114,6 +114,7 @@ class Communicator {
   GroupContext context_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Queue> queue_;
+  std::vector<float> staging_;  // fp32 copies of fp16/bf16 buffers for engines without them
   uint64_t splits_ = 0;
 };
 
