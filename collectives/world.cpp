@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "build_config.h"
 #include "collectives/communicator.h"
@@ -226,29 +227,27 @@ CommOptions comm_options_from_env() {
     o.world_size = id->world_size;
   }
   if (auto v = env("MASTER_ADDR")) o.master_addr = *v;
-  if (auto v = env("MASTER_PORT")) {
+  // A number from the variable `name`, or an error saying what was expected and found.
+  auto number = [&](const char* name, double low, double high, const char* expected) -> std::optional<double> {
+    auto v = env(name);
+    if (!v) return std::nullopt;
     char* end = nullptr;
-    long port = std::strtol(v->c_str(), &end, 10);
-    if (v->empty() || *end || port <= 0 || port > 65535) fail("MASTER_PORT='{}': expected a TCP port 1-65535", *v);
-    o.master_port = static_cast<int>(port);
+    double x = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end || !(x >= low && x <= high)) fail("{}='{}': expected {}", name, *v, expected);
+    return x;
+  };
+  if (auto port = number("MASTER_PORT", 1, 65535, "a TCP port 1-65535")) {
+    if (*port != static_cast<int>(*port)) fail("MASTER_PORT='{}': expected a TCP port 1-65535", *port);
+    o.master_port = static_cast<int>(*port);
   }
   if (auto v = env("DSCPP_COMM_BACKEND")) o.backend = parse_backend_choice(*v);
-  if (auto v = env("DSCPP_COMM_TIMEOUT")) {
-    char* end = nullptr;
-    double s = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end || s <= 0) fail("DSCPP_COMM_TIMEOUT='{}': expected seconds > 0", *v);
-    o.timeout = Millis(static_cast<int64_t>(s * 1000));
-  }
-  if (auto v = env("DSCPP_RANKS_PER_NODE")) {
-    int n = std::atoi(v->c_str());
-    if (n <= 0) fail("DSCPP_RANKS_PER_NODE='{}': expected a positive number of ranks", *v);
-    o.ranks_per_node = n;
-  }
-  if (auto v = env("DSCPP_RENDEZVOUS_TIMEOUT")) {
-    char* end = nullptr;
-    double s = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end || s <= 0) fail("DSCPP_RENDEZVOUS_TIMEOUT='{}': expected seconds > 0", *v);
-    o.connect_timeout = Millis(static_cast<int64_t>(s * 1000));
+  constexpr double kYear = 365.0 * 24 * 3600;
+  if (auto s = number("DSCPP_COMM_TIMEOUT", 1e-3, kYear, "seconds > 0")) o.timeout = Millis(static_cast<int64_t>(*s * 1000));
+  if (auto s = number("DSCPP_RENDEZVOUS_TIMEOUT", 1e-3, kYear, "seconds > 0"))
+    o.connect_timeout = Millis(static_cast<int64_t>(*s * 1000));
+  if (auto n = number("DSCPP_RANKS_PER_NODE", 1, 1 << 20, "a positive number of ranks per host")) {
+    if (*n != static_cast<int>(*n)) fail("DSCPP_RANKS_PER_NODE='{}': expected a whole number of ranks", *n);
+    o.ranks_per_node = static_cast<int>(*n);
   }
   o.started_by_mpi = env("OMPI_COMM_WORLD_SIZE").has_value() || env("PMIX_RANK").has_value();
   return o;

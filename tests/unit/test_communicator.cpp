@@ -227,3 +227,26 @@ TEST_CASE("backend names parse, and a wrong one lists the choices") {
   CHECK(parse_backend_choice("hierarchical") == BackendChoice::hierarchical);
   CHECK_THROWS_WITH(parse_backend_choice("tcp"), Catch::Contains("expected one of auto, shm, gloo, mpi, nccl, hierarchical"));
 }
+
+TEST_CASE("settings from the environment are checked and named when wrong") {
+  struct Var {
+    const char* name;
+    const char* value;
+    const char* message;
+  };
+  for (Var v : {Var{"MASTER_PORT", "70000", "MASTER_PORT='70000': expected a TCP port 1-65535"},
+                Var{"DSCPP_COMM_TIMEOUT", "abc", "DSCPP_COMM_TIMEOUT='abc': expected seconds > 0"},
+                Var{"DSCPP_RANKS_PER_NODE", "1.5", "DSCPP_RANKS_PER_NODE='1.5': expected a whole number of ranks"},
+                Var{"DSCPP_COMM_BACKEND", "tcp", "unknown communication backend 'tcp'"}}) {
+    setenv(v.name, v.value, 1);
+    CHECK_THROWS_WITH(comm_options_from_env(), Catch::Contains(v.message));
+    unsetenv(v.name);
+  }
+  setenv("DSCPP_COMM_TIMEOUT", "2.5", 1);
+  setenv("DSCPP_RANKS_PER_NODE", "3", 1);
+  CommOptions o = comm_options_from_env();
+  CHECK(o.timeout == Millis(2500));
+  CHECK(o.ranks_per_node == 3);
+  unsetenv("DSCPP_COMM_TIMEOUT");
+  unsetenv("DSCPP_RANKS_PER_NODE");
+}
