@@ -91,6 +91,9 @@ struct Checker {
       auto in = encode(input(seed + 1, me, count * n), t);
       auto out = encode(std::vector<double>(count, -99), t);
       comm.reduce_scatter(in.data(), out.data(), count, t, op);
+      if (in != encode(input(seed + 1, me, count * n), t))
+        fail("reduce_scatter {} ({} x {}, group '{}' on {}): the input buffer was modified on rank {}",
+             comm::reduce_op_name(op), count, dtype_name(t), comm.group_name(), comm.backend_name(), me);
       expect(out, t, count,
              [&](size_t i) { return reduce(op, [&](int r) { return value(seed + 1, r, me * count + i); }, n); },
              fmt::format("reduce_scatter {}", comm::reduce_op_name(op)), op == ReduceOp::avg ? avg_tolerance(t) : 0);
