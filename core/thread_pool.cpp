@@ -1,0 +1,173 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace dscpp {
+namespace {
+
+int default_threads() {
+  for (const char* name : {"DSCPP_NUM_THREADS", "OMP_NUM_THREADS"}) {
+    if (const char* v = std::getenv(name)) {
+      int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Workers wait for a generation number to change, run their chunk, and report back. A job
+// is published under the mutex; there is at most one job at a time (parallel_for holds
+// `run_mutex_` for its whole duration).
+class Pool {
+ public:
+  static Pool& instance() {
+    static Pool pool;
+    return pool;
+  }
+
+  int threads() {
+    std::lock_guard lock(mutex_);
+    return threads_;
+  }
+
+  void set_threads(int n) {
+    std::lock_guard run(run_mutex_);
+    stop_workers();
+    std::lock_guard lock(mutex_);
+    threads_ = std::max(1, n);
+  }
+
+  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body, int64_t align) {
+    if (n <= 0) return;
+    if (in_body_) {  // nested: run serially rather than deadlock
+      body(0, n);
+      return;
+    }
+    std::unique_lock run_lock(run_mutex_, std::try_to_lock);
+    if (!run_lock.owns_lock()) {  // another thread is using the pool: do the work here
+      body(0, n);
+      return;
+    }
+    int threads = this->threads();
+    int64_t chunks = std::min<int64_t>(threads, std::max<int64_t>(1, n / std::max<int64_t>(1, grain)));
+    if (chunks <= 1) {
+      body(0, n);
+      return;
+    }
+    int64_t per = (n + chunks - 1) / chunks;
+    align = std::max<int64_t>(1, align);
+    per = (per + align - 1) / align * align;
+    chunks = (n + per - 1) / per;
+    ensure_workers(static_cast<int>(chunks) - 1);
+    {
+      std::lock_guard lock(mutex_);
+      body_ = &body;
+      n_ = n;
+      per_ = per;
+      chunks_ = chunks;
+      pending_ = chunks - 1;
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    run_chunk(0);
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    body_ = nullptr;
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+  ~Pool() {
+    std::lock_guard run(run_mutex_);
+    stop_workers();
+  }
+
+ private:
+  Pool() : threads_(default_threads()) {}
+
+  void run_chunk(int64_t index) {
+    int64_t begin = index * per_;
+    int64_t end = std::min(n_, begin + per_);
+    if (begin >= end) return;
+    in_body_ = true;
+    try {
+      (*body_)(begin, end);
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    in_body_ = false;
+  }
+
+  void ensure_workers(int count) {
+    while (static_cast<int>(workers_.size()) < count) {
+      int index = static_cast<int>(workers_.size()) + 1;
+      uint64_t current;
+      {
+        std::lock_guard lock(mutex_);
+        current = generation_;
+      }
+      // The worker starts from the generation current now, before the next job is published.
+      workers_.emplace_back([this, index, current] { worker(index, current); });
+    }
+  }
+
+  void worker(int index, uint64_t seen) {
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        if (index >= chunks_) continue;
+      }
+      run_chunk(index);
+      std::lock_guard lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+    std::lock_guard lock(mutex_);
+    stop_ = false;
+  }
+
+  std::mutex run_mutex_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  int threads_;
+  bool stop_ = false;
+  uint64_t generation_ = 0;
+  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  int64_t n_ = 0, per_ = 0, chunks_ = 0, pending_ = 0;
+  std::exception_ptr error_;
+  static thread_local bool in_body_;
+};
+
+thread_local bool Pool::in_body_ = false;
+
+}  // namespace
+
+int num_threads() { return Pool::instance().threads(); }
+void set_num_threads(int n) { Pool::instance().set_threads(n); }
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body, int64_t align) {
+  Pool::instance().run(n, grain, body, align);
+}
+
+}  // namespace dscpp

@@ -1,0 +1,271 @@
+/* dscpp model plugin ABI.
+ *
+ * A plugin is a shared object that exports one C symbol, `dscpp_model_entry`, returning a
+ * `dscpp_model_api`. The runtime refuses a plugin whose ABI version or struct sizes differ
+ * from its own and names both versions.
+ *
+ * Contract in one paragraph: a model is a sequence of layers. Each layer declares its
+ * parameters (name, shape, init rule) and the activation memory it needs per sample; the
+ * runtime allocates every parameter, gradient, activation and optimizer buffer, decides where
+ * it lives (device, host, partitioned) and hands the layer pointers to it for the duration of
+ * one call. A layer computes only through the `dscpp_ops` table, which is bound to the rank's
+ * device, so one compiled plugin runs on CPU or GPU. The last layer is the loss layer. The
+ * plugin also declares its data (split sizes, per-sample input/target shapes) and loads one
+ * sample by index into host buffers; sampling, shuffling and batching are the runtime's.
+ *
+ * Pointer conventions:
+ *  - "device" pointers (parameters, gradients, activations, workspace) may only be touched
+ *    through `dscpp_ops`; "host" pointers (load_sample buffers, metrics) are plain memory.
+ *  - Floating tensors are in `ops->dtype` (the compute dtype); token ids and class labels are
+ *    int32. Matrices are row-major.
+ *  - Gradients of parameters ACCUMULATE: backward adds into `grads[i]` (the runtime zeroes
+ *    them when it needs to). `grad_input` is OVERWRITTEN.
+ *
+ * Errors: every call returns a `dscpp_status`; on failure the plugin writes a message into
+ * `err` (NUL-terminated, truncated to DSCPP_ERROR_CAP) and the runtime prints it with the
+ * layer's name.
+ */
+#ifndef DSCPP_MODEL_H
+#define DSCPP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bump on any change to a struct below or to the meaning of a call. */
+#define DSCPP_MODEL_ABI_VERSION 1u
+#define DSCPP_MAX_DIMS 4
+#define DSCPP_ERROR_CAP 512
+
+typedef enum dscpp_status {
+  DSCPP_OK = 0,
+  DSCPP_E_INVALID_ARGUMENT = 1, /* bad plugin argument, shape or index */
+  DSCPP_E_IO = 2,               /* a data file could not be read */
+  DSCPP_E_UNSUPPORTED = 3,      /* e.g. an op asked for a dtype it does not implement */
+  DSCPP_E_NUMERIC = 4,          /* NaN/Inf where the layer cannot continue */
+  DSCPP_E_INTERNAL = 5
+} dscpp_status;
+
+typedef enum dscpp_dtype { DSCPP_F32 = 0, DSCPP_F16 = 1, DSCPP_BF16 = 2, DSCPP_I32 = 3 } dscpp_dtype;
+
+typedef struct dscpp_error {
+  char message[DSCPP_ERROR_CAP];
+} dscpp_error;
+
+/* ---- device ops ------------------------------------------------------------------------
+ * Every op takes the table itself first (it carries the device binding) and returns a
+ * status. Sizes are element counts. Row-major throughout. */
+typedef enum dscpp_transpose { DSCPP_NO_TRANS = 0, DSCPP_TRANS = 1 } dscpp_transpose;
+
+typedef struct dscpp_ops dscpp_ops;
+struct dscpp_ops {
+  uint32_t struct_size;
+  dscpp_dtype dtype; /* the compute dtype of floating tensors */
+  void* device;      /* runtime-private binding */
+
+  /* C[M×N] = alpha·op(A)·op(B) + beta·C; op(A) is M×K, op(B) is K×N; lda/ldb/ldc are the
+   * row strides of the stored (untransposed) matrices. */
+  int (*gemm)(const dscpp_ops*, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K,
+              float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+              int64_t ldc);
+  /* `batch` independent GEMMs; matrix i starts at X + i·strideX elements. */
+  int (*gemm_strided_batched)(const dscpp_ops*, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N,
+                              int64_t K, float alpha, const void* A, int64_t lda, int64_t stride_a, const void* B,
+                              int64_t ldb, int64_t stride_b, float beta, void* C, int64_t ldc, int64_t stride_c,
+                              int64_t batch);
+
+  /* Elementwise. y may alias x (or a/b) unless stated. */
+  int (*fill)(const dscpp_ops*, void* x, float value, int64_t n);
+  int (*copy)(const dscpp_ops*, const void* x, void* y, int64_t n);
+  int (*add)(const dscpp_ops*, const void* a, const void* b, void* y, int64_t n); /* y = a + b */
+  int (*axpy)(const dscpp_ops*, float alpha, const void* x, void* y, int64_t n);  /* y += alpha·x */
+  int (*scale)(const dscpp_ops*, float alpha, void* x, int64_t n);                /* x *= alpha */
+
+  /* x[r,c] += bias[c]  |  dbias[c] += Σ_r dy[r,c] */
+  int (*bias_add)(const dscpp_ops*, void* x, const void* bias, int64_t rows, int64_t cols);
+  int (*bias_grad)(const dscpp_ops*, const void* dy, void* dbias, int64_t rows, int64_t cols);
+
+  /* GELU with the tanh approximation (GPT-2's); backward: dx = dy·gelu'(x). */
+  int (*gelu_forward)(const dscpp_ops*, const void* x, void* y, int64_t n);
+  int (*gelu_backward)(const dscpp_ops*, const void* x, const void* dy, void* dx, int64_t n);
+  int (*relu_forward)(const dscpp_ops*, const void* x, void* y, int64_t n);
+  int (*relu_backward)(const dscpp_ops*, const void* x, const void* dy, void* dx, int64_t n);
+
+  /* Layer norm over the last dim. mean/rstd: `rows` floats each (always fp32), saved for
+   * backward. Backward overwrites dx and accumulates dgamma/dbeta. */
+  int (*layernorm_forward)(const dscpp_ops*, const void* x, const void* gamma, const void* beta, void* y,
+                           float* mean, float* rstd, int64_t rows, int64_t cols, float eps);
+  int (*layernorm_backward)(const dscpp_ops*, const void* dy, const void* x, const void* gamma, const float* mean,
+                            const float* rstd, void* dx, void* dgamma, void* dbeta, int64_t rows, int64_t cols);
+
+  /* Row softmax and its backward: dx = y·(dy − Σ dy·y). */
+  int (*softmax_forward)(const dscpp_ops*, const void* x, void* y, int64_t rows, int64_t cols);
+  int (*softmax_backward)(const dscpp_ops*, const void* y, const void* dy, void* dx, int64_t rows, int64_t cols);
+
+  /* Attention pieces for `groups` independent T×T score matrices (one per batch×head):
+   * probs[t,s] = softmax_{s≤t}(scale·scores[t,s]), 0 for s > t (causal mask).
+   * Backward: dscores = scale·probs·(dprobs − Σ_s dprobs·probs). */
+  int (*causal_softmax_forward)(const dscpp_ops*, const void* scores, void* probs, int64_t groups, int64_t T,
+                                float scale);
+  int (*causal_softmax_backward)(const dscpp_ops*, const void* probs, const void* dprobs, void* dscores,
+                                 int64_t groups, int64_t T, float scale);
+
+  /* out[i,:] = table[ids[i],:]  |  dtable[ids[i],:] += dout[i,:]. ids outside [0, vocab) fail. */
+  int (*embedding_forward)(const dscpp_ops*, const int32_t* ids, const void* table, void* out, int64_t n,
+                           int64_t vocab, int64_t dim);
+  int (*embedding_backward)(const dscpp_ops*, const int32_t* ids, const void* dout, void* dtable, int64_t n,
+                            int64_t vocab, int64_t dim);
+
+  /* Softmax cross-entropy over `rows` rows of `cols` logits. Targets < 0 are ignored.
+   * Forward writes softmax probabilities to `probs` (kept for backward) and returns on the
+   * host: Σ −log p[target] (fp64), the number of counted rows, and how many rows' argmax
+   * equals the target. Backward: dlogits = scale·(probs − onehot(target)) for counted rows,
+   * 0 for ignored ones (overwrites). */
+  int (*cross_entropy_forward)(const dscpp_ops*, const void* logits, const int32_t* targets, void* probs,
+                               int64_t rows, int64_t cols, double* loss_sum, int64_t* counted, int64_t* correct);
+  int (*cross_entropy_backward)(const dscpp_ops*, const void* probs, const int32_t* targets, void* dlogits,
+                                int64_t rows, int64_t cols, float scale);
+
+  /* Device ↔ host copies (bytes), for plugins that must look at values (e.g. sampling). */
+  int (*to_host)(const dscpp_ops*, const void* device_src, void* host_dst, size_t bytes);
+  int (*from_host)(const dscpp_ops*, const void* host_src, void* device_dst, size_t bytes);
+};
+
+/* ---- what a model declares ---------------------------------------------------------- */
+typedef enum dscpp_init_kind {
+  DSCPP_INIT_ZEROS = 0,
+  DSCPP_INIT_ONES = 1,
+  DSCPP_INIT_CONSTANT = 2, /* value a */
+  DSCPP_INIT_NORMAL = 3,   /* mean 0, standard deviation a */
+  DSCPP_INIT_UNIFORM = 4   /* uniform in [−a, a) */
+} dscpp_init_kind;
+
+/* Initial values are a function of (seed, parameter's full name, element index) only, so any
+ * rank can initialise any slice and every world size / ZeRO stage starts from one model. */
+typedef struct dscpp_param_desc {
+  const char* name; /* unique within the layer; the full name is "<layer>.<name>" */
+  int32_t ndim;
+  int64_t shape[DSCPP_MAX_DIMS];
+  dscpp_init_kind init;
+  float init_a;
+} dscpp_param_desc;
+
+typedef struct dscpp_layer_desc {
+  const char* name; /* unique within the model, e.g. "blocks.3" */
+  int32_t num_params;
+  const dscpp_param_desc* params; /* owned by the plugin, valid until destroy */
+  /* Per sample: elements of the output (compute dtype), bytes kept from forward to backward,
+   * bytes of scratch valid only within one call. */
+  int64_t output_numel;
+  int64_t saved_bytes;
+  int64_t workspace_bytes;
+} dscpp_layer_desc;
+
+typedef struct dscpp_data_desc {
+  int64_t train_size; /* samples in the train split */
+  int64_t eval_size;  /* samples in the eval split (may be 0) */
+  dscpp_dtype input_dtype; /* DSCPP_F32 (always fp32, whatever the compute dtype) or DSCPP_I32 */
+  int64_t input_numel;     /* per sample */
+  dscpp_dtype target_dtype; /* DSCPP_I32 */
+  int64_t target_numel;     /* per sample */
+  int64_t tokens_per_sample; /* for tokens/s; 0 when the model has no tokens */
+} dscpp_data_desc;
+
+typedef struct dscpp_model_desc {
+  int32_t num_layers; /* ≥ 1; layer num_layers−1 is the loss layer */
+  dscpp_data_desc data;
+} dscpp_model_desc;
+
+/* What the runtime tells the plugin at creation. */
+typedef struct dscpp_host_info {
+  uint32_t struct_size;
+  int32_t rank, world_size, local_rank;
+  dscpp_dtype compute_dtype;
+  uint64_t seed;
+  const char* device_name; /* "cpu", "cuda:0" */
+  void* runtime;           /* pass back to log() */
+  void (*log)(void* runtime, const char* message); /* rank-prefixed runtime log line */
+} dscpp_host_info;
+
+/* Loss-layer metrics for one micro-batch, filled by its forward (host memory). */
+typedef struct dscpp_metrics {
+  double loss_sum;  /* Σ per-row loss */
+  int64_t counted;  /* rows that count towards the loss */
+  int64_t correct;  /* rows whose prediction is right (classification / next token) */
+} dscpp_metrics;
+
+/* One forward or backward call of one layer. Pointers are valid for the call only. */
+typedef struct dscpp_layer_ctx {
+  uint32_t struct_size;
+  const dscpp_ops* ops;
+  int64_t batch;              /* samples in this micro-batch */
+  int32_t training;           /* 0 in evaluation / inference */
+  uint64_t rng_seed;          /* same for a layer's forward and its backward in one micro-step */
+  const void* const* params;  /* [num_params] device, compute dtype */
+  void* const* grads;         /* [num_params] device; backward accumulates; NULL in forward */
+  const void* input;          /* batch × previous output_numel (layer 0: the data input) */
+  void* output;               /* forward: batch × output_numel */
+  void* saved;                /* batch × saved_bytes, written by forward, read by backward */
+  void* workspace;            /* batch × workspace_bytes */
+  const void* grad_output;    /* backward: d(loss)/d(output); NULL for the loss layer */
+  void* grad_input;           /* backward: d(loss)/d(input), overwritten; NULL for layer 0 */
+  /* Loss layer only. */
+  const int32_t* target;      /* device, batch × target_numel; NULL when only predicting */
+  dscpp_metrics* metrics;     /* host; forward adds into it */
+  float loss_grad;            /* backward: d(total objective)/d(this micro-batch's mean loss) */
+} dscpp_layer_ctx;
+
+/* When the plugin wants to look at predictions (e.g. print a generated text), the runtime
+ * lends it a forward pass: inputs are host samples, output is the loss layer's output
+ * (batch × output_numel, converted to fp32) in host memory. */
+typedef struct dscpp_infer {
+  void* runtime;
+  int64_t max_batch;
+  int (*forward)(const struct dscpp_infer*, const void* inputs_host, int64_t batch, float* outputs_host,
+                 dscpp_error* err);
+} dscpp_infer;
+
+typedef struct dscpp_model_api {
+  uint32_t abi_version; /* DSCPP_MODEL_ABI_VERSION the plugin was built with */
+  /* sizeof() of each ABI struct as the plugin saw them; checked at load. */
+  uint32_t api_size, ops_size, layer_ctx_size, layer_desc_size, param_desc_size, host_info_size;
+  const char* name;
+
+  /* argv: the plugin's own arguments (after `--` on the command line), argv[0] = plugin path. */
+  int (*create)(int argc, const char* const* argv, const dscpp_host_info* host, void** model, dscpp_error* err);
+  void (*destroy)(void* model);
+  int (*describe)(void* model, dscpp_model_desc* out, dscpp_error* err);
+  int (*layer)(void* model, int32_t index, dscpp_layer_desc* out, dscpp_error* err);
+
+  int (*forward)(void* model, int32_t layer, const dscpp_layer_ctx* ctx, dscpp_error* err);
+  int (*backward)(void* model, int32_t layer, const dscpp_layer_ctx* ctx, dscpp_error* err);
+
+  /* split: 0 = train, 1 = eval. Writes input_numel inputs and target_numel targets (host). */
+  int (*load_sample)(void* model, int32_t split, int64_t index, void* input, int32_t* target, dscpp_error* err);
+
+  /* Optional (may be NULL): called on rank 0 after evaluation and at the end of training. */
+  int (*report)(void* model, const dscpp_infer* infer, dscpp_error* err);
+} dscpp_model_api;
+
+#define DSCPP_MODEL_ENTRY_SYMBOL "dscpp_model_entry"
+typedef const dscpp_model_api* (*dscpp_model_entry_fn)(void);
+
+/* Fills the version and size fields; call it on the api struct that dscpp_model_entry returns. */
+static inline void dscpp_model_api_stamp(dscpp_model_api* api) {
+  api->abi_version = DSCPP_MODEL_ABI_VERSION;
+  api->api_size = (uint32_t)sizeof(dscpp_model_api);
+  api->ops_size = (uint32_t)sizeof(dscpp_ops);
+  api->layer_ctx_size = (uint32_t)sizeof(dscpp_layer_ctx);
+  api->layer_desc_size = (uint32_t)sizeof(dscpp_layer_desc);
+  api->param_desc_size = (uint32_t)sizeof(dscpp_param_desc);
+  api->host_info_size = (uint32_t)sizeof(dscpp_host_info);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSCPP_MODEL_H */

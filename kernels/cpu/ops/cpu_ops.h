@@ -1,0 +1,23 @@
+// The CPU implementation of the plugin ops table (include/dscpp/model.h): GEMMs on OpenBLAS,
+// everything else in vectorised loops on the core thread pool.
+#pragma once
+
+#include "dscpp/model.h"
+
+#include <string>
+
+namespace dscpp::kernels {
+
+// The ops table for compute dtype `dtype` on the CPU. fp32 is implemented; other dtypes make
+// every op return DSCPP_E_UNSUPPORTED (fp16/bf16 compute arrives with mixed precision).
+// `device` is stored in the table as its binding.
+dscpp_ops cpu_ops(dscpp_dtype dtype, void* device = nullptr);
+
+// One thread count for both pools that run CPU math: OpenBLAS's and dscpp's (core/thread_pool.h).
+void set_cpu_threads(int n);
+
+// "OpenBLAS 0.3.21, core Haswell (OPENBLAS_CORETYPE=Haswell), 2 threads" — logged at start and
+// printed by benchmarks so a run states which GEMM kernel it used.
+std::string blas_description();
+
+}  // namespace dscpp::kernels

@@ -1,0 +1,40 @@
+// Learning-rate schedules with DeepSpeed's exact formulas (deepspeed/runtime/lr_schedules.py):
+// WarmupLR (log and linear warmup), WarmupDecayLR, WarmupCosineLR, OneCycle (with
+// cycle_momentum), LRRangeTest. Without a "scheduler" block the LR stays at the optimizer's.
+//
+// Protocol (as DeepSpeed's engine drives it): the schedule is built before the first step and
+// sets the LR for optimizer step 1; after every optimizer step that was not skipped (fp16
+// overflow), the engine calls step(). `lr()` / `momentum()` are what the next optimizer step
+// uses (DeepSpeed: the optimizer param_group values at that moment).
+#pragma once
+
+#include "configs/ds_config.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace dscpp::runtime {
+
+class LrSchedule {
+ public:
+  virtual ~LrSchedule() = default;
+  virtual std::string name() const = 0;  // DeepSpeed's type name, or "constant" without a block
+  virtual double lr() const = 0;
+  // beta1 / momentum the next step uses; nullopt = leave the optimizer's configured value.
+  virtual std::optional<double> momentum() const = 0;
+  virtual void step() = 0;
+
+  // DeepSpeed's `last_batch_iteration` (−1 before the first step()); restoring it restores
+  // the schedule exactly (checkpoints store this one integer, as DeepSpeed's state_dict does).
+  virtual int64_t last_batch_iteration() const = 0;
+  virtual void set_last_batch_iteration(int64_t it) = 0;
+};
+
+// `base_lr` / `base_momentum`: the optimizer's configured lr and beta1 (or SGD momentum).
+// Throws dscpp::Error for the torch schedulers dscpp does not run, naming the type.
+std::unique_ptr<LrSchedule> make_lr_schedule(const std::optional<config::SchedulerConfig>& config, double base_lr,
+                                             double base_momentum);
+
+}  // namespace dscpp::runtime

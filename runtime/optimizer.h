@@ -1,0 +1,67 @@
+// Optimizer: the update rule the engine applies to the fp32 master weights this rank owns.
+//
+// The engine hands the optimizer flat fp32 groups: at stage 0 the whole model, under ZeRO the
+// rank's partition (or stage-3 sub-groups). State (moments, momentum buffers, accumulators)
+// is allocated per group on the given device, zero-initialised, category optimizer_state.
+// The math lives in kernels/optimizer_math.h (shared host/device functions); the CPU loops are
+// vectorised (AVX-512 / AVX2 chosen at run time) and run on the core thread pool.
+#pragma once
+
+#include "configs/ds_config.h"
+#include "core/device.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dscpp::runtime {
+
+// A [offset, offset+numel) range of a group that is one parameter tensor. LAMB's trust ratio
+// is computed per segment (DeepSpeed's FusedLamb is per parameter; under ZeRO DeepSpeed hands
+// it one flat tensor per partition, which is one segment).
+struct Segment {
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+
+// A state tensor of one group, for checkpoints ("exp_avg", "exp_avg_sq", "momentum_buffer",
+// "sum", ...). `data` points at the live state (fp32, `numel` elements).
+struct StateTensor {
+  std::string name;
+  float* data = nullptr;
+  int64_t numel = 0;
+};
+
+// Per-step hyperparameters that a scheduler may change; unset = the configured value.
+struct StepOverrides {
+  std::optional<double> lr;
+  std::optional<double> momentum;  // Adam-family beta1, SGD momentum (OneCycle's cycle_momentum)
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;  // "adamw", "adam", "lamb", "sgd", "adagrad", "lion"
+  virtual double base_lr() const = 0;
+  virtual double base_momentum() const = 0;  // beta1 or SGD momentum; 0 when none
+
+  // Registers a flat group of `numel` fp32 elements; returns its index (0, 1, ...).
+  virtual int add_group(int64_t numel, std::vector<Segment> segments) = 0;
+  // One update of group `group`: `w` (numel fp32, updated in place) with gradient `grad`
+  // (already averaged, unscaled and clipped). Increments the group's step count first.
+  virtual void step(int group, float* w, const float* grad, const StepOverrides& overrides) = 0;
+
+  virtual std::vector<StateTensor> state(int group) = 0;
+  virtual int64_t step_count(int group) const = 0;
+  virtual void set_step_count(int group, int64_t steps) = 0;
+};
+
+// Builds the optimizer a DeepSpeed config names ("Adam", "AdamW", "Lamb", "SGD", "Adagrad",
+// "Lion", in any of DeepSpeed's spellings). Throws dscpp::Error naming the type for the
+// DeepSpeed optimizers dscpp does not implement (OneBitAdam, ...).
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, Device& device);
+
+}  // namespace dscpp::runtime
