@@ -22,6 +22,7 @@ extern char** environ;
 #include "launcher/job_commands.h"
 #include "launcher/node_agent.h"
 #include "launcher/resources.h"
+#include "launcher/restart.h"
 #include "launcher/slurm_env.h"
 #include "launcher/ssh.h"
 #include "launcher/supervisor.h"
@@ -269,14 +270,49 @@ namespace {
 
 // Runs one local child (mpirun, srun) whose ranks print their own prefixes, under the same
 // supervision as ranks: signals to dscpp tear it down, nothing outlives dscpp.
-int run_backend(const std::vector<std::string>& argv, const EnvList& env) {
+AttemptResult run_backend(const std::vector<std::string>& argv, const EnvList& env) {
   RankLaunch child;
   child.rank = -1;
   child.argv = argv;
   child.env = env;
   SupervisorOptions options;
   options.host = argv.front();  // failure messages name the backend; the ranks' shims name the rank
-  return run_rank_group({child}, options).exit_code;
+  GroupResult g = run_rank_group({child}, options);
+  return {g.exit_code, g.stopped, g.first_failure ? g.first_failure->describe(options.host) : ""};
+}
+
+// The rendezvous port of a restarted job. The previous attempt's rank 0 (the store) has exited,
+// so its port is normally free at once (TIME_WAIT does not matter: the store binds with
+// SO_REUSEADDR). When rank 0 runs here, wait up to 10 s for it, then take the next free port
+// above it; on an ssh host, wait the same 10 s and warn if it stays taken.
+int port_for_restart(const WorldPlan& plan, const std::string& runner, const SshOptions& ssh) {
+  const int port = plan.master_port;
+  const std::string& host = plan.hosts.front().host;
+  if (runner == "local" || is_local_host(host)) {
+    for (int i = 0; i < 100; ++i) {
+      if (local_port_free(port)) return port;
+      usleep(100'000);
+    }
+    for (int p = port + 1; p <= std::min(port + 100, 65535); ++p)
+      if (local_port_free(p)) {
+        log::warn("port {} is still taken on this machine; the restarted job's rendezvous uses port {}", port, p);
+        return p;
+      }
+    fail("port {} and the 100 ports above it are taken on this machine; cannot restart the job", port);
+  }
+  if (runner == "ssh") {
+    std::string wait = fmt::format(
+        "for i in $(seq 1 50); do ss -Htln 'sport = :{}' 2>/dev/null | grep -q . || exit 0; sleep 0.2; done; "
+        "echo taken",
+        port);
+    try {
+      if (ssh_capture(host, wait, ssh).find("taken") != std::string::npos)
+        log::warn("port {} on {} is still taken 10 s after the job stopped; restarting anyway", port, host);
+    } catch (const Error& e) {
+      log::warn("could not check port {} on {} before restarting: {}", port, host, e.what());
+    }
+  }
+  return port;  // mpirun/srun return only after their tasks exited
 }
 
 std::string join_words(const std::vector<std::string>& argv) {
@@ -344,49 +380,63 @@ int run_launch(const LaunchArgs& args) {
   const EnvList exported =
       runner == "local" ? build_exported_env(ExportInputs{{}, cwd, args.env}) : build_exported_env(inputs);
 
-  NodeAgentArgs agent;
-  agent.world_info = encode_world_info(r.plan.hosts);
-  agent.master_addr = r.plan.master_addr;
-  agent.master_port = r.plan.master_port;
-  agent.devices_are_gpus = r.plan.devices_are_gpus;
-  agent.env = exported;
-  agent.program = program.argv;
-  agent.local_rank_at = program.local_rank_at;
-  agent.bind_cores_to_rank = args.bind_cores_to_rank;
-  agent.bind_core_list = args.bind_core_list;
-  agent.each_rank_log_dir = args.each_rank_log_dir;
+  if (args.max_restarts < 0) fail("--max_restarts {}: expected 0 or more", args.max_restarts);
 
-  EnvList backend_env = {{"MASTER_ADDR", r.plan.master_addr}, {"MASTER_PORT", std::to_string(r.plan.master_port)}};
-  backend_env.insert(backend_env.end(), exported.begin(), exported.end());
-  std::vector<std::string> backend_names;
-  for (const auto& [k, v] : backend_env) backend_names.push_back(k);
-
-  // The exact commands, built once: --dry_run prints what would run.
-  std::vector<RemoteCommand> remote;  // ssh: the agent on each host
-  std::vector<std::string> backend;   // openmpi, slurm: the mpirun/srun command line
-  if (runner == "ssh") {
-    for (int n = 0; n < r.plan.node_count(); ++n) {
-      agent.node_rank = n;
-      // The agent stops its ranks when its stdin closes: that is how teardown reaches it.
-      remote.push_back({r.plan.hosts[n].host, agent_command(cwd, dscpp, node_agent_argv(agent)), {}, true});
+  // The exact commands of attempt `restart` (0 = the first): only the restart variables and,
+  // rarely, the rendezvous port differ between attempts. --dry_run prints attempt 0's.
+  struct Commands {
+    NodeAgentArgs agent;                 // local: run here; ssh: the agent on each host
+    std::vector<RemoteCommand> remote;   // ssh
+    EnvList backend_env;                 // openmpi, slurm: set on mpirun/srun, forwarded to the ranks
+    std::vector<std::string> backend;    // openmpi, slurm: the mpirun/srun command line
+  };
+  auto build = [&](int restart) {
+    Commands c;
+    EnvList env = exported;
+    for (auto& kv : restart_env(restart, args.max_restarts)) env.push_back(kv);
+    NodeAgentArgs& agent = c.agent;
+    agent.world_info = encode_world_info(r.plan.hosts);
+    agent.master_addr = r.plan.master_addr;
+    agent.master_port = r.plan.master_port;
+    agent.devices_are_gpus = r.plan.devices_are_gpus;
+    agent.env = env;
+    agent.program = program.argv;
+    agent.local_rank_at = program.local_rank_at;
+    agent.bind_cores_to_rank = args.bind_cores_to_rank;
+    agent.bind_core_list = args.bind_core_list;
+    agent.each_rank_log_dir = args.each_rank_log_dir;
+    c.backend_env = {{"MASTER_ADDR", r.plan.master_addr}, {"MASTER_PORT", std::to_string(r.plan.master_port)}};
+    c.backend_env.insert(c.backend_env.end(), env.begin(), env.end());
+    std::vector<std::string> backend_names;
+    for (const auto& [k, v] : c.backend_env) backend_names.push_back(k);
+    if (runner == "ssh") {
+      for (int n = 0; n < r.plan.node_count(); ++n) {
+        agent.node_rank = n;
+        // The agent stops its ranks when its stdin closes: that is how teardown reaches it.
+        c.remote.push_back({r.plan.hosts[n].host, agent_command(cwd, dscpp, node_agent_argv(agent)), {}, true});
+      }
+    } else if (runner == "openmpi") {
+      c.backend =
+          mpirun_argv(r.plan, backend_names, args.launcher_args, dscpp, program, args.no_local_rank, geteuid() == 0);
+    } else if (runner == "slurm") {
+      const bool filtered = r.from_hostfile || !args.include.empty() || !args.exclude.empty();
+      c.backend = srun_argv(r.plan, filtered, args.launcher_args, dscpp, program, args.no_local_rank);
     }
-  } else if (runner == "openmpi") {
-    backend =
-        mpirun_argv(r.plan, backend_names, args.launcher_args, dscpp, program, args.no_local_rank, geteuid() == 0);
-  } else if (runner == "slurm") {
-    const bool filtered = r.from_hostfile || !args.include.empty() || !args.exclude.empty();
-    backend = srun_argv(r.plan, filtered, args.launcher_args, dscpp, program, args.no_local_rank);
-  }
+    agent.node_rank = 0;
+    agent.stop_on_stdin_eof = false;  // the local runner's agent is this process
+    return c;
+  };
 
   print_plan(r, runner, runner == "local" ? EnvList{} : exported);
   if (args.dry_run) {
+    Commands c = build(0);
     std::string out;
     if (runner == "local")
       out += "command (each rank, in this process group): " + join_words(rank_argv(program, 0)) + "\n";
-    for (const auto& c : remote) out += fmt::format("command on {}: {}\n", c.host, c.command);
-    if (!backend.empty()) out += "command: " + join_words(backend) + "\n";
+    for (const auto& rc : c.remote) out += fmt::format("command on {}: {}\n", rc.host, rc.command);
+    if (!c.backend.empty()) out += "command: " + join_words(c.backend) + "\n";
     out += "environment of each rank (rank 0 shown; RANK/LOCAL_RANK/CROSS_RANK differ per rank):\n";
-    for (const auto& [k, v] : rank_env(r.plan, r.plan.ranks().front(), EnvOptions{exported, false, 0}))
+    for (const auto& [k, v] : rank_env(r.plan, r.plan.ranks().front(), EnvOptions{c.agent.env, false, 0}))
       out += "  " + k + "=" + shell_quote(v) + "\n";
     std::fputs(out.c_str(), stdout);
     return 0;
@@ -396,19 +446,23 @@ int run_launch(const LaunchArgs& args) {
     std::string path = fmt::format("/tmp/{}.deepspeed", getpid());
     if (FILE* f = std::fopen(path.c_str(), "w")) std::fprintf(f, "%d\n", getpid()), std::fclose(f);
   }
-  if (runner == "local") {
-    if (!local_port_free(r.plan.master_port))
-      fail("port {} is already in use on this machine (rank 0 listens there); pass --master_port with a free port",
-           r.plan.master_port);
-    agent.node_rank = 0;
-    agent.stop_on_stdin_eof = false;
-    return run_node_agent(agent);
-  }
-  if (runner == "ssh") {
-    if (!args.no_ssh_check) preflight_ssh(r.plan, dscpp, program, ssh);
-    return run_remote(remote, ssh, RemoteRunOptions{}).exit_code;
-  }
-  return run_backend(backend, backend_env);
+  if (runner == "ssh" && !args.no_ssh_check) preflight_ssh(r.plan, dscpp, program, ssh);
+  return run_with_restarts(args.max_restarts, [&](int restart) -> AttemptResult {
+    if (restart > 0) r.plan.master_port = port_for_restart(r.plan, runner, ssh);
+    Commands c = build(restart);
+    if (runner == "local") {
+      if (restart == 0 && !local_port_free(r.plan.master_port))
+        fail("port {} is already in use on this machine (rank 0 listens there); pass --master_port with a free port",
+             r.plan.master_port);
+      GroupResult g = run_node_agent_group(c.agent);
+      return {g.exit_code, g.stopped, g.first_failure ? g.first_failure->describe(r.plan.hosts[0].host) : ""};
+    }
+    if (runner == "ssh") {
+      RemoteRunResult rr = run_remote(c.remote, ssh, RemoteRunOptions{});
+      return {rr.exit_code, rr.stopped, rr.first_failure ? rr.first_failure->describe() : ""};
+    }
+    return run_backend(c.backend, c.backend_env);
+  });
 }
 
 }  // namespace dscpp::launcher

@@ -30,6 +30,7 @@ struct LaunchArgs {
   std::string each_rank_log_dir;
   bool save_pid = false;
   bool dry_run = false;
+  int max_restarts = 0;               // restart the whole job up to this many times after a rank fails
   std::vector<std::string> env;       // --env K=V
   std::vector<std::string> program;   // PROGRAM and its arguments
 };

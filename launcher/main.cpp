@@ -64,6 +64,11 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
   app.add_option("--enable_each_rank_log", a.each_rank_log_dir, "write each rank's output to DIR/<time>_rank<R>.log")
       ->group(run);
   app.add_flag("--save_pid", a.save_pid, "write the launcher's pid to /tmp/<pid>.deepspeed")->group(run);
+  app.add_option("--max_restarts", a.max_restarts,
+                 "when a rank fails, restart the whole job up to K times (default 0; ranks see "
+                 "DSCPP_RESTART_COUNT)")
+      ->group(run)
+      ->type_name("K");
   app.add_option("--env", a.env, "K=V for every rank (repeatable; overrides exported variables and env files)")
       ->group(run);
   app.add_flag("--dry_run", a.dry_run, "print the plan, the exact commands and each host's environment; start nothing")

@@ -85,6 +85,10 @@ T parse_number(const std::string& flag, const std::string& text) {
 }  // namespace
 
 int run_node_agent(const NodeAgentArgs& args) {
+  return run_node_agent_group(args).exit_code;
+}
+
+GroupResult run_node_agent_group(const NodeAgentArgs& args) {
   WorldPlan plan;
   plan.hosts = decode_world_info(args.world_info);
   plan.master_addr = args.master_addr;
@@ -146,7 +150,7 @@ int run_node_agent(const NodeAgentArgs& args) {
   options.stop_fd_name = "stdin (the launcher's connection)";
   options.host = host;
   PidFile pid_file(args.save_pid_file);
-  return run_rank_group(launches, options).exit_code;
+  return run_rank_group(launches, options);
 }
 
 std::vector<std::string> node_agent_argv(const NodeAgentArgs& args) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/supervisor.h"
 #include "launcher/world.h"
 
 namespace dscpp::launcher {
@@ -34,6 +35,8 @@ struct NodeAgentArgs {
 // Throws dscpp::Error for a bad plan (node_rank out of range, no program, unusable log dir,
 // a core list too short for the ranks) before anything starts.
 int run_node_agent(const NodeAgentArgs& args);
+// The same, with the whole result (the local runner tells a failure from a stop with it).
+GroupResult run_node_agent_group(const NodeAgentArgs& args);
 
 // The arguments after `dscpp node-agent`, as the ssh runner sends them:
 //   --world_info=B64 --node_rank=N --master_addr=A --master_port=P [--gpus]
