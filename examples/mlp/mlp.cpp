@@ -112,7 +112,6 @@ Split read_split(const std::string& dir, const std::string& prefix) {
   const std::string ipath = dir + "/" + prefix + "-images-idx3-ubyte.gz";
   const std::string lpath = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
   std::vector<uint8_t> images = read_gzip(ipath);
-  std::vector<uint8_t> labels = read_gzip(lpath);
   char buf[256];
   if (images.size() < 16) fail(DSCPP_E_IO, ipath + ": " + std::to_string(images.size()) + " bytes, shorter than the 16-byte IDX3 header");
   if (be32(images, 0) != 0x00000803) {
@@ -129,6 +128,7 @@ Split read_split(const std::string& dir, const std::string& prefix) {
                   16 + size_t(n) * kPixels, images.size());
     fail(DSCPP_E_IO, ipath + buf);
   }
+  std::vector<uint8_t> labels = read_gzip(lpath);
   if (labels.size() < 8) fail(DSCPP_E_IO, lpath + ": " + std::to_string(labels.size()) + " bytes, shorter than the 8-byte IDX1 header");
   if (be32(labels, 0) != 0x00000801) {
     std::snprintf(buf, sizeof buf, ": magic number 0x%08x, expected 0x00000801 (IDX1 unsigned bytes)", be32(labels, 0));
