@@ -1,0 +1,65 @@
+// Shared pieces of the CPU ops table (private to kernels/cpu/ops): argument checks, the SIMD
+// dispatch attribute, a vectorisable exp, and the functions that fill each part of the table.
+#pragma once
+
+#include "dscpp/model.h"
+
+#include <bit>
+#include <cstdint>
+
+namespace dscpp::kernels::cpu {
+
+// Hot loops are compiled three times and the best one for the running CPU is bound once, at
+// load, through an ifunc resolver that tests feature bits (x86-64-v4 = AVX-512 F/BW/DQ/VL with
+// FMA, v3 = AVX2 + FMA). Each clone is auto-vectorised for its ISA; the build adds
+// -fvect-cost-model=dynamic so loops with tails vectorise at -O2, and -fopenmp-simd so the
+// `omp simd reduction` pragmas may reassociate float sums (nothing else changes order).
+#define DSCPP_SIMD __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+// Work per parallel chunk, in elements: below this a loop stays on the calling thread, since
+// waking a worker costs a few microseconds (~16K elements of a streaming loop).
+inline constexpr int64_t kGrainElements = int64_t{1} << 15;
+// Rows per chunk for a row-wise op whose rows have `cols` elements (at least one row).
+inline int64_t row_grain(int64_t cols, int64_t elements = kGrainElements) {
+  return cols <= 0 ? elements : (elements + cols - 1) / cols;
+}
+
+// 0 when the table can run: non-null and fp32.
+inline int check_table(const dscpp_ops* o) {
+  if (o == nullptr) return DSCPP_E_INVALID_ARGUMENT;
+  return o->dtype == DSCPP_F32 ? DSCPP_OK : DSCPP_E_UNSUPPORTED;
+}
+// A pointer must be non-null whenever it covers a non-empty range.
+inline bool bad_ptr(const void* p, int64_t n) { return n > 0 && p == nullptr; }
+
+// exp(x) in float without libm, so that loops calling it vectorise (glibc's vector expf is
+// only reachable with -ffast-math). n = round(x/ln2), r = x − n·ln2 in two parts (|r| ≤ 0.35),
+// e^r by its Taylor polynomial to r^7 (truncation < 6e-9 relative), times 2^n built in the
+// exponent bits. Max relative error ≈ 2 ulp. Inputs are clamped to [−87.3, 88.3], so the
+// result is a normal float: exp of anything below −87.3 comes out as ~1e−38, not 0.
+inline float exp_f(float x) {
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.3f ? 88.3f : x;
+  // Adding and subtracting 1.5·2^23 rounds to the nearest integer (|t| < 2^22 here).
+  float t = x * 1.44269504088896341f;
+  float n = (t + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  auto bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  return p * std::bit_cast<float>(bits);
+}
+
+// Each file fills its part of the table (fp32 implementations; each op rechecks the dtype).
+void fill_blas_ops(dscpp_ops& t);        // cpu_ops.cpp: gemm, copies to/from host
+void fill_elementwise_ops(dscpp_ops& t); // elementwise.cpp: fill … relu, bias
+void fill_row_ops(dscpp_ops& t);         // row_ops.cpp: layernorm, softmaxes, embedding, cross-entropy
+
+}  // namespace dscpp::kernels::cpu
