@@ -1,0 +1,105 @@
+// The training engine: one rank's step loop around a model plugin.
+//
+// Stage 0 (plain data parallelism) lives here: every rank holds the whole fp32 model, its
+// gradients and optimizer state; gradients are averaged with bucketed allreduce during the
+// last micro-step's backward; then clipping, the optimizer step and the LR schedule.
+// Per step (DeepSpeed's protocol, engine.md 1.2–1.5):
+//   for each of the GAS micro-batches: forward → loss → backward with d(loss) = 1/GAS
+//   average gradients over the world → global-norm clip → optimizer step → schedule step
+// The ZeRO stages replace where parameters, gradients and optimizer state live and how
+// gradients are reduced; the loop, data, logging and checkpoint protocol stay.
+#pragma once
+
+#include "collectives/communicator.h"
+#include "configs/load.h"
+#include "core/device.h"
+#include "runtime/batch_loader.h"
+#include "runtime/checkpoint.h"
+#include "runtime/grad_sync.h"
+#include "runtime/layer_runner.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/optimizer.h"
+#include "runtime/plugin.h"
+#include "runtime/train_log.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace dscpp::runtime {
+
+struct TrainOptions {
+  std::optional<int64_t> steps;   // optimizer steps to reach (global_steps), or
+  std::optional<double> epochs;   // passes over the train split; default 1 epoch
+  std::string save_dir;
+  int64_t save_interval = 0;      // steps; 0 = only at the end (when save_dir is set)
+  std::string load_dir;           // resume from <load_dir>/latest
+  bool resume_from_save_dir = false;  // restarted job: resume from <save_dir>/latest if any
+  int64_t eval_interval = 0;      // steps; 0 = only at the end
+  bool eval = true;               // evaluate at the end (when the model has an eval split)
+  uint64_t seed = 42;
+  std::string init_from;          // safetensors with initial weights
+  bool shuffle = true;
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;  // correct / counted
+  int64_t counted = 0;
+};
+
+class Engine {
+ public:
+  Engine(Plugin& plugin, const config::LoadedConfig& config, comm::Communicator& world, Device& device,
+         const dscpp_ops& ops, TrainOptions options);
+  ~Engine();
+
+  // Initialise (or load), train to the target, evaluate, save — everything the CLI asks for.
+  void run();
+
+  void train_step();
+  EvalResult evaluate();
+  void save(const std::string& save_dir);
+  void load(const std::string& load_dir);  // from <load_dir>/latest
+
+  int64_t total_steps() const { return total_steps_; }
+  const TrainCounters& counters() const { return counters_; }
+  const FlatLayout& layout() const { return layout_; }
+  float* params() const { return params_.as<float>(); }
+
+ private:
+  void initialise_params();
+  void load_init_from(const std::string& path);
+  void clip_gradients(double* norm_out);
+  void log_step(double loss);
+  void report();
+  CheckpointView checkpoint_view();
+
+  Plugin& plugin_;
+  const config::LoadedConfig& loaded_;
+  const config::DsConfig& cfg_;
+  comm::Communicator& world_;
+  Device& device_;
+  dscpp_ops ops_;
+  TrainOptions options_;
+
+  int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
+  FlatLayout layout_;
+  DeviceBuffer params_, grads_;
+  std::unique_ptr<LayerRunner> runner_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<Stage0GradSync> grad_sync_;
+  Timers timers_;
+  CsvMonitor csv_;
+  TrainCounters counters_;
+  int64_t total_steps_ = 0;
+  double last_grad_norm_ = -1;
+  // Throughput window since the last print.
+  std::chrono::steady_clock::time_point window_start_;
+  int64_t window_steps_ = 0;
+  double window_loss_ = 0;
+};
+
+}  // namespace dscpp::runtime

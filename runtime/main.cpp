@@ -1,0 +1,144 @@
+// dscpp-runtime: one rank of a training job. The dscpp launcher starts it for `.so` programs;
+// it also runs alone as a single rank.
+#include "build_config.h"
+#include "collectives/communicator.h"
+#include "configs/load.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rank_discovery.h"
+#include "kernels/cpu/ops/cpu_ops.h"
+#include "runtime/engine.h"
+#include "runtime/plugin.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+using namespace dscpp;
+
+namespace {
+
+struct Args {
+  std::string model, config;
+  std::optional<int64_t> steps;
+  std::optional<double> epochs;
+  std::string save_dir, load_dir, init_from, comm_backend;
+  int64_t save_interval = 0, eval_interval = 0;
+  uint64_t seed = 42;
+  int threads = 0;
+  int local_rank = -1;
+  bool no_shuffle = false, no_eval = false, deepspeed = false;
+  std::vector<std::string> plugin_args;
+};
+
+void plugin_log(void*, const char* message) { log::info("{}", message); }
+
+int run(const Args& a) {
+  RankIdentity id = discover_rank().value_or(RankIdentity{});
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  log::init_logging(id.rank, id.node_count > 1 ? std::string(host) : std::string());
+
+  int threads = a.threads > 0 ? a.threads
+                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, id.local_size));
+  kernels::set_cpu_threads(threads);
+
+  config::RunFacts facts;
+  facts.world_size = id.world_size;
+  if (a.steps) facts.total_steps = *a.steps;
+  facts.total_steps_flag = "--steps";
+  config::LoadedConfig loaded = config::load_config_file(a.config, facts);
+  if (!loaded.ok()) {
+    if (id.rank == 0) std::fputs(loaded.diagnostics.format(loaded.file_name).c_str(), stderr);
+    fail("{}: the config was not accepted (errors above)", a.config);
+  }
+  if (auto unsupported = config::unsupported_features(loaded.config); !unsupported.empty())
+    fail("{}: valid for DeepSpeed, but dscpp-runtime does not run: {}", a.config, fmt::join(unsupported, "; "));
+  for (const auto& d : loaded.diagnostics.all())
+    if (id.rank == 0) log::warn("{}", config::format_diagnostic(d, loaded.file_name));
+
+  comm::CommOptions copts = comm::comm_options_from_env();
+  if (!a.comm_backend.empty()) copts.backend = comm::parse_backend_choice(a.comm_backend);
+  comm::World world = comm::create_world(copts);
+
+  auto device = make_cpu_device();
+  dscpp_ops ops = kernels::cpu_ops(DSCPP_F32, device.get());
+  runtime::Plugin plugin(a.model);
+  dscpp_host_info host_info{};
+  host_info.struct_size = sizeof(host_info);
+  host_info.rank = id.rank;
+  host_info.world_size = id.world_size;
+  host_info.local_rank = id.local_rank;
+  host_info.compute_dtype = DSCPP_F32;
+  host_info.seed = a.seed;
+  host_info.device_name = "cpu";
+  host_info.log = plugin_log;
+  plugin.create(a.plugin_args, host_info);
+
+  if (id.rank == 0) {
+    log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device cpu, {} thread{} per rank, {}", DSCPP_VERSION,
+              id.world_size, id.world_size == 1 ? "" : "s", id.source.empty() ? "single process" : id.source,
+              world.description, threads, threads == 1 ? "" : "s", kernels::blas_description());
+    log::info("effective config ({}):\n{}", loaded.file_name, config::format_effective_config_table(loaded));
+  }
+
+  runtime::TrainOptions o;
+  o.steps = a.steps;
+  o.epochs = a.epochs;
+  o.save_dir = a.save_dir;
+  o.save_interval = a.save_interval;
+  o.load_dir = a.load_dir;
+  o.eval_interval = a.eval_interval;
+  o.eval = !a.no_eval;
+  o.seed = a.seed;
+  o.init_from = a.init_from;
+  o.shuffle = !a.no_shuffle;
+  if (const char* r = std::getenv("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
+  runtime::Engine engine(plugin, loaded, *world.world, *device, ops, o);
+  engine.run();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{
+      "dscpp-runtime: one rank of a dscpp training job. Loads a model plugin (.so built against "
+      "include/dscpp/model.h) and trains it with a DeepSpeed JSON config. Rank, world size and the rendezvous "
+      "address come from the environment the launcher sets (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, OMPI_*, "
+      "SLURM_*, PMI_*); without them it runs as a single rank. Arguments after `--` go to the plugin.",
+      "dscpp-runtime"};
+  app.add_option("--model", a.model, "model plugin (.so)")->required()->check(CLI::ExistingFile);
+  app.add_option("--deepspeed_config", a.config, "DeepSpeed JSON config (file or base64)")->required();
+  app.add_flag("--deepspeed", a.deepspeed, "accepted for DeepSpeed compatibility (no effect)");
+  auto* steps = app.add_option("--steps", a.steps, "train until this many optimizer steps (global_steps)");
+  app.add_option("--epochs", a.epochs, "train for this many passes over the train split (default 1)")->excludes(steps);
+  app.add_option("--save_dir", a.save_dir, "write checkpoints here (at --save_interval and at the end)");
+  app.add_option("--save_interval", a.save_interval, "steps between checkpoints (0: only at the end)");
+  app.add_option("--load_dir", a.load_dir, "resume from the checkpoint <load_dir>/latest names");
+  app.add_option("--eval_interval", a.eval_interval, "steps between evaluations on the eval split (0: only at the end)");
+  app.add_flag("--no_eval", a.no_eval, "skip the final evaluation");
+  app.add_option("--seed", a.seed, "seed of parameter init and data shuffling (default 42)");
+  app.add_option("--init_from", a.init_from, "start from the weights in this safetensors file");
+  app.add_flag("--no_shuffle", a.no_shuffle, "take training samples in order (every epoch)");
+  app.add_option("--comm_backend", a.comm_backend, "shm|gloo|mpi|nccl|hierarchical (default: chosen per job)");
+  app.add_option("--threads", a.threads, "CPU threads per rank (default: cores / ranks on this host)");
+  app.add_option("--local_rank", a.local_rank, "set by launchers; the environment is authoritative");
+  app.add_option("plugin_args", a.plugin_args, "arguments for the plugin (after --)");
+  app.positionals_at_end();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    log::error("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,64 @@
+// Loading a model plugin (include/dscpp/model.h) and calling it with errors turned into
+// dscpp::Error messages that name the plugin, the layer and the call.
+#pragma once
+
+#include "dscpp/model.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dscpp::runtime {
+
+struct ParamDecl {
+  std::string name;  // full name "<layer>.<param>"
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  dscpp_init_kind init = DSCPP_INIT_ZEROS;
+  float init_a = 0;
+};
+
+struct LayerDecl {
+  std::string name;
+  std::vector<ParamDecl> params;
+  int64_t output_numel = 0;
+  int64_t saved_bytes = 0;
+  int64_t workspace_bytes = 0;
+};
+
+class Plugin {
+ public:
+  // dlopen + entry point + ABI checks; throws dscpp::Error naming the file and the mismatch.
+  explicit Plugin(const std::string& path);
+  ~Plugin();
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  // Creates the model and reads its description (layers, parameters, data).
+  void create(const std::vector<std::string>& args, const dscpp_host_info& host);
+
+  const std::string& path() const { return path_; }
+  std::string name() const { return api_->name ? api_->name : path_; }
+  const std::vector<LayerDecl>& layers() const { return layers_; }
+  const dscpp_data_desc& data() const { return data_; }
+  bool has_report() const { return api_->report != nullptr; }
+
+  void forward(int layer, const dscpp_layer_ctx& ctx) const;
+  void backward(int layer, const dscpp_layer_ctx& ctx) const;
+  void load_sample(int split, int64_t index, void* input, int32_t* target) const;
+  void report(const dscpp_infer& infer) const;
+
+ private:
+  [[noreturn]] void failed(const std::string& what, int code, const dscpp_error& err) const;
+
+  std::string path_;
+  void* handle_ = nullptr;
+  const dscpp_model_api* api_ = nullptr;
+  void* model_ = nullptr;
+  std::vector<LayerDecl> layers_;
+  dscpp_data_desc data_{};
+};
+
+const char* status_name(int code);
+
+}  // namespace dscpp::runtime
