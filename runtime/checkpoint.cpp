@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -92,6 +93,12 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
     if (!f) fail("cannot write {}", (fs::path(staging) / "manifest.json").string());
   }
   comm.barrier();
+  // Fault injection for the tests of the commit protocol: die with every file written but
+  // the checkpoint not yet committed (the most convincing moment for a torn checkpoint).
+  if (const char* f = std::getenv("DSCPP_FAULT_INJECT"); f && std::string(f) == "save_before_commit") {
+    log::error("DSCPP_FAULT_INJECT=save_before_commit: dying before committing {}", tag);
+    std::_Exit(17);
+  }
   if (comm.rank() == 0) commit_checkpoint(save_dir, tag);
   comm.barrier();
   return (fs::path(save_dir) / tag).string();

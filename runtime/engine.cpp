@@ -117,9 +117,9 @@ void Engine::run() {
   loader_->seek(counters_.global_samples / (micro_ * world_.size()));
 
   if (world_.rank() == 0)
-    log::info("model {}: {} layers, {} parameters ({} MiB fp32); {} train / {} eval samples; training to step {} "
+    log::info("model {}: {} layers, {} parameters ({} fp32); {} train / {} eval samples; training to step {} "
               "(train_batch_size {} = micro {} × accumulation {} × {} ranks); init {:.2f} s",
-              plugin_.name(), plugin_.layers().size(), layout_.numel, layout_.numel * 4 / 1048576,
+              plugin_.name(), plugin_.layers().size(), layout_.numel, format_bytes(layout_.numel * 4),
               plugin_.data().train_size, plugin_.data().eval_size, total_steps_, train_batch_, micro_, gas_,
               world_.size(), seconds_since(t0));
 
@@ -184,6 +184,7 @@ void Engine::train_step() {
     o.lr = schedule_->lr();
     o.momentum = schedule_->momentum();
     optimizer_->step(0, params_.as<float>(), grads_.as<float>(), o);
+    last_lr_ = *o.lr;
     schedule_->step();
     device_.zero(grads_.data(), grads_.bytes());
   }
@@ -237,7 +238,7 @@ void Engine::log_step(double local_loss) {
   int64_t step = counters_.global_steps;
   if (world_.rank() == 0) {
     csv_.record("Train/Samples/train_loss", counters_.global_samples, loss);
-    csv_.record("Train/Samples/lr", counters_.global_samples, schedule_->lr());
+    csv_.record("Train/Samples/lr", counters_.global_samples, last_lr_);
   }
   window_loss_ += loss;
   ++window_steps_;
@@ -248,7 +249,7 @@ void Engine::log_step(double local_loss) {
   r.step = step;
   r.total_steps = total_steps_;
   r.loss = window_loss_ / static_cast<double>(window_steps_);
-  r.lr = schedule_->lr();
+  r.lr = last_lr_;
   r.samples_per_s = static_cast<double>(window_steps_ * train_batch_) / secs;
   r.tokens_per_s = r.samples_per_s * static_cast<double>(plugin_.data().tokens_per_sample);
   r.grad_norm = last_grad_norm_;

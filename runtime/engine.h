@@ -96,6 +96,7 @@ class Engine {
   TrainCounters counters_;
   int64_t total_steps_ = 0;
   double last_grad_norm_ = -1;
+  double last_lr_ = 0;  // the lr the last optimizer step used
   // Throughput window since the last print.
   std::chrono::steady_clock::time_point window_start_;
   int64_t window_steps_ = 0;

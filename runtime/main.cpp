@@ -36,6 +36,24 @@ struct Args {
 
 void plugin_log(void*, const char* message) { log::info("{}", message); }
 
+// The table lists every key of the schema; at start-up only what the config (or "auto", or a
+// derivation) set is worth a screen. `dscpp config check FILE` prints the whole table.
+std::string non_default_rows(const std::string& table) {
+  std::string out;
+  size_t defaults = 0, pos = 0;
+  while (pos < table.size()) {
+    size_t end = table.find('\n', pos);
+    if (end == std::string::npos) end = table.size();
+    std::string_view line(table.data() + pos, end - pos);
+    if (line.size() >= 7 && line.substr(line.size() - 7) == "default")
+      ++defaults;
+    else if (!line.empty())
+      out.append(line).push_back('\n');
+    pos = end + 1;
+  }
+  return out + fmt::format("({} more keys at DeepSpeed's defaults; `dscpp config check FILE` lists them)", defaults);
+}
+
 int run(const Args& a) {
   RankIdentity id = discover_rank().value_or(RankIdentity{});
   char host[256] = {0};
@@ -82,7 +100,7 @@ int run(const Args& a) {
     log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device cpu, {} thread{} per rank, {}", DSCPP_VERSION,
               id.world_size, id.world_size == 1 ? "" : "s", id.source.empty() ? "single process" : id.source,
               world.description, threads, threads == 1 ? "" : "s", kernels::blas_description());
-    log::info("effective config ({}):\n{}", loaded.file_name, config::format_effective_config_table(loaded));
+    log::info("effective config ({}):\n{}", loaded.file_name, non_default_rows(config::format_effective_config_table(loaded)));
   }
 
   runtime::TrainOptions o;
