@@ -157,10 +157,8 @@ struct Spans {
         acc_sq(ua_1, u);
       }
     });
-    if constexpr (!std::is_same_v<V, Lane1>) {
-      *w_sq += hsum(wa_v);
-      *u_sq += hsum(ua_v);
-    }
+    *w_sq += hsum(wa_v);
+    *u_sq += hsum(ua_v);
     *w_sq += hsum(wa_1);
     *u_sq += hsum(ua_1);
   }
