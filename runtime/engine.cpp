@@ -124,9 +124,14 @@ void Engine::run() {
               world_.size(), seconds_since(t0));
 
   window_start_ = Clock::now();
+  // DeepSpeed's throughput timer leaves out the first 2 steps (warm-up); so does the summary.
+  const int64_t first_step = counters_.global_steps, warmup = 2;
+  const Clock::time_point run_start = Clock::now();
+  Clock::time_point timed_from = run_start;
   while (counters_.global_steps < total_steps_) {
     train_step();
     int64_t step = counters_.global_steps;
+    if (step - first_step == warmup) timed_from = Clock::now();
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
       EvalResult r = evaluate();
       if (world_.rank() == 0)
@@ -136,6 +141,15 @@ void Engine::run() {
     if (!options_.save_dir.empty() && options_.save_interval > 0 && step % options_.save_interval == 0 &&
         step < total_steps_)
       save(options_.save_dir);
+  }
+  if (int64_t timed = counters_.global_steps - first_step - warmup; timed > 0 && world_.rank() == 0) {
+    double secs = seconds_since(timed_from);
+    double samples = static_cast<double>(timed * train_batch_) / secs;
+    log::info("trained {} steps in {:.2f} s; after the first {}: {:.1f} samples/s{}", counters_.global_steps - first_step,
+              seconds_since(run_start), warmup, samples,
+              plugin_.data().tokens_per_sample
+                  ? fmt::format(", {:.0f} tokens/s", samples * static_cast<double>(plugin_.data().tokens_per_sample))
+                  : std::string());
   }
   if (options_.eval && plugin_.data().eval_size > 0) {
     EvalResult r = evaluate();

@@ -3,35 +3,53 @@
 # Idempotent: when all packages are present it prints nothing and touches no network.
 #
 #   scripts/setup.sh [build] [test] [all]      (default: all)
-#     build : what building dscpp and running a training job needs
-#     test  : what the test suite adds (sshd and SLURM testbeds)
+#     build : what building dscpp and running a training job needs (incl. the example data)
+#     test  : what the test suite adds (sshd and SLURM testbeds, PyTorch and PyPI safetensors as references)
 #
 # Needs root to install. Starts no service.
 set -euo pipefail
 
 build="g++ cmake meson ninja-build pkg-config git
 libopenmpi-dev openmpi-bin libssh2-1-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
-catch2 libgloo-dev liburing-dev libaio-dev libopenblas-dev"
+catch2 libgloo-dev liburing-dev libaio-dev libopenblas-dev zlib1g-dev
+dataset-fashion-mnist fortunes"
 # The launcher's system tests: real sshd hosts in network namespaces, a real SLURM cluster.
 test_extra="python3 openssh-server openssh-client iproute2 util-linux procps
-slurmctld slurmd slurm-client munge"
+slurmctld slurmd slurm-client munge
+python3-numpy python3-pip python3-torch"
+# PyPI packages the tests use as independent references (checkpoints must open in `safetensors`).
+test_pip="safetensors"
 
-want=""
+want="" want_pip=""
 [ $# -eq 0 ] && set -- all
 for g in "$@"; do
   case "$g" in
     build) want="$want $build" ;;
-    test) want="$want $build $test_extra" ;;
-    all) want="$want $build $test_extra" ;;
+    test) want="$want $build $test_extra"; want_pip=$test_pip ;;
+    all) want="$want $build $test_extra"; want_pip=$test_pip ;;
     *) echo "setup.sh: unknown group '$g' (expected build, test or all)" >&2; exit 2 ;;
   esac
 done
+
+# Installs the PyPI packages that python3 cannot import yet (Debian's pip needs
+# --break-system-packages to install outside a virtualenv).
+install_pip() {
+  local m missing_pip=""
+  for m in $want_pip; do /usr/bin/python3 -c "import $m" 2>/dev/null || missing_pip="$missing_pip $m"; done
+  [ -z "$missing_pip" ] && return 0
+  echo "setup.sh: pip installing$missing_pip"
+  # shellcheck disable=SC2086
+  /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages $missing_pip
+}
 
 missing=""
 for p in $want; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+if [ -z "$missing" ]; then
+  install_pip
+  exit $?
+fi
 if [ "$(id -u)" != 0 ]; then
   echo "setup.sh: these packages are missing and installing them needs root:$missing" >&2
   exit 1
@@ -41,4 +59,5 @@ echo "setup.sh: installing$missing"
 apt-get update -qq
 # shellcheck disable=SC2086
 apt-get install -y -qq --no-install-recommends $missing >/dev/null
+install_pip
 echo "setup.sh: done"
