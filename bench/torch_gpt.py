@@ -33,10 +33,28 @@ import struct
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+def _blas_threads_from_argv(argv):
+    """OpenBLAS reads its thread count when it is loaded (with torch), so set it first:
+    --threads T for one process, 1 per process under --ddp."""
+    def value(flag):
+        for i, a in enumerate(argv):
+            if a == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if a.startswith(flag + "="):
+                return a.split("=", 1)[1]
+        return None
+    threads = "1" if (value("--ddp") or "0") not in ("0", "1") else (value("--threads") or "1")
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(var, threads)
+
+
+_blas_threads_from_argv(sys.argv)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 FORTUNES = "/usr/share/games/fortunes"
 
