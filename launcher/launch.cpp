@@ -385,10 +385,10 @@ int run_launch(const LaunchArgs& args) {
   // The exact commands of attempt `restart` (0 = the first): only the restart variables and,
   // rarely, the rendezvous port differ between attempts. --dry_run prints attempt 0's.
   struct Commands {
-    NodeAgentArgs agent;                 // local: run here; ssh: the agent on each host
-    std::vector<RemoteCommand> remote;   // ssh
-    EnvList backend_env;                 // openmpi, slurm: set on mpirun/srun, forwarded to the ranks
-    std::vector<std::string> backend;    // openmpi, slurm: the mpirun/srun command line
+    NodeAgentArgs agent;                // local: run here; ssh: the agent on each host
+    std::vector<RemoteCommand> remote;  // ssh
+    EnvList backend_env;                // openmpi, slurm: set on mpirun/srun, forwarded to the ranks
+    std::vector<std::string> backend;   // openmpi, slurm: the mpirun/srun command line
   };
   auto build = [&](int restart) {
     Commands c;

@@ -3,6 +3,11 @@
 
 #include "core/error.h"
 #include "launcher/job_commands.h"
+#include "launcher/restart.h"
+
+#include <unistd.h>
+
+#include <cstdio>
 
 using namespace dscpp::launcher;
 
@@ -74,4 +79,71 @@ TEST_CASE("srun: node and task counts, one failure ends the step", "[launcher]")
 TEST_CASE("the agent command is quoted for the remote shell", "[launcher]") {
   CHECK(agent_command("/home/u/my run", "/opt/dscpp", {"--node_rank", "1", "--", "sh", "-c", "echo 'hi'"}) ==
         "cd '/home/u/my run' && exec /opt/dscpp node-agent --node_rank 1 -- sh -c 'echo '\\''hi'\\'''");
+}
+
+namespace {
+// run_with_restarts over scripted attempt outcomes; returns {exit code, attempts run, messages}.
+struct RestartRun {
+  int code = 0;
+  std::vector<int> attempts;
+  std::string messages;
+};
+RestartRun run_restarts(int max_restarts, const std::vector<AttemptResult>& outcomes) {
+  RestartRun run;
+  std::FILE* err = std::tmpfile();
+  run.code = run_with_restarts(
+      max_restarts,
+      [&](int restart) {
+        run.attempts.push_back(restart);
+        return outcomes.at(std::min<size_t>(static_cast<size_t>(restart), outcomes.size() - 1));
+      },
+      fileno(err));
+  std::rewind(err);
+  for (int c; (c = std::fgetc(err)) != EOF;) run.messages += static_cast<char>(c);
+  std::fclose(err);
+  return run;
+}
+const AttemptResult kRank2Fails{3, false, "rank 2 on node1 exited with code 3"};
+}  // namespace
+
+TEST_CASE("--max_restarts: failures restart the whole job, stops and successes do not", "[launcher]") {
+  SECTION("a failure, then success") {
+    RestartRun r = run_restarts(2, {kRank2Fails, {0, false, ""}});
+    CHECK(r.code == 0);
+    CHECK(r.attempts == std::vector<int>{0, 1});
+    CHECK(r.messages == "dscpp: rank 2 on node1 exited with code 3; restarting the job (restart 1 of 2)\n");
+  }
+  SECTION("always failing: K+1 attempts, then the failure's code") {
+    RestartRun r = run_restarts(2, {kRank2Fails});
+    CHECK(r.code == 3);
+    CHECK(r.attempts == std::vector<int>{0, 1, 2});
+    CHECK(r.messages ==
+          "dscpp: rank 2 on node1 exited with code 3; restarting the job (restart 1 of 2)\n"
+          "dscpp: rank 2 on node1 exited with code 3; restarting the job (restart 2 of 2)\n"
+          "dscpp: rank 2 on node1 exited with code 3; no restarts left (2 used)\n");
+  }
+  SECTION("K = 0: one attempt, nothing said (as before --max_restarts)") {
+    RestartRun r = run_restarts(0, {kRank2Fails});
+    CHECK(r.code == 3);
+    CHECK(r.attempts == std::vector<int>{0});
+    CHECK(r.messages.empty());
+  }
+  SECTION("a stop (SIGTERM to dscpp) is never restarted") {
+    RestartRun r = run_restarts(5, {{143, true, ""}});
+    CHECK(r.code == 143);
+    CHECK(r.attempts == std::vector<int>{0});
+    CHECK(r.messages.empty());
+  }
+  SECTION("a failure without a description still says what happened") {
+    RestartRun r = run_restarts(1, {{7, false, ""}, {0, false, ""}});
+    CHECK(r.messages == "dscpp: the job exited with code 7; restarting the job (restart 1 of 1)\n");
+  }
+  CHECK_THROWS_WITH(run_restarts(-1, {kRank2Fails}), Catch::Contains("--max_restarts -1: expected 0 or more"));
+}
+
+TEST_CASE("--max_restarts: the restart variables every rank gets", "[launcher]") {
+  CHECK(restart_env(0, 0) ==
+        EnvList{{"DSCPP_RESTART_COUNT", "0"}, {"TORCHELASTIC_RESTART_COUNT", "0"}, {"TORCHELASTIC_MAX_RESTARTS", "0"}});
+  CHECK(restart_env(2, 3) ==
+        EnvList{{"DSCPP_RESTART_COUNT", "2"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"TORCHELASTIC_MAX_RESTARTS", "3"}});
 }
