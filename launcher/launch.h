@@ -1,6 +1,7 @@
 // `dscpp [launcher options] PROGRAM [args]`: from flags to running ranks. Resources come from
 // the hostfile, else the SLURM allocation, else this machine; a runner (local, ssh, openmpi,
-// slurm) starts them; the first failure anywhere stops everything.
+// slurm) starts them; the first failure anywhere stops everything (and, with --max_restarts,
+// starts the whole job again: launcher/restart.h).
 #pragma once
 
 #include <string>
