@@ -120,9 +120,9 @@ void set_cpu_threads(int n) {
 }
 
 std::string blas_description() {
-  std::string s = "OpenBLAS ";
+  // The config string starts with "OpenBLAS <version>" and lists the build options.
   const char* config = openblas_get_config();
-  s += config ? config : "(no config)";
+  std::string s = config ? config : "OpenBLAS (no config)";
   const char* core = openblas_get_corename();
   s += ", core ";
   s += core ? core : "unknown";
