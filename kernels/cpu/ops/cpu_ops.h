@@ -1,5 +1,8 @@
 // The CPU implementation of the plugin ops table (include/dscpp/model.h): GEMMs on OpenBLAS,
-// everything else in vectorised loops on the core thread pool.
+// everything else in vectorised loops on the core thread pool (cpu_ops.cpp, elementwise.cpp,
+// row_ops.cpp; shared pieces in cpu_ops_internal.h). Apart from GEMM, whose blocking is
+// OpenBLAS's, results are bitwise the same for any thread count: reductions never depend on
+// how rows or columns are split between threads.
 #pragma once
 
 #include "dscpp/model.h"
