@@ -16,11 +16,15 @@
 namespace dscpp::runtime {
 
 // Creates (if needed) <save_dir> and <save_dir>/.<tag>.partial/ and returns the staging path.
-// Safe to call from every rank at once.
+// Safe to call from every rank at once. A tag must be a plain directory name: not empty, no
+// '/', no leading '.', not "latest". A staging dir left by a crashed save of the same tag is
+// reused as is: rank 0 calls remove_stale_staging() before the ranks start a save.
 std::string checkpoint_staging_dir(const std::string& save_dir, const std::string& tag);
 
 // Rank 0, after every rank has written and closed its files: fsync each file and the
 // directory, rename staging → <save_dir>/<tag>, fsync <save_dir>, then update `latest`.
+// An existing <tag> is swapped out atomically (renameat2 RENAME_EXCHANGE) and then deleted;
+// where the filesystem lacks that, it is first renamed to .<tag>.old (see below).
 void commit_checkpoint(const std::string& save_dir, const std::string& tag);
 
 // The tag `latest` names, or nullopt when there is no `latest` file. Throws dscpp::Error when
@@ -28,6 +32,8 @@ void commit_checkpoint(const std::string& save_dir, const std::string& tag);
 std::optional<std::string> read_latest_tag(const std::string& save_dir);
 
 // Removes leftover .<tag>.partial directories of crashed saves (returns what it removed).
+// A .<tag>.old left by a replacement interrupted between its two renames is moved back to
+// <tag> when <tag> is missing (so `latest` names a complete checkpoint again), else removed.
 std::vector<std::string> remove_stale_staging(const std::string& save_dir);
 
 // Writes `path` atomically: `path`.tmp, fsync, rename, fsync of the directory.

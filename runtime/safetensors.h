@@ -35,8 +35,9 @@ struct TensorInfo {
 };
 
 // An opened safetensors file. The header is validated at open (sizes, offsets inside the file,
-// dtype names, no overlaps); every error names the file and what was wrong. Reads use pread,
-// so a rank can read just the slice it owns.
+// dtype names, no overlaps); every error names the file and what was wrong. As in the
+// reference implementation, the tensors must tile the data section exactly (no gaps, no
+// trailing bytes). Reads use pread, so a rank can read just the slice it owns.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
@@ -50,7 +51,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // Reads elements [first, first+count) of tensor `name` (flat, row-major) into `dst`,
-  // converting from the stored dtype to `dst_type` (see dscpp::convert).
+  // converting from the stored dtype to `dst_type` (see dscpp::convert: float types convert
+  // among themselves; integer tensors read only as their own type).
   void read(const std::string& name, int64_t first, int64_t count, void* dst, DType dst_type) const;
 
  private:
