@@ -187,7 +187,7 @@ struct Spans {
       L gi = L::load(g + i);
       hd_fma(gi, ai, L::load(w + i)).store(w + i);
       hd_fma(L::load(m + i), bi, gi).store(m + i);
-      hd_fma(L::load(v + i), bi, gi).store(v + i);
+      hd_fma(L::load(v + i), bi, gi * gi).store(v + i);  // keeps v >= 0 for a following Adam step
     });
   }
 };
