@@ -394,6 +394,9 @@ int run_launch(const LaunchArgs& args) {
     Commands c;
     EnvList env = exported;
     for (auto& kv : restart_env(restart, args.max_restarts)) env.push_back(kv);
+    // Every runner prefixes each output line with "[rank R]", so programs that prefix their own
+    // logs (dscpp-runtime) can leave it out.
+    env.push_back({"DSCPP_PREFIXED_OUTPUT", "1"});
     NodeAgentArgs& agent = c.agent;
     agent.world_info = encode_world_info(r.plan.hosts);
     agent.master_addr = r.plan.master_addr;

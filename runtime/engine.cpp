@@ -61,13 +61,9 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   grad_sync_ = std::make_unique<Stage0GradSync>(world, layout_, cfg_.zero_optimization.reduce_bucket_size,
                                                 cfg_.gradient_predivide_factor, cfg_.prescale_gradients);
 
-  if (options_.steps) {
-    total_steps_ = *options_.steps;
-  } else {
-    double epochs = options_.epochs.value_or(1.0);
-    total_steps_ = static_cast<int64_t>(std::floor(epochs * static_cast<double>(loader_->batches_per_epoch()) /
-                                                   static_cast<double>(gas_)));
-  }
+  total_steps_ = options_.steps ? *options_.steps
+                                : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
+                                                   micro_, gas_, cfg_.dataloader_drop_last);
   if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
 }
 

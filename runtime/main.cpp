@@ -9,6 +9,7 @@
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "runtime/engine.h"
 #include "runtime/plugin.h"
+#include "runtime/sampler.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -58,17 +59,48 @@ int run(const Args& a) {
   RankIdentity id = discover_rank().value_or(RankIdentity{});
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  log::init_logging(id.rank, id.node_count > 1 ? std::string(host) : std::string());
+  // Under the dscpp launcher every line already carries "[rank R]"; don't say it twice.
+  const char* prefixed = std::getenv("DSCPP_PREFIXED_OUTPUT");
+  if (prefixed && std::string(prefixed) == "1")
+    log::init_logging(-1);
+  else
+    log::init_logging(id.rank, id.node_count > 1 ? std::string(host) : std::string());
 
   int threads = a.threads > 0 ? a.threads
                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, id.local_size));
   kernels::set_cpu_threads(threads);
 
+  // The plugin first: with --epochs, the number of optimizer steps (which "auto" in the
+  // scheduler may need) follows from its train split and the batch sizes.
+  runtime::Plugin plugin(a.model);
+  dscpp_host_info host_info{};
+  host_info.struct_size = sizeof(host_info);
+  host_info.rank = id.rank;
+  host_info.world_size = id.world_size;
+  host_info.local_rank = id.local_rank;
+  host_info.compute_dtype = DSCPP_F32;
+  host_info.seed = a.seed;
+  host_info.device_name = "cpu";
+  host_info.log = plugin_log;
+  plugin.create(a.plugin_args, host_info);
+
   config::RunFacts facts;
   facts.world_size = id.world_size;
-  if (a.steps) facts.total_steps = *a.steps;
-  facts.total_steps_flag = "--steps";
+  facts.total_steps_flag = "--steps (or --epochs)";
+  std::optional<int64_t> steps = a.steps;
+  // A first pass only reads the batch sizes (a placeholder step count satisfies "auto").
+  facts.total_steps = steps.value_or(1);
   config::LoadedConfig loaded = config::load_config_file(a.config, facts);
+  if (!steps && loaded.ok()) {
+    const config::DsConfig& c = loaded.config;
+    steps = runtime::steps_for_epochs(a.epochs.value_or(1.0), plugin.data().train_size, id.world_size,
+                                      c.train_micro_batch_size_per_gpu.value_or(1),
+                                      c.gradient_accumulation_steps.value_or(1), c.dataloader_drop_last);
+  }
+  if (steps) {
+    facts.total_steps = *steps;
+    loaded = config::load_config_file(a.config, facts);
+  }
   if (!loaded.ok()) {
     if (id.rank == 0) std::fputs(loaded.diagnostics.format(loaded.file_name).c_str(), stderr);
     fail("{}: the config was not accepted (errors above)", a.config);
@@ -84,18 +116,6 @@ int run(const Args& a) {
 
   auto device = make_cpu_device();
   dscpp_ops ops = kernels::cpu_ops(DSCPP_F32, device.get());
-  runtime::Plugin plugin(a.model);
-  dscpp_host_info host_info{};
-  host_info.struct_size = sizeof(host_info);
-  host_info.rank = id.rank;
-  host_info.world_size = id.world_size;
-  host_info.local_rank = id.local_rank;
-  host_info.compute_dtype = DSCPP_F32;
-  host_info.seed = a.seed;
-  host_info.device_name = "cpu";
-  host_info.log = plugin_log;
-  plugin.create(a.plugin_args, host_info);
-
   if (id.rank == 0) {
     log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device cpu, {} thread{} per rank, {}", DSCPP_VERSION,
               id.world_size, id.world_size == 1 ? "" : "s", id.source.empty() ? "single process" : id.source,
@@ -104,8 +124,7 @@ int run(const Args& a) {
   }
 
   runtime::TrainOptions o;
-  o.steps = a.steps;
-  o.epochs = a.epochs;
+  o.steps = steps;
   o.save_dir = a.save_dir;
   o.save_interval = a.save_interval;
   o.load_dir = a.load_dir;

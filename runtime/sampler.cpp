@@ -38,6 +38,16 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int rank, int world
     fail("the dataset has {} samples, fewer than the {} ranks (dataloader_drop_last is on)", dataset_size, world_size);
 }
 
+int64_t micro_batches_per_epoch(int64_t n, int world, int64_t micro, bool drop_last) {
+  int64_t per_rank = drop_last ? n / world : (n + world - 1) / world;
+  return drop_last ? per_rank / micro : (per_rank + micro - 1) / micro;
+}
+
+int64_t steps_for_epochs(double epochs, int64_t n, int world, int64_t micro, int64_t gas, bool drop_last) {
+  double micro_batches = epochs * static_cast<double>(micro_batches_per_epoch(n, world, micro, drop_last));
+  return static_cast<int64_t>(micro_batches / static_cast<double>(gas));
+}
+
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   std::vector<int64_t> order = epoch_order(size_, shuffle_, seed_, epoch);
   int64_t total = per_rank_ * world_;

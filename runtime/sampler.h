@@ -29,6 +29,13 @@ class DistributedSampler {
   int64_t per_rank_;
 };
 
+// Micro-batches per epoch on each rank (the last one short unless drop_last drops it).
+int64_t micro_batches_per_epoch(int64_t dataset_size, int world_size, int64_t micro_batch, bool drop_last);
+
+// Optimizer steps that `epochs` passes over the data take (whole accumulation windows only).
+int64_t steps_for_epochs(double epochs, int64_t dataset_size, int world_size, int64_t micro_batch, int64_t gas,
+                         bool drop_last);
+
 // The whole order of an epoch (before sharding): identity, or a Fisher–Yates permutation
 // driven by a counter-based generator of (seed, epoch).
 std::vector<int64_t> epoch_order(int64_t dataset_size, bool shuffle, uint64_t seed, int64_t epoch);
