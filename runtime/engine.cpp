@@ -193,6 +193,7 @@ void Engine::train_step() {
     StepOverrides o;
     o.lr = schedule_->lr();
     o.momentum = schedule_->momentum();
+    o.beta2 = schedule_->beta2();
     optimizer_->step(0, params_.as<float>(), grads_.as<float>(), o);
     last_lr_ = *o.lr;
     schedule_->step();

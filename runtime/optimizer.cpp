@@ -74,6 +74,7 @@ class OptimizerBase : public Optimizer {
     double lr = overrides.lr.value_or(p_.lr);
     if (!(lr >= 0.0) || !std::isfinite(lr)) fail("optimizer {}: learning rate must be finite and >= 0, got {}", name(), lr);
     double momentum = overrides.momentum.value_or(base_momentum());
+    beta2_ = overrides.beta2.value_or(p_.betas.size() > 1 ? p_.betas[1] : 0.0);
     ++g.steps;
     if (g.numel == 0) return;
     update(g, w, grad, lr, momentum);
@@ -118,6 +119,7 @@ class OptimizerBase : public Optimizer {
   const Group& at(int group) const { return const_cast<OptimizerBase*>(this)->at(group); }
 
   OptimizerParams p_;
+  double beta2_ = 0;  // this step's beta2 (the configured one unless a schedule overrides it)
   Device& device_;
   std::vector<Group> groups_;
 };
@@ -134,7 +136,7 @@ class Adam final : public OptimizerBase {
   std::vector<std::string> initial_state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   void update(Group& g, float* w, const float* grad, double lr, double beta1) override {
     check_beta("beta1", beta1);
-    auto c = kernels::adam_coeffs(lr, beta1, p_.betas[1], p_.eps, p_.weight_decay, p_.bias_correction, decoupled_,
+    auto c = kernels::adam_coeffs(lr, beta1, beta2_, p_.eps, p_.weight_decay, p_.bias_correction, decoupled_,
                                   g.steps);
     kc::adam_step(w, grad, g.state[0].second.as<float>(), g.state[1].second.as<float>(), g.numel, c);
   }
@@ -154,8 +156,8 @@ class Lamb final : public OptimizerBase {
   std::vector<std::string> initial_state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   void update(Group& g, float* w, const float* grad, double lr, double beta1) override {
     check_beta("beta1", beta1);
-    auto c = kernels::lamb_coeffs(beta1, p_.betas[1], p_.eps, p_.weight_decay, p_.eps_inside_sqrt);
-    double step_size = kernels::lamb_step_size(lr, beta1, p_.betas[1], p_.bias_correction, g.steps);
+    auto c = kernels::lamb_coeffs(beta1, beta2_, p_.eps, p_.weight_decay, p_.eps_inside_sqrt);
+    double step_size = kernels::lamb_step_size(lr, beta1, beta2_, p_.bias_correction, g.steps);
     kc::lamb_step(w, grad, g.state[0].second.as<float>(), g.state[1].second.as<float>(), g.bounds, c, step_size,
                   p_.min_coeff, p_.max_coeff);
   }
@@ -218,7 +220,7 @@ class Lion final : public OptimizerBase {
   std::vector<std::string> initial_state_names() const override { return {"exp_avg"}; }
   void update(Group& g, float* w, const float* grad, double lr, double beta1) override {
     check_beta("beta1", beta1);
-    auto c = kernels::lion_coeffs(lr, beta1, p_.betas[1], p_.weight_decay);
+    auto c = kernels::lion_coeffs(lr, beta1, beta2_, p_.weight_decay);
     kc::lion_step(w, grad, g.state[0].second.as<float>(), g.numel, c);
   }
 };

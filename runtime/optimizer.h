@@ -39,6 +39,7 @@ struct StateTensor {
 struct StepOverrides {
   std::optional<double> lr;
   std::optional<double> momentum;  // Adam-family beta1, SGD momentum (OneCycle's cycle_momentum)
+  std::optional<double> beta2;     // Adam-family beta2 (OneCycle pins it to 0.99 while cycling)
 };
 
 class Optimizer {
