@@ -16,8 +16,9 @@
 
 namespace dscpp::kernels::cpu {
 
-// "avx512", "avx2" or "scalar": the level the loops use. Chosen once, on first use: the best
-// the CPU (and OS) supports, capped by DSCPP_OPTIM_SIMD=scalar|avx2|avx512 when set.
+// "avx512", "avx2" or "scalar": the level the loops use. Chosen once, on first use: AVX2 when
+// the CPU has it (faster than AVX-512 for these memory-bound loops, see optim_cpu.cpp), else
+// scalar; DSCPP_OPTIM_SIMD=scalar|avx2|avx512 selects another level the CPU supports.
 std::string optimizer_simd_level();
 // Levels this CPU and build can run, best first (always ends with "scalar").
 std::vector<std::string> optimizer_simd_levels();
