@@ -157,7 +157,6 @@ void Engine::run() {
 }
 
 void Engine::train_step() {
-  auto step_start = Clock::now();
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
   for (int64_t j = 0; j < gas_; ++j) {
     MicroBatch mb;
@@ -201,7 +200,6 @@ void Engine::train_step() {
   }
   ++counters_.global_steps;
   counters_.global_samples += train_batch_;
-  (void)step_start;
   log_step(loss_sum / static_cast<double>(gas_));
 }
 
