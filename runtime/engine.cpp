@@ -5,6 +5,7 @@
 #include "core/thread_pool.h"
 #include "runtime/checkpoint_dir.h"
 #include "runtime/init.h"
+#include "kernels/cpu/amp/amp_cpu.h"
 
 #include <fmt/format.h>
 
@@ -31,22 +32,50 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
       ops_(ops),
       options_(std::move(options)),
       csv_(world.rank() == 0 ? loaded.config.csv_monitor : config::TensorboardConfig{}) {
-  if (cfg_.zero_optimization.stage != 0)
-    fail("zero_optimization.stage {} is not available yet in dscpp-runtime: only stage 0 (data parallelism) runs",
-         cfg_.zero_optimization.stage);
-  if (cfg_.fp16.enabled || cfg_.bf16.enabled)
-    fail("fp16/bf16 mixed precision is not available yet in dscpp-runtime: train in fp32 (disable the fp16/bf16 "
-         "sections)");
+  const config::ZeroConfig& z = cfg_.zero_optimization;
+  stage_ = static_cast<int>(z.stage);
+  if (stage_ < 0 || stage_ > 3) fail("zero_optimization.stage must be 0, 1, 2 or 3 (got {})", stage_);
+  if (cfg_.fp16.enabled)
+    fail("fp16 mixed precision is not available yet in dscpp-runtime (bf16 is): train in bf16 or fp32");
+  if (cfg_.bf16.enabled) dtype_ = DType::bf16;
   micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
   gas_ = cfg_.gradient_accumulation_steps.value_or(1);
   train_batch_ = cfg_.train_batch_size.value_or(micro_ * gas_ * world.size());
   DSCPP_CHECK_EQ(train_batch_, micro_ * gas_ * world.size());
 
-  layout_ = make_flat_layout(plugin.layers());
-  params_ = DeviceBuffer(device, static_cast<size_t>(layout_.total) * 4, MemCategory::params, true);
-  grads_ = DeviceBuffer(device, static_cast<size_t>(layout_.total) * 4, MemCategory::grads, true);
-  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_);
-  runner_->bind(params_.as<float>(), grads_.as<float>());
+  Grouping grouping;
+  grouping.parts = stage_ == 0 ? 1 : world.size();
+  if (stage_ == 3)
+    grouping.layer_per_group = true;
+  else if (stage_ > 0)
+    grouping.max_group_elements = z.reduce_bucket_size;
+  layout_ = make_flat_layout(plugin.layers(), grouping);
+
+  Stage3Options s3;
+  s3.prefetch_bucket_size = z.prefetch_bucket_size;
+  s3.max_live_parameters = z.max_live_parameters;
+  s3.max_reuse_distance = z.max_reuse_distance;
+  s3.param_persistence_threshold = z.param_persistence_threshold;
+  s3.model_persistence_threshold = z.model_persistence_threshold;
+  params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3);
+  GradReduceOptions r;
+  r.stage = stage_;
+  r.bucket_elements = z.reduce_bucket_size;
+  r.predivide_factor = cfg_.gradient_predivide_factor;
+  r.prescale = cfg_.prescale_gradients;
+  r.reduce_scatter = z.reduce_scatter;
+  r.overlap = z.overlap();
+  grads_ = std::make_unique<GradReducer>(world, layout_, device, dtype_, r);
+
+  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_);
+  runner_->set_source([this](int layer, bool backward) {
+    return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
+                                    backward ? grads_->layer_grads(layer) : nullptr};
+  });
+  runner_->after_layer = [this](int layer, bool backward) {
+    params_->layer_done(layer, backward);
+    if (backward) grads_->layer_done(layer);
+  };
 
   DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,
                              cfg_.dataloader_drop_last);
@@ -54,12 +83,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
 
   if (!cfg_.optimizer) fail("the config has no optimizer section");
   optimizer_ = make_optimizer(*cfg_.optimizer, device);
-  std::vector<Segment> segments;
-  for (const ParamSlot& s : layout_.params) segments.push_back({s.offset, s.numel});
-  optimizer_->add_group(layout_.total, std::move(segments));
+  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device);
   schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
-  grad_sync_ = std::make_unique<Stage0GradSync>(world, layout_, cfg_.zero_optimization.reduce_bucket_size,
-                                                cfg_.gradient_predivide_factor, cfg_.prescale_gradients);
 
   total_steps_ = options_.steps ? *options_.steps
                                 : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
@@ -72,11 +97,11 @@ Engine::~Engine() = default;
 CheckpointView Engine::checkpoint_view() {
   CheckpointView v;
   v.layout = &layout_;
-  v.params = params_.as<float>();
+  v.params = static_cast<float*>(params_->full());
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
   v.counters = &counters_;
-  v.zero_stage = 0;
+  v.zero_stage = stage_;
   v.train_batch_size = train_batch_;
   v.micro_batch = micro_;
   v.gradient_accumulation_steps = gas_;
@@ -85,21 +110,44 @@ CheckpointView Engine::checkpoint_view() {
   return v;
 }
 
+bool Engine::host_addressable_fp32() const { return stage_ == 0 && dtype_ == DType::f32 && device_.is_host(); }
+
 void Engine::initialise_params() {
-  // Each parameter from (seed, name, index); on a non-host device through a host copy.
+  // Only the elements this rank owns (zero.Init: at stage 3 no rank ever holds the whole
+  // model), each from (seed, name, index) whatever the layout; below stage 3 every rank holds
+  // everything and owns it all for this purpose. On a non-host device through a host copy.
+  const int owner = stage_ == 3 ? world_.rank() : 0;
+  const size_t elem = dtype_size(dtype_);
   std::vector<float> host;
-  for (const ParamSlot& s : layout_.params) {
-    host.resize(static_cast<size_t>(s.numel));
-    init_range(options_.seed, s.name, s.init, s.init_a, 0, s.numel, host.data());
-    device_.copy_from_host(params_.as<float>() + s.offset, host.data(), host.size() * 4);
+  std::vector<unsigned char> converted;
+  for (size_t gi = 0; gi < layout_.groups.size(); ++gi) {
+    const PartitionGroup& g = layout_.groups[gi];
+    const int64_t own_begin = stage_ == 3 ? g.owned_begin(owner) : g.begin;
+    const int64_t own_end = own_begin + (stage_ == 3 ? g.part : g.numel);
+    char* base = stage_ == 3 ? static_cast<char*>(params_->owned(static_cast<int>(gi)))
+                             : static_cast<char*>(params_->full()) + g.begin * static_cast<int64_t>(elem);
+    for (const ParamSlot& s : layout_.params) {
+      int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
+      if (hi <= lo) continue;
+      host.resize(static_cast<size_t>(hi - lo));
+      init_range(options_.seed, s.name, s.init, s.init_a, lo - s.offset, hi - lo, host.data());
+      converted.resize(host.size() * elem);
+      convert(host.data(), DType::f32, converted.data(), dtype_, host.size());
+      device_.copy_from_host(base + (lo - own_begin) * static_cast<int64_t>(elem), converted.data(), converted.size());
+    }
   }
+  master_->refresh_from_params();
+  params_->publish();
 }
 
 void Engine::run() {
   auto t0 = Clock::now();
   initialise_params();
   if (!options_.init_from.empty()) {
-    load_weights(options_.init_from, layout_, params_.as<float>());
+    if (!host_addressable_fp32())
+      fail("--init_from is not available yet at ZeRO stage {} / {} parameters: start from fp32 stage 0", stage_,
+           dtype_name(dtype_));
+    load_weights(options_.init_from, layout_, static_cast<float*>(params_->full()));
     if (world_.rank() == 0) log::info("initial weights from {}", options_.init_from);
   }
   std::string resume_dir = options_.load_dir;
@@ -153,11 +201,14 @@ void Engine::run() {
       log::info("final eval: loss {:.4f}, accuracy {:.2f}% ({} samples)", r.loss, 100 * r.accuracy, r.counted);
   }
   if (!options_.save_dir.empty()) save(options_.save_dir);
-  if (world_.rank() == 0) report();
+  report();  // collective at stage 3
 }
 
 void Engine::train_step() {
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
+  // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
+  // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
+  float loss_grad = 1.0f / static_cast<float>(gas_ * (stage_ > 0 ? world_.size() : 1));
   for (int64_t j = 0; j < gas_; ++j) {
     MicroBatch mb;
     {
@@ -167,74 +218,63 @@ void Engine::train_step() {
     dscpp_metrics m;
     {
       Timers::Scope t(timers_, "fwd");
+      params_->begin_pass(false, true);
       m = runner_->forward(mb.input, mb.target, mb.size, true, static_cast<uint64_t>(counters_.micro_steps));
     }
     loss_sum += m.counted ? m.loss_sum / static_cast<double>(m.counted) : 0.0;
-    bool last = j == gas_ - 1;
     {
       Timers::Scope t(timers_, "bwd");
-      if (last) grad_sync_->begin(grads_.as<float>());
-      runner_->backward(1.0f / static_cast<float>(gas_),
-                        last ? std::function<void(int)>([this](int l) { grad_sync_->layer_done(l); })
-                             : std::function<void(int)>());
+      params_->begin_pass(true, true);
+      grads_->begin_micro(j == 0, j == gas_ - 1);
+      runner_->backward(loss_grad);
+    }
+    {
+      Timers::Scope t(timers_, "bwd_allreduce");
+      grads_->end_micro();
     }
     ++counters_.micro_steps;
   }
   {
-    Timers::Scope t(timers_, "bwd_allreduce");
-    grad_sync_->finish();
+    Timers::Scope t(timers_, "step");
+    float grad_scale = 1.0f;
+    if (prepare_gradients(&grad_scale)) {
+      StepOverrides o;
+      o.lr = schedule_->lr();
+      o.momentum = schedule_->momentum();
+      o.beta2 = schedule_->beta2();
+      master_->step(grads_->owned(), grads_->dtype(), grad_scale, o);
+      last_lr_ = *o.lr;
+      schedule_->step();
+    } else {
+      ++counters_.skipped_steps;
+    }
+    grads_->zero();
   }
   {
-    Timers::Scope t(timers_, "step");
-    double norm = -1;
-    clip_gradients(&norm);
-    last_grad_norm_ = norm;
-    StepOverrides o;
-    o.lr = schedule_->lr();
-    o.momentum = schedule_->momentum();
-    o.beta2 = schedule_->beta2();
-    optimizer_->step(0, params_.as<float>(), grads_.as<float>(), o);
-    last_lr_ = *o.lr;
-    schedule_->step();
-    device_.zero(grads_.data(), grads_.bytes());
+    Timers::Scope t(timers_, "optimizer_allgather");
+    params_->publish();
   }
   ++counters_.global_steps;
   counters_.global_samples += train_batch_;
   log_step(loss_sum / static_cast<double>(gas_));
 }
 
-void Engine::clip_gradients(double* norm_out) {
+bool Engine::prepare_gradients(float* grad_scale) {
   double max_norm = cfg_.gradient_clipping;
-  if (max_norm <= 0 && cfg_.steps_per_print <= 0) return;
-  // The gradients are already averaged and identical on every rank, so the local norm is the
-  // global one (DeepSpeed's fp32 path averages identical values over dp: a no-op).
-  const float* g = grads_.as<float>();
-  // Fixed blocks summed in block order: the norm does not depend on the thread count.
-  constexpr int64_t kBlocks = 64;
-  int64_t per = (layout_.total + kBlocks - 1) / kBlocks;
-  std::vector<double> partial(kBlocks, 0.0);
-  parallel_for(kBlocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      double s = 0;
-      for (int64_t i = blk * per, e = std::min(layout_.total, (blk + 1) * per); i < e; ++i)
-        s += static_cast<double>(g[i]) * g[i];
-      partial[static_cast<size_t>(blk)] = s;
-    }
-  });
-  double sq = 0;
-  for (double s : partial) sq += s;
+  *grad_scale = 1.0f;
+  last_grad_norm_ = -1;
+  if (max_norm <= 0 && cfg_.steps_per_print <= 0) return true;
+  // Stage 0: the gradients are already averaged and identical on every rank, so the local norm
+  // is the global one. Stages 1–3: each rank sums its own partition, then the world sums.
+  double sq = kernels::sum_squares(grads_->owned(), grads_->dtype(), layout_.part_total);
+  if (stage_ > 0 && world_.size() > 1) world_.allreduce(&sq, 1, DType::f64);
   double norm = std::sqrt(sq);
-  *norm_out = norm;
+  last_grad_norm_ = norm;
   if (max_norm > 0) {
     double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) {
-      float c = static_cast<float>(coef);
-      float* gw = grads_.as<float>();
-      parallel_for(layout_.total, 1 << 15, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) gw[i] *= c;
-      });
-    }
+    if (coef < 1.0) *grad_scale = static_cast<float>(coef);
   }
+  return true;
 }
 
 void Engine::log_step(double local_loss) {
@@ -283,6 +323,14 @@ EvalResult Engine::evaluate() {
   double totals[3] = {0, 0, 0};  // loss sum, counted, correct
   std::vector<int64_t> mine;
   for (int64_t i = world_.rank(); i < d.eval_size; i += world_.size()) mine.push_back(i);
+  // At stage 3 a forward pass is collective (gathers): every rank runs as many batches as the
+  // rank with the most samples, the others following the gathers without computing.
+  int64_t batches = (static_cast<int64_t>(mine.size()) + micro_ - 1) / micro_;
+  if (stage_ == 3 && world_.size() > 1) {
+    int64_t most = batches;
+    world_.allreduce(&most, 1, DType::i64, comm::ReduceOp::max);
+    for (int64_t b = batches; b < most; ++b) params_->follow_forward();
+  }
   for (size_t first = 0; first < mine.size(); first += static_cast<size_t>(micro_)) {
     int64_t n = std::min<int64_t>(micro_, static_cast<int64_t>(mine.size() - first));
     for (int64_t k = 0; k < n; ++k)
@@ -290,6 +338,7 @@ EvalResult Engine::evaluate() {
                           target.data() + k * d.target_numel);
     device_.copy_from_host(dinput.data(), input.data(), static_cast<size_t>(n * d.input_numel * 4));
     device_.copy_from_host(dtarget.data(), target.data(), static_cast<size_t>(n * d.target_numel) * 4);
+    params_->begin_pass(false, false);
     dscpp_metrics m = runner_->forward(dinput.data(), dtarget.as<int32_t>(), n, false, 0);
     totals[0] += m.loss_sum;
     totals[1] += static_cast<double>(m.counted);
@@ -304,12 +353,18 @@ EvalResult Engine::evaluate() {
 }
 
 void Engine::save(const std::string& save_dir) {
+  if (!host_addressable_fp32())
+    fail("checkpoints are not available yet at ZeRO stage {} / {} parameters (stage 0 fp32 only)", stage_,
+         dtype_name(dtype_));
   auto t0 = Clock::now();
   std::string dir = save_checkpoint(save_dir, step_tag(counters_.global_steps), world_, checkpoint_view());
   if (world_.rank() == 0) log::info("saved checkpoint {} in {:.2f} s", dir, seconds_since(t0));
 }
 
 void Engine::load(const std::string& load_dir) {
+  if (!host_addressable_fp32())
+    fail("checkpoints are not available yet at ZeRO stage {} / {} parameters (stage 0 fp32 only)", stage_,
+         dtype_name(dtype_));
   auto tag = read_latest_tag(load_dir);
   if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to resume from", load_dir);
   std::string dir = (std::filesystem::path(load_dir) / *tag).string();
@@ -321,9 +376,11 @@ void Engine::load(const std::string& load_dir) {
 namespace {
 struct InferContext {
   Engine* engine;
+  ParamStore* params;
   LayerRunner* runner;
   Device* device;
   const Plugin* plugin;
+  comm::Communicator* announce = nullptr;  // stage 3: tell the other ranks a pass begins
 };
 
 int infer_forward(const dscpp_infer* self, const void* inputs_host, int64_t batch, float* outputs_host,
@@ -335,6 +392,11 @@ int infer_forward(const dscpp_infer* self, const void* inputs_host, int64_t batc
     const dscpp_data_desc& d = ctx->plugin->data();
     DeviceBuffer in(*ctx->device, static_cast<size_t>(batch * d.input_numel * 4), MemCategory::buffers);
     ctx->device->copy_from_host(in.data(), inputs_host, in.bytes());
+    if (ctx->announce) {
+      int64_t cmd = 1;
+      ctx->announce->broadcast(&cmd, 1, DType::i64, 0);
+    }
+    ctx->params->begin_pass(false, false);
     ctx->runner->forward(in.data(), nullptr, batch, false, 0);
     ctx->device->copy_to_host(outputs_host, ctx->runner->last_output(),
                               static_cast<size_t>(batch * ctx->runner->last_output_numel()) * 4);
@@ -348,9 +410,25 @@ int infer_forward(const dscpp_infer* self, const void* inputs_host, int64_t batc
 
 void Engine::report() {
   if (!plugin_.has_report()) return;
-  InferContext ctx{this, runner_.get(), &device_, &plugin_};
+  // The plugin reports on rank 0. At stage 3 each of its forward passes is collective, so rank
+  // 0 announces every pass (1) and the end (0); the other ranks follow the gathers.
+  const bool collective = stage_ == 3 && world_.size() > 1;
+  if (world_.rank() != 0) {
+    if (!collective) return;
+    for (int64_t cmd = 1; world_.broadcast(&cmd, 1, DType::i64, 0), cmd == 1;) params_->follow_forward();
+    return;
+  }
+  InferContext ctx{this, params_.get(), runner_.get(), &device_, &plugin_, collective ? &world_ : nullptr};
   dscpp_infer infer{&ctx, runner_->max_batch(), infer_forward};
-  plugin_.report(infer);
+  try {
+    plugin_.report(infer);
+  } catch (...) {
+    int64_t end = 0;
+    if (collective) world_.broadcast(&end, 1, DType::i64, 0);
+    throw;
+  }
+  int64_t end = 0;
+  if (collective) world_.broadcast(&end, 1, DType::i64, 0);
 }
 
 }  // namespace dscpp::runtime

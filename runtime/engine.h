@@ -1,13 +1,14 @@
 // The training engine: one rank's step loop around a model plugin.
 //
-// Stage 0 (plain data parallelism) lives here: every rank holds the whole fp32 model, its
-// gradients and optimizer state; gradients are averaged with bucketed allreduce during the
-// last micro-step's backward; then clipping, the optimizer step and the LR schedule.
 // Per step (DeepSpeed's protocol, engine.md 1.2–1.5):
 //   for each of the GAS micro-batches: forward → loss → backward with d(loss) = 1/GAS
-//   average gradients over the world → global-norm clip → optimizer step → schedule step
-// The ZeRO stages replace where parameters, gradients and optimizer state live and how
-// gradients are reduced; the loop, data, logging and checkpoint protocol stay.
+//   reduce gradients over the world → global-norm clip → optimizer step on the owned
+//   partition → publish updated parameters → schedule step
+// The ZeRO stage decides only where things live, through three parts that share one flat
+// layout (runtime/flat_layout.h): ParamStore (whole or partitioned parameters, stage-3
+// gathers), GradReducer (allreduce or reduce-scatter, when) and MasterWeights (the fp32
+// weights this rank updates and the optimizer over them). The loop, data, logging and
+// checkpoint protocol are the same for every stage.
 #pragma once
 
 #include "collectives/communicator.h"
@@ -15,10 +16,12 @@
 #include "core/device.h"
 #include "runtime/batch_loader.h"
 #include "runtime/checkpoint.h"
-#include "runtime/grad_sync.h"
+#include "runtime/grad_reducer.h"
 #include "runtime/layer_runner.h"
 #include "runtime/lr_schedule.h"
+#include "runtime/master_weights.h"
 #include "runtime/optimizer.h"
+#include "runtime/param_store.h"
 #include "runtime/plugin.h"
 #include "runtime/train_log.h"
 
@@ -65,12 +68,14 @@ class Engine {
   int64_t total_steps() const { return total_steps_; }
   const TrainCounters& counters() const { return counters_; }
   const FlatLayout& layout() const { return layout_; }
-  float* params() const { return params_.as<float>(); }
+  int zero_stage() const { return stage_; }
 
  private:
   void initialise_params();
   void load_init_from(const std::string& path);
-  void clip_gradients(double* norm_out);
+  // Overflow check, global norm, clip and unscale factor; returns false when the step must be skipped.
+  bool prepare_gradients(float* grad_scale);
+  bool host_addressable_fp32() const;
   void log_step(double loss);
   void report();
   CheckpointView checkpoint_view();
@@ -84,13 +89,16 @@ class Engine {
   TrainOptions options_;
 
   int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
+  int stage_ = 0;
+  DType dtype_ = DType::f32;  // parameter and gradient storage
   FlatLayout layout_;
-  DeviceBuffer params_, grads_;
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<GradReducer> grads_;
   std::unique_ptr<LayerRunner> runner_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
-  std::unique_ptr<Stage0GradSync> grad_sync_;
+  std::unique_ptr<MasterWeights> master_;
   Timers timers_;
   CsvMonitor csv_;
   TrainCounters counters_;

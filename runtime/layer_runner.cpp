@@ -1,32 +1,15 @@
 #include "runtime/layer_runner.h"
 
 #include "core/error.h"
+#include "kernels/cpu/amp/amp_cpu.h"
 
 #include <algorithm>
 
 namespace dscpp::runtime {
 
-FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, int64_t align) {
-  FlatLayout layout;
-  int64_t offset = 0;
-  for (size_t l = 0; l < layers.size(); ++l) {
-    int64_t begin = offset;
-    for (size_t p = 0; p < layers[l].params.size(); ++p) {
-      const ParamDecl& d = layers[l].params[p];
-      ParamSlot slot{d.name, d.shape, d.numel, static_cast<int>(l), static_cast<int>(p), offset, d.init, d.init_a};
-      offset += (d.numel + align - 1) / align * align;
-      layout.numel += d.numel;
-      layout.params.push_back(std::move(slot));
-    }
-    layout.layer_range.emplace_back(begin, offset);
-  }
-  layout.total = offset;
-  return layout;
-}
-
 LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-                         int64_t max_batch)
-    : plugin_(plugin), device_(device), ops_(ops), layout_(layout), max_batch_(max_batch) {
+                         int64_t max_batch, DType storage)
+    : plugin_(plugin), device_(device), ops_(ops), layout_(layout), max_batch_(max_batch), storage_(storage) {
   const auto& layers = plugin.layers();
   int64_t max_out = 0, max_ws = 0;
   for (const LayerDecl& l : layers) {
@@ -39,6 +22,13 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
   workspace_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_ws), MemCategory::buffers);
   grad_a_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_out) * sizeof(float), MemCategory::activations);
   grad_b_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_out) * sizeof(float), MemCategory::activations);
+  if (storage_ != DType::f32) {
+    param32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
+    grad32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
+  }
+  layer_slots_.assign(layers.size() + 1, 0);
+  for (const ParamSlot& s : layout.params) ++layer_slots_[static_cast<size_t>(s.layer) + 1];
+  for (size_t l = 0; l < layers.size(); ++l) layer_slots_[l + 1] += layer_slots_[l];
   param_ptrs_.resize(layers.size());
   grad_ptrs_.resize(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -47,10 +37,35 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
   }
 }
 
-void LayerRunner::bind(float* params, float* grads) {
-  for (const ParamSlot& s : layout_.params) {
-    param_ptrs_[s.layer][s.index] = params + s.offset;
-    grad_ptrs_[s.layer][s.index] = grads ? grads + s.offset : nullptr;
+void LayerRunner::bind(void* params, void* grads) {
+  size_t elem = dtype_size(storage_);
+  source_ = [this, params, grads, elem](int layer, bool) {
+    int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
+    return LayerMemory{static_cast<const char*>(params) + first * static_cast<int64_t>(elem),
+                       grads ? static_cast<char*>(grads) + first * static_cast<int64_t>(elem) : nullptr};
+  };
+}
+
+void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward) {
+  auto [first, end] = layout_.layer_range[static_cast<size_t>(layer)];
+  const void* params = m.params;
+  void* grads = m.grads;
+  if (storage_ != DType::f32) {
+    // fp32 views of the layer: widened parameters, and zeroed gradients that are added into
+    // the 16-bit storage after the call (flush_grads).
+    kernels::load_to_f32(m.params, storage_, param32_.as<float>(), 1.0f, end - first);
+    params = param32_.data();
+    if (backward) {
+      device_.zero(grad32_.data(), static_cast<size_t>(end - first) * 4);
+      grads = grad32_.data();
+    }
+  }
+  for (size_t i = layer_slots_[static_cast<size_t>(layer)]; i < layer_slots_[static_cast<size_t>(layer) + 1]; ++i) {
+    const ParamSlot& s = layout_.params[i];
+    param_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
+        static_cast<const float*>(params) + (s.offset - first);
+    grad_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
+        backward ? static_cast<float*>(grads) + (s.offset - first) : nullptr;
   }
 }
 
@@ -81,7 +96,7 @@ dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int
   metrics_ = {};
   int n = static_cast<int>(plugin_.layers().size());
   for (int l = 0; l < n; ++l) {
-    if (before_layer) before_layer(l, false);
+    point_at(l, source_(l, false), false);
     dscpp_layer_ctx ctx = context(l);
     if (l == n - 1) {
       ctx.target = target;
@@ -98,7 +113,8 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
   int n = static_cast<int>(plugin_.layers().size());
   void* grad_out = nullptr;
   for (int l = n - 1; l >= 0; --l) {
-    if (before_layer) before_layer(l, true);
+    LayerMemory mem = source_(l, true);
+    point_at(l, mem, true);
     dscpp_layer_ctx ctx = context(l);
     ctx.grads = grad_ptrs_[static_cast<size_t>(l)].data();
     ctx.grad_output = grad_out;
@@ -110,6 +126,10 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
       ctx.loss_grad = loss_grad;
     }
     plugin_.backward(l, ctx);
+    if (storage_ != DType::f32) {
+      auto [first, end] = layout_.layer_range[static_cast<size_t>(l)];
+      kernels::accumulate_into(mem.grads, storage_, grad32_.as<float>(), end - first);
+    }
     if (after_layer) after_layer(l, true);
     if (layer_done) layer_done(l);
     grad_out = grad_in;

@@ -1,14 +1,21 @@
 // Runs the plugin's layers forward and backward over memory the runtime owns.
 //
-// The parameters of all layers form one flat array in declaration order (each parameter
-// starting on a 64-byte boundary); gradients mirror it. The runner keeps every layer's output
-// of the current micro-batch (the next layer's backward needs its input) plus the bytes each
-// layer asked to save, one shared workspace, and two gradient buffers that backward
-// ping-pongs between. Engines for the ZeRO stages decide where parameter memory comes from;
-// the runner only needs per-layer pointers.
+// The runner keeps every layer's output of the current micro-batch (the next layer's backward
+// needs its input) plus the bytes each layer asked to save, one shared workspace, and two
+// gradient buffers that backward ping-pongs between. Where a layer's parameters and gradients
+// are is asked per call from a memory source (the engine's ZeRO stage decides: whole arrays,
+// partition-group staging buffers, gathered stage-3 buffers), addressed by the flat layout.
+//
+// Storage dtype: with fp16/bf16 parameters and gradients the CPU ops still compute in fp32:
+// before a layer runs its parameters are widened into an fp32 scratch, and after its backward
+// the fp32 gradients are added into the 16-bit gradient storage with one rounding (DeepSpeed
+// accumulates 16-bit gradients the same way). So memory for parameters and gradients is
+// 16-bit, loss scaling and overflow act on 16-bit gradients, and activations stay fp32.
 #pragma once
 
 #include "core/device.h"
+#include "core/dtype.h"
+#include "runtime/flat_layout.h"
 #include "runtime/plugin.h"
 
 #include <cstdint>
@@ -18,36 +25,24 @@
 
 namespace dscpp::runtime {
 
-struct ParamSlot {
-  std::string name;  // "<layer>.<param>"
-  std::vector<int64_t> shape;
-  int64_t numel = 0;
-  int layer = 0;
-  int index = 0;       // within the layer
-  int64_t offset = 0;  // elements from the start of the flat array
-  dscpp_init_kind init = DSCPP_INIT_ZEROS;
-  float init_a = 0;
-};
-
-struct FlatLayout {
-  std::vector<ParamSlot> params;
-  std::vector<std::pair<int64_t, int64_t>> layer_range;  // [begin, end) of each layer's params
-  int64_t total = 0;                                     // elements incl. alignment padding
-  int64_t numel = 0;                                     // real parameter elements
-};
-
-FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, int64_t align_elements = 16);
-
 class LayerRunner {
  public:
   LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-              int64_t max_batch);
+              int64_t max_batch, DType storage = DType::f32);
 
-  // Where parameters and gradients live (fp32 flat arrays of layout.total elements).
-  void bind(float* params, float* grads);
+  // A layer's memory for one call: pointers to the element at the layer's first flat offset
+  // (layout.layer_range[layer].first) in the storage dtype; grads are asked for in backward only.
+  struct LayerMemory {
+    const void* params = nullptr;
+    void* grads = nullptr;
+  };
+  using MemorySource = std::function<LayerMemory(int layer, bool backward)>;
+  void set_source(MemorySource source) { source_ = std::move(source); }
+  // Whole flat arrays of layout.total elements in the storage dtype.
+  void bind(void* params, void* grads);
 
-  // Hooks around each layer call (ZeRO-3 gathers/releases there); may be empty.
-  std::function<void(int layer, bool backward)> before_layer, after_layer;
+  // Runs after each layer call (ZeRO-3 releases there); may be empty.
+  std::function<void(int layer, bool backward)> after_layer;
 
   // Forward over all layers. `target` (device, batch × target_numel) may be null (predict).
   dscpp_metrics forward(const void* input, const int32_t* target, int64_t batch, bool training, uint64_t rng_seed);
@@ -61,6 +56,7 @@ class LayerRunner {
 
  private:
   dscpp_layer_ctx context(int layer) const;
+  void point_at(int layer, const LayerMemory& m, bool backward);
 
   const Plugin& plugin_;
   Device& device_;
@@ -68,7 +64,11 @@ class LayerRunner {
   const FlatLayout& layout_;
   int64_t max_batch_;
   std::vector<DeviceBuffer> outputs_, saved_;
+  DType storage_;
+  MemorySource source_;
   DeviceBuffer workspace_, grad_a_, grad_b_;
+  DeviceBuffer param32_, grad32_;  // fp32 views of one layer when storage is 16-bit
+  std::vector<size_t> layer_slots_;  // layout.params[layer_slots_[l], layer_slots_[l+1]) are layer l's
   std::vector<std::vector<const void*>> param_ptrs_;
   std::vector<std::vector<void*>> grad_ptrs_;
   // The micro-batch in flight.

@@ -1,0 +1,106 @@
+#include "kernels/cpu/amp/amp_cpu.h"
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/amp_math.h"
+
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+#include <vector>
+
+namespace dscpp::kernels {
+
+namespace {
+
+hd::Storage storage(DType t) {
+  switch (t) {
+    case DType::f32: return hd::Storage::f32;
+    case DType::f16: return hd::Storage::f16;
+    case DType::bf16: return hd::Storage::bf16;
+    default: fail("mixed-precision loops: dtype {} is not a floating storage type", dtype_name(t));
+  }
+}
+
+constexpr int64_t kGrain = 1 << 14;
+
+// The storage switch hoisted out of the loop, so each body is a plain loop the compiler can vectorise.
+template <typename Body>
+void for_each(int64_t n, DType t, Body body) {
+  hd::Storage s = storage(t);
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    switch (s) {
+      case hd::Storage::f32: body(b, e, std::integral_constant<hd::Storage, hd::Storage::f32>{}); break;
+      case hd::Storage::f16: body(b, e, std::integral_constant<hd::Storage, hd::Storage::f16>{}); break;
+      case hd::Storage::bf16: body(b, e, std::integral_constant<hd::Storage, hd::Storage::bf16>{}); break;
+    }
+  }, 16);
+}
+
+}  // namespace
+
+void accumulate_into(void* dst, DType dst_type, const float* src, int64_t n) {
+  for_each(n, dst_type, [&](int64_t b, int64_t e, auto s) {
+    for (int64_t i = b; i < e; ++i) hd::accumulate(dst, i, s.value, src[i]);
+  });
+}
+
+void add_into(void* dst, const void* src, DType type, int64_t n) {
+  for_each(n, type, [&](int64_t b, int64_t e, auto s) {
+    for (int64_t i = b; i < e; ++i) hd::accumulate(dst, i, s.value, hd::load(src, i, s.value));
+  });
+}
+
+void store_from_f32(void* dst, DType dst_type, const float* src, int64_t n) {
+  for_each(n, dst_type, [&](int64_t b, int64_t e, auto s) {
+    for (int64_t i = b; i < e; ++i) hd::store(dst, i, s.value, src[i]);
+  });
+}
+
+void load_to_f32(const void* src, DType src_type, float* dst, float scale, int64_t n) {
+  for_each(n, src_type, [&](int64_t b, int64_t e, auto s) {
+    if (scale == 1.0f)
+      for (int64_t i = b; i < e; ++i) dst[i] = hd::load(src, i, s.value);
+    else
+      for (int64_t i = b; i < e; ++i) dst[i] = hd::load(src, i, s.value) * scale;
+  });
+}
+
+void scale_inplace(void* x, DType type, float scale, int64_t n) {
+  if (scale == 1.0f) return;
+  for_each(n, type, [&](int64_t b, int64_t e, auto s) {
+    for (int64_t i = b; i < e; ++i) hd::store(x, i, s.value, hd::load(x, i, s.value) * scale);
+  });
+}
+
+bool any_nonfinite(const void* x, DType type, int64_t n) {
+  std::atomic<bool> found{false};
+  for_each(n, type, [&](int64_t b, int64_t e, auto s) {
+    bool any = false;
+    for (int64_t i = b; i < e; ++i) any |= hd::nonfinite(hd::load(x, i, s.value));
+    if (any) found.store(true, std::memory_order_relaxed);
+  });
+  return found.load();
+}
+
+double sum_squares(const void* x, DType type, int64_t n) {
+  constexpr int64_t kBlocks = 64;
+  int64_t per = (n + kBlocks - 1) / kBlocks;
+  std::vector<double> partial(kBlocks, 0.0);
+  hd::Storage st = storage(type);
+  parallel_for(kBlocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      double acc = 0;
+      for (int64_t i = blk * per, e = std::min(n, (blk + 1) * per); i < e; ++i) {
+        double v = hd::load(x, i, st);
+        acc += v * v;
+      }
+      partial[static_cast<size_t>(blk)] = acc;
+    }
+  });
+  double sum = 0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
+}  // namespace dscpp::kernels

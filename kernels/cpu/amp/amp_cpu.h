@@ -1,0 +1,28 @@
+// CPU loops over the mixed-precision element math (kernels/amp_math.h): what the engine does to
+// whole gradient and parameter buffers around the optimizer step. Every loop runs on the core
+// thread pool; the reductions use fixed blocks summed in block order, so results do not depend
+// on the thread count.
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cstdint>
+
+namespace dscpp::kernels {
+
+// dst[i] = round(dst[i] + src[i]) in dst's dtype (f32, f16 or bf16).
+void accumulate_into(void* dst, DType dst_type, const float* src, int64_t n);
+// dst[i] = round(dst[i] + src[i]), both in `type`.
+void add_into(void* dst, const void* src, DType type, int64_t n);
+// dst[i] = round(src[i]) in dst's dtype; src and dst may be the same buffer only for f32.
+void store_from_f32(void* dst, DType dst_type, const float* src, int64_t n);
+// dst[i] = float(src[i]) · scale.
+void load_to_f32(const void* src, DType src_type, float* dst, float scale, int64_t n);
+// x[i] = round(x[i] · scale).
+void scale_inplace(void* x, DType type, float scale, int64_t n);
+// Any NaN or ±inf among the n elements.
+bool any_nonfinite(const void* x, DType type, int64_t n);
+// Σ x[i]² in double.
+double sum_squares(const void* x, DType type, int64_t n);
+
+}  // namespace dscpp::kernels

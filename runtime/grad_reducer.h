@@ -1,0 +1,87 @@
+// Gradient reduction across the data-parallel ranks, per ZeRO stage.
+//
+//   stage 0  gradients of the whole model accumulate over the micro-steps; during the last
+//            micro-step's backward, buckets of reduce_bucket_size elements are allreduced as
+//            soon as the layers they cover are done (the flat array is in forward order, so
+//            buckets form from its tail), with DeepSpeed's arithmetic (engine.md 1.4): postscale
+//            by default (×1/f, SUM, ×f/dp), or prescale_gradients (×1/dp, SUM).
+//   stage 1  gradients of the whole model accumulate locally; during the last micro-step's
+//            backward each partition group is reduce-scattered as soon as it is done, into
+//            this rank's gradient partition.
+//   stage 2/3 only staging buffers of one group exist: each micro-step, each group's gradients
+//            are written into a staging buffer, reduce-scattered as soon as the group's
+//            backward is done and added into the gradient partition. With overlap_comm two
+//            staging buffers alternate, so one group computes while the previous one is in
+//            flight; without it, each reduction finishes before the next group starts.
+//
+// At stages 1–3 the 1/dp of the mean is folded into the loss gradient by the engine (DeepSpeed
+// multiplies the bucket by 1/dp before its reduce-scatter: the same value, one pass fewer), so
+// the reductions here are plain sums. reduce_scatter=false allreduces the group and keeps the
+// own slice, as DeepSpeed does.
+#pragma once
+
+#include "collectives/communicator.h"
+#include "core/device.h"
+#include "runtime/flat_layout.h"
+
+#include <vector>
+
+namespace dscpp::runtime {
+
+struct GradReduceOptions {
+  int stage = 0;
+  int64_t bucket_elements = 500000000;  // stage 0 allreduce buckets
+  double predivide_factor = 1.0;        // stage 0
+  bool prescale = false;                // stage 0
+  bool reduce_scatter = true;           // stages 1–3
+  bool overlap = true;                  // stages 2–3: two staging buffers
+};
+
+class GradReducer {
+ public:
+  GradReducer(comm::Communicator& comm, const FlatLayout& layout, Device& device, DType dtype,
+              const GradReduceOptions& options);
+  ~GradReducer();
+
+  // Before a micro-step's backward; `first`/`last`: its position in the accumulation window.
+  void begin_micro(bool first, bool last);
+  // The layer's gradient memory at element layout.layer_range[layer].first.
+  void* layer_grads(int layer);
+  // The layer's backward is done.
+  void layer_done(int layer);
+  // After the micro-step's backward: every reduction it started has finished.
+  void end_micro();
+  // The gradients this rank steps on, in `dtype`: group g's slice at g.part_offset (stage 0:
+  // the whole array, where part_offset = begin).
+  void* owned() const { return owned_->data(); }
+  // After the optimizer step.
+  void zero();
+
+  DType dtype() const { return dtype_; }
+  int64_t reductions_last_micro() const { return reductions_; }
+
+ private:
+  struct Staging;
+  void launch_bucket(int64_t begin, int64_t end);  // stage 0
+  void launch_group(int group, void* input);       // stages 1–3
+  void finish(Staging& s);
+
+  comm::Communicator& comm_;
+  const FlatLayout& layout_;
+  Device& device_;
+  DType dtype_;
+  size_t elem_;
+  GradReduceOptions opt_;
+  DeviceBuffer full_;          // stage 0/1: the whole model's gradients
+  DeviceBuffer partition_;     // stages 1–3: this rank's gradient partitions
+  DeviceBuffer* owned_ = nullptr;
+  std::vector<Staging> staging_;  // stages 2–3
+  int current_ = -1;              // staging buffer of the group in backward
+  bool first_ = true, last_ = true;
+  int64_t pending_end_ = 0;       // stage 0: gradients in [.., pending_end_) not yet launched
+  int64_t reductions_ = 0;
+  std::vector<std::pair<comm::WorkHandle, std::pair<int64_t, int64_t>>> inflight_;  // stage 0/1
+  std::vector<std::pair<comm::WorkHandle, int>> inflight_groups_;                   // stage 1, no reduce_scatter
+};
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,48 @@
+// The fp32 weights this rank updates, and the optimizer step over them.
+//
+// One optimizer group per partition group: this rank's slice of it (stage 0: the whole
+// model). With fp32 parameters the master weights are the owned parameters themselves (no
+// second copy: DeepSpeed keeps one, dscpp does not need it); with fp16/bf16 parameters they
+// are a separate fp32 array of layout.part_total elements (category optimizer_state, the
+// "master" of the ZeRO paper's K = 12 bytes), and after each step the updated slice is
+// rounded into the 16-bit parameters.
+//
+// LAMB's trust ratio: per parameter at stage 0 (DeepSpeed's FusedLamb), per partition slice
+// at stages 1–3 (DeepSpeed hands its optimizer one flat tensor per partition).
+#pragma once
+
+#include "core/device.h"
+#include "runtime/flat_layout.h"
+#include "runtime/optimizer.h"
+#include "runtime/param_store.h"
+
+namespace dscpp::runtime {
+
+class MasterWeights {
+ public:
+  MasterWeights(const FlatLayout& layout, ParamStore& params, Optimizer& optimizer, Device& device);
+
+  // master ← the owned parameters (after initialisation or loading 16-bit weights).
+  void refresh_from_params();
+  // The owned parameters ← master (after loading master weights).
+  void write_params();
+  // fp32 master slice of group g (g.part elements).
+  float* group(int g) const;
+  // One optimizer step of every group: gradient = owned_grads (in `grad_dtype`, laid out like the
+  // master) × grad_scale; then the 16-bit parameters follow. Does not communicate.
+  void step(void* owned_grads, DType grad_dtype, float grad_scale, const StepOverrides& overrides);
+
+  bool aliased() const { return !copy_; }
+  int optimizer_group(int g) const { return group_index_[static_cast<size_t>(g)]; }  // −1: empty group
+
+ private:
+  const FlatLayout& layout_;
+  ParamStore& params_;
+  Optimizer& optimizer_;
+  Device& device_;
+  DeviceBuffer copy_;     // fp32 master when the parameters are 16-bit
+  DeviceBuffer scratch_;  // one group's fp32 gradient when the gradients are 16-bit
+  std::vector<int> group_index_;
+};
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,172 @@
+#include "runtime/param_store.h"
+
+#include "core/error.h"
+
+namespace dscpp::runtime {
+
+struct ParamStore::Slot {
+  DeviceBuffer buffer;      // the gathered group (stage 3)
+  comm::WorkHandle gather;  // in flight until waited
+};
+
+ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Device& device, DType dtype,
+                       bool partitioned, const Stage3Options& stage3)
+    : layout_(layout),
+      comm_(comm),
+      device_(device),
+      dtype_(dtype),
+      elem_(dtype_size(dtype)),
+      partitioned_(partitioned),
+      s3_(stage3),
+      slots_(layout.groups.size()),
+      persistent_(layout.groups.size(), false) {
+  DSCPP_CHECK(layout.parts == 1 || layout.parts == comm.size());
+  int64_t n = partitioned ? layout.part_total : layout.total;
+  data_ = DeviceBuffer(device, static_cast<size_t>(n) * elem_, MemCategory::params, true);
+  if (partitioned) {
+    // DeepSpeed's persistence walk, with the layer group as the unit.
+    int64_t kept = 0;
+    for (size_t g = 0; g < layout.groups.size(); ++g) {
+      int64_t numel = layout.groups[g].numel;
+      if (numel == 0 || kept + numel > s3_.model_persistence_threshold) continue;
+      if (numel <= s3_.param_persistence_threshold) {
+        persistent_[g] = true;
+        kept += numel;
+      }
+    }
+  }
+}
+
+ParamStore::~ParamStore() {
+  // In-flight gathers write into our buffers: let them finish before the buffers go.
+  for (Slot& s : slots_)
+    if (s.gather) try {
+        s.gather->wait();
+      } catch (...) {
+      }
+}
+
+void* ParamStore::owned(int group) const {
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  int64_t at = partitioned_ ? g.part_offset : g.owned_begin(layout_.parts == 1 ? 0 : comm_.rank());
+  return static_cast<char*>(data_.data()) + at * static_cast<int64_t>(elem_);
+}
+
+void ParamStore::begin_pass(bool backward, bool training) {
+  backward_ = backward;
+  training_ = training;
+}
+
+void ParamStore::fetch(int group) {
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  Slot& s = slots_[static_cast<size_t>(group)];
+  if (g.numel == 0 || s.buffer) return;
+  s.buffer = DeviceBuffer(device_, static_cast<size_t>(g.numel) * elem_, MemCategory::params);
+  s.gather = comm_.allgather_async(owned(group), s.buffer.data(), static_cast<size_t>(g.part), dtype_);
+  live_elements_ += g.numel;
+  ++gathers_;
+}
+
+void ParamStore::wait(int group) {
+  Slot& s = slots_[static_cast<size_t>(group)];
+  if (s.gather) {
+    s.gather->wait();
+    s.gather.reset();
+  }
+}
+
+void ParamStore::release(int group) {
+  Slot& s = slots_[static_cast<size_t>(group)];
+  if (!s.buffer || persistent_[static_cast<size_t>(group)]) return;
+  wait(group);
+  s.buffer.reset();
+  live_elements_ -= layout_.groups[static_cast<size_t>(group)].numel;
+}
+
+void ParamStore::prefetch_after(int layer, bool backward) {
+  const int n = static_cast<int>(layout_.layer_range.size());
+  const int here = layout_.layer_group[static_cast<size_t>(layer)];
+  int64_t ahead = 0;  // elements gathered for groups not yet reached
+  for (int l = backward ? layer - 1 : layer + 1; l >= 0 && l < n; l += backward ? -1 : 1) {
+    int g = layout_.layer_group[static_cast<size_t>(l)];
+    if (g == here) continue;
+    int64_t numel = layout_.groups[static_cast<size_t>(g)].numel;
+    if (numel == 0 || persistent_[static_cast<size_t>(g)]) continue;
+    if (ahead + numel > s3_.prefetch_bucket_size) return;
+    if (!slots_[static_cast<size_t>(g)].buffer) {
+      if (live_elements_ + numel > s3_.max_live_parameters) return;
+      fetch(g);
+    }
+    ahead += numel;
+  }
+}
+
+const void* ParamStore::layer_params(int layer, bool backward) {
+  int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
+  if (!partitioned_) return static_cast<const char*>(data_.data()) + first * static_cast<int64_t>(elem_);
+  int group = layout_.layer_group[static_cast<size_t>(layer)];
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  if (g.numel == 0) return nullptr;
+  fetch(group);
+  prefetch_after(layer, backward);
+  wait(group);
+  return static_cast<const char*>(slots_[static_cast<size_t>(group)].buffer.data()) +
+         (first - g.begin) * static_cast<int64_t>(elem_);
+}
+
+bool ParamStore::keep_for_reuse(int group) const {
+  // Forward is followed by backward in reverse order: between this group's forward use and its
+  // backward use, every later group is used twice.
+  int64_t between = 0;
+  for (size_t g = static_cast<size_t>(group) + 1; g < layout_.groups.size(); ++g) between += 2 * layout_.groups[g].numel;
+  return between <= s3_.max_reuse_distance;
+}
+
+void ParamStore::layer_done(int layer, bool backward) {
+  if (!partitioned_) return;
+  int group = layout_.layer_group[static_cast<size_t>(layer)];
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  bool group_finished = backward ? layer == g.first_layer : layer == g.end_layer - 1;
+  if (!group_finished) return;
+  if (!backward && training_ && keep_for_reuse(group)) return;
+  release(group);
+}
+
+void ParamStore::follow_forward() {
+  if (!partitioned_) return;
+  begin_pass(false, false);
+  for (int l = 0; l < static_cast<int>(layout_.layer_range.size()); ++l) {
+    layer_params(l, false);
+    layer_done(l, false);
+  }
+}
+
+void ParamStore::release_all() {
+  for (size_t g = 0; g < slots_.size(); ++g) release(static_cast<int>(g));
+}
+
+void ParamStore::publish() {
+  std::vector<comm::WorkHandle> inflight;
+  for (size_t i = 0; i < layout_.groups.size(); ++i) {
+    const PartitionGroup& g = layout_.groups[i];
+    if (g.numel == 0) continue;
+    if (!partitioned_) {
+      if (layout_.parts == 1) continue;
+      char* base = static_cast<char*>(data_.data());
+      inflight.push_back(comm_.allgather_async(owned(static_cast<int>(i)), base + g.begin * static_cast<int64_t>(elem_),
+                                               static_cast<size_t>(g.part), dtype_));
+    } else if (persistent_[i]) {
+      Slot& s = slots_[i];
+      wait(static_cast<int>(i));
+      if (!s.buffer) {
+        fetch(static_cast<int>(i));
+      } else {
+        s.gather = comm_.allgather_async(owned(static_cast<int>(i)), s.buffer.data(), static_cast<size_t>(g.part), dtype_);
+        ++gathers_;
+      }
+    }
+  }
+  for (auto& w : inflight) w->wait();
+}
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,92 @@
+// Where the model's parameters live, per ZeRO stage, in the compute storage dtype.
+//
+//   stage 0–2  every rank holds the whole flat array (layout.total elements); after the
+//              optimizer step each rank's updated slice is allgathered in place, group by group
+//              (stage 0: parts = 1, nothing to gather).
+//   stage 3    every rank holds only its slices (layout.part_total elements, zero.Init-style: no
+//              rank ever materialises the whole model). A layer's group is gathered into a
+//              temporary buffer before the layer runs and released after it, except
+//              persistent groups (small ones, stage3_param_persistence_threshold /
+//              model_persistence_threshold), which stay gathered. Gathers are asynchronous:
+//              when a group is needed the next groups in execution order are prefetched,
+//              up to stage3_prefetch_bucket_size elements in flight and
+//              stage3_max_live_parameters gathered in all. At the turn from forward to backward
+//              a group whose next use lies within stage3_max_reuse_distance elements of
+//              parameter traffic is kept instead of released and gathered again.
+//
+// The execution order is static (layers 0..L−1 forward, L−1..0 backward), so unlike
+// DeepSpeed's trace-and-replay coordinator the prefetch order is known from the first step.
+#pragma once
+
+#include "collectives/communicator.h"
+#include "core/device.h"
+#include "runtime/flat_layout.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace dscpp::runtime {
+
+struct Stage3Options {
+  int64_t prefetch_bucket_size = 50000000;
+  int64_t max_live_parameters = 1000000000;
+  int64_t max_reuse_distance = 1000000000;
+  int64_t param_persistence_threshold = 100000;
+  int64_t model_persistence_threshold = INT64_MAX;
+};
+
+class ParamStore {
+ public:
+  ParamStore(const FlatLayout& layout, comm::Communicator& comm, Device& device, DType dtype, bool partitioned,
+             const Stage3Options& stage3 = {});
+  ~ParamStore();
+
+  DType dtype() const { return dtype_; }
+  bool partitioned() const { return partitioned_; }
+
+  // This rank's slice of group g (g.part elements; stage 0: the whole group).
+  void* owned(int group) const;
+  // The whole array (stage 0–2 only).
+  void* full() const { return partitioned_ ? nullptr : data_.data(); }
+
+  // A pass over the layers begins: forward (with a backward to follow when `training`) or backward.
+  void begin_pass(bool backward, bool training);
+  // The layer's parameters at element layout.layer_range[layer].first; gathers at stage 3.
+  const void* layer_params(int layer, bool backward);
+  // After the layer ran (stage 3: release or keep).
+  void layer_done(int layer, bool backward);
+  // Issues exactly the collectives of a forward pass without computing (stage 3), for a rank that
+  // has no batch of its own while the others run one (evaluation tails, rank 0's report).
+  void follow_forward();
+  // Releases every non-persistent gathered group (end of a pass that was cut short, or of eval).
+  void release_all();
+  // After the owned slices changed (optimizer step, checkpoint load): stage 1/2 allgather every
+  // group in place; stage 3 re-gathers the persistent groups.
+  void publish();
+
+  int64_t gathered_elements() const { return live_elements_; }
+  int64_t gathers() const { return gathers_; }  // allgathers issued at stage 3 (for tests)
+
+ private:
+  struct Slot;
+  void fetch(int group);
+  void wait(int group);
+  void release(int group);
+  void prefetch_after(int layer, bool backward);
+  bool keep_for_reuse(int layer) const;
+
+  const FlatLayout& layout_;
+  comm::Communicator& comm_;
+  Device& device_;
+  DType dtype_;
+  size_t elem_;
+  bool partitioned_;
+  Stage3Options s3_;
+  DeviceBuffer data_;  // full array, or the concatenated owned slices
+  std::vector<Slot> slots_;
+  std::vector<bool> persistent_;
+  bool backward_ = false, training_ = false;
+  int64_t live_elements_ = 0, gathers_ = 0;
+};
+
+}  // namespace dscpp::runtime
