@@ -133,6 +133,8 @@ LossScalerOptions loss_scaler_options(const config::DsConfig& cfg) {
     o.init_scale = f.loss_scale;
     return o;
   }
+  // With its arguments given (always, here), FP16_UnfusedOptimizer (LAMB at stage 0) takes
+  // min_loss_scale from the config too; its 0.25 floor applies only without arguments.
   o.rule = cfg.zero_enabled() ? LossScaleRule::zero : LossScaleRule::legacy;
   o.init_scale = std::ldexp(1.0, static_cast<int>(f.initial_scale_power));
   o.scale_window = f.loss_scale_window;

@@ -53,6 +53,13 @@ check_gpt() {  # LAYERS C HEADS T
   local row
   row=$(awk -v p="$P" 'BEGIN {printf " %7.2fGB | %6.2fGB | offload_optimizer=none", 6 * p / 2^30, 20 * p / 2^30}')
   grep -qxF "$row" "$tmp/out" || fail "L=$L C=$C: expected row '$row' in: $(cat "$tmp/out")"
+
+  # ZeRO-3 none/none with zero.Init, one GPU: CPU Lp·4·1·1.5 = 6·Lp, GPU 4·Lp + 18P bytes.
+  "$dscpp" estimate --stage 3 --model "$gpt" "${args[@]}" >"$tmp/out" 2>"$tmp/err" ||
+    { fail "estimate --stage 3 --model failed: $(cat "$tmp/err")"; return; }
+  row=$(awk -v p="$P" -v l="$Lp" \
+    'BEGIN {printf " %7.2fGB | %6.2fGB | offload_param=none, offload_optimizer=none, zero_init=1", 6 * l / 2^30, (4 * l + 18 * p) / 2^30}')
+  grep -qxF "$row" "$tmp/out" || fail "L=$L C=$C: expected row '$row' in: $(cat "$tmp/out")"
 }
 check_gpt 3 64 4 16      # P = 154,688; the largest layer is a block
 check_gpt 8 1024 8 256   # P ≈ 101M, so the table shows non-zero GiB
@@ -73,6 +80,9 @@ expect_error "exceeds --total_params" --stage 3 --total_params 1e6 --largest_lay
 expect_error "--stage must be 2 or 3" --stage 1 --total_params 1e9
 expect_error "--num_nodes must be at least 1" --stage 2 --total_params 1e9 --num_nodes 0
 expect_error "give --total_params P" --stage 2
+expect_error "used by --stage 3 only" --stage 2 --total_params 1e9 --largest_layer_params 1e6
+expect_error "--additional_buffer_factor must be a positive number" --stage 2 --total_params 1e9 --additional_buffer_factor 0
+expect_error "--total_params must be a whole number" --stage 2 --total_params 1.5
 expect_error "either --model" --stage 3 --model "$gpt" --total_params 5
 expect_error "no such file" --stage 2 --model "$tmp/missing.so"
 # A plugin that rejects its arguments: its own message reaches the user.
