@@ -2,7 +2,10 @@
 // CLI parsing lives in main.cpp only: CLI11 is expensive to compile.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "configs/load.h"
 
@@ -18,6 +21,21 @@ struct ConfigCheckArgs {
 // Prints the effective config (stdout) or the problems (stderr). Returns the exit status:
 // 0 valid, 1 invalid.
 int run_config_check(const ConfigCheckArgs& args);
+// `dscpp estimate`: DeepSpeed's ZeRO-2/3 memory estimates (core/zero_estimate.h) for counts
+// given on the command line or read from a plugin through `dscpp-runtime --describe_model`.
+struct EstimateArgs {
+  int stage = 0;                                // 2 or 3
+  std::optional<double> total_params;           // P
+  std::optional<double> largest_layer_params;   // Lp (stage 3)
+  int64_t num_gpus_per_node = 1;                // DeepSpeed's defaults
+  int64_t num_nodes = 1;
+  double additional_buffer_factor = 1.5;
+  std::string model;                            // a plugin .so instead of P and Lp
+  std::vector<std::string> plugin_args;         // for the plugin (after --)
+};
+// Prints the table (stdout); throws dscpp::Error for bad inputs. Returns the exit status.
+int run_estimate(const EstimateArgs& args);
+
 // Prints every key of the schema with its default.
 int run_config_keys();
 // Prints what this build contains and what this machine offers (`ds_report`'s role).

@@ -33,6 +33,19 @@ void append_shim(std::vector<std::string>& argv, const std::string& dscpp_path, 
 
 }  // namespace
 
+std::string self_executable() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) fail("cannot find the dscpp executable through /proc/self/exe: {}", ec.message());
+  return p.string();
+}
+
+std::string runtime_executable(const std::string& dscpp_path) {
+  fs::path runtime = fs::path(dscpp_path).parent_path() / "dscpp-runtime";
+  if (!fs::exists(runtime)) runtime = fs::path(dscpp_path).parent_path().parent_path() / "runtime" / "dscpp-runtime";
+  return runtime.string();
+}
+
 ProgramSpec resolve_program(const std::vector<std::string>& program, bool no_local_rank,
                             const std::string& dscpp_path) {
   if (program.empty()) fail("no PROGRAM to run");
@@ -40,10 +53,8 @@ ProgramSpec resolve_program(const std::vector<std::string>& program, bool no_loc
   const std::string& first = program[0];
   std::vector<std::string> rest(program.begin() + 1, program.end());
   if (ends_with(first, ".so")) {
-    fs::path runtime = fs::path(dscpp_path).parent_path() / "dscpp-runtime";
-    if (!fs::exists(runtime)) runtime = fs::path(dscpp_path).parent_path().parent_path() / "runtime" / "dscpp-runtime";
     spec.file = absolute(first);
-    spec.argv = {runtime.string(), "--model", spec.file};
+    spec.argv = {runtime_executable(dscpp_path), "--model", spec.file};
     spec.local_rank_at = 3;
   } else if (ends_with(first, ".py")) {
     spec.file = absolute(first);

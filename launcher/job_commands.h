@@ -16,6 +16,12 @@ struct ProgramSpec {
   std::string file;                // a file that must be identical on every host ("" = none)
 };
 
+// The running dscpp binary (/proc/self/exe).
+std::string self_executable();
+// dscpp-runtime for this dscpp: next to it (installed), else in the build tree's runtime/
+// (dscpp is build/launcher/dscpp). The path is returned even if it does not exist.
+std::string runtime_executable(const std::string& dscpp_path);
+
 // `*.so` -> dscpp-runtime --model ABS.so; `*.py` -> python3 -u ABS.py (DeepSpeed's habit);
 // a path -> its absolute path; a bare name -> looked up in PATH on each host. `--local_rank=N`
 // is added for plugins and Python scripts, as DeepSpeed adds it, unless no_local_rank;

@@ -76,13 +76,6 @@ bool local_port_free(int port) {
   return ok;
 }
 
-std::string self_executable() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) fail("cannot find the dscpp executable through /proc/self/exe: {}", ec.message());
-  return p.string();
-}
-
 }  // namespace
 
 namespace {

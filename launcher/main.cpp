@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
       "      everything after PROGRAM (or after --) goes to it unchanged.\n"
       "  dscpp config check FILE             validate a DeepSpeed config, resolve \"auto\", print every key\n"
       "  dscpp config keys                   list every config key dscpp knows, with DeepSpeed's default\n"
-      "  dscpp report                        what this build and this machine offer\n",
+      "  dscpp report                        what this build and this machine offer\n"
+      "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n",
       "dscpp"};
   app.set_version_flag("--version", DSCPP_VERSION_STRING);
   app.prefix_command();  // the first positional ends dscpp's options: the rest is PROGRAM's
@@ -129,6 +130,23 @@ int main(int argc, char** argv) {
   add_fact_flags(check_cmd, check.facts);
   CLI::App* keys_cmd = config->add_subcommand("keys", "List every config key with DeepSpeed's default");
   CLI::App* report_cmd = app.add_subcommand("report", "Show what this build and this machine offer");
+  dscpp::launcher::EstimateArgs estimate;
+  CLI::App* estimate_cmd = app.add_subcommand(
+      "estimate",
+      "Print DeepSpeed's memory estimates for ZeRO-2 or ZeRO-3 (estimate_zero{2,3}_model_states_mem_needs_all_cold):\n"
+      "model states (params, gradients, optimizer) per GPU and per node for each offload option. Give the counts\n"
+      "(--total_params, and --largest_layer_params for stage 3) or --model M.so [-- plugin args] to read them.");
+  estimate_cmd->add_option("--stage", estimate.stage, "ZeRO stage: 2 or 3")->required();
+  estimate_cmd->add_option("--total_params", estimate.total_params, "the model's parameter count (e.g. 2851e6)");
+  estimate_cmd->add_option("--largest_layer_params", estimate.largest_layer_params,
+                           "parameters of the largest layer (stage 3)");
+  estimate_cmd->add_option("--num_gpus_per_node", estimate.num_gpus_per_node, "(default 1)");
+  estimate_cmd->add_option("--num_nodes", estimate.num_nodes, "(default 1)");
+  estimate_cmd->add_option("--additional_buffer_factor", estimate.additional_buffer_factor,
+                           "CPU-side safety factor (default 1.5)");
+  estimate_cmd->add_option("--model", estimate.model, "a model plugin (.so): read both counts from it");
+  estimate_cmd->add_option("plugin_args", estimate.plugin_args, "the plugin's arguments (after --)");
+  estimate_cmd->positionals_at_end();
 
   try {
     app.parse(argc, argv);
@@ -139,6 +157,7 @@ int main(int argc, char** argv) {
     if (*check_cmd) return dscpp::launcher::run_config_check(check);
     if (*keys_cmd) return dscpp::launcher::run_config_keys();
     if (*report_cmd) return dscpp::launcher::run_report();
+    if (*estimate_cmd) return dscpp::launcher::run_estimate(estimate);
     launch.program = app.remaining();
     if (!launch.program.empty() && launch.program.front() == "--") launch.program.erase(launch.program.begin());
     if (launch.program.empty()) {

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/rank_discovery.h"
 #include "kernels/cpu/ops/cpu_ops.h"
+#include "runtime/describe_model.h"
 #include "runtime/engine.h"
 #include "runtime/plugin.h"
 #include "runtime/sampler.h"
@@ -31,7 +32,7 @@ struct Args {
   uint64_t seed = 42;
   int threads = 0;
   int local_rank = -1;
-  bool no_shuffle = false, no_eval = false, deepspeed = false;
+  bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false;
   std::vector<std::string> plugin_args;
 };
 
@@ -150,7 +151,10 @@ int main(int argc, char** argv) {
       "SLURM_*, PMI_*); without them it runs as a single rank. Arguments after `--` go to the plugin.",
       "dscpp-runtime"};
   app.add_option("--model", a.model, "model plugin (.so)")->required()->check(CLI::ExistingFile);
-  app.add_option("--deepspeed_config", a.config, "DeepSpeed JSON config (file or base64)")->required();
+  // Required unless --describe_model (checked after parsing).
+  app.add_option("--deepspeed_config", a.config, "DeepSpeed JSON config (file or base64)");
+  app.add_flag("--describe_model", a.describe_model,
+               "print the plugin's parameter counts as one JSON line and exit (used by `dscpp estimate --model`)");
   app.add_flag("--deepspeed", a.deepspeed, "accepted for DeepSpeed compatibility (no effect)");
   auto* steps = app.add_option("--steps", a.steps, "train until this many optimizer steps (global_steps)");
   app.add_option("--epochs", a.epochs, "train for this many passes over the train split (default 1)")->excludes(steps);
@@ -169,10 +173,12 @@ int main(int argc, char** argv) {
   app.positionals_at_end();
   try {
     app.parse(argc, argv);
+    if (!a.describe_model && a.config.empty()) throw CLI::RequiredError("--deepspeed_config");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
+    if (a.describe_model) return runtime::run_describe_model(a.model, a.plugin_args);
     return run(a);
   } catch (const std::exception& e) {
     log::error("{}", e.what());
