@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
 #include <filesystem>
 
 namespace dscpp::runtime {
@@ -17,6 +20,26 @@ namespace dscpp::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// "3,4,9-12" → {3, 4, 9, 10, 11, 12}.
+std::set<int64_t> parse_step_list(std::string_view text) {
+  std::set<int64_t> out;
+  for (std::string_view rest = text; !rest.empty();) {
+    size_t comma = rest.find(',');
+    std::string item(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty()) continue;
+    size_t dash = item.find('-', 1);
+    try {
+      int64_t lo = std::stoll(item.substr(0, dash)), hi = dash == std::string::npos ? lo : std::stoll(item.substr(dash + 1));
+      for (int64_t v = lo; v <= hi; ++v) out.insert(v);
+    } catch (const std::exception&) {
+      fail("DSCPP_INJECT_OVERFLOW: '{}' is not a step or a range of steps (expected e.g. 3,5,9-12)", item);
+    }
+  }
+  return out;
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -35,9 +58,10 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   const config::ZeroConfig& z = cfg_.zero_optimization;
   stage_ = static_cast<int>(z.stage);
   if (stage_ < 0 || stage_ > 3) fail("zero_optimization.stage must be 0, 1, 2 or 3 (got {})", stage_);
-  if (cfg_.fp16.enabled)
-    fail("fp16 mixed precision is not available yet in dscpp-runtime (bf16 is): train in bf16 or fp32");
+  if (cfg_.fp16.enabled) dtype_ = DType::f16;
   if (cfg_.bf16.enabled) dtype_ = DType::bf16;
+  scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
+  if (const char* inject = std::getenv("DSCPP_INJECT_OVERFLOW")) inject_overflow_ = parse_step_list(inject);
   micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
   gas_ = cfg_.gradient_accumulation_steps.value_or(1);
   train_batch_ = cfg_.train_batch_size.value_or(micro_ * gas_ * world.size());
@@ -208,7 +232,7 @@ void Engine::train_step() {
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
   // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
   // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
-  float loss_grad = 1.0f / static_cast<float>(gas_ * (stage_ > 0 ? world_.size() : 1));
+  float loss_grad = static_cast<float>(scaler_->scale() / static_cast<double>(gas_ * (stage_ > 0 ? world_.size() : 1)));
   for (int64_t j = 0; j < gas_; ++j) {
     MicroBatch mb;
     {
@@ -245,14 +269,13 @@ void Engine::train_step() {
       master_->step(grads_->owned(), grads_->dtype(), grad_scale, o);
       last_lr_ = *o.lr;
       schedule_->step();
+      grads_->zero();
+      Timers::Scope g(timers_, "optimizer_allgather");
+      params_->publish();
     } else {
-      ++counters_.skipped_steps;
+      ++counters_.skipped_steps;  // DeepSpeed: no optimizer or LR step, global_steps still advances
+      grads_->zero();
     }
-    grads_->zero();
-  }
-  {
-    Timers::Scope t(timers_, "optimizer_allgather");
-    params_->publish();
   }
   ++counters_.global_steps;
   counters_.global_samples += train_batch_;
@@ -260,19 +283,33 @@ void Engine::train_step() {
 }
 
 bool Engine::prepare_gradients(float* grad_scale) {
-  double max_norm = cfg_.gradient_clipping;
-  *grad_scale = 1.0f;
+  const double scale = scaler_->scale();
+  void* grads = grads_->owned();
+  *grad_scale = static_cast<float>(1.0 / scale);
   last_grad_norm_ = -1;
+  // Stage 0: the gradients are already reduced and identical on every rank, so local answers
+  // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
+  const bool partitioned = stage_ > 0 && world_.size() > 1;
+  if (scaler_->checks_overflow()) {
+    if (inject_overflow_.count(counters_.global_steps + 1) && world_.rank() == world_.size() - 1)
+      kernels::store_from_f32(grads, grads_->dtype(), &kInf, 1);
+    double overflow = kernels::any_nonfinite(grads, grads_->dtype(), layout_.part_total) ? 1 : 0;
+    // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
+    // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
+    if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
+    scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
+    if (overflow != 0) return false;
+  }
+  double max_norm = cfg_.gradient_clipping;
   if (max_norm <= 0 && cfg_.steps_per_print <= 0) return true;
-  // Stage 0: the gradients are already averaged and identical on every rank, so the local norm
-  // is the global one. Stages 1–3: each rank sums its own partition, then the world sums.
-  double sq = kernels::sum_squares(grads_->owned(), grads_->dtype(), layout_.part_total);
-  if (stage_ > 0 && world_.size() > 1) world_.allreduce(&sq, 1, DType::f64);
-  double norm = std::sqrt(sq);
-  last_grad_norm_ = norm;
+  double sq = kernels::sum_squares(grads, grads_->dtype(), layout_.part_total);
+  if (partitioned) world_.allreduce(&sq, 1, DType::f64);
+  double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
+  last_grad_norm_ = std::isfinite(norm) ? norm : -1;
   if (max_norm > 0) {
+    // DeepSpeed's rule (engine.md 1.5): unscale and clip in one multiplication.
     double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) *grad_scale = static_cast<float>(coef);
+    if (coef < 1.0) *grad_scale = static_cast<float>(scale == 1.0 ? coef : coef / scale);
   }
   return true;
 }
@@ -303,6 +340,7 @@ void Engine::log_step(double local_loss) {
   r.tokens_per_s = r.samples_per_s * static_cast<double>(plugin_.data().tokens_per_sample);
   r.grad_norm = last_grad_norm_;
   r.skipped = counters_.skipped_steps;
+  if (scaler_->checks_overflow()) r.loss_scale = scaler_->scale();
   r.memory = device_.stats();
   if (world_.rank() == 0) {
     log::info("{}", format_step_line(r));

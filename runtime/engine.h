@@ -18,6 +18,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/layer_runner.h"
+#include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/master_weights.h"
 #include "runtime/optimizer.h"
@@ -27,6 +28,7 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace dscpp::runtime {
@@ -99,6 +101,8 @@ class Engine {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
+  std::unique_ptr<LossScaler> scaler_;
+  std::set<int64_t> inject_overflow_;  // DSCPP_INJECT_OVERFLOW: steps whose gradients get an inf (fault injection)
   Timers timers_;
   CsvMonitor csv_;
   TrainCounters counters_;
