@@ -266,7 +266,7 @@ void Engine::train_step() {
       o.lr = schedule_->lr();
       o.momentum = schedule_->momentum();
       o.beta2 = schedule_->beta2();
-      master_->step(grads_->owned(), grads_->dtype(), grad_scale, o);
+      master_->step([this](int g) { return grads_->owned(g); }, grads_->dtype(), grad_scale, o);
       last_lr_ = *o.lr;
       schedule_->step();
       grads_->zero();
@@ -284,7 +284,11 @@ void Engine::train_step() {
 
 bool Engine::prepare_gradients(float* grad_scale) {
   const double scale = scaler_->scale();
-  void* grads = grads_->owned();
+  // Over this rank's gradient slices, group by group in order (thread-count independent).
+  auto over_groups = [this](auto&& f) {
+    for (size_t g = 0; g < layout_.groups.size(); ++g)
+      if (layout_.groups[g].part > 0) f(grads_->owned(static_cast<int>(g)), layout_.groups[g].part);
+  };
   *grad_scale = static_cast<float>(1.0 / scale);
   last_grad_norm_ = -1;
   // Stage 0: the gradients are already reduced and identical on every rank, so local answers
@@ -292,8 +296,9 @@ bool Engine::prepare_gradients(float* grad_scale) {
   const bool partitioned = stage_ > 0 && world_.size() > 1;
   if (scaler_->checks_overflow()) {
     if (inject_overflow_.count(counters_.global_steps + 1) && world_.rank() == world_.size() - 1)
-      kernels::store_from_f32(grads, grads_->dtype(), &kInf, 1);
-    double overflow = kernels::any_nonfinite(grads, grads_->dtype(), layout_.part_total) ? 1 : 0;
+      over_groups([&](void* g, int64_t) { kernels::store_from_f32(g, grads_->dtype(), &kInf, 1); });
+    double overflow = 0;
+    over_groups([&](void* g, int64_t n) { overflow = overflow != 0 || kernels::any_nonfinite(g, grads_->dtype(), n); });
     // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
     // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
     if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
@@ -302,7 +307,8 @@ bool Engine::prepare_gradients(float* grad_scale) {
   }
   double max_norm = cfg_.gradient_clipping;
   if (max_norm <= 0 && cfg_.steps_per_print <= 0) return true;
-  double sq = kernels::sum_squares(grads, grads_->dtype(), layout_.part_total);
+  double sq = 0;
+  over_groups([&](void* g, int64_t n) { sq += kernels::sum_squares(g, grads_->dtype(), n); });
   if (partitioned) world_.allreduce(&sq, 1, DType::f64);
   double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
   last_grad_norm_ = std::isfinite(norm) ? norm : -1;
