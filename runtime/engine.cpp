@@ -5,10 +5,12 @@
 #include "core/thread_pool.h"
 #include "runtime/checkpoint_dir.h"
 #include "runtime/init.h"
+#include "core/zero_estimate.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -67,6 +69,11 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   train_batch_ = cfg_.train_batch_size.value_or(micro_ * gas_ * world.size());
   DSCPP_CHECK_EQ(train_batch_, micro_ * gas_ * world.size());
 
+  total_steps_ = options_.steps ? *options_.steps
+                                : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
+                                                   micro_, gas_, cfg_.dataloader_drop_last);
+  if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
+
   Grouping grouping;
   grouping.parts = stage_ == 0 ? 1 : world.size();
   if (stage_ == 3)
@@ -74,6 +81,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   else if (stage_ > 0)
     grouping.max_group_elements = z.reduce_bucket_size;
   layout_ = make_flat_layout(plugin.layers(), grouping);
+  if (!cfg_.optimizer) fail("the config has no optimizer section");
+  optimizer_ = make_optimizer(*cfg_.optimizer, device);
 
   Stage3Options s3;
   s3.prefetch_bucket_size = z.prefetch_bucket_size;
@@ -81,6 +90,30 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   s3.max_reuse_distance = z.max_reuse_distance;
   s3.param_persistence_threshold = z.param_persistence_threshold;
   s3.model_persistence_threshold = z.model_persistence_threshold;
+  MemoryPlanInputs mp;
+  mp.stage = stage_;
+  mp.world = world.size();
+  mp.dtype = dtype_;
+  mp.optimizer_bytes_per_element = optimizer_->state_bytes_per_element();
+  mp.micro_batch = micro_;
+  mp.overlap_comm = z.overlap();
+  if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
+  plan_ = plan_memory(plugin.layers(), layout_, mp);
+  if (world.rank() == 0)
+    log::info("ZeRO stage {} over {} rank{}, {} parameters and gradients; memory plan:\n{}", stage_, world.size(),
+              world.size() == 1 ? "" : "s", dtype_name(dtype_), format_memory_plan(plan_, nullptr, deepspeed_estimate()));
+  try {
+    allocate(s3);
+  } catch (const OutOfDeviceMemory& e) {
+    out_of_memory(e);
+  }
+}
+
+void Engine::allocate(const Stage3Options& s3) {
+  const config::ZeroConfig& z = cfg_.zero_optimization;
+  comm::Communicator& world = world_;
+  Device& device = device_;
+  Plugin& plugin = plugin_;
   params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3);
   GradReduceOptions r;
   r.stage = stage_;
@@ -105,15 +138,50 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
                              cfg_.dataloader_drop_last);
   loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, cfg_.dataloader_drop_last);
 
-  if (!cfg_.optimizer) fail("the config has no optimizer section");
-  optimizer_ = make_optimizer(*cfg_.optimizer, device);
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device);
   schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
 
-  total_steps_ = options_.steps ? *options_.steps
-                                : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
-                                                   micro_, gas_, cfg_.dataloader_drop_last);
-  if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
+}
+
+int64_t Engine::deepspeed_estimate() const {
+  int64_t largest = 0;
+  for (const LayerDecl& l : plugin_.layers()) {
+    int64_t n = 0;
+    for (const ParamDecl& p : l.params) n += p.numel;
+    largest = std::max(largest, n);
+  }
+  double P = static_cast<double>(layout_.numel);
+  // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
+  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, false, true).gpu_bytes
+                     : estimate_zero2(P, world_.size(), 1, false).gpu_bytes;
+}
+
+void Engine::out_of_memory(const OutOfDeviceMemory& e) {
+  // What each stage would hold for this model, so the user can pick one that fits.
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
+  const int64_t optim = optimizer_->state_bytes_per_element() + (dtype_ == DType::f32 ? 0 : 4);
+  const int64_t other = plan_.total() - plan_.model_states();  // activations and buffers
+  const int64_t limit = device_.stats().limit;
+  auto states = [&](int stage, int ranks) { return model_state_bytes(stage, ranks, layout_.total, elem, optim); };
+  std::string options;
+  for (int s = stage_ + 1; s <= 3 && world_.size() > 1; ++s)
+    options += fmt::format("{}stage {}: {}", options.empty() ? "" : ", ", s, format_bytes(states(s, world_.size())));
+  std::string ranks_needed;
+  if (limit > 0)
+    for (int n = world_.size() + 1; n <= 4096; n *= 2)
+      if (states(3, n) + other <= limit) {
+        ranks_needed = fmt::format(" At stage 3, {} ranks would hold {} each (with {} of activations and buffers).", n,
+                                   format_bytes(states(3, n)), format_bytes(other));
+        break;
+      }
+  fail("{}\nAt ZeRO stage {} on {} rank{} this rank holds {} of model states; planned in all: {} ({} of it "
+       "activations and buffers for micro-batch {}).{}{} Or offload (zero_optimization.offload_optimizer / "
+       "offload_param), or lower train_micro_batch_size_per_gpu.",
+       e.what(), stage_, world_.size(), world_.size() == 1 ? "" : "s", format_bytes(plan_.model_states()),
+       format_bytes(plan_.total()), format_bytes(other), micro_,
+       options.empty() ? (world_.size() == 1 ? " With one rank ZeRO has nothing to partition across: add ranks." : "")
+                       : fmt::format(" Model states per rank at higher stages: {}.", options),
+       ranks_needed);
 }
 
 Engine::~Engine() = default;
@@ -197,8 +265,16 @@ void Engine::run() {
   const Clock::time_point run_start = Clock::now();
   Clock::time_point timed_from = run_start;
   while (counters_.global_steps < total_steps_) {
-    train_step();
+    try {
+      train_step();
+    } catch (const OutOfDeviceMemory& e) {
+      out_of_memory(e);
+    }
     int64_t step = counters_.global_steps;
+    if (step - first_step == 1 && world_.rank() == 0) {
+      MemoryStats m = device_.stats();
+      log::info("memory after the first step:\n{}", format_memory_plan(plan_, &m, deepspeed_estimate()));
+    }
     if (step - first_step == warmup) timed_from = Clock::now();
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
       EvalResult r = evaluate();
@@ -226,6 +302,18 @@ void Engine::run() {
   }
   if (!options_.save_dir.empty()) save(options_.save_dir);
   report();  // collective at stage 3
+  if (world_.rank() == 0) {
+    MemoryStats m = device_.stats();
+    std::string peaks;
+    for (size_t c = 0; c < kMemCategories; ++c)
+    {
+      std::string key = mem_category_name(static_cast<MemCategory>(c));
+      std::replace(key.begin(), key.end(), ' ', '_');
+      peaks += fmt::format("{}={}, ", key, m.peak[c]);
+    }
+    log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
+              m.total_peak, plan_.model_states(), deepspeed_estimate());
+  }
 }
 
 void Engine::train_step() {

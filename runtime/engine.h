@@ -21,6 +21,7 @@
 #include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/master_weights.h"
+#include "runtime/memory_plan.h"
 #include "runtime/optimizer.h"
 #include "runtime/param_store.h"
 #include "runtime/plugin.h"
@@ -73,6 +74,9 @@ class Engine {
   int zero_stage() const { return stage_; }
 
  private:
+  void allocate(const Stage3Options& s3);
+  [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);
+  int64_t deepspeed_estimate() const;
   void initialise_params();
   void load_init_from(const std::string& path);
   // Overflow check, global norm, clip and unscale factor; returns false when the step must be skipped.
@@ -94,6 +98,7 @@ class Engine {
   int stage_ = 0;
   DType dtype_ = DType::f32;  // parameter and gradient storage
   FlatLayout layout_;
+  MemoryPlan plan_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradReducer> grads_;
   std::unique_ptr<LayerRunner> runner_;
