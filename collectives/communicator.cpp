@@ -9,8 +9,10 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "collectives/schedule_check.h"
 #include "core/log.h"
 
 namespace dscpp::comm {
@@ -74,6 +76,8 @@ struct Task {
   uint64_t seq = 0;
   OpDesc op;
   std::function<void()> body;  // set for non-collective tasks (split)
+  bool mark = false;           // a schedule mark: the check below is all there is to run
+  std::optional<ScheduleEntry> check;  // set when the schedule check was on at issue
   std::mutex mutex;
   std::condition_variable finished;
   bool done = false;
@@ -103,6 +107,7 @@ struct Communicator::Queue {
   CommStats stats;
   std::atomic<uint64_t> last_done{0};
   std::atomic<bool> wedged{false};  // a hang was reported: the engine may never return
+  std::atomic<bool> checking{false};  // the schedule check; written under `mutex`
   std::thread worker;
   std::thread publisher;
   std::condition_variable publisher_wake;
@@ -144,7 +149,8 @@ class TaskWork final : public Work {
 }  // namespace
 
 Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backend)
-    : context_(std::move(context)), backend_(std::move(backend)), queue_(std::make_unique<Queue>()) {
+    : context_(std::move(context)), backend_(std::move(backend)), queue_(std::make_unique<Queue>()),
+      schedule_(std::make_unique<ScheduleCheck>(context_.name, context_.size)) {
   DSCPP_CHECK_EQ(backend_->rank(), context_.rank);
   DSCPP_CHECK_EQ(backend_->size(), context_.size);
   Queue& q = *queue_;
@@ -159,9 +165,10 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
       }
       double start = q.now_s();
       try {
+        if (task->check) schedule_->verify(*backend_, *task->check);
         if (task->body)
           task->body();
-        else
+        else if (!task->mark)
           run_staged(task->op);
       } catch (const std::exception& e) {
         task->error = std::current_exception();
@@ -179,11 +186,13 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
       {
         std::lock_guard lock(q.mutex);
         q.pending.pop_front();
-        for (auto& r : q.ring)
-          if (r.seq == task->seq) r.end_s = end;
+        if (!task->mark)
+          for (auto& r : q.ring)
+            if (r.seq == task->seq) r.end_s = end;
         q.stats.busy_s += end - start;
       }
-      if (!task->error) q.last_done = task->seq;
+      // A mark carries the number of the operation after it, which has not run yet.
+      if (!task->error && !task->mark) q.last_done = task->seq;
       {
         std::lock_guard lock(task->mutex);
         task->done = true;
@@ -230,6 +239,7 @@ Communicator::~Communicator() {
     q.worker.detach();
     (void)backend_.release();
     (void)queue_.release();
+    (void)schedule_.release();
     return;
   }
   q.worker.join();
@@ -243,6 +253,7 @@ WorkHandle Communicator::submit(const OpDesc& op) {
     std::lock_guard lock(q.mutex);
     if (q.wedged) fail("group '{}': an earlier operation hung; this communicator cannot be used again", context_.name);
     task->seq = ++q.next_seq;
+    if (q.checking) task->check = schedule_->sign_op(op, task->seq);
     OpRecord record{task->seq, op.kind, op.dtype, op.reduce, payload_bytes(op, size()), q.now_s(), 0};
     q.ring.push_back(record);
     if (q.ring.size() > Queue::kRing) q.ring.pop_front();
@@ -322,6 +333,9 @@ WorkHandle Communicator::all_to_all_async(const void* input, void* output, size_
 WorkHandle Communicator::barrier_async() { return submit({}); }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
+  // With the schedule check on, the ranks first agree that they are all splitting, instead of
+  // waiting in the store exchange below for a rank that is doing something else.
+  if (schedule_check()) run_control(nullptr, ScheduleMark::split, {});
   uint64_t index = ++splits_;
   std::string tag = fmt::format("split{}", index);
   auto& store = *context_.store;
@@ -347,18 +361,51 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   plan.context.store = std::make_shared<PrefixStore>(fmt::format("{}.c{}", tag, color), context_.store);
 
   std::unique_ptr<Backend> sub;
-  auto task = std::make_shared<Task>();
-  task->body = [&] { sub = backend_->split(plan); };
-  {
-    std::lock_guard lock(queue_->mutex);
-    task->seq = ++queue_->next_seq;
-    queue_->pending.push_back(task);
-  }
-  queue_->wake.notify_one();
-  TaskWork(task, [this](uint64_t seq, double waited) { hung(seq, waited); }, context_.timeout).wait();
+  run_control([&] { sub = backend_->split(plan); }, std::nullopt, {});
   if (color < 0) return nullptr;
   if (!sub) fail("group '{}': the {} engine returned no sub-group for color {}", context_.name, backend_->name(), color);
-  return std::make_unique<Communicator>(plan.context, std::move(sub));
+  auto child = std::make_unique<Communicator>(plan.context, std::move(sub));
+  child->set_schedule_check(schedule_check());
+  return child;
+}
+
+void Communicator::run_control(std::function<void()> body, std::optional<ScheduleMark> mark, std::string_view label) {
+  auto task = std::make_shared<Task>();
+  task->body = std::move(body);
+  task->mark = mark.has_value();
+  Queue& q = *queue_;
+  {
+    std::lock_guard lock(q.mutex);
+    if (q.wedged) fail("group '{}': an earlier operation hung; this communicator cannot be used again", context_.name);
+    if (mark) {
+      if (!q.checking) return;
+      task->seq = q.next_seq + 1;
+      task->check = *mark == ScheduleMark::checkpoint ? schedule_->sign_checkpoint(label, task->seq)
+                                                      : schedule_->sign_split(task->seq);
+    } else {
+      task->seq = ++q.next_seq;
+    }
+    q.pending.push_back(task);
+  }
+  q.wake.notify_one();
+  TaskWork(task, [this](uint64_t seq, double waited) { hung(seq, waited); }, context_.timeout).wait();
+}
+
+void Communicator::set_schedule_check(bool on) {
+  std::lock_guard lock(queue_->mutex);
+  queue_->checking = on;
+}
+
+bool Communicator::schedule_check() const { return queue_->checking; }
+
+void Communicator::set_schedule_label(std::string_view label) {
+  std::lock_guard lock(queue_->mutex);
+  schedule_->set_label(label);
+}
+
+void Communicator::schedule_checkpoint(std::string_view label) {
+  if (!queue_->checking.load(std::memory_order_relaxed)) return;
+  run_control(nullptr, ScheduleMark::checkpoint, label);
 }
 
 CommStats Communicator::stats() const {
