@@ -77,6 +77,7 @@ struct Task {
   OpDesc op;
   std::function<void()> body;  // set for non-collective tasks (split)
   bool mark = false;           // a schedule mark: the check below is all there is to run
+  std::string what;            // a mark's name in hang reports
   std::optional<ScheduleEntry> check;  // set when the schedule check was on at issue
   std::mutex mutex;
   std::condition_variable finished;
@@ -176,7 +177,7 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
         double ran = q.now_s() - start;
         if (!task->body && ran >= 0.9 * std::chrono::duration<double>(context_.timeout).count()) {
           try {
-            report_hang(task->seq, ran, e.what());
+            report_hang(task->seq, ran, e.what(), task->what);
           } catch (...) {
             task->error = std::current_exception();
           }
@@ -382,13 +383,17 @@ void Communicator::run_control(std::function<void()> body, std::optional<Schedul
       task->seq = q.next_seq + 1;
       task->check = *mark == ScheduleMark::checkpoint ? schedule_->sign_checkpoint(label, task->seq)
                                                       : schedule_->sign_split(task->seq);
+      task->what = *mark == ScheduleMark::checkpoint
+                       ? fmt::format("schedule checkpoint '{}' (before operation #{})", label, task->seq)
+                       : fmt::format("the schedule check of split #{}", task->seq);
     } else {
       task->seq = ++q.next_seq;
     }
     q.pending.push_back(task);
   }
   q.wake.notify_one();
-  TaskWork(task, [this](uint64_t seq, double waited) { hung(seq, waited); }, context_.timeout).wait();
+  TaskWork(task, [this, what = task->what](uint64_t seq, double waited) { hung(seq, waited, what); }, context_.timeout)
+      .wait();
 }
 
 void Communicator::set_schedule_check(bool on) {
@@ -420,18 +425,19 @@ std::vector<OpRecord> Communicator::recent_ops() const {
 
 // Writes this rank's recent operations to the log, tells the others how far it got, reads how
 // far they got, and fails with a message naming the ranks that are behind.
-void Communicator::hung(uint64_t seq, double waited_s) {
+void Communicator::hung(uint64_t seq, double waited_s, const std::string& what) {
   queue_->wedged = true;
-  report_hang(seq, waited_s, "");
+  report_hang(seq, waited_s, "", what);
 }
 
-void Communicator::report_hang(uint64_t seq, double waited_s, const std::string& engine_message) {
+void Communicator::report_hang(uint64_t seq, double waited_s, const std::string& engine_message,
+                               const std::string& what) {
   Queue& q = *queue_;
-  std::string mine, current = fmt::format("operation #{}", seq);
+  std::string mine, current = what.empty() ? fmt::format("operation #{}", seq) : what;
   for (const auto& r : recent_ops()) {
     mine += fmt::format("\n  {}, started at {:.3f} s, {}", describe(r), r.start_s,
                         r.end_s > 0 ? fmt::format("took {:.3f} s", r.end_s - r.start_s) : std::string("unfinished"));
-    if (r.seq == seq) current = describe(r);
+    if (r.seq == seq && what.empty()) current = describe(r);
   }
   log::error("group '{}' ({}): {} has not finished after {:.1f} s; this rank's last operations:{}", context_.name,
              backend_->name(), current, waited_s, mine);

@@ -137,8 +137,10 @@ class Communicator {
   // operation issued so far, and waits for it.
   void run_control(std::function<void()> body, std::optional<ScheduleMark> mark, std::string_view label);
   void run_staged(const OpDesc& op);
-  [[noreturn]] void hung(uint64_t seq, double waited_s);
-  [[noreturn]] void report_hang(uint64_t seq, double waited_s, const std::string& engine_message);
+  // `what` names a task that is not a recorded operation (a schedule checkpoint).
+  [[noreturn]] void hung(uint64_t seq, double waited_s, const std::string& what = {});
+  [[noreturn]] void report_hang(uint64_t seq, double waited_s, const std::string& engine_message,
+                                const std::string& what = {});
 
   GroupContext context_;
   std::unique_ptr<Backend> backend_;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "build_config.h"
 #include "collectives/communicator.h"
@@ -243,7 +244,7 @@ TEST_CASE("schedule check: the verdict on gathered signatures names the first di
     FakeRanks ranks(2);
     ScheduleEntry a = ranks.checks[0].sign_op(op(OpKind::allreduce, 32), 1);
     ScheduleSignature garbage;
-    std::memset(&garbage, 0x3f, sizeof garbage);
+    std::memset(static_cast<void*>(&garbage), 0x3f, sizeof garbage);  // another rank's unrelated bytes
     CHECK(describe_divergence("world", {a.signature, garbage}, a) ==
           "--check_schedule: group 'world' at collective #1: rank 1 sent no schedule signature, so schedule checking "
           "is off there; turn it on for every rank of the group at the same point (DSCPP_CHECK_SCHEDULE=1 on every "
@@ -418,6 +419,33 @@ TEST_CASE("schedule check: the hierarchical engine (shm inside hosts, gloo acros
   });
   check_all_failed(out, "--check_schedule: ranks diverged in group 'world' at collective #3: ranks 0-2 issued "
                         "allreduce(fp32 sum, 64 elements) but rank 3 issued allreduce(fp32 sum, 32 elements)");
+}
+
+TEST_CASE("schedule check: a rank that issues nothing more is left to the timeout, whose report names the checkpoint") {
+  std::vector<std::string> errors(3);
+  test::run_thread_ranks(3, [&](int rank, int n, std::shared_ptr<Store> store) {
+    auto [comm, exchanged] = make_comm(Engine::shm, rank, n, store, Millis(800));
+    comm->set_schedule_check(true);
+    float x = 1;
+    comm->allreduce(&x, 1, DType::f32);
+    comm->allreduce(&x, 1, DType::f32);
+    if (rank == 2) {
+      // Busy elsewhere, communicator open, long enough for the others to give up and ask.
+      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+      return;
+    }
+    try {
+      comm->schedule_checkpoint("end of step 1");
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (int r : {0, 1}) {
+    INFO(errors[r]);
+    CHECK_THAT(errors[r], Catch::Contains("group 'world' (shm): schedule checkpoint 'end of step 1' (before operation "
+                                          "#3) did not complete within"));
+    CHECK_THAT(errors[r], Catch::Contains("Behind: rank 2 last finished #2 (allreduce)"));
+  }
 }
 
 TEST_CASE("schedule check off: schedule_checkpoint does nothing") {
