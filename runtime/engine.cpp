@@ -64,6 +64,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   if (cfg_.bf16.enabled) dtype_ = DType::bf16;
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
   if (const char* inject = std::getenv("DSCPP_INJECT_OVERFLOW")) inject_overflow_ = parse_step_list(inject);
+  if (const char* inject = std::getenv("DSCPP_INJECT_DIVERGENCE")) inject_divergence_ = std::atoll(inject);
   micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
   gas_ = cfg_.gradient_accumulation_steps.value_or(1);
   train_batch_ = cfg_.train_batch_size.value_or(micro_ * gas_ * world.size());
@@ -367,6 +368,10 @@ void Engine::train_step() {
   }
   ++counters_.global_steps;
   counters_.global_samples += train_batch_;
+  // Fault injection for tests of --check_schedule: the last rank takes a different path.
+  if (counters_.global_steps == inject_divergence_ && world_.rank() == world_.size() - 1) world_.barrier();
+  // --check_schedule: a rank that ends the step early is caught here, not left hanging.
+  world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
   log_step(loss_sum / static_cast<double>(gas_));
 }
 

@@ -108,6 +108,7 @@ class Engine {
   std::unique_ptr<MasterWeights> master_;
   std::unique_ptr<LossScaler> scaler_;
   std::set<int64_t> inject_overflow_;  // DSCPP_INJECT_OVERFLOW: steps whose gradients get an inf (fault injection)
+  int64_t inject_divergence_ = -1;     // DSCPP_INJECT_DIVERGENCE: the step after which the last rank adds a barrier
   Timers timers_;
   CsvMonitor csv_;
   TrainCounters counters_;

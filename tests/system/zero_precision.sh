@@ -6,7 +6,8 @@
 #     and 2.3): the ZeRO rule at stages 1–3 (plain and consecutive_hysteresis) and the legacy
 #     FP16_Optimizer rule at stage 0, with 6 skipped steps; an overflow at min_loss_scale stops
 #     the run with DeepSpeed's error.
-#  2. bf16 and fp16 runs of a small gpt track the fp32 loss curve within a band.
+#  2. bf16 and fp16 runs of a small gpt track the fp32 loss curve within a band;
+#  3. --check_schedule: a rank that issues an extra collective is named at once on every rank.
 # Usage: zero_precision.sh DSCPP GPT_SO MLP_SO
 set -u
 DSCPP=$1 GPT=$2 MLP=$3
@@ -29,8 +30,8 @@ config() {
 JSON
 }
 # run RANKS CONFIG STEPS LOG: per-step lines of rank 0 into LOG.
-run() {
-  "$DSCPP" --num_procs "$1" --master_port "$(port)" "$GPT" --deepspeed_config "$2" --steps "$3" --no_eval \
+run() {  # RANKS CONFIG STEPS LOG [runtime args...]
+  "$DSCPP" --num_procs "$1" --master_port "$(port)" "$GPT" --deepspeed_config "$2" --steps "$3" --no_eval "${@:5}" \
     "${GPT_ARGS[@]}" > "$4" 2>&1
 }
 # log2 of each step's loss scale, space-separated.
@@ -85,6 +86,22 @@ within() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a <= b)}'; }
 d=$(maxdiff "$WORK/p32.log" "$WORK/pbf16.log"); within "$d" 0.005 && pass "bf16 tracks fp32: max |Δloss| $d ≤ 0.005" || fail "bf16: max |Δloss| $d > 0.005"
 d=$(maxdiff "$WORK/p32.log" "$WORK/pfp16.log"); within "$d" 0.002 && pass "fp16 tracks fp32: max |Δloss| $d ≤ 0.002" || fail "fp16: max |Δloss| $d > 0.002"
 d=$(maxdiff "$WORK/p32.log" "$WORK/pctl.log"); within 0.02 "$d" && pass "control (lr 0.003) leaves the band: $d" || fail "control: lr 0.003 moves the curve only $d: the bands mean nothing"
+
+# ---- 3. --check_schedule turns a divergence into an error on every rank ------------------
+# DSCPP_INJECT_DIVERGENCE=2: after step 2 the last rank issues one extra collective. With the
+# check the ranks stop at once naming it; without it they would wait for the comm timeout (60 s).
+config "$WORK/div.json" 3 ''
+start=$(date +%s)
+if DSCPP_INJECT_DIVERGENCE=2 DSCPP_COMM_TIMEOUT=60 run 3 "$WORK/div.json" 6 "$WORK/div.log" --check_schedule; then
+  fail "a diverging rank went unnoticed with --check_schedule"
+else
+  secs=$(($(date +%s) - start))
+  if grep -q "check_schedule" "$WORK/div.log" && grep -q "barrier" "$WORK/div.log" && [ "$secs" -lt 30 ]; then
+    pass "--check_schedule: divergence reported in ${secs} s: $(grep -m1 'check_schedule' "$WORK/div.log" | cut -c1-220)"
+  else
+    fail "--check_schedule: no clear report within 30 s (${secs} s): $(grep -m2 error "$WORK/div.log")"
+  fi
+fi
 
 [ "$FAILED" = 0 ] && echo "zero_precision: all checks passed"
 exit "$FAILED"
