@@ -123,6 +123,7 @@ void Engine::allocate(const Stage3Options& s3) {
   r.prescale = cfg_.prescale_gradients;
   r.reduce_scatter = z.reduce_scatter;
   r.overlap = z.overlap();
+  if (cfg_.communication_data_type) r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
   grads_ = std::make_unique<GradReducer>(world, layout_, device, dtype_, r);
 
   runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_);
@@ -314,6 +315,11 @@ void Engine::run() {
     }
     log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
               m.total_peak, plan_.model_states(), deepspeed_estimate());
+  }
+  if (world_.rank() == 0 && world_.size() > 1) {
+    comm::CommStats c = world_.stats();
+    log::info("communication (rank 0, whole run): {} collectives, wire_bytes={} sent, {:.1f} s in the engine", c.ops,
+              c.wire_bytes, c.busy_s);
   }
 }
 

@@ -7,7 +7,8 @@ namespace dscpp::runtime {
 
 struct GradReducer::Staging {
   DeviceBuffer buffer;  // one group's gradients, full length
-  DeviceBuffer out;     // reduce-scatter result when it cannot go straight into the partition
+  DeviceBuffer wire;    // the group in the communication dtype, when it differs
+  DeviceBuffer out;     // reduce-scatter result (communication dtype) when it cannot go straight into the partition
   int group = -1;
   comm::WorkHandle work;
   bool direct = false;  // the result went straight into the partition
@@ -15,7 +16,14 @@ struct GradReducer::Staging {
 
 GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Device& device, DType dtype,
                          const GradReduceOptions& options)
-    : comm_(comm), layout_(layout), device_(device), dtype_(dtype), elem_(dtype_size(dtype)), opt_(options) {
+    : comm_(comm),
+      layout_(layout),
+      device_(device),
+      dtype_(dtype),
+      wire_(options.comm_dtype.value_or(dtype)),
+      elem_(dtype_size(dtype)),
+      wire_elem_(dtype_size(wire_)),
+      opt_(options) {
   DSCPP_CHECK_EQ(layout.parts, opt_.stage == 0 ? 1 : comm.size());
   if (opt_.stage <= 1)
     full_ = DeviceBuffer(device, static_cast<size_t>(layout.total) * elem_, MemCategory::grads, true);
@@ -28,7 +36,9 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
     for (Staging& s : staging_) {
       if (opt_.stage >= 2)
         s.buffer = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * elem_, MemCategory::buffers);
-      s.out = DeviceBuffer(device, static_cast<size_t>(max_part) * elem_, MemCategory::buffers);
+      s.out = DeviceBuffer(device, static_cast<size_t>(max_part) * wire_elem_, MemCategory::buffers);
+      if (wire_ != dtype_)
+        s.wire = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * wire_elem_, MemCategory::buffers);
     }
   }
 }
@@ -49,7 +59,7 @@ GradReducer::~GradReducer() {
       } catch (...) {
       }
   };
-  for (auto& [w, r] : inflight_) quiet(w);
+  for (Bucket& b : inflight_) quiet(b.work);
   for (Staging& s : staging_) quiet(s.work);
 }
 
@@ -82,9 +92,18 @@ void GradReducer::launch_bucket(int64_t begin, int64_t end) {
   if (comm_.size() == 1) return;
   float pre = opt_.prescale ? 1.0f / static_cast<float>(comm_.size())
                             : (opt_.predivide_factor != 1.0 ? static_cast<float>(1.0 / opt_.predivide_factor) : 1.0f);
-  char* base = at(full_, begin);
-  kernels::scale_inplace(base, dtype_, pre, end - begin);
-  inflight_.push_back({comm_.allreduce_async(base, static_cast<size_t>(end - begin), dtype_), {begin, end}});
+  Bucket b;
+  b.begin = begin;
+  b.end = end;
+  void* send = at(full_, begin);
+  kernels::scale_inplace(send, dtype_, pre, end - begin);
+  if (wire_ != dtype_) {
+    b.wire = DeviceBuffer(device_, static_cast<size_t>(end - begin) * wire_elem_, MemCategory::buffers);
+    kernels::convert_into(b.wire.data(), wire_, send, dtype_, end - begin);
+    send = b.wire.data();
+  }
+  b.work = comm_.allreduce_async(send, static_cast<size_t>(end - begin), wire_);
+  inflight_.push_back(std::move(b));
 }
 
 void GradReducer::launch_group(int group, void* input) {
@@ -96,14 +115,19 @@ void GradReducer::launch_group(int group, void* input) {
     staging_[static_cast<size_t>(current_)].group = group;
   }
   Staging& s = staging_[static_cast<size_t>(current_)];
-  const bool into_partition = opt_.stage >= 2 && first_;  // nothing there to add to yet
+  const bool converted = wire_ != dtype_;
+  if (converted) {
+    kernels::convert_into(s.wire.data(), wire_, input, dtype_, g.numel);
+    input = s.wire.data();
+  }
+  const bool into_partition = opt_.stage >= 2 && first_ && !converted;  // nothing there to add to yet
   if (opt_.reduce_scatter) {
     s.direct = into_partition;
     s.work = comm_.reduce_scatter_async(input, into_partition ? at(partition_, g.part_offset) : s.out.data(),
-                                        static_cast<size_t>(g.part), dtype_);
+                                        static_cast<size_t>(g.part), wire_);
   } else {
-    s.direct = opt_.stage == 1;  // in place in the whole array: the own slice is already there
-    s.work = comm_.allreduce_async(input, static_cast<size_t>(g.numel), dtype_);
+    s.direct = opt_.stage == 1 && !converted;  // in place in the whole array: the own slice is already there
+    s.work = comm_.allreduce_async(input, static_cast<size_t>(g.numel), wire_);
   }
 }
 
@@ -112,12 +136,17 @@ void GradReducer::finish(Staging& s) {
   s.work.reset();
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(s.group)];
   if (!s.direct) {
-    const char* src = opt_.reduce_scatter ? s.out.as<char>() : at(s.buffer, g.part * comm_.rank());
-    char* dst = static_cast<char*>(owned(s.group));
+    // Where the reduced own slice is: the reduce-scatter output, or the rank's slice of the
+    // allreduced group (wire buffer when converted, staging buffer otherwise).
+    const int64_t mine = g.part * comm_.rank() * static_cast<int64_t>(wire_elem_);
+    const void* src = opt_.reduce_scatter ? s.out.data()
+                      : wire_ != dtype_   ? static_cast<const void*>(s.wire.as<char>() + mine)
+                                          : static_cast<const void*>(s.buffer.as<char>() + mine);
+    void* dst = owned(s.group);
     if (first_ || opt_.stage == 1)  // stage 1 reduces the accumulated sum once: replace
-      device_.copy(dst, src, static_cast<size_t>(g.part) * elem_);
+      kernels::convert_into(dst, dtype_, src, wire_, g.part);
     else
-      kernels::add_into(dst, src, dtype_, g.part);
+      kernels::add_into(dst, dtype_, src, wire_, g.part);
   }
   s.group = -1;
 }
@@ -151,9 +180,11 @@ void GradReducer::end_micro() {
   launch_bucket(0, pending_end_);
   pending_end_ = 0;
   float post = opt_.prescale ? 1.0f : static_cast<float>(opt_.predivide_factor / comm_.size());
-  for (auto& [work, range] : inflight_) {
-    work->wait();
-    if (post != 1.0f) kernels::scale_inplace(at(full_, range.first), dtype_, post, range.second - range.first);
+  for (Bucket& b : inflight_) {
+    b.work->wait();
+    void* dst = at(full_, b.begin);
+    if (b.wire) kernels::convert_into(dst, dtype_, b.wire.data(), wire_, b.end - b.begin);
+    if (post != 1.0f) kernels::scale_inplace(dst, dtype_, post, b.end - b.begin);
   }
   inflight_.clear();
 }

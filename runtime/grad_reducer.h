@@ -18,13 +18,16 @@
 // At stages 1–3 the 1/dp of the mean is folded into the loss gradient by the engine (DeepSpeed
 // multiplies the bucket by 1/dp before its reduce-scatter: the same value, one pass fewer), so
 // the reductions here are plain sums. reduce_scatter=false allreduces the group and keeps the
-// own slice, as DeepSpeed does.
+// own slice, as DeepSpeed does. communication_data_type other than the gradients' dtype: each
+// bucket is converted into a wire buffer of that dtype, reduced, and converted back (fp16/bf16
+// wire data is still summed in fp32 by the Communicator and rounded once).
 #pragma once
 
 #include "collectives/communicator.h"
 #include "core/device.h"
 #include "runtime/flat_layout.h"
 
+#include <optional>
 #include <vector>
 
 namespace dscpp::runtime {
@@ -36,6 +39,7 @@ struct GradReduceOptions {
   bool prescale = false;                // stage 0
   bool reduce_scatter = true;           // stages 1–3
   bool overlap = true;                  // stages 2–3: two staging buffers
+  std::optional<DType> comm_dtype;      // communication_data_type; unset: the gradients' dtype
 };
 
 class GradReducer {
@@ -71,8 +75,8 @@ class GradReducer {
   comm::Communicator& comm_;
   const FlatLayout& layout_;
   Device& device_;
-  DType dtype_;
-  size_t elem_;
+  DType dtype_, wire_;  // gradients, communication
+  size_t elem_, wire_elem_;
   GradReduceOptions opt_;
   DeviceBuffer full_;          // stage 0/1: the whole model's gradients
   DeviceBuffer partition_;     // stages 2–3: this rank's gradient partitions
@@ -81,7 +85,12 @@ class GradReducer {
   bool first_ = true, last_ = true;
   int64_t pending_end_ = 0;       // stage 0: gradients in [.., pending_end_) not yet launched
   int64_t reductions_ = 0;
-  std::vector<std::pair<comm::WorkHandle, std::pair<int64_t, int64_t>>> inflight_;  // stage 0 buckets
+  struct Bucket {  // stage 0
+    comm::WorkHandle work;
+    int64_t begin = 0, end = 0;
+    DeviceBuffer wire;  // the bucket in the communication dtype, when it differs
+  };
+  std::vector<Bucket> inflight_;
 };
 
 }  // namespace dscpp::runtime

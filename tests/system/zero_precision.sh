@@ -6,7 +6,8 @@
 #     and 2.3): the ZeRO rule at stages 1–3 (plain and consecutive_hysteresis) and the legacy
 #     FP16_Optimizer rule at stage 0, with 6 skipped steps; an overflow at min_loss_scale stops
 #     the run with DeepSpeed's error.
-#  2. bf16 and fp16 runs of a small gpt track the fp32 loss curve within a band;
+#  2. bf16 and fp16 runs of a small gpt track the fp32 loss curve within a band, and so does
+#     communication_data_type bf16, which halves the bytes on the wire;
 #  3. --check_schedule: a rank that issues an extra collective is named at once on every rank.
 # Usage: zero_precision.sh DSCPP GPT_SO MLP_SO
 set -u
@@ -86,6 +87,19 @@ within() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a <= b)}'; }
 d=$(maxdiff "$WORK/p32.log" "$WORK/pbf16.log"); within "$d" 0.005 && pass "bf16 tracks fp32: max |Δloss| $d ≤ 0.005" || fail "bf16: max |Δloss| $d > 0.005"
 d=$(maxdiff "$WORK/p32.log" "$WORK/pfp16.log"); within "$d" 0.002 && pass "fp16 tracks fp32: max |Δloss| $d ≤ 0.002" || fail "fp16: max |Δloss| $d > 0.002"
 d=$(maxdiff "$WORK/p32.log" "$WORK/pctl.log"); within 0.02 "$d" && pass "control (lr 0.003) leaves the band: $d" || fail "control: lr 0.003 moves the curve only $d: the bands mean nothing"
+
+# communication_data_type bf16 with fp32 gradients: the same curve within the bf16 band, and
+# half the gradient bytes on the wire. At stage 2 with 2 micro-steps a step sends two gradient
+# reduce-scatters and one fp32 parameter allgather of equal size, so the whole run sends
+# (2·½ + 1)/(2 + 1) = 2/3 of the fp32 bytes (the step's few fp64 scalars aside).
+config "$WORK/pwire.json" 2 '"communication_data_type": "bf16",'
+run 2 "$WORK/pwire.json" 40 "$WORK/pwire.log" || fail "communication_data_type run: $(tail -3 "$WORK/pwire.log")"
+d=$(maxdiff "$WORK/p32.log" "$WORK/pwire.log"); within "$d" 0.005 && pass "communication_data_type bf16 tracks fp32: $d" ||
+  fail "communication_data_type bf16: max |Δloss| $d > 0.005"
+wire() { sed -n 's/.*wire_bytes=\([0-9]*\) sent.*/\1/p' "$1"; }
+r=$(awk -v a="$(wire "$WORK/pwire.log")" -v b="$(wire "$WORK/p32.log")" 'BEGIN {printf "%.3f", a / b}')
+awk -v r="$r" 'BEGIN {exit !(r > 0.647 && r < 0.687)}' && pass "bf16 gradients on the wire: $r of fp32's bytes (2/3 expected)" ||
+  fail "bf16 gradients on the wire: $r of fp32's bytes (expected 2/3 ± 0.02)"
 
 # ---- 3. --check_schedule turns a divergence into an error on every rank ------------------
 # DSCPP_INJECT_DIVERGENCE=2: after step 2 the last rank issues one extra collective. With the
