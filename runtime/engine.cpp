@@ -60,6 +60,10 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   const config::ZeroConfig& z = cfg_.zero_optimization;
   stage_ = static_cast<int>(z.stage);
   if (stage_ < 0 || stage_ > 3) fail("zero_optimization.stage must be 0, 1, 2 or 3 (got {})", stage_);
+  if (stage_ > 0 && cfg_.gradient_predivide_factor != 1.0)
+    fail("gradient_predivide_factor {} applies to stage-0 allreduce only: at ZeRO stages 1-3 gradients are scaled "
+         "by 1/world before the reduction (DeepSpeed requires 1.0 there too); remove the key or use stage 0",
+         cfg_.gradient_predivide_factor);
   if (cfg_.fp16.enabled) dtype_ = DType::f16;
   if (cfg_.bf16.enabled) dtype_ = DType::bf16;
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
