@@ -83,8 +83,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   grouping.parts = stage_ == 0 ? 1 : world.size();
   if (stage_ == 3)
     grouping.layer_per_group = true;
-  else if (stage_ > 0)
-    grouping.max_group_elements = z.reduce_bucket_size;
+  else if (stage_ > 0)  // a group is one reduce-scatter and one allgather: both bucket sizes bound it
+    grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
   layout_ = make_flat_layout(plugin.layers(), grouping);
   if (!cfg_.optimizer) fail("the config has no optimizer section");
   optimizer_ = make_optimizer(*cfg_.optimizer, device);
