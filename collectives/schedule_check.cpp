@@ -23,7 +23,9 @@ std::string label_of(const ScheduleSignature& s) {
   return std::string(s.label, strnlen(s.label, ScheduleSignature::kLabelBytes));
 }
 
-bool same_bytes(const ScheduleSignature& a, const ScheduleSignature& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bytes(const ScheduleSignature& a, const ScheduleSignature& b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
 
 // The operation without its place in the schedule, to tell "different operation" from
 // "same operation at a different point".
@@ -37,7 +39,9 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "rank " : "ranks ") + format_rank_list(ranks);
 }
 
-std::string plural(uint64_t n, std::string_view word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+std::string plural(uint64_t n, std::string_view word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
 
 }  // namespace
 
@@ -84,7 +88,9 @@ ScheduleEntry ScheduleCheck::sign_checkpoint(std::string_view label, uint64_t se
   return sign_mark(ScheduleMark::checkpoint, label, seq);
 }
 
-ScheduleEntry ScheduleCheck::sign_split(uint64_t seq) { return sign_mark(ScheduleMark::split, label_, seq); }
+ScheduleEntry ScheduleCheck::sign_split(uint64_t seq) {
+  return sign_mark(ScheduleMark::split, label_, seq);
+}
 
 void ScheduleCheck::verify(Backend& backend, const ScheduleEntry& entry) {
   if (!diverged_.empty()) throw Error(diverged_);
@@ -101,14 +107,18 @@ std::string describe_signature(const ScheduleSignature& s) {
     return fmt::format("reached checkpoint '{}' after {}", label, plural(s.seq - 1, "collective"));
   if (s.kind == static_cast<uint8_t>(ScheduleMark::split))
     return "called split" + (label.empty() ? "" : fmt::format(" labelled '{}'", label));
-  if (s.kind > static_cast<uint8_t>(OpKind::all_to_all)) return fmt::format("sent an unknown signature kind {}", s.kind);
+  if (s.kind > static_cast<uint8_t>(OpKind::all_to_all))
+    return fmt::format("sent an unknown signature kind {}", s.kind);
   const auto kind = static_cast<OpKind>(s.kind);
-  const std::string dtype = s.dtype <= static_cast<uint8_t>(DType::i64) ? std::string(dtype_name(static_cast<DType>(s.dtype)))
-                                                                        : fmt::format("dtype {}", s.dtype);
+  const std::string dtype = s.dtype <= static_cast<uint8_t>(DType::i64)
+                                ? std::string(dtype_name(static_cast<DType>(s.dtype)))
+                                : fmt::format("dtype {}", s.dtype);
   const std::string elements = plural(s.count, "element");
   std::string text;
   switch (kind) {
-    case OpKind::barrier: text = "barrier"; break;
+    case OpKind::barrier:
+      text = "barrier";
+      break;
     case OpKind::allreduce:
       text = fmt::format("allreduce({} {}, {})", dtype, reduce_op_name(static_cast<ReduceOp>(s.reduce)), elements);
       break;
@@ -117,8 +127,12 @@ std::string describe_signature(const ScheduleSignature& s) {
                          elements);
       break;
     case OpKind::allgather:
-    case OpKind::all_to_all: text = fmt::format("{}({}, {} per rank)", op_kind_name(kind), dtype, elements); break;
-    case OpKind::broadcast: text = fmt::format("broadcast({}, {}, root {})", dtype, elements, s.root); break;
+    case OpKind::all_to_all:
+      text = fmt::format("{}({}, {} per rank)", op_kind_name(kind), dtype, elements);
+      break;
+    case OpKind::broadcast:
+      text = fmt::format("broadcast({}, {}, root {})", dtype, elements, s.root);
+      break;
   }
   return "issued " + text + (label.empty() ? "" : fmt::format(" labelled '{}'", label));
 }
@@ -140,7 +154,8 @@ std::string describe_divergence(const std::string& group, const std::vector<Sche
   };
   std::vector<Group> groups;  // in order of their lowest rank
   for (size_t r = 0; r < all.size(); ++r) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return same_bytes(*g.signature, all[r]); });
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return same_bytes(*g.signature, all[r]); });
     if (it == groups.end()) it = groups.insert(groups.end(), Group{&all[r], {}});
     it->ranks.push_back(static_cast<int>(r));
   }
@@ -151,9 +166,8 @@ std::string describe_divergence(const std::string& group, const std::vector<Sche
   };
   const bool same_seq = all_equal([](const ScheduleSignature& s) { return s.seq; });
   const bool same_history = all_equal([](const ScheduleSignature& s) { return s.history; });
-  const bool same_what = std::all_of(all.begin(), all.end(), [&](const ScheduleSignature& s) {
-    return same_bytes(what_of(s), what_of(all[0]));
-  });
+  const bool same_what = std::all_of(
+      all.begin(), all.end(), [&](const ScheduleSignature& s) { return same_bytes(what_of(s), what_of(all[0])); });
 
   std::string message = fmt::format("--check_schedule: ranks diverged in group '{}' at ", group);
   message += same_seq ? fmt::format("collective #{}", all[0].seq) : std::string("different collective numbers");
@@ -164,7 +178,8 @@ std::string describe_divergence(const std::string& group, const std::vector<Sche
 
   if (same_what && same_seq) {
     std::string histories;
-    for (const auto& g : groups) histories += (histories.empty() ? "one history on " : ", another on ") + ranks_text(g.ranks);
+    for (const auto& g : groups)
+      histories += (histories.empty() ? "one history on " : ", another on ") + ranks_text(g.ranks);
     return message + fmt::format(
                          "every rank {}, but their earlier collectives on the group differed ({}); schedule checking "
                          "was turned on at different points",
@@ -178,7 +193,8 @@ std::string describe_divergence(const std::string& group, const std::vector<Sche
     if (!same_seq && !mark) message += fmt::format(" as collective #{}", s.seq);
   }
   if (!same_history)
-    message += "; their earlier collectives on the group differed too (schedule checking turned on at different points?)";
+    message +=
+        "; their earlier collectives on the group differed too (schedule checking turned on at different points?)";
   return message;
 }
 

@@ -43,16 +43,17 @@ namespace dscpp::comm {
 // What the ranks exchange, byte for byte: fixed size, no padding, no pointers.
 struct ScheduleSignature {
   static constexpr size_t kLabelBytes = 88;  // longer labels are cut (and compared cut)
-  uint32_t magic = 0;    // tells a signature from another rank's unrelated allgather data
-  uint8_t kind = 0;      // an OpKind, or a ScheduleMark below
-  uint8_t dtype = 0;     // 0 where it does not matter (barrier, marks)
-  uint8_t reduce = 0;    // 0 unless allreduce / reduce_scatter
-  uint8_t reserved = 0;
-  int32_t root = 0;      // 0 unless broadcast
-  uint32_t reserved2 = 0;
-  uint64_t count = 0;    // as passed by the caller (per rank slice for the sliced operations)
-  uint64_t seq = 0;      // the operation's number on the group; a mark: the next operation's
-  uint64_t history = 0;  // hash of every earlier signature of the group, in order
+
+  uint32_t magic = 0;      // tells a signature from another rank's unrelated allgather data
+  uint8_t kind = 0;        // an OpKind, or a ScheduleMark below
+  uint8_t dtype = 0;       // 0 where it does not matter (barrier, marks)
+  uint8_t reduce = 0;      // 0 unless allreduce / reduce_scatter
+  uint8_t reserved = 0;    // always 0
+  int32_t root = 0;        // 0 unless broadcast
+  uint32_t reserved2 = 0;  // always 0
+  uint64_t count = 0;      // as passed by the caller (per rank slice for the sliced operations)
+  uint64_t seq = 0;        // the operation's number on the group; a mark: the next operation's
+  uint64_t history = 0;    // hash of every earlier signature of the group, in order
   char label[kLabelBytes] = {};
 };
 static_assert(sizeof(ScheduleSignature) == 128, "the exchanged signature must not change size with the compiler");

@@ -73,7 +73,9 @@ class CountingBackend final : public Backend {
 };
 
 enum class Engine { shm, gloo, hierarchical };
-const char* engine_name(Engine e) { return e == Engine::shm ? "shm" : e == Engine::gloo ? "gloo" : "hierarchical"; }
+const char* engine_name(Engine e) {
+  return e == Engine::shm ? "shm" : e == Engine::gloo ? "gloo" : "hierarchical";
+}
 
 std::vector<Engine> engines() {
   return DSCPP_HAVE_GLOO ? std::vector<Engine>{Engine::shm, Engine::gloo} : std::vector<Engine>{Engine::shm};
@@ -125,12 +127,14 @@ std::string all_but_last(int n) {
   return (n == 2 ? "rank " : "ranks ") + format_rank_list(ranks);
 }
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct Outcome {
-  std::string error;       // from the diverging call
-  double seconds = -1;     // how long that call took to fail
-  std::string later;       // from an operation issued after it
+  std::string error;    // from the diverging call
+  double seconds = -1;  // how long that call took to fail
+  std::string later;    // from an operation issued after it
 };
 
 // Two agreeing allreduces, then `diverge(comm, odd)` with odd = the last rank, then one more
@@ -316,12 +320,12 @@ TEST_CASE("schedule check: identical schedules pass and compute what unchecked o
         for (size_t i = 0; i < 6; ++i) expected.push_back(static_cast<float>(n) * a[i]);
         for (int r = 0; r < n; ++r) {
           INFO("rank " << r);
-          CHECK(checks[r] > 40);  // the matrix ran (79 checks when written)
+          CHECK(checks[r] > 40);                  // the matrix ran (79 checks when written)
           CHECK(results[r * 2 + 1] == expected);  // checked
           CHECK(results[r * 2] == expected);      // unchecked
           CHECK(ops[r * 2 + 1] == 5);
-          CHECK(ops[r * 2] == 5);                 // the exchanges are not counted as operations
-          CHECK(exchanges[r * 2 + 1] == 7);       // 5 operations + 2 checkpoints
+          CHECK(ops[r * 2] == 5);            // the exchanges are not counted as operations
+          CHECK(exchanges[r * 2 + 1] == 7);  // 5 operations + 2 checkpoints
           CHECK(exchanges[r * 2] == 0);
           CHECK(child_checking[r] == 1);
         }
@@ -334,9 +338,9 @@ TEST_CASE("schedule check: a different kind, dtype, count or label at op 3 fails
   for (Engine engine : engines()) {
     for (int n : {2, 3}) {
       DYNAMIC_SECTION(engine_name(engine) << ", " << n << " ranks") {
-        const std::string head = "--check_schedule: ranks diverged in group 'world' at collective #3: " +
-                                 all_but_last(n) + " issued allgather(bf16, 4096 elements per rank) but rank " +
-                                 std::to_string(n - 1) + " issued ";
+        const std::string head =
+            "--check_schedule: ranks diverged in group 'world' at collective #3: " + all_but_last(n) +
+            " issued allgather(bf16, 4096 elements per rank) but rank " + std::to_string(n - 1) + " issued ";
         check_all_failed(run_divergence(engine, n,
                                         [&](Communicator& c, bool odd) {
                                           std::vector<uint16_t> i(4096 * 3), o(4096 * 3);
@@ -382,10 +386,11 @@ TEST_CASE("schedule check: a rank that skips an op and ends its step is matched 
           if (!odd) c.allgather(x.data(), y.data(), 16, DType::f32);
           c.schedule_checkpoint("end of step 1");
         });
-        check_all_failed(out, "--check_schedule: ranks diverged in group 'world' at collective #4 (#2 since checkpoint "
-                              "'end of step 0'): " + all_but_last(n) +
-                                  " issued allgather(fp32, 16 elements per rank) but rank " + std::to_string(n - 1) +
-                                  " reached checkpoint 'end of step 1' after 3 collectives");
+        check_all_failed(out,
+                         "--check_schedule: ranks diverged in group 'world' at collective #4 (#2 since checkpoint "
+                         "'end of step 0'): " +
+                             all_but_last(n) + " issued allgather(fp32, 16 elements per rank) but rank " +
+                             std::to_string(n - 1) + " reached checkpoint 'end of step 1' after 3 collectives");
       }
     }
   }
@@ -399,8 +404,9 @@ TEST_CASE("schedule check: a rank that splits while the others reduce fails at o
     else
       c.allreduce(&x, 1, DType::f32);
   });
-  check_all_failed(out, "--check_schedule: ranks diverged in group 'world' at collective #3: ranks 0, 1 issued "
-                        "allreduce(fp32 sum, 1 element) but rank 2 called split");
+  check_all_failed(out,
+                   "--check_schedule: ranks diverged in group 'world' at collective #3: ranks 0, 1 issued "
+                   "allreduce(fp32 sum, 1 element) but rank 2 called split");
 }
 
 TEST_CASE("schedule check: the hierarchical engine (shm inside hosts, gloo across) passes and catches") {
@@ -417,8 +423,9 @@ TEST_CASE("schedule check: the hierarchical engine (shm inside hosts, gloo acros
     std::vector<float> x(64);
     c.allreduce(x.data(), odd ? 32 : 64, DType::f32);
   });
-  check_all_failed(out, "--check_schedule: ranks diverged in group 'world' at collective #3: ranks 0-2 issued "
-                        "allreduce(fp32 sum, 64 elements) but rank 3 issued allreduce(fp32 sum, 32 elements)");
+  check_all_failed(out,
+                   "--check_schedule: ranks diverged in group 'world' at collective #3: ranks 0-2 issued "
+                   "allreduce(fp32 sum, 64 elements) but rank 3 issued allreduce(fp32 sum, 32 elements)");
 }
 
 TEST_CASE("schedule check: a rank that issues nothing more is left to the timeout, whose report names the checkpoint") {
