@@ -66,6 +66,17 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
          cfg_.gradient_predivide_factor);
   if (cfg_.fp16.enabled) dtype_ = DType::f16;
   if (cfg_.bf16.enabled) dtype_ = DType::bf16;
+  // DeepSpeed's gradient accumulation dtype (engine.md 2.1): as configured, else fp32 for bf16
+  // without ZeRO (its BF16_Optimizer), else the parameters' dtype.
+  grad_dtype_ = dtype_;
+  if (const auto& g = cfg_.data_types.grad_accum_dtype) {
+    auto parsed = parse_dtype(*g);
+    if (!parsed || (*parsed != DType::f32 && *parsed != DType::f16 && *parsed != DType::bf16))
+      fail("data_types.grad_accum_dtype: expected fp32, fp16 or bf16, found \"{}\"", *g);
+    grad_dtype_ = *parsed;
+  } else if (dtype_ == DType::bf16 && stage_ == 0) {
+    grad_dtype_ = DType::f32;
+  }
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
   if (const char* inject = std::getenv("DSCPP_INJECT_OVERFLOW")) inject_overflow_ = parse_step_list(inject);
   if (const char* inject = std::getenv("DSCPP_INJECT_DIVERGENCE")) inject_divergence_ = std::atoll(inject);
@@ -99,14 +110,17 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   mp.stage = stage_;
   mp.world = world.size();
   mp.dtype = dtype_;
+  mp.grad_dtype = grad_dtype_;
   mp.optimizer_bytes_per_element = optimizer_->state_bytes_per_element();
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
   if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
   plan_ = plan_memory(plugin.layers(), layout_, mp);
   if (world.rank() == 0)
-    log::info("ZeRO stage {} over {} rank{}, {} parameters and gradients; memory plan:\n{}", stage_, world.size(),
-              world.size() == 1 ? "" : "s", dtype_name(dtype_), format_memory_plan(plan_, nullptr, deepspeed_estimate()));
+    log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
+              world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
+              scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
+              format_memory_plan(plan_, nullptr, deepspeed_estimate()));
   try {
     allocate(s3);
   } catch (const OutOfDeviceMemory& e) {
@@ -127,10 +141,13 @@ void Engine::allocate(const Stage3Options& s3) {
   r.prescale = cfg_.prescale_gradients;
   r.reduce_scatter = z.reduce_scatter;
   r.overlap = z.overlap();
-  if (cfg_.communication_data_type) r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
-  grads_ = std::make_unique<GradReducer>(world, layout_, device, dtype_, r);
+  if (cfg_.communication_data_type)
+    r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
+  else if (dtype_ == DType::bf16 && stage_ == 0)
+    r.comm_dtype = DType::bf16;  // BF16_Optimizer reduces its fp32 gradients in bf16 by default
+  grads_ = std::make_unique<GradReducer>(world, layout_, device, grad_dtype_, r);
 
-  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_);
+  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
   runner_->set_source([this](int layer, bool backward) {
     return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
                                     backward ? grads_->layer_grads(layer) : nullptr};
@@ -397,7 +414,8 @@ bool Engine::prepare_gradients(float* grad_scale) {
   // Stage 0: the gradients are already reduced and identical on every rank, so local answers
   // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
   const bool partitioned = stage_ > 0 && world_.size() > 1;
-  if (scaler_->checks_overflow()) {
+  // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
+  if (scaler_->checks_overflow() || (dtype_ == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
     if (inject_overflow_.count(counters_.global_steps + 1) && world_.rank() == world_.size() - 1)
       over_groups([&](void* g, int64_t) { kernels::store_from_f32(g, grads_->dtype(), &kInf, 1); });
     double overflow = 0;
@@ -405,7 +423,7 @@ bool Engine::prepare_gradients(float* grad_scale) {
     // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
     // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
     if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
-    scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
+    if (scaler_->checks_overflow()) scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
     if (overflow != 0) return false;
   }
   double max_norm = cfg_.gradient_clipping;

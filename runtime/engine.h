@@ -96,7 +96,8 @@ class Engine {
 
   int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
   int stage_ = 0;
-  DType dtype_ = DType::f32;  // parameter and gradient storage
+  DType dtype_ = DType::f32;       // parameter storage
+  DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
   FlatLayout layout_;
   MemoryPlan plan_;
   std::unique_ptr<ParamStore> params_;

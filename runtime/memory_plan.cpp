@@ -33,7 +33,8 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   const int64_t e = static_cast<int64_t>(dtype_size(in.dtype));
   const int64_t master = in.dtype == DType::f32 ? 0 : 4;
   at(MemCategory::params) = in.stage == 3 ? (layout.part_total + in.stage3_live_elements) * e : layout.total * e;
-  at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * e : layout.total * e;
+  const int64_t ge = static_cast<int64_t>(dtype_size(in.grad_dtype));
+  at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * ge : layout.total * ge;
   at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master);
   int64_t max_out = 0, max_ws = 0, acts = 0, max_part = 0;
   for (const LayerDecl& l : layers) {
@@ -44,9 +45,10 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   at(MemCategory::activations) = acts + 2 * in.micro_batch * max_out * 4;  // + the two backward gradient buffers
   for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
   int64_t buffers = in.micro_batch * max_ws;
-  if (in.stage == 1) buffers += 2 * max_part * e;
-  if (in.stage >= 2) buffers += (in.overlap_comm ? 2 : 1) * (layout.max_group_numel + max_part) * e;
-  if (e != 4) buffers += 2 * layout.max_layer_numel * 4 + max_part * 4;  // fp32 layer views, unscaled gradient
+  if (in.stage == 1) buffers += 2 * max_part * ge;
+  if (in.stage >= 2) buffers += (in.overlap_comm ? 2 : 1) * (layout.max_group_numel + max_part) * ge;
+  if (e != 4) buffers += layout.max_layer_numel * 4;                 // fp32 view of a layer's parameters
+  if (ge != 4) buffers += layout.max_layer_numel * 4 + max_part * 4;  // fp32 layer gradients, unscaled gradient
   at(MemCategory::buffers) = buffers;
   return p;
 }

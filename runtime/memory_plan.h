@@ -3,8 +3,9 @@
 // that puts the measured peaks beside it.
 //
 // Model states follow the ZeRO paper's terms for the storage dtype (e bytes per element:
-// 4 for fp32, 2 for fp16/bf16; Ψ = padded parameter elements, N = ranks, K = optimizer bytes
-// per element, which includes the fp32 master when parameters are 16-bit):
+// 4 for fp32, 2 for fp16/bf16, for gradients their accumulation dtype's size; Ψ = padded
+// parameter elements, N = ranks, K = optimizer bytes per element, which includes the fp32
+// master when parameters are 16-bit):
 //   stage 0   params eΨ      grads eΨ      optimizer KΨ
 //   stage 1   params eΨ      grads eΨ      optimizer KΨ/N
 //   stage 2   params eΨ      grads eΨ/N    optimizer KΨ/N
@@ -27,7 +28,8 @@ namespace dscpp::runtime {
 struct MemoryPlanInputs {
   int stage = 0;
   int world = 1;
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;       // parameters
+  DType grad_dtype = DType::f32;  // gradients
   int64_t optimizer_bytes_per_element = 8;  // state only (Adam: m and v); the master is added for 16-bit
   int64_t micro_batch = 1;
   bool overlap_comm = false;
