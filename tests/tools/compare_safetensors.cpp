@@ -3,7 +3,7 @@
 // absolute and relative differences, and exits 1 when any element differs by more than
 // atol + rtol·|b| (both 0 = bit-for-bit). Used by the runtime's system tests.
 #include "core/error.h"
-#include "runtime/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <fmt/format.h>
 
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--prefix")) prefix = argv[i + 1];
   }
   try {
-    runtime::SafetensorsFile a(argv[1]), b(argv[2]);
+    ckpt::SafetensorsFile a(argv[1]), b(argv[2]);
     int bad = 0;
     double worst_abs = 0, worst_rel = 0;
     std::string worst_name;
