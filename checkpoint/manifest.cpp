@@ -3,16 +3,20 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "core/error.h"
 
-#include <fstream>
 #include <sys/stat.h>
+#include <fstream>
 
 namespace dscpp::ckpt {
 
 using nlohmann::json;
 
-std::string rank_file_name(int rank) { return fmt::format("zero_pp_rank_{}_partitions.safetensors", rank); }
+std::string rank_file_name(int rank) {
+  return fmt::format("zero_pp_rank_{}_partitions.safetensors", rank);
+}
 
-std::string Manifest::path() const { return tag_dir + "/" + kManifestFile; }
+std::string Manifest::path() const {
+  return tag_dir + "/" + kManifestFile;
+}
 
 bool Manifest::has(const std::string& key) const {
   const json* j = &doc;
@@ -46,8 +50,12 @@ void Manifest::throw_bad_type(const std::string& key, const json& v) const {
 json manifest_json(const Manifest& m) {
   json groups = json::array(), params = json::array();
   for (const GroupDesc& g : m.layout.groups)
-    groups.push_back({{"first_layer", g.first_layer}, {"end_layer", g.end_layer}, {"begin", g.begin},
-                      {"numel", g.numel}, {"part", g.part}, {"part_offset", g.part_offset}});
+    groups.push_back({{"first_layer", g.first_layer},
+                      {"end_layer", g.end_layer},
+                      {"begin", g.begin},
+                      {"numel", g.numel},
+                      {"part", g.part},
+                      {"part_offset", g.part_offset}});
   for (const ParamDesc& p : m.layout.params)
     params.push_back({{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"offset", p.offset}});
   json j = m.doc.is_object() ? m.doc : json::object();
@@ -60,8 +68,11 @@ json manifest_json(const Manifest& m) {
   j["optimizer"]["type"] = m.optimizer_type;
   j["optimizer"]["states"] = m.optimizer_states;
   j["optimizer"]["step"] = m.optimizer_step;
-  j["layout"] = {{"parts", m.layout.parts}, {"total", m.layout.total}, {"part_total", m.layout.part_total},
-                 {"groups", groups}, {"params", params}};
+  j["layout"] = {{"parts", m.layout.parts},
+                 {"total", m.layout.total},
+                 {"part_total", m.layout.part_total},
+                 {"groups", groups},
+                 {"params", params}};
   j["files"] = {{"storage", m.storage == Storage::by_name ? "by_name" : "partitions"}, {"names", m.files}};
   return j;
 }
@@ -106,7 +117,8 @@ Manifest read_manifest(const std::string& tag_dir) {
   if (!groups.is_array() || !params.is_array())
     fail("checkpoint {}: {}: layout.groups and layout.params must be arrays", tag_dir, kManifestFile);
   auto field = [&](const json& j, const char* key, const std::string& where) -> const json& {
-    if (!j.is_object() || !j.contains(key)) fail("checkpoint {}: {}: {} has no '{}'", tag_dir, kManifestFile, where, key);
+    if (!j.is_object() || !j.contains(key))
+      fail("checkpoint {}: {}: {} has no '{}'", tag_dir, kManifestFile, where, key);
     return j[key];
   };
   try {
@@ -161,8 +173,7 @@ std::string resolve_tag_dir(const std::string& path) {
   if (::stat((path + "/" + kManifestFile).c_str(), &st) == 0) return path;
   auto tag = read_latest_tag(path);
   if (!tag)
-    fail("checkpoint {}: neither a tag directory (no {}) nor a save directory (no `latest` file)", path,
-         kManifestFile);
+    fail("checkpoint {}: neither a tag directory (no {}) nor a save directory (no `latest` file)", path, kManifestFile);
   return path + "/" + *tag;
 }
 

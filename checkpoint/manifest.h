@@ -40,7 +40,7 @@ std::string rank_file_name(int rank);
 enum class Storage { by_name, partitions };
 
 struct Manifest {
-  std::string tag_dir;                 // where it was read from (empty when being written)
+  std::string tag_dir;  // where it was read from (empty when being written)
   int zero_stage = 0;
   int world_size = 1;
   std::string params_dtype = "fp32";  // the run's parameter storage dtype (informative: fp32 master is saved)

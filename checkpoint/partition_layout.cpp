@@ -23,7 +23,8 @@ int group_of(const PartitionLayout& layout, int64_t at) {
 }  // namespace
 
 std::vector<Fragment> fragments(const PartitionLayout& layout, size_t param, int64_t first, int64_t count) {
-  if (param >= layout.params.size()) fail("checkpoint layout: no parameter {} ({} declared)", param, layout.params.size());
+  if (param >= layout.params.size())
+    fail("checkpoint layout: no parameter {} ({} declared)", param, layout.params.size());
   const ParamDesc& p = layout.params[param];
   if (first < 0 || count < 0 || first > p.numel || count > p.numel - first)
     fail("checkpoint layout: elements [{}, {}) lie outside parameter '{}' ({} elements)", first, first + count, p.name,
@@ -31,7 +32,8 @@ std::vector<Fragment> fragments(const PartitionLayout& layout, size_t param, int
   std::vector<Fragment> out;
   if (count == 0) return out;
   int gi = group_of(layout, p.offset);
-  if (gi < 0 || p.offset + p.numel > layout.groups[static_cast<size_t>(gi)].begin + layout.groups[static_cast<size_t>(gi)].numel)
+  if (gi < 0 ||
+      p.offset + p.numel > layout.groups[static_cast<size_t>(gi)].begin + layout.groups[static_cast<size_t>(gi)].numel)
     fail("checkpoint layout: parameter '{}' (flat [{}, {})) lies in no partition group", p.name, p.offset,
          p.offset + p.numel);
   const GroupDesc& g = layout.groups[static_cast<size_t>(gi)];
@@ -63,8 +65,7 @@ std::vector<GroupSpan> group_spans(const PartitionLayout& layout, int64_t first,
   if (it != layout.groups.begin()) --it;
   for (; it != layout.groups.end() && it->part_offset < hi; ++it) {
     const int64_t a = std::max(first, it->part_offset), b = std::min(hi, it->part_offset + it->part);
-    if (b > a)
-      out.push_back(GroupSpan{static_cast<int>(it - layout.groups.begin()), a - it->part_offset, b - a, a});
+    if (b > a) out.push_back(GroupSpan{static_cast<int>(it - layout.groups.begin()), a - it->part_offset, b - a, a});
   }
   return out;
 }
@@ -75,9 +76,10 @@ void validate(const PartitionLayout& layout, const std::string& where) {
   for (size_t i = 0; i < layout.groups.size(); ++i) {
     const GroupDesc& g = layout.groups[i];
     if (g.begin != at || g.numel != g.part * layout.parts || g.part < 0 || g.part_offset != part_at)
-      fail("{}: partition group {} (begin {}, numel {}, part {}, part_offset {}) does not follow the previous groups "
-           "(expected begin {}, numel = {} · part, part_offset {})",
-           where, i, g.begin, g.numel, g.part, g.part_offset, at, layout.parts, part_at);
+      fail(
+          "{}: partition group {} (begin {}, numel {}, part {}, part_offset {}) does not follow the previous groups "
+          "(expected begin {}, numel = {} · part, part_offset {})",
+          where, i, g.begin, g.numel, g.part, g.part_offset, at, layout.parts, part_at);
     at += g.numel;
     part_at += g.part;
   }
@@ -90,9 +92,10 @@ void validate(const PartitionLayout& layout, const std::string& where) {
     int64_t n = 1;
     for (int64_t d : p.shape) n *= d;
     if (p.numel < 0 || n != p.numel || p.offset < end)
-      fail("{}: parameter '{}' (shape numel {}, numel {}, offset {}) is inconsistent or overlaps the previous one "
-           "(which ends at {})",
-           where, p.name, n, p.numel, p.offset, end);
+      fail(
+          "{}: parameter '{}' (shape numel {}, numel {}, offset {}) is inconsistent or overlaps the previous one "
+          "(which ends at {})",
+          where, p.name, n, p.numel, p.offset, end);
     end = p.offset + p.numel;
     if (p.numel == 0) continue;
     int gi = group_of(layout, p.offset);

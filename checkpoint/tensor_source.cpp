@@ -44,9 +44,8 @@ PartitionedTensorSource::PartitionedTensorSource(const Manifest& manifest)
 }
 
 bool PartitionedTensorSource::has(const std::string& what) const {
-  return what == kMasterWeights ||
-         std::find(manifest_.optimizer_states.begin(), manifest_.optimizer_states.end(), what) !=
-             manifest_.optimizer_states.end();
+  return what == kMasterWeights || std::find(manifest_.optimizer_states.begin(), manifest_.optimizer_states.end(),
+                                             what) != manifest_.optimizer_states.end();
 }
 
 const SafetensorsFile& PartitionedTensorSource::rank_file(int rank) {

@@ -28,8 +28,8 @@ ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
   std::vector<TensorToWrite> tensors;
   for (const ParamDesc& d : m.layout.params) {
     int64_t index = source->find(d.name);
-    if (index < 0) fail("checkpoint {}: parameter '{}' is in the manifest but not in {}", r.tag_dir, d.name,
-                        source->description());
+    if (index < 0)
+      fail("checkpoint {}: parameter '{}' is in the manifest but not in {}", r.tag_dir, d.name, source->description());
     if (source->params()[static_cast<size_t>(index)].shape != d.shape)
       fail("checkpoint {}: parameter '{}' has another shape in {} than in the manifest", r.tag_dir, d.name,
            source->description());

@@ -11,7 +11,9 @@
 namespace dscpp::launcher {
 
 namespace {
-std::string gigabytes(int64_t bytes) { return fmt::format("{:.2f} GB", static_cast<double>(bytes) / 1e9); }
+std::string gigabytes(int64_t bytes) {
+  return fmt::format("{:.2f} GB", static_cast<double>(bytes) / 1e9);
+}
 }  // namespace
 
 int run_zero_to_fp32(const ZeroToFp32Args& args) {
@@ -23,12 +25,13 @@ int run_zero_to_fp32(const ZeroToFp32Args& args) {
     bool done = p.tensors_done == p.tensors_total;
     if (args.quiet || done || std::chrono::duration<double>(now - last).count() < args.progress_interval) return;
     last = now;
-    std::fprintf(stderr, "%s",
-                 fmt::format("zero-to-fp32: {}/{} tensors, {} of {} ({:.0f}%)\n", p.tensors_done, p.tensors_total,
-                             gigabytes(p.bytes_done), gigabytes(p.bytes_total),
-                             p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)
-                                           : 100.0)
-                     .c_str());
+    std::fprintf(
+        stderr, "%s",
+        fmt::format(
+            "zero-to-fp32: {}/{} tensors, {} of {} ({:.0f}%)\n", p.tensors_done, p.tensors_total,
+            gigabytes(p.bytes_done), gigabytes(p.bytes_total),
+            p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100.0)
+            .c_str());
   };
   ckpt::ConsolidateResult r = ckpt::zero_to_fp32(args.checkpoint, args.out, progress);
   std::printf("%s", fmt::format("wrote {}: {} tensors, {} fp32 parameters ({}) from {} (ZeRO stage {}, {} rank{}, "

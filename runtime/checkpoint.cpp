@@ -24,11 +24,15 @@ namespace dscpp::runtime {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string step_tag(int64_t global_steps) { return fmt::format("global_step{}", global_steps); }
+std::string step_tag(int64_t global_steps) {
+  return fmt::format("global_step{}", global_steps);
+}
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 LocalPartitions local_partitions(const CheckpointView& v, comm::Communicator& comm) {
   return LocalPartitions(*v.layout, comm.rank(), *v.master, *v.optimizer, *v.device);
@@ -127,14 +131,16 @@ ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalP
 std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointView& v, const LocalPartitions& local) {
   std::vector<std::string> problems;
   if (int64_t tb = m.get<int64_t>("train_batch_size"); tb != v.train_batch_size)
-    problems.push_back(fmt::format("it was trained with train_batch_size {}, this run has {} (the data position "
-                                   "would not resume exactly)",
-                                   tb, v.train_batch_size));
+    problems.push_back(
+        fmt::format("it was trained with train_batch_size {}, this run has {} (the data position "
+                    "would not resume exactly)",
+                    tb, v.train_batch_size));
   if (m.optimizer_type != v.optimizer->name())
     problems.push_back(fmt::format("its optimizer is {}, this run's is {}", m.optimizer_type, v.optimizer->name()));
   else if (m.optimizer_states != local.states())
     problems.push_back(fmt::format("its optimizer state is [{}], this run's {} keeps [{}]",
-                                   fmt::join(m.optimizer_states, ", "), m.optimizer_type, fmt::join(local.states(), ", ")));
+                                   fmt::join(m.optimizer_states, ", "), m.optimizer_type,
+                                   fmt::join(local.states(), ", ")));
   std::map<std::string, std::vector<int64_t>> saved;
   for (const ckpt::ParamDesc& p : m.layout.params) saved[p.name] = p.shape;
   for (const ParamSlot& s : v.layout->params) {
@@ -149,7 +155,8 @@ std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointVie
     saved.erase(it);
   }
   for (const auto& [name, shape] : saved)
-    problems.push_back(fmt::format("it has parameter '{}' {} that the model does not declare", name, shape_text(shape)));
+    problems.push_back(
+        fmt::format("it has parameter '{}' {} that the model does not declare", name, shape_text(shape)));
   return problems;
 }
 
@@ -180,7 +187,10 @@ void write_partitions(const std::string& path, const LocalPartitions& local,
   whats.insert(whats.end(), local.states().begin(), local.states().end());
   std::vector<ckpt::TensorToWrite> tensors;
   for (const std::string& what : whats)
-    tensors.push_back({what, DType::f32, {local.layout().part_total}, nullptr,
+    tensors.push_back({what,
+                       DType::f32,
+                       {local.layout().part_total},
+                       nullptr,
                        [&local, what](int64_t first, int64_t count, void* dst) {
                          local.copy_out(what, first, count, static_cast<float*>(dst));
                        }});
@@ -241,16 +251,19 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
     log::warn("checkpoint {} was trained with --seed {}, this run uses {}: the data order after resuming differs",
               tag_dir, m.get<uint64_t>("data_sampler.seed"), v.seed);
   if ((m.zero_stage != v.zero_stage || m.world_size != comm.size()) && log_here)
-    log::info("resharding {}: saved by {} rank(s) at ZeRO stage {} ({} parameters), loading into {} rank(s) at stage {} "
-              "({} parameters)",
-              tag_dir, m.world_size, m.zero_stage, m.params_dtype, comm.size(), v.zero_stage, dtype_name(v.params_dtype));
+    log::info(
+        "resharding {}: saved by {} rank(s) at ZeRO stage {} ({} parameters), loading into {} rank(s) at stage {} "
+        "({} parameters)",
+        tag_dir, m.world_size, m.zero_stage, m.params_dtype, comm.size(), v.zero_stage, dtype_name(v.params_dtype));
 
   std::unique_ptr<ckpt::TensorSource> source = ckpt::open_source(m);
   std::vector<std::string> whats{ckpt::kMasterWeights};
   whats.insert(whats.end(), local.states().begin(), local.states().end());
+  v.params->settle();
   local.load_owned(*source, whats);
   for (size_t g = 0; g < v.layout->groups.size(); ++g)
-    if (int oi = v.master->optimizer_group(static_cast<int>(g)); oi >= 0) v.optimizer->set_step_count(oi, m.optimizer_step);
+    if (int oi = v.master->optimizer_group(static_cast<int>(g)); oi >= 0)
+      v.optimizer->set_step_count(oi, m.optimizer_step);
   v.schedule->set_last_batch_iteration(m.get<int64_t>("lr_scheduler.last_batch_iteration"));
   restore_scaler(m, v.scaler, log_here);
   v.counters->global_steps = m.global_steps;
@@ -274,6 +287,7 @@ void load_initial_weights(const std::string& path, comm::Communicator& comm, con
   }
   if (!problems.empty()) fail("{} does not fit the model: {}", path, fmt::join(problems, "; "));
   LocalPartitions local = local_partitions(v, comm);
+  v.params->settle();
   local.load_owned(source, {ckpt::kMasterWeights});
   publish_master(v);
 }

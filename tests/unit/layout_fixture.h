@@ -10,7 +10,9 @@
 
 namespace dscpp::ckpt::test {
 
-inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+inline int64_t round_up(int64_t n, int64_t m) {
+  return (n + m - 1) / m * m;
+}
 
 // `groups` lists each group's parameter sizes (parameters "p0", "p1", ... in order); an
 // empty list is a layer without parameters (an empty group, as stage 3 makes one).

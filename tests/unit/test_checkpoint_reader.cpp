@@ -98,19 +98,19 @@ std::string write_checkpoint(const std::string& save_dir, const PartitionLayout&
     for (int r = 0; r < l.parts; ++r) {
       std::vector<TensorToWrite> tensors;
       for (const std::string& what : whats)
-        tensors.push_back({what, DType::f32, {l.part_total}, nullptr,
-                           [&l, r, what](int64_t first, int64_t count, void* dst) {
-                             for (int64_t i = 0; i < count; ++i) {
-                               int64_t at = first + i;
-                               float v = 0;
-                               for (const GroupDesc& g : l.groups)
-                                 if (at >= g.part_offset && at < g.part_offset + g.part) {
-                                   auto [p, k] = param_at(l, g.begin + r * g.part + (at - g.part_offset));
-                                   if (p >= 0) v = value(static_cast<size_t>(p), k, what);
-                                 }
-                               static_cast<float*>(dst)[i] = v;
-                             }
-                           }});
+        tensors.push_back(
+            {what, DType::f32, {l.part_total}, nullptr, [&l, r, what](int64_t first, int64_t count, void* dst) {
+               for (int64_t i = 0; i < count; ++i) {
+                 int64_t at = first + i;
+                 float v = 0;
+                 for (const GroupDesc& g : l.groups)
+                   if (at >= g.part_offset && at < g.part_offset + g.part) {
+                     auto [p, k] = param_at(l, g.begin + r * g.part + (at - g.part_offset));
+                     if (p >= 0) v = value(static_cast<size_t>(p), k, what);
+                   }
+                 static_cast<float*>(dst)[i] = v;
+               }
+             }});
       write_safetensors(staging + "/" + rank_file_name(r), tensors,
                         {{"rank", std::to_string(r)}, {"world_size", std::to_string(l.parts)}, {"global_steps", "7"}});
     }
@@ -250,8 +250,8 @@ TEST_CASE("zero-to-fp32 writes every parameter by name from a save dir or a tag 
       PartitionLayout l = stage == 0 ? make_layout(1, {{1003, 7}, {4097, 33, 1}}) : make_layout(3, kOddModel);
       std::string tag = write_checkpoint(dir.path, l, stage);
       std::vector<ConsolidateProgress> seen;
-      ConsolidateResult r = zero_to_fp32(dir.path, dir.path + "/a.safetensors",
-                                         [&](const ConsolidateProgress& p) { seen.push_back(p); });
+      ConsolidateResult r =
+          zero_to_fp32(dir.path, dir.path + "/a.safetensors", [&](const ConsolidateProgress& p) { seen.push_back(p); });
       zero_to_fp32(tag, dir.path + "/b.safetensors");
       CHECK(r.tag_dir == tag);
       CHECK(r.zero_stage == stage);
@@ -284,9 +284,12 @@ TEST_CASE("inconsistent checkpoints are refused naming the file and what is wron
   std::string r1 = tag + "/" + rank_file_name(1);
 
   SECTION("a rank file from another save") {
-    write_safetensors(r1, {{"fp32", DType::f32, {l.part_total}, nullptr, [](int64_t, int64_t n, void* d) {
-                              std::fill_n(static_cast<float*>(d), n, 0.0f);
-                            }}},
+    write_safetensors(r1,
+                      {{"fp32",
+                        DType::f32,
+                        {l.part_total},
+                        nullptr,
+                        [](int64_t, int64_t n, void* d) { std::fill_n(static_cast<float*>(d), n, 0.0f); }}},
                       {{"rank", "1"}, {"world_size", "2"}, {"global_steps", "9"}});
     auto src = open_source(read_manifest(tag));
     std::vector<float> v(1003);
@@ -294,9 +297,12 @@ TEST_CASE("inconsistent checkpoints are refused naming the file and what is wron
                       Catch::Contains(r1) && Catch::Contains("'global_steps' is '9', the manifest expects 7"));
   }
   SECTION("a rank file without an optimizer state") {
-    write_safetensors(r1, {{"fp32", DType::f32, {l.part_total}, nullptr, [](int64_t, int64_t n, void* d) {
-                              std::fill_n(static_cast<float*>(d), n, 0.0f);
-                            }}},
+    write_safetensors(r1,
+                      {{"fp32",
+                        DType::f32,
+                        {l.part_total},
+                        nullptr,
+                        [](int64_t, int64_t n, void* d) { std::fill_n(static_cast<float*>(d), n, 0.0f); }}},
                       {{"rank", "1"}, {"world_size", "2"}, {"global_steps", "7"}});
     auto src = open_source(read_manifest(tag));
     std::vector<float> v(1003);
