@@ -18,29 +18,29 @@ std::string Manifest::path() const {
   return tag_dir + "/" + kManifestFile;
 }
 
-bool Manifest::has(const std::string& key) const {
+namespace {
+// The value at a dotted key, or nullptr.
+const json* lookup(const json& doc, const std::string& key) {
   const json* j = &doc;
-  size_t pos = 0;
-  for (;;) {
+  for (size_t pos = 0;;) {
     size_t dot = key.find('.', pos);
     std::string part = key.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
-    if (!j->is_object() || !j->contains(part)) return false;
+    if (!j->is_object() || !j->contains(part)) return nullptr;
     j = &(*j)[part];
-    if (dot == std::string::npos) return true;
+    if (dot == std::string::npos) return j;
     pos = dot + 1;
   }
 }
+}  // namespace
+
+bool Manifest::has(const std::string& key) const {
+  return lookup(doc, key) != nullptr;
+}
 
 const json& Manifest::at(const std::string& key) const {
-  if (!has(key)) fail("checkpoint {}: {} has no '{}'", tag_dir, kManifestFile, key);
-  const json* j = &doc;
-  size_t pos = 0;
-  for (;;) {
-    size_t dot = key.find('.', pos);
-    j = &(*j)[key.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos)];
-    if (dot == std::string::npos) return *j;
-    pos = dot + 1;
-  }
+  const json* j = lookup(doc, key);
+  if (!j) fail("checkpoint {}: {} has no '{}'", tag_dir, kManifestFile, key);
+  return *j;
 }
 
 void Manifest::throw_bad_type(const std::string& key, const json& v) const {

@@ -5,6 +5,8 @@
 #include "checkpoint/tensor_source.h"
 #include "core/error.h"
 
+#include <fmt/ranges.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,7 +15,8 @@
 namespace dscpp::ckpt {
 
 ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
-                               const std::function<void(const ConsolidateProgress&)>& progress) {
+                               const std::function<void(const ConsolidateProgress&)>& progress,
+                               const std::string& what) {
   ConsolidateResult r;
   r.tag_dir = resolve_tag_dir(ckpt);
   Manifest m = read_manifest(r.tag_dir);
@@ -21,6 +24,9 @@ ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
   r.world_size = m.world_size;
   r.global_steps = m.global_steps;
   std::unique_ptr<TensorSource> source = open_source(m);
+  if (!source->has(what))
+    fail("checkpoint {}: it has no '{}' (it has the master weights '{}' and the optimizer states [{}])", r.tag_dir,
+         what, kMasterWeights, fmt::join(m.optimizer_states, ", "));
 
   ConsolidateProgress p;
   p.tensors_total = m.layout.params.size();
@@ -35,7 +41,7 @@ ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
            source->description());
     TensorToWrite t{d.name, DType::f32, d.shape, nullptr, {}};
     t.fill = [&, index, numel = d.numel](int64_t first, int64_t count, void* dst) {
-      source->read(static_cast<size_t>(index), kMasterWeights, first, count, static_cast<float*>(dst));
+      source->read(static_cast<size_t>(index), what, first, count, static_cast<float*>(dst));
       p.bytes_done += count * 4;
       if (first + count == numel) {
         ++p.tensors_done;
@@ -53,7 +59,8 @@ ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
                                           {"dscpp_checkpoint", r.tag_dir},
                                           {"global_steps", std::to_string(m.global_steps)},
                                           {"zero_stage", std::to_string(m.zero_stage)},
-                                          {"world_size", std::to_string(m.world_size)}};
+                                          {"world_size", std::to_string(m.world_size)},
+                                          {"tensor", what}};
   const std::string partial = out + ".partial";
   try {
     write_safetensors(partial, tensors, meta);

@@ -29,8 +29,12 @@ struct ConsolidateResult {
 };
 
 // `ckpt` is a save directory (follows `latest`) or a tag directory. `progress` (optional) is
-// called as each tensor finishes.
+// called as each tensor finishes. `what` selects what is consolidated: the fp32 master
+// weights ("fp32", the default) or an optimizer state ("exp_avg", ...), each parameter's
+// state stored under the parameter's name; throws dscpp::Error listing the states the
+// checkpoint has when it has no `what`.
 ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
-                               const std::function<void(const ConsolidateProgress&)>& progress = {});
+                               const std::function<void(const ConsolidateProgress&)>& progress = {},
+                               const std::string& what = "fp32");
 
 }  // namespace dscpp::ckpt

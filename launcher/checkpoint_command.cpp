@@ -33,10 +33,11 @@ int run_zero_to_fp32(const ZeroToFp32Args& args) {
             p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100.0)
             .c_str());
   };
-  ckpt::ConsolidateResult r = ckpt::zero_to_fp32(args.checkpoint, args.out, progress);
-  std::printf("%s", fmt::format("wrote {}: {} tensors, {} fp32 parameters ({}) from {} (ZeRO stage {}, {} rank{}, "
+  ckpt::ConsolidateResult r = ckpt::zero_to_fp32(args.checkpoint, args.out, progress, args.state);
+  const std::string what = args.state == "fp32" ? "master weights" : "optimizer state " + args.state;
+  std::printf("%s", fmt::format("wrote {}: {}, {} tensors, {} fp32 values ({}), from {} (ZeRO stage {}, {} rank{}, "
                                 "step {}) in {:.2f} s\n",
-                                args.out, r.tensors, r.numel, gigabytes(r.numel * 4), r.tag_dir, r.zero_stage,
+                                args.out, what, r.tensors, r.numel, gigabytes(r.numel * 4), r.tag_dir, r.zero_stage,
                                 r.world_size, r.world_size == 1 ? "" : "s", r.global_steps,
                                 std::chrono::duration<double>(Clock::now() - start).count())
                         .c_str());

@@ -42,6 +42,7 @@ int run_estimate(const EstimateArgs& args);
 struct ZeroToFp32Args {
   std::string checkpoint;          // a save dir (its `latest`) or a tag dir
   std::string out;                 // the .safetensors file to write
+  std::string state = "fp32";      // or an optimizer state ("exp_avg", ...)
   double progress_interval = 2.0;  // seconds between progress lines on stderr
   bool quiet = false;
 };

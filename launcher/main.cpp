@@ -158,6 +158,8 @@ int main(int argc, char** argv) {
   z2f_cmd->add_option("CKPT", z2f.checkpoint, "a save directory (follows its `latest`) or a tag directory")->required();
   z2f_cmd->add_option("OUT", z2f.out, "the .safetensors file to write (via OUT.partial, renamed when complete)")
       ->required();
+  z2f_cmd->add_option("--state", z2f.state,
+                      "write this optimizer state (exp_avg, exp_avg_sq, ...) by parameter name instead of the weights");
   z2f_cmd->add_option("--progress_interval", z2f.progress_interval, "seconds between progress lines (default 2)");
   z2f_cmd->add_flag("-q,--quiet", z2f.quiet, "no progress lines");
 

@@ -8,7 +8,9 @@
 #     K/2 + save + load + K/2, every rank file (master weights and optimizer state) and the
 #     consolidated weights;
 #  3. reshard: the 4-rank stage-3 checkpoint of step K/2 continued on 2 ranks at stage 1 and on
-#     1 rank at stage 0 matches the unbroken run; weights alone (fresh optimizer) do not;
+#     1 rank at stage 0 matches the unbroken run; weights alone (fresh optimizer) do not; loaded
+#     and saved again at 2 × stage 1, 3 × stage 2, 1 × stage 0 it keeps weights and moments
+#     bit for bit;
 #  4. --init_from at stage 3 reproduces the file exactly; zero-to-fp32 of a stage-0 checkpoint
 #     is its model.safetensors; progress lines;
 #  5. a save killed before its commit leaves `latest` loadable; a mismatched model or batch is
@@ -145,6 +147,28 @@ for target in "1 2 6" "0 1 12"; do
   out=$("$COMPARE" "$WORK/s3r4.safetensors" "$d.safetensors" --atol $TOL 2>&1) ||
     fail "reshard to stage $stage differs from the unbroken 4-rank run: $out"
 done
+# The resharding itself is lossless: loaded and saved again without a step at 2 × stage 1,
+# 3 × stage 2 and 1 × stage 0, the master weights and both Adam moments are bit for bit those
+# of the 4-rank stage-3 checkpoint (zero-to-fp32 --state consolidates a moment by name).
+resume_dir "$SRC" "$WORK/src5"
+for what in fp32 exp_avg exp_avg_sq; do
+  "$DSCPP" zero-to-fp32 "$WORK/src5" "$WORK/src5.$what.safetensors" --state $what -q > /dev/null 2>&1 ||
+    fail "zero-to-fp32 --state $what of the 4-rank checkpoint"
+done
+for target in "1 2 6" "2 3 4" "0 1 12"; do
+  read -r stage ranks micro <<< "$target"
+  d=$WORK/lossless_s${stage}r$ranks
+  config "$stage" "$micro" 1 "$d.json"
+  train mlp "$ranks" "$d.json" "$d.log" --steps $((K / 2)) --load_dir "$WORK/src5" --save_dir "$d" ||
+    { fail "lossless reshard to stage $stage on $ranks: $(tail -3 "$d.log")"; continue; }
+  ok=1
+  for what in fp32 exp_avg exp_avg_sq; do
+    "$DSCPP" zero-to-fp32 "$d" "$d.$what.safetensors" --state $what -q > /dev/null 2>&1 || fail "zero-to-fp32 $d $what"
+    out=$("$COMPARE" "$WORK/src5.$what.safetensors" "$d.$what.safetensors" 2>&1) ||
+      { ok=0; fail "reshard 4 × stage 3 → $ranks × stage $stage changed $what: $out"; }
+  done
+  [ $ok = 1 ] && pass "reshard 4 × stage 3 → $ranks × stage $stage is lossless: weights, exp_avg, exp_avg_sq bit for bit"
+done
 # Control: the same weights without the rest of the state (--init_from: fresh optimizer
 # moments, schedule and data position) continue elsewhere.
 consolidate "$SRC" "$WORK/half.safetensors"
@@ -164,7 +188,7 @@ out=$("$COMPARE" "$WORK/half.safetensors" "$WORK/init3.safetensors" 2>&1) &&
   fail "zero-to-fp32 of stage 0: $(cat "$WORK/ref0.err")"
 out=$("$COMPARE" "$REF" "$WORK/ref0.safetensors" 2>&1) && pass "zero-to-fp32 of a stage-0 checkpoint: $out" ||
   fail "zero-to-fp32 of stage 0: $out"
-grep -q "zero-to-fp32: 1/6 tensors" "$WORK/ref0.err" && grep -q "wrote .*6 tensors, 30159 fp32 parameters" "$WORK/ref0.out" &&
+grep -q "zero-to-fp32: 1/6 tensors" "$WORK/ref0.err" && grep -q "wrote .*: master weights, 6 tensors, 30159 fp32 values" "$WORK/ref0.out" &&
   pass "progress and summary: $(cat "$WORK/ref0.out")" || fail "progress output: $(cat "$WORK/ref0.err" "$WORK/ref0.out")"
 
 # ---- 5. killed save; mismatches ----------------------------------------------------------

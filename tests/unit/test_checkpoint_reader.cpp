@@ -253,14 +253,19 @@ TEST_CASE("zero-to-fp32 writes every parameter by name from a save dir or a tag 
       ConsolidateResult r =
           zero_to_fp32(dir.path, dir.path + "/a.safetensors", [&](const ConsolidateProgress& p) { seen.push_back(p); });
       zero_to_fp32(tag, dir.path + "/b.safetensors");
+      zero_to_fp32(tag, dir.path + "/m.safetensors", {}, "exp_avg");
+      CHECK_THROWS_WITH(zero_to_fp32(tag, dir.path + "/x.safetensors", {}, "momentum_buffer"),
+                        Catch::Contains("no 'momentum_buffer'") && Catch::Contains("[exp_avg, exp_avg_sq]"));
       CHECK(r.tag_dir == tag);
       CHECK(r.zero_stage == stage);
       CHECK(r.tensors == l.params.size());
       REQUIRE(seen.size() == l.params.size());
       CHECK(seen.back().bytes_done == seen.back().bytes_total);
       CHECK_FALSE(fs::exists(dir.path + "/a.safetensors.partial"));
-      for (const char* name : {"a.safetensors", "b.safetensors"}) {
+      for (const char* name : {"a.safetensors", "b.safetensors", "m.safetensors"}) {
+        const std::string what = name[0] == 'm' ? "exp_avg" : kMasterWeights;
         SafetensorsFile out(dir.path + "/" + name);
+        CHECK(out.metadata().at("tensor") == what);
         CHECK(out.metadata().at("global_steps") == "7");
         CHECK(out.metadata().at("zero_stage") == std::to_string(stage));
         REQUIRE(out.tensors().size() == l.params.size());
@@ -270,7 +275,7 @@ TEST_CASE("zero-to-fp32 writes every parameter by name from a save dir or a tag 
           CHECK(t->shape == l.params[p].shape);
           std::vector<float> v(static_cast<size_t>(t->numel));
           out.read(t->name, 0, t->numel, v.data(), DType::f32);
-          for (int64_t k = 0; k < t->numel; ++k) REQUIRE(v[static_cast<size_t>(k)] == value(p, k, kMasterWeights));
+          for (int64_t k = 0; k < t->numel; ++k) REQUIRE(v[static_cast<size_t>(k)] == value(p, k, what));
         }
       }
     }
