@@ -36,6 +36,18 @@ struct EstimateArgs {
 // Prints the table (stdout); throws dscpp::Error for bad inputs. Returns the exit status.
 int run_estimate(const EstimateArgs& args);
 
+// `dscpp zero-to-fp32`: a checkpoint of any stage and world size → one fp32 safetensors file
+// by parameter name (checkpoint/zero_to_fp32.h). Throws dscpp::Error naming the file or key
+// at fault. Returns the exit status.
+struct ZeroToFp32Args {
+  std::string checkpoint;          // a save dir (its `latest`) or a tag dir
+  std::string out;                 // the .safetensors file to write
+  std::string state = "fp32";      // or an optimizer state ("exp_avg", ...)
+  double progress_interval = 2.0;  // seconds between progress lines on stderr
+  bool quiet = false;
+};
+int run_zero_to_fp32(const ZeroToFp32Args& args);
+
 // Prints every key of the schema with its default.
 int run_config_keys();
 // Prints what this build contains and what this machine offers (`ds_report`'s role).

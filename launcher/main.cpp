@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
       "  dscpp config check FILE             validate a DeepSpeed config, resolve \"auto\", print every key\n"
       "  dscpp config keys                   list every config key dscpp knows, with DeepSpeed's default\n"
       "  dscpp report                        what this build and this machine offer\n"
-      "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n",
+      "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n"
+      "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n",
       "dscpp"};
   app.set_version_flag("--version", DSCPP_VERSION_STRING);
   app.prefix_command();  // the first positional ends dscpp's options: the rest is PROGRAM's
@@ -148,6 +149,20 @@ int main(int argc, char** argv) {
   estimate_cmd->add_option("plugin_args", estimate.plugin_args, "the plugin's arguments (after --)");
   estimate_cmd->positionals_at_end();
 
+  dscpp::launcher::ZeroToFp32Args z2f;
+  CLI::App* z2f_cmd = app.add_subcommand(
+      "zero-to-fp32",
+      "Write the fp32 weights of a dscpp checkpoint (any ZeRO stage, any number of ranks) into one safetensors\n"
+      "file by parameter name, as DeepSpeed's zero_to_fp32.py does; streams tensor by tensor (about 16 MB of\n"
+      "memory whatever the model size). No GPU and no runtime needed.");
+  z2f_cmd->add_option("CKPT", z2f.checkpoint, "a save directory (follows its `latest`) or a tag directory")->required();
+  z2f_cmd->add_option("OUT", z2f.out, "the .safetensors file to write (via OUT.partial, renamed when complete)")
+      ->required();
+  z2f_cmd->add_option("--state", z2f.state,
+                      "write this optimizer state (exp_avg, exp_avg_sq, ...) by parameter name instead of the weights");
+  z2f_cmd->add_option("--progress_interval", z2f.progress_interval, "seconds between progress lines (default 2)");
+  z2f_cmd->add_flag("-q,--quiet", z2f.quiet, "no progress lines");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -158,6 +173,7 @@ int main(int argc, char** argv) {
     if (*keys_cmd) return dscpp::launcher::run_config_keys();
     if (*report_cmd) return dscpp::launcher::run_report();
     if (*estimate_cmd) return dscpp::launcher::run_estimate(estimate);
+    if (*z2f_cmd) return dscpp::launcher::run_zero_to_fp32(z2f);
     launch.program = app.remaining();
     if (!launch.program.empty() && launch.program.front() == "--") launch.program.erase(launch.program.begin());
     if (launch.program.empty()) {

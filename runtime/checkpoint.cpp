@@ -1,97 +1,234 @@
 #include "runtime/checkpoint.h"
 
 #include "build_config.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/tensor_source.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "runtime/checkpoint_dir.h"
-#include "runtime/safetensors.h"
+#include "runtime/local_partitions.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 namespace dscpp::runtime {
-
-const int kCheckpointFormatVersion = 1;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string step_tag(int64_t global_steps) { return fmt::format("global_step{}", global_steps); }
+std::string step_tag(int64_t global_steps) {
+  return fmt::format("global_step{}", global_steps);
+}
 
 namespace {
 
-json manifest_of(const CheckpointView& v, int world_size) {
-  json params = json::array();
-  for (const ParamSlot& s : v.layout->params)
-    params.push_back({{"name", s.name}, {"shape", s.shape}, {"numel", s.numel}, {"offset", s.offset}});
-  json steps = json::array({v.optimizer->step_count(0)});
-  json m = {
-      {"format", "dscpp-checkpoint"},
-      {"format_version", kCheckpointFormatVersion},
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+LocalPartitions local_partitions(const CheckpointView& v, comm::Communicator& comm) {
+  return LocalPartitions(*v.layout, comm.rank(), *v.master, *v.optimizer, *v.device);
+}
+
+// ---- loss scaler <-> JSON (DeepSpeed restores options and state from the checkpoint) ----
+
+json scaler_json(const LossScaler* s) {
+  if (!s) return nullptr;
+  const LossScalerOptions& o = s->options();
+  const LossScalerState& st = s->state();
+  return {{"rule", static_cast<int>(o.rule)},
+          {"rule_name", rule_name(o.rule)},
+          {"init_scale", o.init_scale},
+          {"scale_window", o.scale_window},
+          {"hysteresis", o.hysteresis},
+          {"consecutive_hysteresis", o.consecutive_hysteresis},
+          {"min_scale", o.min_scale},
+          {"raise_at_min_scale", o.raise_at_min_scale},
+          {"cur_scale", st.cur_scale},
+          {"cur_iter", st.cur_iter},
+          {"last_overflow_iter", st.last_overflow_iter},
+          {"cur_hysteresis", st.cur_hysteresis},
+          {"skipped_steps", st.skipped_steps}};
+}
+
+void restore_scaler(const ckpt::Manifest& m, LossScaler* scaler, bool log_here) {
+  if (!m.has("loss_scaler") || m.at("loss_scaler").is_null()) {
+    if (scaler && scaler->checks_overflow() && log_here)
+      log::info("checkpoint {} has no loss-scaler state (not an fp16 run): the scaler starts at {}", m.tag_dir,
+                scaler->scale());
+    return;
+  }
+  if (!scaler) return;  // an fp16 checkpoint continued in bf16/fp32: nothing to scale
+  LossScalerOptions o;
+  int rule = m.get<int>("loss_scaler.rule");
+  if (rule < 0 || rule > static_cast<int>(LossScaleRule::legacy))
+    fail("checkpoint {}: loss_scaler.rule {} is not a known rule", m.tag_dir, rule);
+  o.rule = static_cast<LossScaleRule>(rule);
+  o.init_scale = m.get<double>("loss_scaler.init_scale");
+  o.scale_window = m.get<int64_t>("loss_scaler.scale_window");
+  o.hysteresis = m.get<int64_t>("loss_scaler.hysteresis");
+  o.consecutive_hysteresis = m.get<bool>("loss_scaler.consecutive_hysteresis");
+  o.min_scale = m.get<double>("loss_scaler.min_scale");
+  o.raise_at_min_scale = m.get<bool>("loss_scaler.raise_at_min_scale");
+  LossScalerState st;
+  st.cur_scale = m.get<double>("loss_scaler.cur_scale");
+  st.cur_iter = m.get<int64_t>("loss_scaler.cur_iter");
+  st.last_overflow_iter = m.get<int64_t>("loss_scaler.last_overflow_iter");
+  st.cur_hysteresis = m.get<int64_t>("loss_scaler.cur_hysteresis");
+  st.skipped_steps = m.get<int64_t>("loss_scaler.skipped_steps");
+  *scaler = LossScaler(o);
+  scaler->restore(st);
+}
+
+// ---- manifest ----------------------------------------------------------------------------
+
+ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalPartitions& local) {
+  ckpt::Manifest m;
+  m.zero_stage = v.zero_stage;
+  m.world_size = world_size;
+  m.params_dtype = std::string(dtype_name(v.params_dtype));
+  m.global_steps = v.counters->global_steps;
+  m.layout = local.layout();
+  m.optimizer_type = v.optimizer->name();
+  m.optimizer_states = local.states();
+  m.optimizer_step = local.optimizer_step();
+  if (v.zero_stage == 0) {
+    m.storage = ckpt::Storage::by_name;
+    m.files = {ckpt::kModelFile, ckpt::kOptimizerFile};
+  } else {
+    m.storage = ckpt::Storage::partitions;
+    for (int r = 0; r < world_size; ++r) m.files.push_back(ckpt::rank_file_name(r));
+  }
+  m.doc = {
       {"dscpp_version", DSCPP_VERSION},
-      {"zero_stage", v.zero_stage},
-      {"world_size", world_size},
       {"train_batch_size", v.train_batch_size},
       {"train_micro_batch_size_per_gpu", v.micro_batch},
       {"gradient_accumulation_steps", v.gradient_accumulation_steps},
-      {"global_steps", v.counters->global_steps},
       {"global_samples", v.counters->global_samples},
       {"skipped_steps", v.counters->skipped_steps},
       {"micro_steps", v.counters->micro_steps},
       {"lr_scheduler", {{"type", v.schedule->name()}, {"last_batch_iteration", v.schedule->last_batch_iteration()}}},
-      {"optimizer", {{"type", v.optimizer->name()}, {"step", steps}}},
       {"data_sampler", {{"seed", v.seed}, {"micro_batches_consumed", v.counters->micro_steps}}},
-      {"flat_numel", v.layout->total},
-      {"params", params},
-      {"files", {{"model", "model.safetensors"}, {"optimizer", "optimizer.safetensors"}}},
+      {"loss_scaler", scaler_json(v.scaler)},
   };
   try {
-    m["ds_config"] = json::parse(v.config_json);
+    m.doc["ds_config"] = json::parse(v.config_json);
   } catch (const std::exception&) {
-    m["ds_config"] = v.config_json;
+    m.doc["ds_config"] = v.config_json;
   }
   return m;
 }
 
-std::vector<TensorToWrite> model_tensors(const CheckpointView& v) {
-  std::vector<TensorToWrite> out;
-  for (const ParamSlot& s : v.layout->params) out.push_back({s.name, DType::f32, s.shape, v.params + s.offset});
-  return out;
+// Every way the checkpoint does not fit the running model and config, in words.
+std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointView& v, const LocalPartitions& local) {
+  std::vector<std::string> problems;
+  if (int64_t tb = m.get<int64_t>("train_batch_size"); tb != v.train_batch_size)
+    problems.push_back(
+        fmt::format("it was trained with train_batch_size {}, this run has {} (the data position "
+                    "would not resume exactly)",
+                    tb, v.train_batch_size));
+  if (m.optimizer_type != v.optimizer->name())
+    problems.push_back(fmt::format("its optimizer is {}, this run's is {}", m.optimizer_type, v.optimizer->name()));
+  else if (m.optimizer_states != local.states())
+    problems.push_back(fmt::format("its optimizer state is [{}], this run's {} keeps [{}]",
+                                   fmt::join(m.optimizer_states, ", "), m.optimizer_type,
+                                   fmt::join(local.states(), ", ")));
+  std::map<std::string, std::vector<int64_t>> saved;
+  for (const ckpt::ParamDesc& p : m.layout.params) saved[p.name] = p.shape;
+  for (const ParamSlot& s : v.layout->params) {
+    auto it = saved.find(s.name);
+    if (it == saved.end()) {
+      problems.push_back(fmt::format("parameter '{}' {} is not in it", s.name, shape_text(s.shape)));
+      continue;
+    }
+    if (it->second != s.shape)
+      problems.push_back(fmt::format("parameter '{}' has shape {} in it, the model declares {}", s.name,
+                                     shape_text(it->second), shape_text(s.shape)));
+    saved.erase(it);
+  }
+  for (const auto& [name, shape] : saved)
+    problems.push_back(
+        fmt::format("it has parameter '{}' {} that the model does not declare", name, shape_text(shape)));
+  return problems;
 }
 
-std::vector<TensorToWrite> optimizer_tensors(const CheckpointView& v) {
-  std::vector<TensorToWrite> out;
-  for (const StateTensor& st : v.optimizer->state(0))
-    for (const ParamSlot& s : v.layout->params) out.push_back({s.name + "/" + st.name, DType::f32, s.shape, st.data + s.offset});
-  return out;
+// ---- writing -----------------------------------------------------------------------------
+
+void write_by_name(const std::string& staging, const LocalPartitions& local,
+                   const std::map<std::string, std::string>& meta) {
+  const ckpt::PartitionLayout& l = local.layout();
+  std::vector<ckpt::TensorToWrite> model, optimizer;
+  for (size_t i = 0; i < l.params.size(); ++i)
+    model.push_back({l.params[i].name, DType::f32, l.params[i].shape, nullptr,
+                     [&local, i](int64_t first, int64_t count, void* dst) {
+                       local.copy_param_out(i, ckpt::kMasterWeights, first, count, static_cast<float*>(dst));
+                     }});
+  for (const std::string& state : local.states())
+    for (size_t i = 0; i < l.params.size(); ++i)
+      optimizer.push_back({l.params[i].name + "/" + state, DType::f32, l.params[i].shape, nullptr,
+                           [&local, i, state](int64_t first, int64_t count, void* dst) {
+                             local.copy_param_out(i, state, first, count, static_cast<float*>(dst));
+                           }});
+  ckpt::write_safetensors((fs::path(staging) / ckpt::kModelFile).string(), model, meta);
+  ckpt::write_safetensors((fs::path(staging) / ckpt::kOptimizerFile).string(), optimizer, meta);
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+void write_partitions(const std::string& path, const LocalPartitions& local,
+                      const std::map<std::string, std::string>& meta) {
+  std::vector<std::string> whats{ckpt::kMasterWeights};
+  whats.insert(whats.end(), local.states().begin(), local.states().end());
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (const std::string& what : whats)
+    tensors.push_back({what,
+                       DType::f32,
+                       {local.layout().part_total},
+                       nullptr,
+                       [&local, what](int64_t first, int64_t count, void* dst) {
+                         local.copy_out(what, first, count, static_cast<float*>(dst));
+                       }});
+  ckpt::write_safetensors(path, tensors, meta);
+}
+
+void write_manifest(const std::string& path, const ckpt::Manifest& m) {
+  std::ofstream f(path);
+  f << ckpt::manifest_json(m).dump(2) << "\n";
+  f.close();
+  if (!f) fail("cannot write {}", path);
+}
+
+// After the master weights changed: the 16-bit parameters follow, and every rank sees them.
+void publish_master(const CheckpointView& v) {
+  v.master->write_params();
+  v.params->publish();
+}
 
 }  // namespace
 
 std::string save_checkpoint(const std::string& save_dir, const std::string& tag, comm::Communicator& comm,
                             const CheckpointView& v) {
-  std::string staging;
-  if (comm.rank() == 0) {
-    remove_stale_staging(save_dir);
-    staging = checkpoint_staging_dir(save_dir, tag);
+  LocalPartitions local = local_partitions(v, comm);
+  ckpt::Manifest m = manifest_of(v, comm.size(), local);
+  if (comm.rank() == 0) ckpt::remove_stale_staging(save_dir);
+  comm.barrier();  // the debris of a crashed save is gone before anyone writes into its staging dir
+  const std::string staging = ckpt::checkpoint_staging_dir(save_dir, tag);
+  std::map<std::string, std::string> meta{{"format", "dscpp"}, {"global_steps", std::to_string(m.global_steps)}};
+  if (m.storage == ckpt::Storage::by_name) {
     // Stage 0: every rank holds the same model and optimizer state; rank 0 writes them once.
-    std::map<std::string, std::string> meta{{"format", "dscpp"}, {"global_steps", std::to_string(v.counters->global_steps)}};
-    write_safetensors((fs::path(staging) / "model.safetensors").string(), model_tensors(v), meta);
-    write_safetensors((fs::path(staging) / "optimizer.safetensors").string(), optimizer_tensors(v), meta);
-    std::ofstream f(fs::path(staging) / "manifest.json");
-    f << manifest_of(v, comm.size()).dump(2) << "\n";
-    f.close();
-    if (!f) fail("cannot write {}", (fs::path(staging) / "manifest.json").string());
+    if (comm.rank() == 0) write_by_name(staging, local, meta);
+  } else {
+    meta["rank"] = std::to_string(comm.rank());
+    meta["world_size"] = std::to_string(comm.size());
+    write_partitions((fs::path(staging) / m.files[static_cast<size_t>(comm.rank())]).string(), local, meta);
   }
+  if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
   comm.barrier();
   // Fault injection for the tests of the commit protocol: die with every file written but
   // the checkpoint not yet committed (the most convincing moment for a torn checkpoint).
@@ -99,93 +236,60 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
     log::error("DSCPP_FAULT_INJECT=save_before_commit: dying before committing {}", tag);
     std::_Exit(17);
   }
-  if (comm.rank() == 0) commit_checkpoint(save_dir, tag);
+  if (comm.rank() == 0) ckpt::commit_checkpoint(save_dir, tag);
   comm.barrier();
   return (fs::path(save_dir) / tag).string();
 }
 
-void load_weights(const std::string& path, const FlatLayout& layout, float* params) {
-  SafetensorsFile file(path);
-  std::vector<std::string> problems;
-  for (const ParamSlot& s : layout.params) {
-    const TensorInfo* t = file.find(s.name);
-    if (!t) {
-      problems.push_back(fmt::format("parameter '{}' {} is missing", s.name, shape_text(s.shape)));
-      continue;
-    }
-    if (t->shape != s.shape) {
-      problems.push_back(fmt::format("parameter '{}' has shape {} in the file but the model declares {}", s.name,
-                                     shape_text(t->shape), shape_text(s.shape)));
-      continue;
-    }
-    file.read(s.name, 0, s.numel, params + s.offset, DType::f32);
-  }
-  if (!problems.empty()) fail("{} does not fit the model: {}", path, fmt::join(problems, "; "));
+void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const CheckpointView& v) {
+  ckpt::Manifest m = ckpt::read_manifest(tag_dir);
+  LocalPartitions local = local_partitions(v, comm);
+  if (auto problems = mismatches(m, v, local); !problems.empty())
+    fail("checkpoint {} does not match this run: {}", tag_dir, fmt::join(problems, "; "));
+  const bool log_here = comm.rank() == 0;
+  if (m.get<uint64_t>("data_sampler.seed") != v.seed && log_here)
+    log::warn("checkpoint {} was trained with --seed {}, this run uses {}: the data order after resuming differs",
+              tag_dir, m.get<uint64_t>("data_sampler.seed"), v.seed);
+  if ((m.zero_stage != v.zero_stage || m.world_size != comm.size()) && log_here)
+    log::info(
+        "resharding {}: saved by {} rank(s) at ZeRO stage {} ({} parameters), loading into {} rank(s) at stage {} "
+        "({} parameters)",
+        tag_dir, m.world_size, m.zero_stage, m.params_dtype, comm.size(), v.zero_stage, dtype_name(v.params_dtype));
+
+  std::unique_ptr<ckpt::TensorSource> source = ckpt::open_source(m);
+  std::vector<std::string> whats{ckpt::kMasterWeights};
+  whats.insert(whats.end(), local.states().begin(), local.states().end());
+  v.params->settle();
+  local.load_owned(*source, whats);
+  for (size_t g = 0; g < v.layout->groups.size(); ++g)
+    if (int oi = v.master->optimizer_group(static_cast<int>(g)); oi >= 0)
+      v.optimizer->set_step_count(oi, m.optimizer_step);
+  v.schedule->set_last_batch_iteration(m.get<int64_t>("lr_scheduler.last_batch_iteration"));
+  restore_scaler(m, v.scaler, log_here);
+  v.counters->global_steps = m.global_steps;
+  v.counters->global_samples = m.get<int64_t>("global_samples");
+  v.counters->skipped_steps = m.get<int64_t>("skipped_steps");
+  v.counters->micro_steps = m.get<int64_t>("micro_steps");
+  publish_master(v);
+  comm.barrier();
 }
 
-void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const CheckpointView& v) {
-  fs::path dir(tag_dir);
-  std::ifstream in(dir / "manifest.json");
-  if (!in) fail("checkpoint {}: manifest.json is missing (not a dscpp checkpoint, or an unfinished save)", tag_dir);
-  json m;
-  try {
-    m = json::parse(in);
-  } catch (const std::exception& e) {
-    fail("checkpoint {}: manifest.json is not valid JSON: {}", tag_dir, e.what());
-  }
-  auto get = [&](const char* key) -> const json& {
-    if (!m.contains(key)) fail("checkpoint {}: manifest.json has no '{}'", tag_dir, key);
-    return m[key];
-  };
-  if (m.value("format", "") != "dscpp-checkpoint" || get("format_version").get<int>() != kCheckpointFormatVersion)
-    fail("checkpoint {}: manifest format {} version {}, expected dscpp-checkpoint version {}", tag_dir,
-         m.value("format", "?"), m.value("format_version", -1), kCheckpointFormatVersion);
-
+void load_initial_weights(const std::string& path, comm::Communicator& comm, const CheckpointView& v) {
+  ckpt::NamedTensorSource source(path);
   std::vector<std::string> problems;
-  if (get("zero_stage").get<int>() != v.zero_stage)
-    problems.push_back(fmt::format("it was written with ZeRO stage {}, this run uses stage {}",
-                                   m["zero_stage"].get<int>(), v.zero_stage));
-  if (get("train_batch_size").get<int64_t>() != v.train_batch_size)
-    problems.push_back(fmt::format("it was trained with train_batch_size {}, this run has {} (the data position "
-                                   "would not resume exactly)",
-                                   m["train_batch_size"].get<int64_t>(), v.train_batch_size));
-  if (get("optimizer")["type"].get<std::string>() != v.optimizer->name())
-    problems.push_back(fmt::format("its optimizer is {}, this run's is {}", m["optimizer"]["type"].get<std::string>(),
-                                   v.optimizer->name()));
-  std::map<std::string, std::vector<int64_t>> saved;
-  for (const json& p : get("params")) saved[p["name"].get<std::string>()] = p["shape"].get<std::vector<int64_t>>();
   for (const ParamSlot& s : v.layout->params) {
-    auto it = saved.find(s.name);
-    if (it == saved.end())
-      problems.push_back(fmt::format("parameter '{}' {} is not in it", s.name, shape_text(s.shape)));
-    else if (it->second != s.shape)
-      problems.push_back(fmt::format("parameter '{}' has shape {} in it, the model declares {}", s.name,
-                                     shape_text(it->second), shape_text(s.shape)));
-    if (it != saved.end()) saved.erase(it);
+    int64_t i = source.find(s.name);
+    if (i < 0)
+      problems.push_back(fmt::format("parameter '{}' {} is missing", s.name, shape_text(s.shape)));
+    else if (const auto& shape = source.params()[static_cast<size_t>(i)].shape; shape != s.shape)
+      problems.push_back(fmt::format("parameter '{}' has shape {} in the file but the model declares {}", s.name,
+                                     shape_text(shape), shape_text(s.shape)));
   }
-  for (const auto& [name, shape] : saved)
-    problems.push_back(fmt::format("it has parameter '{}' {} that the model does not declare", name, shape_text(shape)));
-  if (!problems.empty())
-    fail("checkpoint {} does not match this run: {}", tag_dir, fmt::join(problems, "; "));
-  if (get("data_sampler")["seed"].get<uint64_t>() != v.seed && comm.rank() == 0)
-    log::warn("checkpoint {} was trained with --seed {}, this run uses {}: the data order after resuming differs",
-              tag_dir, m["data_sampler"]["seed"].get<uint64_t>(), v.seed);
-
-  load_weights((dir / get("files")["model"].get<std::string>()).string(), *v.layout, v.params);
-  SafetensorsFile opt((dir / m["files"]["optimizer"].get<std::string>()).string());
-  for (const StateTensor& st : v.optimizer->state(0))
-    for (const ParamSlot& s : v.layout->params) {
-      std::string name = s.name + "/" + st.name;
-      if (!opt.find(name)) fail("checkpoint {}: optimizer state '{}' is missing from {}", tag_dir, name, opt.path());
-      opt.read(name, 0, s.numel, st.data + s.offset, DType::f32);
-    }
-  v.optimizer->set_step_count(0, m["optimizer"]["step"][0].get<int64_t>());
-  v.schedule->set_last_batch_iteration(m["lr_scheduler"]["last_batch_iteration"].get<int64_t>());
-  v.counters->global_steps = get("global_steps").get<int64_t>();
-  v.counters->global_samples = get("global_samples").get<int64_t>();
-  v.counters->skipped_steps = get("skipped_steps").get<int64_t>();
-  v.counters->micro_steps = get("micro_steps").get<int64_t>();
-  comm.barrier();
+  if (!problems.empty()) fail("{} does not fit the model: {}", path, fmt::join(problems, "; "));
+  LocalPartitions local = local_partitions(v, comm);
+  v.params->settle();
+  local.load_owned(source, {ckpt::kMasterWeights});
+  publish_master(v);
 }
 
 }  // namespace dscpp::runtime

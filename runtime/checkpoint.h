@@ -1,21 +1,35 @@
 // Engine checkpoints: DeepSpeed's directory shape (<save_dir>/latest, <save_dir>/<tag>/),
-// tensors in safetensors files a user can open, and a manifest that says what is where.
+// tensors in safetensors files a user can open, and a manifest that says what is where
+// (the files and their format: checkpoint/manifest.h).
 //
-//   <tag>/manifest.json        format, dscpp version, ZeRO stage, world size, batch sizes,
-//                              counters, LR-schedule position, optimizer type and step counts,
-//                              every parameter (name, shape, numel, flat offset), the config
-//   <tag>/model.safetensors    fp32 parameters by full name "<layer>.<param>" (stage 0: rank 0)
-//   <tag>/optimizer.safetensors  state by "<param>/<state>" (e.g. "fc1.weight/exp_avg")
+// What is saved is every bit of state a resumed run needs to continue exactly: the fp32
+// master weights (never the 16-bit parameters: they are the master rounded), the optimizer
+// state and step count, the loss-scaler state (fp16), the LR-schedule position, the
+// counters (global steps and samples, skipped steps, micro steps: the data position and the
+// per-micro-step seeds follow from them).
 //
-// Written through runtime/checkpoint_dir.h (staging directory, rename, `latest` last), so an
-// interrupted save never replaces the last good checkpoint. Loading checks the manifest
-// against the running model and config and names every mismatch.
+// Stage 0: rank 0 writes model.safetensors (fp32 by parameter name) and
+// optimizer.safetensors. Stages 1–3: every rank writes its own partitions; rank 0 the
+// manifest. Written through checkpoint/checkpoint_dir.h (staging directory, rename,
+// `latest` last), so an interrupted save never replaces the last good checkpoint.
+//
+// Loading accepts a checkpoint of any stage and world size: each rank reads, for every
+// parameter, just the fragments its own partitions hold under the running layout (the
+// saved layout says where they are), so no rank materialises more than it owns; padding
+// keeps the running layout's initial values. The 16-bit parameters then follow from the
+// master (DeepSpeed's load_from_fp32_weights) and are published (stage 1/2 allgather, stage
+// 3 persistent groups). The manifest is checked against the running model and config first
+// and every mismatch is named.
 #pragma once
 
 #include "collectives/communicator.h"
-#include "runtime/layer_runner.h"
+#include "core/device.h"
+#include "runtime/flat_layout.h"
+#include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
+#include "runtime/master_weights.h"
 #include "runtime/optimizer.h"
+#include "runtime/param_store.h"
 
 #include <cstdint>
 #include <string>
@@ -31,19 +45,21 @@ struct TrainCounters {
 
 struct CheckpointView {
   const FlatLayout* layout = nullptr;
-  float* params = nullptr;  // fp32 flat, host-addressable
+  MasterWeights* master = nullptr;
+  ParamStore* params = nullptr;
   Optimizer* optimizer = nullptr;
   LrSchedule* schedule = nullptr;
+  LossScaler* scaler = nullptr;  // fp16 runs; nullptr when there is none
   TrainCounters* counters = nullptr;
+  Device* device = nullptr;
   int zero_stage = 0;
+  DType params_dtype = DType::f32;
   int64_t train_batch_size = 0;
   int64_t micro_batch = 0;
   int64_t gradient_accumulation_steps = 0;
   uint64_t seed = 0;
   std::string config_json;  // the effective DeepSpeed config, stored for reference
 };
-
-extern const int kCheckpointFormatVersion;
 
 std::string step_tag(int64_t global_steps);  // "global_step<N>"
 
@@ -54,8 +70,9 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
 // mismatch between the checkpoint and the running model/config.
 void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const CheckpointView& view);
 
-// Reads model weights by parameter name from a safetensors file into the flat fp32 params
-// (each parameter's shape must match).
-void load_weights(const std::string& path, const FlatLayout& layout, float* params);
+// --init_from: the fp32 master weights from a safetensors file by parameter name (any float
+// dtype), each rank reading only what it owns; then the parameters follow and are published.
+// Collective over `comm`. Throws dscpp::Error naming every missing or misshapen parameter.
+void load_initial_weights(const std::string& path, comm::Communicator& comm, const CheckpointView& view);
 
 }  // namespace dscpp::runtime

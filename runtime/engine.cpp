@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "runtime/checkpoint_dir.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "runtime/init.h"
 #include "core/zero_estimate.h"
 #include "kernels/cpu/amp/amp_cpu.h"
@@ -212,7 +212,11 @@ Engine::~Engine() = default;
 CheckpointView Engine::checkpoint_view() {
   CheckpointView v;
   v.layout = &layout_;
-  v.params = static_cast<float*>(params_->full());
+  v.master = master_.get();
+  v.params = params_.get();
+  v.device = &device_;
+  v.params_dtype = dtype_;
+  v.scaler = scaler_->checks_overflow() ? scaler_.get() : nullptr;
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
   v.counters = &counters_;
@@ -224,8 +228,6 @@ CheckpointView Engine::checkpoint_view() {
   v.config_json = config::format_effective_config_json(loaded_);
   return v;
 }
-
-bool Engine::host_addressable_fp32() const { return stage_ == 0 && dtype_ == DType::f32 && device_.is_host(); }
 
 void Engine::initialise_params() {
   // Only the elements this rank owns (zero.Init: at stage 3 no rank ever holds the whole
@@ -259,15 +261,12 @@ void Engine::run() {
   auto t0 = Clock::now();
   initialise_params();
   if (!options_.init_from.empty()) {
-    if (!host_addressable_fp32())
-      fail("--init_from is not available yet at ZeRO stage {} / {} parameters: start from fp32 stage 0", stage_,
-           dtype_name(dtype_));
-    load_weights(options_.init_from, layout_, static_cast<float*>(params_->full()));
+    load_initial_weights(options_.init_from, world_, checkpoint_view());
     if (world_.rank() == 0) log::info("initial weights from {}", options_.init_from);
   }
   std::string resume_dir = options_.load_dir;
   if (resume_dir.empty() && options_.resume_from_save_dir && !options_.save_dir.empty() &&
-      read_latest_tag(options_.save_dir)) {
+      ckpt::read_latest_tag(options_.save_dir)) {
     resume_dir = options_.save_dir;
     if (world_.rank() == 0) log::info("restarted job: resuming from the newest checkpoint in {}", resume_dir);
   }
@@ -518,19 +517,13 @@ EvalResult Engine::evaluate() {
 }
 
 void Engine::save(const std::string& save_dir) {
-  if (!host_addressable_fp32())
-    fail("checkpoints are not available yet at ZeRO stage {} / {} parameters (stage 0 fp32 only)", stage_,
-         dtype_name(dtype_));
   auto t0 = Clock::now();
   std::string dir = save_checkpoint(save_dir, step_tag(counters_.global_steps), world_, checkpoint_view());
   if (world_.rank() == 0) log::info("saved checkpoint {} in {:.2f} s", dir, seconds_since(t0));
 }
 
 void Engine::load(const std::string& load_dir) {
-  if (!host_addressable_fp32())
-    fail("checkpoints are not available yet at ZeRO stage {} / {} parameters (stage 0 fp32 only)", stage_,
-         dtype_name(dtype_));
-  auto tag = read_latest_tag(load_dir);
+  auto tag = ckpt::read_latest_tag(load_dir);
   if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to resume from", load_dir);
   std::string dir = (std::filesystem::path(load_dir) / *tag).string();
   load_checkpoint(dir, world_, checkpoint_view());

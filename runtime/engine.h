@@ -78,10 +78,8 @@ class Engine {
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);
   int64_t deepspeed_estimate() const;
   void initialise_params();
-  void load_init_from(const std::string& path);
   // Overflow check, global norm, clip and unscale factor; returns false when the step must be skipped.
   bool prepare_gradients(float* grad_scale);
-  bool host_addressable_fp32() const;
   void log_step(double loss);
   void report();
   CheckpointView checkpoint_view();

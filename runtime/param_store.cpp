@@ -162,6 +162,10 @@ void ParamStore::release_all() {
   for (size_t g = 0; g < slots_.size(); ++g) release(static_cast<int>(g));
 }
 
+void ParamStore::settle() {
+  for (size_t g = 0; g < slots_.size(); ++g) wait(static_cast<int>(g));
+}
+
 void ParamStore::publish() {
   std::vector<comm::WorkHandle> inflight;
   for (size_t i = 0; i < layout_.groups.size(); ++i) {

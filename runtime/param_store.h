@@ -68,6 +68,9 @@ class ParamStore {
   // After the owned slices changed (optimizer step, checkpoint load): stage 1/2 allgather every
   // group in place; stage 3 re-gathers the persistent groups.
   void publish();
+  // Waits for every gather in flight (their sources are the owned slices): before the owned
+  // slices are overwritten outside the step loop (checkpoint load, --init_from).
+  void settle();
 
   int64_t gathered_elements() const { return live_elements_; }
   int64_t gathers() const { return gathers_; }  // allgathers issued at stage 3 (for tests)

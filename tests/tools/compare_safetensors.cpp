@@ -1,9 +1,11 @@
-// compare_safetensors A B [--rtol R] [--atol T] [--prefix P]: compares every tensor two
-// safetensors files have in common (and that both have the same names), prints the largest
-// absolute and relative differences, and exits 1 when any element differs by more than
-// atol + rtol·|b| (both 0 = bit-for-bit). Used by the runtime's system tests.
+// compare_safetensors A B [--rtol R] [--atol T] [--prefix P] [--match S] [--skip S]...: compares every
+// tensor two safetensors files have in common (and that both have the same names), prints
+// the largest absolute and relative differences, and exits 1 when any element differs by
+// more than atol + rtol·|b| (both 0 = bit-for-bit). --prefix keeps only names starting with
+// P, --match only names containing S; --skip leaves out names containing S. Used by the
+// runtime's system tests.
 #include "core/error.h"
-#include "runtime/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <fmt/format.h>
 
@@ -16,24 +18,34 @@ using namespace dscpp;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: compare_safetensors A B [--rtol R] [--atol T] [--prefix P]\n");
+    std::fprintf(stderr, "usage: compare_safetensors A B [--rtol R] [--atol T] [--prefix P] [--match S] [--skip S]...\n");
     return 2;
   }
   double rtol = 0, atol = 0;
   std::string prefix;
+  std::string match;
+  std::vector<std::string> skip;
   for (int i = 3; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--rtol")) rtol = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--atol")) atol = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--prefix")) prefix = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--match")) match = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--skip")) skip.push_back(argv[i + 1]);
   }
+  auto skipped = [&](const std::string& name) {
+    if (name.find(match) == std::string::npos) return true;
+    for (const auto& s : skip)
+      if (name.find(s) != std::string::npos) return true;
+    return false;
+  };
   try {
-    runtime::SafetensorsFile a(argv[1]), b(argv[2]);
+    ckpt::SafetensorsFile a(argv[1]), b(argv[2]);
     int bad = 0;
     double worst_abs = 0, worst_rel = 0;
     std::string worst_name;
     size_t compared = 0;
     for (const auto& ta : a.tensors()) {
-      if (ta.name.rfind(prefix, 0) != 0) continue;
+      if (ta.name.rfind(prefix, 0) != 0 || skipped(ta.name)) continue;
       const auto* tb = b.find(ta.name);
       if (!tb) {
         std::fprintf(stderr, "%s: only in %s\n", ta.name.c_str(), argv[1]);

@@ -4,7 +4,7 @@
 // side repeats, so neither side compares against its own output.
 #include "core/dtype.h"
 #include "core/error.h"
-#include "runtime/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -13,7 +13,7 @@
 #include <vector>
 
 using namespace dscpp;
-using namespace dscpp::runtime;
+using namespace dscpp::ckpt;
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Checkpoint commit protocol: visibility after commit, crash before commit (a real child
 // process killed mid-save), replacing a tag, and error messages that name paths and errno.
 #include "core/error.h"
-#include "runtime/checkpoint_dir.h"
+#include "checkpoint/checkpoint_dir.h"
 
 #include <catch2/catch.hpp>
 
@@ -14,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-using namespace dscpp::runtime;
+using namespace dscpp::ckpt;
 namespace fs = std::filesystem;
 
 namespace {

@@ -2,7 +2,7 @@
 // must name. Corrupt files are built byte by byte here (not with our writer), so the reader
 // is checked against the format, not against itself.
 #include "core/error.h"
-#include "runtime/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <catch2/catch.hpp>
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 using namespace dscpp;
-using namespace dscpp::runtime;
+using namespace dscpp::ckpt;
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace dscpp::runtime {
+namespace dscpp::ckpt {
 
 // Creates (if needed) <save_dir> and <save_dir>/.<tag>.partial/ and returns the staging path.
 // Safe to call from every rank at once. A tag must be a plain directory name: not empty, no
@@ -39,4 +39,4 @@ std::vector<std::string> remove_stale_staging(const std::string& save_dir);
 // Writes `path` atomically: `path`.tmp, fsync, rename, fsync of the directory.
 void write_file_atomic(const std::string& path, const std::string& contents);
 
-}  // namespace dscpp::runtime
+}  // namespace dscpp::ckpt

@@ -7,21 +7,30 @@
 #include "core/dtype.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
-namespace dscpp::runtime {
+namespace dscpp::ckpt {
+
+// Produces elements [first, first + count) of a tensor into `dst` (host memory, count ×
+// dtype_size bytes). The writer calls it in order, in chunks of at most 4 Mi elements.
+using TensorFill = std::function<void(int64_t first, int64_t count, void* dst)>;
 
 struct TensorToWrite {
   std::string name;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
-  const void* data = nullptr;  // host memory, numel(shape) × dtype_size bytes
+  const void* data = nullptr;  // host memory, numel(shape) × dtype_size bytes; or
+  TensorFill fill;             // streams the tensor (device memory, other files) when data is null
 };
 
 // Writes `path` (truncating it) and fsyncs it. Tensors are stored in the order given (names
-// must be unique). Throws dscpp::Error naming the path on any I/O failure (disk full, ...).
+// must be unique). A tensor given by `fill` goes through one bounded staging buffer, so the
+// memory a write needs does not grow with the tensors. Throws dscpp::Error naming the path on
+// any I/O failure (disk full, ...); an exception from a fill propagates (the file is left
+// incomplete: write to a temporary name and rename when that matters).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
@@ -59,7 +68,8 @@ class SafetensorsFile {
   std::string path_;
   int fd_ = -1;
   std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t> index_;  // name → position in tensors_
   std::map<std::string, std::string> metadata_;
 };
 
-}  // namespace dscpp::runtime
+}  // namespace dscpp::ckpt

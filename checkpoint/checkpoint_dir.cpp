@@ -1,7 +1,7 @@
 // Checkpoint directory commit protocol (see checkpoint_dir.h). Plain POSIX calls rather than
 // std::filesystem where durability matters: we need fsync on files and directories and the
 // exact errno of each step in the message.
-#include "runtime/checkpoint_dir.h"
+#include "checkpoint/checkpoint_dir.h"
 
 #include "core/error.h"
 
@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <system_error>
 
-namespace dscpp::runtime {
+namespace dscpp::ckpt {
 namespace {
 
 constexpr const char* kPartial = ".partial";
@@ -253,4 +253,4 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   fsync_path(slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash)), true);
 }
 
-}  // namespace dscpp::runtime
+}  // namespace dscpp::ckpt

@@ -3,7 +3,7 @@
 // exactly — sorted by offset, each begins where the previous ends, the last ends at the end
 // of the file — and each span must equal numel × dtype size. Files that PyPI's `safetensors`
 // would reject are rejected here too, with the file and the tensor named.
-#include "runtime/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include "core/error.h"
 
@@ -21,7 +21,7 @@
 #include <limits>
 #include <set>
 
-namespace dscpp::runtime {
+namespace dscpp::ckpt {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "safetensors stores little-endian data");
@@ -29,6 +29,8 @@ static_assert(std::endian::native == std::endian::little, "safetensors stores li
 // The reference implementation refuses headers above 100 MB; so do we (a corrupt length
 // would otherwise make us allocate whatever the first 8 bytes say).
 constexpr uint64_t kMaxHeader = 100'000'000;
+
+constexpr int64_t kFillChunk = int64_t{4} << 20;  // elements per TensorToWrite::fill call
 
 const char* st_name(DType t) {
   switch (t) {
@@ -94,7 +96,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     auto numel = checked_numel(t.shape);
     if (!numel) fail("safetensors: writing {}: tensor '{}' has an invalid shape", path, t.name);
     uint64_t bytes = static_cast<uint64_t>(*numel) * dtype_size(t.dtype);
-    if (bytes > 0 && t.data == nullptr) fail("safetensors: writing {}: tensor '{}' has no data", path, t.name);
+    if (bytes > 0 && t.data == nullptr && !t.fill)
+      fail("safetensors: writing {}: tensor '{}' has no data", path, t.name);
     header[t.name] = {{"dtype", st_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     sizes.push_back(bytes);
@@ -111,8 +114,29 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   if (fd < 0) fail("safetensors: cannot create {}: {}", path, errno_text(errno));
   write_all(fd, path, len, sizeof len);
   write_all(fd, path, text.data(), text.size());
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (sizes[i] > 0) write_all(fd, path, tensors[i].data, sizes[i]);
+  std::vector<unsigned char> staging;  // for tensors given by fill
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorToWrite& t = tensors[i];
+    if (sizes[i] == 0) continue;
+    if (t.data) {
+      write_all(fd, path, t.data, sizes[i]);
+      continue;
+    }
+    const size_t esize = dtype_size(t.dtype);
+    const int64_t numel = static_cast<int64_t>(sizes[i] / esize);
+    const int64_t chunk = std::min<int64_t>(kFillChunk, numel);
+    if (staging.size() < static_cast<size_t>(chunk) * esize) staging.resize(static_cast<size_t>(chunk) * esize);
+    for (int64_t done = 0; done < numel; done += chunk) {
+      const int64_t n = std::min(chunk, numel - done);
+      try {
+        t.fill(done, n, staging.data());
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      write_all(fd, path, staging.data(), static_cast<size_t>(n) * esize);
+    }
+  }
   if (::fsync(fd) != 0) {
     int err = errno;
     ::close(fd);
@@ -245,6 +269,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   if (pos != file_size)
     bad(fmt::format("{} bytes after the last tensor's data (file {} bytes, tensors end at {})", file_size - pos,
                     file_size, pos));
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
 SafetensorsFile::~SafetensorsFile() {
@@ -252,9 +277,8 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 const TensorInfo* SafetensorsFile::find(const std::string& name) const {
-  for (const auto& t : tensors_)
-    if (t.name == name) return &t;
-  return nullptr;
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
 void SafetensorsFile::read(const std::string& name, int64_t first, int64_t count, void* dst, DType dst_type) const {
@@ -298,4 +322,4 @@ void SafetensorsFile::read(const std::string& name, int64_t first, int64_t count
   }
 }
 
-}  // namespace dscpp::runtime
+}  // namespace dscpp::ckpt
