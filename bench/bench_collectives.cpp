@@ -4,7 +4,10 @@
 //
 //   mpirun --allow-run-as-root [--oversubscribe] -np N bench_collectives
 //       [--backend mpi|shm|gloo|hierarchical|auto] [--min-bytes B] [--max-bytes B] [--seconds S]
-//       [--rounds R] [--default-malloc]
+//       [--rounds R] [--default-malloc] [--check-schedule]
+//
+// --check-schedule measures the schedule check instead: "ours" is the Communicator with it on,
+// "raw" the same Communicator with it off (ratio = unchecked time / checked time).
 //
 // size is the full buffer (nccl-tests' convention: the input of reduce_scatter, the output of
 // allgather); algbw = size / time; busbw = algbw * 2(n-1)/n for allreduce and * (n-1)/n for
@@ -58,6 +61,7 @@ struct Args {
   double seconds = 0.2;
   int rounds = 3;
   bool default_malloc = false;
+  bool check_schedule = false;
 };
 
 size_t parse_bytes(const std::string& flag, const char* text) {
@@ -82,12 +86,16 @@ Args parse_args(int argc, char** argv) {
       if (g_rank == 0)
         std::printf(
             "usage: mpirun -np N bench_collectives [--backend mpi|shm|gloo|hierarchical|auto] [--min-bytes 4K] "
-            "[--max-bytes 256M] [--seconds 0.2] [--rounds 3] [--default-malloc]\n");
+            "[--max-bytes 256M] [--seconds 0.2] [--rounds 3] [--default-malloc] [--check-schedule]\n");
       MPI_Finalize();
       std::exit(0);
     }
     if (flag == "--default-malloc") {
       args.default_malloc = true;
+      continue;
+    }
+    if (flag == "--check-schedule") {
+      args.check_schedule = true;
       continue;
     }
     if (i + 1 >= argc) die(fmt::format("{} needs a value (see --help)", flag));
@@ -261,11 +269,25 @@ int main(int argc, char** argv) {
       }
       if (rc != MPI_SUCCESS) die(fmt::format("raw {} failed with MPI error {}", op_name(op), rc));
     };
+    std::string raw_name = "MPI on MPI_COMM_WORLD";
+    if (args.check_schedule) {
+      // Every rank switches at the same point of its schedule, as the check requires.
+      Call plain = ours_call;
+      raw_call = [&ours, plain](Op op, size_t count) {
+        ours.set_schedule_check(false);
+        plain(op, count);
+      };
+      ours_call = [&ours, plain](Op op, size_t count) {
+        ours.set_schedule_check(true);
+        plain(op, count);
+      };
+      raw_name = "the same Communicator with the schedule check off (ours: on)";
+    }
 
     if (rank == 0) {
       std::printf(
-          "# dscpp collective sweep: %d ranks, ours = Communicator(%s) [%s], raw = MPI on MPI_COMM_WORLD; malloc %s\n",
-          size, std::string(ours.backend_name()).c_str(), world.description.c_str(),
+          "# dscpp collective sweep: %d ranks, ours = Communicator(%s) [%s], raw = %s; malloc %s\n",
+          size, std::string(ours.backend_name()).c_str(), world.description.c_str(), raw_name.c_str(),
           args.default_malloc ? "defaults" : "pinned");
       std::printf(
           "# fp32 sum; size = full buffer; time: best of %d loops of >= %.2f s, slowest rank; "

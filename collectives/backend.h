@@ -75,6 +75,12 @@ class Backend {
   virtual bool supports(DType dtype, ReduceOp op) const = 0;
   // Blocking. Throws dscpp::Error when a peer is gone or the group timeout passes.
   virtual void run(const OpDesc& op) = 0;
+  // Allgather of `bytes` bytes per rank that live in host memory: the Communicator's own
+  // control data (the schedule check). Engines whose buffers live elsewhere (nccl) or that
+  // compose other engines (hierarchical) override it.
+  virtual void allgather_host(const void* input, void* output, size_t bytes) {
+    run({OpKind::allgather, input, output, bytes, DType::u8});
+  }
   // Collective over the parent: called on every parent rank with that rank's plan;
   // returns nullptr on ranks with color < 0.
   virtual std::unique_ptr<Backend> split(const SplitPlan& plan) = 0;

@@ -9,8 +9,10 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "collectives/schedule_check.h"
 #include "core/log.h"
 
 namespace dscpp::comm {
@@ -74,6 +76,9 @@ struct Task {
   uint64_t seq = 0;
   OpDesc op;
   std::function<void()> body;  // set for non-collective tasks (split)
+  bool mark = false;           // a schedule mark: the check below is all there is to run
+  std::string what;            // a mark's name in hang reports
+  std::optional<ScheduleEntry> check;  // set when the schedule check was on at issue
   std::mutex mutex;
   std::condition_variable finished;
   bool done = false;
@@ -103,6 +108,7 @@ struct Communicator::Queue {
   CommStats stats;
   std::atomic<uint64_t> last_done{0};
   std::atomic<bool> wedged{false};  // a hang was reported: the engine may never return
+  std::atomic<bool> checking{false};  // the schedule check; written under `mutex`
   std::thread worker;
   std::thread publisher;
   std::condition_variable publisher_wake;
@@ -144,7 +150,8 @@ class TaskWork final : public Work {
 }  // namespace
 
 Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backend)
-    : context_(std::move(context)), backend_(std::move(backend)), queue_(std::make_unique<Queue>()) {
+    : context_(std::move(context)), backend_(std::move(backend)), queue_(std::make_unique<Queue>()),
+      schedule_(std::make_unique<ScheduleCheck>(context_.name, context_.size)) {
   DSCPP_CHECK_EQ(backend_->rank(), context_.rank);
   DSCPP_CHECK_EQ(backend_->size(), context_.size);
   Queue& q = *queue_;
@@ -159,9 +166,10 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
       }
       double start = q.now_s();
       try {
+        if (task->check) schedule_->verify(*backend_, *task->check);
         if (task->body)
           task->body();
-        else
+        else if (!task->mark)
           run_staged(task->op);
       } catch (const std::exception& e) {
         task->error = std::current_exception();
@@ -169,7 +177,7 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
         double ran = q.now_s() - start;
         if (!task->body && ran >= 0.9 * std::chrono::duration<double>(context_.timeout).count()) {
           try {
-            report_hang(task->seq, ran, e.what());
+            report_hang(task->seq, ran, e.what(), task->what);
           } catch (...) {
             task->error = std::current_exception();
           }
@@ -179,11 +187,13 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
       {
         std::lock_guard lock(q.mutex);
         q.pending.pop_front();
-        for (auto& r : q.ring)
-          if (r.seq == task->seq) r.end_s = end;
+        if (!task->mark)
+          for (auto& r : q.ring)
+            if (r.seq == task->seq) r.end_s = end;
         q.stats.busy_s += end - start;
       }
-      if (!task->error) q.last_done = task->seq;
+      // A mark carries the number of the operation after it, which has not run yet.
+      if (!task->error && !task->mark) q.last_done = task->seq;
       {
         std::lock_guard lock(task->mutex);
         task->done = true;
@@ -230,6 +240,7 @@ Communicator::~Communicator() {
     q.worker.detach();
     (void)backend_.release();
     (void)queue_.release();
+    (void)schedule_.release();
     return;
   }
   q.worker.join();
@@ -243,6 +254,7 @@ WorkHandle Communicator::submit(const OpDesc& op) {
     std::lock_guard lock(q.mutex);
     if (q.wedged) fail("group '{}': an earlier operation hung; this communicator cannot be used again", context_.name);
     task->seq = ++q.next_seq;
+    if (q.checking) task->check = schedule_->sign_op(op, task->seq);
     OpRecord record{task->seq, op.kind, op.dtype, op.reduce, payload_bytes(op, size()), q.now_s(), 0};
     q.ring.push_back(record);
     if (q.ring.size() > Queue::kRing) q.ring.pop_front();
@@ -322,6 +334,9 @@ WorkHandle Communicator::all_to_all_async(const void* input, void* output, size_
 WorkHandle Communicator::barrier_async() { return submit({}); }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
+  // With the schedule check on, the ranks first agree that they are all splitting, instead of
+  // waiting in the store exchange below for a rank that is doing something else.
+  if (schedule_check()) run_control(nullptr, ScheduleMark::split, {});
   uint64_t index = ++splits_;
   std::string tag = fmt::format("split{}", index);
   auto& store = *context_.store;
@@ -347,18 +362,55 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   plan.context.store = std::make_shared<PrefixStore>(fmt::format("{}.c{}", tag, color), context_.store);
 
   std::unique_ptr<Backend> sub;
-  auto task = std::make_shared<Task>();
-  task->body = [&] { sub = backend_->split(plan); };
-  {
-    std::lock_guard lock(queue_->mutex);
-    task->seq = ++queue_->next_seq;
-    queue_->pending.push_back(task);
-  }
-  queue_->wake.notify_one();
-  TaskWork(task, [this](uint64_t seq, double waited) { hung(seq, waited); }, context_.timeout).wait();
+  run_control([&] { sub = backend_->split(plan); }, std::nullopt, {});
   if (color < 0) return nullptr;
   if (!sub) fail("group '{}': the {} engine returned no sub-group for color {}", context_.name, backend_->name(), color);
-  return std::make_unique<Communicator>(plan.context, std::move(sub));
+  auto child = std::make_unique<Communicator>(plan.context, std::move(sub));
+  child->set_schedule_check(schedule_check());
+  return child;
+}
+
+void Communicator::run_control(std::function<void()> body, std::optional<ScheduleMark> mark, std::string_view label) {
+  auto task = std::make_shared<Task>();
+  task->body = std::move(body);
+  task->mark = mark.has_value();
+  Queue& q = *queue_;
+  {
+    std::lock_guard lock(q.mutex);
+    if (q.wedged) fail("group '{}': an earlier operation hung; this communicator cannot be used again", context_.name);
+    if (mark) {
+      if (!q.checking) return;
+      task->seq = q.next_seq + 1;
+      task->check = *mark == ScheduleMark::checkpoint ? schedule_->sign_checkpoint(label, task->seq)
+                                                      : schedule_->sign_split(task->seq);
+      task->what = *mark == ScheduleMark::checkpoint
+                       ? fmt::format("schedule checkpoint '{}' (before operation #{})", label, task->seq)
+                       : fmt::format("the schedule check of split #{}", task->seq);
+    } else {
+      task->seq = ++q.next_seq;
+    }
+    q.pending.push_back(task);
+  }
+  q.wake.notify_one();
+  TaskWork(task, [this, what = task->what](uint64_t seq, double waited) { hung(seq, waited, what); }, context_.timeout)
+      .wait();
+}
+
+void Communicator::set_schedule_check(bool on) {
+  std::lock_guard lock(queue_->mutex);
+  queue_->checking = on;
+}
+
+bool Communicator::schedule_check() const { return queue_->checking; }
+
+void Communicator::set_schedule_label(std::string_view label) {
+  std::lock_guard lock(queue_->mutex);
+  schedule_->set_label(label);
+}
+
+void Communicator::schedule_checkpoint(std::string_view label) {
+  if (!queue_->checking.load(std::memory_order_relaxed)) return;
+  run_control(nullptr, ScheduleMark::checkpoint, label);
 }
 
 CommStats Communicator::stats() const {
@@ -373,18 +425,19 @@ std::vector<OpRecord> Communicator::recent_ops() const {
 
 // Writes this rank's recent operations to the log, tells the others how far it got, reads how
 // far they got, and fails with a message naming the ranks that are behind.
-void Communicator::hung(uint64_t seq, double waited_s) {
+void Communicator::hung(uint64_t seq, double waited_s, const std::string& what) {
   queue_->wedged = true;
-  report_hang(seq, waited_s, "");
+  report_hang(seq, waited_s, "", what);
 }
 
-void Communicator::report_hang(uint64_t seq, double waited_s, const std::string& engine_message) {
+void Communicator::report_hang(uint64_t seq, double waited_s, const std::string& engine_message,
+                               const std::string& what) {
   Queue& q = *queue_;
-  std::string mine, current = fmt::format("operation #{}", seq);
+  std::string mine, current = what.empty() ? fmt::format("operation #{}", seq) : what;
   for (const auto& r : recent_ops()) {
     mine += fmt::format("\n  {}, started at {:.3f} s, {}", describe(r), r.start_s,
                         r.end_s > 0 ? fmt::format("took {:.3f} s", r.end_s - r.start_s) : std::string("unfinished"));
-    if (r.seq == seq) current = describe(r);
+    if (r.seq == seq && what.empty()) current = describe(r);
   }
   log::error("group '{}' ({}): {} has not finished after {:.1f} s; this rank's last operations:{}", context_.name,
              backend_->name(), current, waited_s, mine);

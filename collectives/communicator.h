@@ -20,13 +20,20 @@
 // Failure: an operation that cannot finish within the group's timeout (a peer died, or is
 // stuck or behind) fails with dscpp::Error on every rank that waits for it; the message names
 // the ranks that are behind and the last operation they finished (hang forensics below).
+//
+// Schedule check (debugging): with set_schedule_check(true) on every rank, the ranks compare a
+// signature of each operation before running it and all fail at once, naming the first
+// difference, instead of deadlocking; collectives/schedule_check.h has what it can and cannot see.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/backend.h"
@@ -49,6 +56,9 @@ struct CommStats {
   uint64_t wire_bytes = 0;     // bytes this rank sent, by the algorithm's count (backend.h)
   double busy_s = 0;           // time the progress thread spent inside the engine
 };
+
+class ScheduleCheck;                   // collectives/schedule_check.h
+enum class ScheduleMark : uint8_t;
 
 class Work {
  public:
@@ -94,8 +104,24 @@ class Communicator {
   WorkHandle barrier_async();
 
   // Collective: ranks with the same color form a group ordered by (key, rank). Returns
-  // nullptr on ranks passing a negative color.
+  // nullptr on ranks passing a negative color. The child checks its schedule when this does.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
+
+  // Schedule check. Every rank must turn it on or off at the same point of its schedule
+  // (create_world does it for all from CommOptions::check_schedule); it applies to operations
+  // issued after the call. With it on, a divergence makes every operation from the first
+  // differing one on fail with the same dscpp::Error on every rank.
+  void set_schedule_check(bool on);
+  bool schedule_check() const;
+  // Labels the operations issued from now on ("zero3 gather layer 7"): compared between ranks
+  // like the rest of the signature, so it must be the same on every rank at the same point, and
+  // named in the message. Up to 87 bytes count. Only used while checking is on.
+  void set_schedule_label(std::string_view label);
+  // A step boundary ("end of step 3"). With checking on, the ranks compare it like an
+  // operation, so a rank that ends a step early meets a rank still issuing collectives and both
+  // fail with a message naming each side; it returns when every rank reached it (and every
+  // operation issued before it has finished). With checking off it does nothing.
+  void schedule_checkpoint(std::string_view label);
 
   CommStats stats() const;
   // The last operations (oldest first), up to the ring's capacity.
@@ -107,13 +133,19 @@ class Communicator {
  private:
   struct Queue;
   WorkHandle submit(const OpDesc& op);
+  // Runs `body` (a split's engine part) or a schedule mark on the progress thread, behind every
+  // operation issued so far, and waits for it.
+  void run_control(std::function<void()> body, std::optional<ScheduleMark> mark, std::string_view label);
   void run_staged(const OpDesc& op);
-  [[noreturn]] void hung(uint64_t seq, double waited_s);
-  [[noreturn]] void report_hang(uint64_t seq, double waited_s, const std::string& engine_message);
+  // `what` names a task that is not a recorded operation (a schedule checkpoint).
+  [[noreturn]] void hung(uint64_t seq, double waited_s, const std::string& what = {});
+  [[noreturn]] void report_hang(uint64_t seq, double waited_s, const std::string& engine_message,
+                                const std::string& what = {});
 
   GroupContext context_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Queue> queue_;
+  std::unique_ptr<ScheduleCheck> schedule_;
   std::vector<float> staging_;  // fp32 copies of fp16/bf16 buffers for engines without them
   uint64_t splits_ = 0;
 };
@@ -133,6 +165,7 @@ struct CommOptions {
   int ranks_per_node = 0;        // 0: group ranks by host name; >0 forces node = rank / n
   Millis timeout{std::chrono::minutes(30)};
   Millis connect_timeout{std::chrono::seconds(300)};
+  bool check_schedule = false;   // compare every operation across ranks (schedule_check.h)
 };
 
 // The world of a job plus its node-local and cross-node groups, and the store that made them.
@@ -152,7 +185,8 @@ World create_world(const CommOptions& options);
 
 // Reads CommOptions from the environment a launcher leaves (RANK/WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT and the OMPI_/SLURM_/PMI_ equivalents via core/rank_discovery.h, plus
-// DSCPP_COMM_BACKEND, DSCPP_COMM_TIMEOUT and DSCPP_RENDEZVOUS_TIMEOUT seconds, DSCPP_RANKS_PER_NODE).
+// DSCPP_COMM_BACKEND, DSCPP_COMM_TIMEOUT and DSCPP_RENDEZVOUS_TIMEOUT seconds, DSCPP_RANKS_PER_NODE,
+// DSCPP_CHECK_SCHEDULE=1|0).
 CommOptions comm_options_from_env();
 
 }  // namespace dscpp::comm

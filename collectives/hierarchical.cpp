@@ -47,6 +47,12 @@ class HierarchicalBackend final : public Backend {
     }
   }
 
+  // One small message needs no decomposition, and the flat engine holds host buffers even when
+  // the local one is nccl.
+  void allgather_host(const void* input, void* output, size_t bytes) override {
+    flat_->allgather_host(input, output, bytes);
+  }
+
   // User sub-groups (e.g. ZeRO++ partition groups) run on the flat engine.
   std::unique_ptr<Backend> split(const SplitPlan& plan) override { return flat_->split(plan); }
 

@@ -94,6 +94,7 @@ class NcclBackend final : public Backend {
     if (comm_ != nullptr && !aborted_) ncclCommDestroy(comm_);
     if (device_ >= 0) cudaSetDevice(device_);
     if (scratch_ != nullptr) cudaFree(scratch_);
+    if (control_ != nullptr) cudaFree(control_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -185,6 +186,28 @@ class NcclBackend final : public Backend {
         break;
     }
     wait_stream(until, what);
+  }
+
+  // NCCL moves device memory only: stage the host bytes through a device buffer, on the
+  // operations' stream so that the copies are ordered with the allgather.
+  void allgather_host(const void* input, void* output, size_t bytes) override {
+    check_cuda(cudaSetDevice(device_), context_.name, fmt::format("cudaSetDevice({})", device_));
+    const size_t total = bytes * (static_cast<size_t>(context_.size) + 1);
+    if (control_bytes_ < total) {
+      if (control_ != nullptr) cudaFree(control_);
+      control_ = nullptr;
+      control_bytes_ = 0;
+      check_cuda(cudaMalloc(&control_, total), context_.name, "cudaMalloc of the schedule check buffer");
+      control_bytes_ = total;
+    }
+    char* device = static_cast<char*>(control_);
+    check_cuda(cudaMemcpyAsync(device, input, bytes, cudaMemcpyHostToDevice, stream_), context_.name,
+               "copying the schedule signature to the device");
+    run({OpKind::allgather, device, device + bytes, bytes, DType::u8});
+    check_cuda(cudaMemcpyAsync(output, device + bytes, bytes * static_cast<size_t>(context_.size),
+                               cudaMemcpyDeviceToHost, stream_),
+               context_.name, "copying the schedule signatures to the host");
+    wait_stream(deadline(), "schedule check");
   }
 
   std::unique_ptr<Backend> split(const SplitPlan& plan) override {
@@ -291,6 +314,8 @@ class NcclBackend final : public Backend {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
+  void* control_ = nullptr;  // device staging for allgather_host
+  size_t control_bytes_ = 0;
   bool aborted_ = false;
 };
 

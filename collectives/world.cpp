@@ -213,9 +213,11 @@ World create_world(const CommOptions& o) {
   w.node = std::make_unique<Communicator>(nctx, std::move(nbackend));
   auto [cctx, cbackend] = cross_group(cross_engine, "cross");
   w.cross = std::make_unique<Communicator>(cctx, std::move(cbackend));
-  w.description = fmt::format("{} over {} host{} ({} rank{} per host{})", w.world->backend_name(), w.node_count,
+  // Before any operation, so every rank checks from the same point on.
+  for (Communicator* c : {w.world.get(), w.node.get(), w.cross.get()}) c->set_schedule_check(o.check_schedule);
+  w.description = fmt::format("{} over {} host{} ({} rank{} per host{}){}", w.world->backend_name(), w.node_count,
                               w.node_count == 1 ? "" : "s", w.local_size, w.local_size == 1 ? "" : "s",
-                              uniform ? "" : ", uneven");
+                              uniform ? "" : ", uneven", o.check_schedule ? ", schedule check on" : "");
   return w;
 }
 
@@ -248,6 +250,12 @@ CommOptions comm_options_from_env() {
   if (auto n = number("DSCPP_RANKS_PER_NODE", 1, 1 << 20, "a positive number of ranks per host")) {
     if (*n != static_cast<int>(*n)) fail("DSCPP_RANKS_PER_NODE='{}': expected a whole number of ranks", *n);
     o.ranks_per_node = static_cast<int>(*n);
+  }
+  if (auto v = env("DSCPP_CHECK_SCHEDULE")) {
+    if (*v == "1" || *v == "true" || *v == "on")
+      o.check_schedule = true;
+    else if (!(v->empty() || *v == "0" || *v == "false" || *v == "off"))
+      fail("DSCPP_CHECK_SCHEDULE='{}': expected 1 (check every collective across ranks) or 0", *v);
   }
   o.started_by_mpi = env("OMPI_COMM_WORLD_SIZE").has_value() || env("PMIX_RANK").has_value();
   return o;

@@ -5,11 +5,16 @@
 #include "core/thread_pool.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "runtime/init.h"
+#include "core/zero_estimate.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
 #include <filesystem>
 
 namespace dscpp::runtime {
@@ -17,6 +22,26 @@ namespace dscpp::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// "3,4,9-12" → {3, 4, 9, 10, 11, 12}.
+std::set<int64_t> parse_step_list(std::string_view text) {
+  std::set<int64_t> out;
+  for (std::string_view rest = text; !rest.empty();) {
+    size_t comma = rest.find(',');
+    std::string item(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty()) continue;
+    size_t dash = item.find('-', 1);
+    try {
+      int64_t lo = std::stoll(item.substr(0, dash)), hi = dash == std::string::npos ? lo : std::stoll(item.substr(dash + 1));
+      for (int64_t v = lo; v <= hi; ++v) out.insert(v);
+    } catch (const std::exception&) {
+      fail("DSCPP_INJECT_OVERFLOW: '{}' is not a step or a range of steps (expected e.g. 3,5,9-12)", item);
+    }
+  }
+  return out;
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -35,21 +60,45 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   const config::ZeroConfig& z = cfg_.zero_optimization;
   stage_ = static_cast<int>(z.stage);
   if (stage_ < 0 || stage_ > 3) fail("zero_optimization.stage must be 0, 1, 2 or 3 (got {})", stage_);
-  if (cfg_.fp16.enabled)
-    fail("fp16 mixed precision is not available yet in dscpp-runtime (bf16 is): train in bf16 or fp32");
+  if (stage_ > 0 && cfg_.gradient_predivide_factor != 1.0)
+    fail("gradient_predivide_factor {} applies to stage-0 allreduce only: at ZeRO stages 1-3 gradients are scaled "
+         "by 1/world before the reduction (DeepSpeed requires 1.0 there too); remove the key or use stage 0",
+         cfg_.gradient_predivide_factor);
+  if (cfg_.fp16.enabled) dtype_ = DType::f16;
   if (cfg_.bf16.enabled) dtype_ = DType::bf16;
+  // DeepSpeed's gradient accumulation dtype (engine.md 2.1): as configured, else fp32 for bf16
+  // without ZeRO (its BF16_Optimizer), else the parameters' dtype.
+  grad_dtype_ = dtype_;
+  if (const auto& g = cfg_.data_types.grad_accum_dtype) {
+    auto parsed = parse_dtype(*g);
+    if (!parsed || (*parsed != DType::f32 && *parsed != DType::f16 && *parsed != DType::bf16))
+      fail("data_types.grad_accum_dtype: expected fp32, fp16 or bf16, found \"{}\"", *g);
+    grad_dtype_ = *parsed;
+  } else if (dtype_ == DType::bf16 && stage_ == 0) {
+    grad_dtype_ = DType::f32;
+  }
+  scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
+  if (const char* inject = std::getenv("DSCPP_INJECT_OVERFLOW")) inject_overflow_ = parse_step_list(inject);
+  if (const char* inject = std::getenv("DSCPP_INJECT_DIVERGENCE")) inject_divergence_ = std::atoll(inject);
   micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
   gas_ = cfg_.gradient_accumulation_steps.value_or(1);
   train_batch_ = cfg_.train_batch_size.value_or(micro_ * gas_ * world.size());
   DSCPP_CHECK_EQ(train_batch_, micro_ * gas_ * world.size());
 
+  total_steps_ = options_.steps ? *options_.steps
+                                : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
+                                                   micro_, gas_, cfg_.dataloader_drop_last);
+  if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
+
   Grouping grouping;
   grouping.parts = stage_ == 0 ? 1 : world.size();
   if (stage_ == 3)
     grouping.layer_per_group = true;
-  else if (stage_ > 0)
-    grouping.max_group_elements = z.reduce_bucket_size;
+  else if (stage_ > 0)  // a group is one reduce-scatter and one allgather: both bucket sizes bound it
+    grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
   layout_ = make_flat_layout(plugin.layers(), grouping);
+  if (!cfg_.optimizer) fail("the config has no optimizer section");
+  optimizer_ = make_optimizer(*cfg_.optimizer, device);
 
   Stage3Options s3;
   s3.prefetch_bucket_size = z.prefetch_bucket_size;
@@ -57,6 +106,33 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   s3.max_reuse_distance = z.max_reuse_distance;
   s3.param_persistence_threshold = z.param_persistence_threshold;
   s3.model_persistence_threshold = z.model_persistence_threshold;
+  MemoryPlanInputs mp;
+  mp.stage = stage_;
+  mp.world = world.size();
+  mp.dtype = dtype_;
+  mp.grad_dtype = grad_dtype_;
+  mp.optimizer_bytes_per_element = optimizer_->state_bytes_per_element();
+  mp.micro_batch = micro_;
+  mp.overlap_comm = z.overlap();
+  if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
+  plan_ = plan_memory(plugin.layers(), layout_, mp);
+  if (world.rank() == 0)
+    log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
+              world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
+              scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
+              format_memory_plan(plan_, nullptr, deepspeed_estimate()));
+  try {
+    allocate(s3);
+  } catch (const OutOfDeviceMemory& e) {
+    out_of_memory(e);
+  }
+}
+
+void Engine::allocate(const Stage3Options& s3) {
+  const config::ZeroConfig& z = cfg_.zero_optimization;
+  comm::Communicator& world = world_;
+  Device& device = device_;
+  Plugin& plugin = plugin_;
   params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3);
   GradReduceOptions r;
   r.stage = stage_;
@@ -65,9 +141,13 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   r.prescale = cfg_.prescale_gradients;
   r.reduce_scatter = z.reduce_scatter;
   r.overlap = z.overlap();
-  grads_ = std::make_unique<GradReducer>(world, layout_, device, dtype_, r);
+  if (cfg_.communication_data_type)
+    r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
+  else if (dtype_ == DType::bf16 && stage_ == 0)
+    r.comm_dtype = DType::bf16;  // BF16_Optimizer reduces its fp32 gradients in bf16 by default
+  grads_ = std::make_unique<GradReducer>(world, layout_, device, grad_dtype_, r);
 
-  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_);
+  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
   runner_->set_source([this](int layer, bool backward) {
     return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
                                     backward ? grads_->layer_grads(layer) : nullptr};
@@ -81,15 +161,50 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
                              cfg_.dataloader_drop_last);
   loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, cfg_.dataloader_drop_last);
 
-  if (!cfg_.optimizer) fail("the config has no optimizer section");
-  optimizer_ = make_optimizer(*cfg_.optimizer, device);
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device);
   schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
 
-  total_steps_ = options_.steps ? *options_.steps
-                                : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
-                                                   micro_, gas_, cfg_.dataloader_drop_last);
-  if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
+}
+
+int64_t Engine::deepspeed_estimate() const {
+  int64_t largest = 0;
+  for (const LayerDecl& l : plugin_.layers()) {
+    int64_t n = 0;
+    for (const ParamDecl& p : l.params) n += p.numel;
+    largest = std::max(largest, n);
+  }
+  double P = static_cast<double>(layout_.numel);
+  // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
+  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, false, true).gpu_bytes
+                     : estimate_zero2(P, world_.size(), 1, false).gpu_bytes;
+}
+
+void Engine::out_of_memory(const OutOfDeviceMemory& e) {
+  // What each stage would hold for this model, so the user can pick one that fits.
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
+  const int64_t optim = optimizer_->state_bytes_per_element() + (dtype_ == DType::f32 ? 0 : 4);
+  const int64_t other = plan_.total() - plan_.model_states();  // activations and buffers
+  const int64_t limit = device_.stats().limit;
+  auto states = [&](int stage, int ranks) { return model_state_bytes(stage, ranks, layout_.total, elem, optim); };
+  std::string options;
+  for (int s = stage_ + 1; s <= 3 && world_.size() > 1; ++s)
+    options += fmt::format("{}stage {}: {}", options.empty() ? "" : ", ", s, format_bytes(states(s, world_.size())));
+  std::string ranks_needed;
+  if (limit > 0)
+    for (int n = world_.size() + 1; n <= 4096; n *= 2)
+      if (states(3, n) + other <= limit) {
+        ranks_needed = fmt::format(" At stage 3, {} ranks would hold {} each (with {} of activations and buffers).", n,
+                                   format_bytes(states(3, n)), format_bytes(other));
+        break;
+      }
+  fail("{}\nAt ZeRO stage {} on {} rank{} this rank holds {} of model states; planned in all: {} ({} of it "
+       "activations and buffers for micro-batch {}).{}{} Or offload (zero_optimization.offload_optimizer / "
+       "offload_param), or lower train_micro_batch_size_per_gpu.",
+       e.what(), stage_, world_.size(), world_.size() == 1 ? "" : "s", format_bytes(plan_.model_states()),
+       format_bytes(plan_.total()), format_bytes(other), micro_,
+       options.empty() ? (world_.size() == 1 ? " With one rank ZeRO has nothing to partition across: add ranks." : "")
+                       : fmt::format(" Model states per rank at higher stages: {}.", options),
+       ranks_needed);
 }
 
 Engine::~Engine() = default;
@@ -103,6 +218,7 @@ CheckpointView Engine::checkpoint_view() {
   v.params_dtype = dtype_;
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
+  v.scaler = scaler_.get();
   v.counters = &counters_;
   v.zero_stage = stage_;
   v.train_batch_size = train_batch_;
@@ -171,8 +287,16 @@ void Engine::run() {
   const Clock::time_point run_start = Clock::now();
   Clock::time_point timed_from = run_start;
   while (counters_.global_steps < total_steps_) {
-    train_step();
+    try {
+      train_step();
+    } catch (const OutOfDeviceMemory& e) {
+      out_of_memory(e);
+    }
     int64_t step = counters_.global_steps;
+    if (step - first_step == 1 && world_.rank() == 0) {
+      MemoryStats m = device_.stats();
+      log::info("memory after the first step:\n{}", format_memory_plan(plan_, &m, deepspeed_estimate()));
+    }
     if (step - first_step == warmup) timed_from = Clock::now();
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
       EvalResult r = evaluate();
@@ -200,13 +324,30 @@ void Engine::run() {
   }
   if (!options_.save_dir.empty()) save(options_.save_dir);
   report();  // collective at stage 3
+  if (world_.rank() == 0) {
+    MemoryStats m = device_.stats();
+    std::string peaks;
+    for (size_t c = 0; c < kMemCategories; ++c)
+    {
+      std::string key = mem_category_name(static_cast<MemCategory>(c));
+      std::replace(key.begin(), key.end(), ' ', '_');
+      peaks += fmt::format("{}={}, ", key, m.peak[c]);
+    }
+    log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
+              m.total_peak, plan_.model_states(), deepspeed_estimate());
+  }
+  if (world_.rank() == 0 && world_.size() > 1) {
+    comm::CommStats c = world_.stats();
+    log::info("communication (rank 0, whole run): {} collectives, wire_bytes={} sent, {:.1f} s in the engine", c.ops,
+              c.wire_bytes, c.busy_s);
+  }
 }
 
 void Engine::train_step() {
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
   // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
   // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
-  float loss_grad = 1.0f / static_cast<float>(gas_ * (stage_ > 0 ? world_.size() : 1));
+  float loss_grad = static_cast<float>(scaler_->scale() / static_cast<double>(gas_ * (stage_ > 0 ? world_.size() : 1)));
   for (int64_t j = 0; j < gas_; ++j) {
     MicroBatch mb;
     {
@@ -240,37 +381,61 @@ void Engine::train_step() {
       o.lr = schedule_->lr();
       o.momentum = schedule_->momentum();
       o.beta2 = schedule_->beta2();
-      master_->step(grads_->owned(), grads_->dtype(), grad_scale, o);
+      master_->step([this](int g) { return grads_->owned(g); }, grads_->dtype(), grad_scale, o);
       last_lr_ = *o.lr;
       schedule_->step();
+      grads_->zero();
+      Timers::Scope g(timers_, "optimizer_allgather");
+      params_->publish();
     } else {
-      ++counters_.skipped_steps;
+      ++counters_.skipped_steps;  // DeepSpeed: no optimizer or LR step, global_steps still advances
+      grads_->zero();
     }
-    grads_->zero();
-  }
-  {
-    Timers::Scope t(timers_, "optimizer_allgather");
-    params_->publish();
   }
   ++counters_.global_steps;
   counters_.global_samples += train_batch_;
+  // Fault injection for tests of --check_schedule: the last rank takes a different path.
+  if (counters_.global_steps == inject_divergence_ && world_.rank() == world_.size() - 1) world_.barrier();
+  // --check_schedule: a rank that ends the step early is caught here, not left hanging.
+  world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
   log_step(loss_sum / static_cast<double>(gas_));
 }
 
 bool Engine::prepare_gradients(float* grad_scale) {
-  double max_norm = cfg_.gradient_clipping;
-  *grad_scale = 1.0f;
+  const double scale = scaler_->scale();
+  // Over this rank's gradient slices, group by group in order (thread-count independent).
+  auto over_groups = [this](auto&& f) {
+    for (size_t g = 0; g < layout_.groups.size(); ++g)
+      if (layout_.groups[g].part > 0) f(grads_->owned(static_cast<int>(g)), layout_.groups[g].part);
+  };
+  *grad_scale = static_cast<float>(1.0 / scale);
   last_grad_norm_ = -1;
+  // Stage 0: the gradients are already reduced and identical on every rank, so local answers
+  // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
+  const bool partitioned = stage_ > 0 && world_.size() > 1;
+  // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
+  if (scaler_->checks_overflow() || (dtype_ == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
+    if (inject_overflow_.count(counters_.global_steps + 1) && world_.rank() == world_.size() - 1)
+      over_groups([&](void* g, int64_t) { kernels::store_from_f32(g, grads_->dtype(), &kInf, 1); });
+    double overflow = 0;
+    over_groups([&](void* g, int64_t n) { overflow = overflow != 0 || kernels::any_nonfinite(g, grads_->dtype(), n); });
+    // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
+    // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
+    if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
+    if (scaler_->checks_overflow()) scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
+    if (overflow != 0) return false;
+  }
+  double max_norm = cfg_.gradient_clipping;
   if (max_norm <= 0 && cfg_.steps_per_print <= 0) return true;
-  // Stage 0: the gradients are already averaged and identical on every rank, so the local norm
-  // is the global one. Stages 1–3: each rank sums its own partition, then the world sums.
-  double sq = kernels::sum_squares(grads_->owned(), grads_->dtype(), layout_.part_total);
-  if (stage_ > 0 && world_.size() > 1) world_.allreduce(&sq, 1, DType::f64);
-  double norm = std::sqrt(sq);
-  last_grad_norm_ = norm;
+  double sq = 0;
+  over_groups([&](void* g, int64_t n) { sq += kernels::sum_squares(g, grads_->dtype(), n); });
+  if (partitioned) world_.allreduce(&sq, 1, DType::f64);
+  double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
+  last_grad_norm_ = std::isfinite(norm) ? norm : -1;
   if (max_norm > 0) {
+    // DeepSpeed's rule (engine.md 1.5): unscale and clip in one multiplication.
     double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) *grad_scale = static_cast<float>(coef);
+    if (coef < 1.0) *grad_scale = static_cast<float>(scale == 1.0 ? coef : coef / scale);
   }
   return true;
 }
@@ -301,6 +466,7 @@ void Engine::log_step(double local_loss) {
   r.tokens_per_s = r.samples_per_s * static_cast<double>(plugin_.data().tokens_per_sample);
   r.grad_norm = last_grad_norm_;
   r.skipped = counters_.skipped_steps;
+  if (scaler_->checks_overflow()) r.loss_scale = scaler_->scale();
   r.memory = device_.stats();
   if (world_.rank() == 0) {
     log::info("{}", format_step_line(r));

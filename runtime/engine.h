@@ -18,8 +18,10 @@
 #include "runtime/checkpoint.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/layer_runner.h"
+#include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/master_weights.h"
+#include "runtime/memory_plan.h"
 #include "runtime/optimizer.h"
 #include "runtime/param_store.h"
 #include "runtime/plugin.h"
@@ -27,6 +29,7 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace dscpp::runtime {
@@ -71,6 +74,9 @@ class Engine {
   int zero_stage() const { return stage_; }
 
  private:
+  void allocate(const Stage3Options& s3);
+  [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);
+  int64_t deepspeed_estimate() const;
   void initialise_params();
   // Overflow check, global norm, clip and unscale factor; returns false when the step must be skipped.
   bool prepare_gradients(float* grad_scale);
@@ -88,8 +94,10 @@ class Engine {
 
   int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
   int stage_ = 0;
-  DType dtype_ = DType::f32;  // parameter and gradient storage
+  DType dtype_ = DType::f32;       // parameter storage
+  DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
   FlatLayout layout_;
+  MemoryPlan plan_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradReducer> grads_;
   std::unique_ptr<LayerRunner> runner_;
@@ -97,6 +105,9 @@ class Engine {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
+  std::unique_ptr<LossScaler> scaler_;
+  std::set<int64_t> inject_overflow_;  // DSCPP_INJECT_OVERFLOW: steps whose gradients get an inf (fault injection)
+  int64_t inject_divergence_ = -1;     // DSCPP_INJECT_DIVERGENCE: the step after which the last rank adds a barrier
   Timers timers_;
   CsvMonitor csv_;
   TrainCounters counters_;

@@ -7,7 +7,8 @@ namespace dscpp::runtime {
 
 struct GradReducer::Staging {
   DeviceBuffer buffer;  // one group's gradients, full length
-  DeviceBuffer out;     // reduce-scatter result when it cannot go straight into the partition
+  DeviceBuffer wire;    // the group in the communication dtype, when it differs
+  DeviceBuffer out;     // reduce-scatter result (communication dtype) when it cannot go straight into the partition
   int group = -1;
   comm::WorkHandle work;
   bool direct = false;  // the result went straight into the partition
@@ -15,24 +16,39 @@ struct GradReducer::Staging {
 
 GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Device& device, DType dtype,
                          const GradReduceOptions& options)
-    : comm_(comm), layout_(layout), device_(device), dtype_(dtype), elem_(dtype_size(dtype)), opt_(options) {
+    : comm_(comm),
+      layout_(layout),
+      device_(device),
+      dtype_(dtype),
+      wire_(options.comm_dtype.value_or(dtype)),
+      elem_(dtype_size(dtype)),
+      wire_elem_(dtype_size(wire_)),
+      opt_(options) {
   DSCPP_CHECK_EQ(layout.parts, opt_.stage == 0 ? 1 : comm.size());
   if (opt_.stage <= 1)
     full_ = DeviceBuffer(device, static_cast<size_t>(layout.total) * elem_, MemCategory::grads, true);
-  if (opt_.stage == 0) {
-    owned_ = &full_;
-  } else {
+  else
     partition_ = DeviceBuffer(device, static_cast<size_t>(layout.part_total) * elem_, MemCategory::grads, true);
-    owned_ = &partition_;
-  }
-  if (opt_.stage >= 2) {
-    staging_.resize(opt_.overlap ? 2 : 1);
+  if (opt_.stage >= 1) {
+    staging_.resize(opt_.stage == 1 || opt_.overlap ? 2 : 1);
     int64_t max_part = 0;
     for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
     for (Staging& s : staging_) {
-      s.buffer = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * elem_, MemCategory::buffers);
-      s.out = DeviceBuffer(device, static_cast<size_t>(max_part) * elem_, MemCategory::buffers);
+      if (opt_.stage >= 2)
+        s.buffer = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * elem_, MemCategory::buffers);
+      s.out = DeviceBuffer(device, static_cast<size_t>(max_part) * wire_elem_, MemCategory::buffers);
+      if (wire_ != dtype_)
+        s.wire = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * wire_elem_, MemCategory::buffers);
     }
+  }
+}
+
+void* GradReducer::owned(int group) const {
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  switch (opt_.stage) {
+    case 0: return at(full_, g.begin);
+    case 1: return at(full_, g.owned_begin(comm_.rank()));
+    default: return at(partition_, g.part_offset);
   }
 }
 
@@ -43,8 +59,7 @@ GradReducer::~GradReducer() {
       } catch (...) {
       }
   };
-  for (auto& [w, r] : inflight_) quiet(w);
-  for (auto& [w, g] : inflight_groups_) quiet(w);
+  for (Bucket& b : inflight_) quiet(b.work);
   for (Staging& s : staging_) quiet(s.work);
 }
 
@@ -58,7 +73,7 @@ void GradReducer::begin_micro(bool first, bool last) {
 
 void* GradReducer::layer_grads(int layer) {
   int64_t at = layout_.layer_range[static_cast<size_t>(layer)].first;
-  if (opt_.stage <= 1) return full_.as<char>() + at * static_cast<int64_t>(elem_);
+  if (opt_.stage <= 1) return this->at(full_, at);
   int group = layout_.layer_group[static_cast<size_t>(layer)];
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   if (current_ < 0 || staging_[static_cast<size_t>(current_)].group != group) {
@@ -68,7 +83,7 @@ void* GradReducer::layer_grads(int layer) {
     device_.zero(s.buffer.data(), static_cast<size_t>(g.numel) * elem_);
     s.group = group;
   }
-  return staging_[static_cast<size_t>(current_)].buffer.as<char>() + (at - g.begin) * static_cast<int64_t>(elem_);
+  return this->at(staging_[static_cast<size_t>(current_)].buffer, at - g.begin);
 }
 
 void GradReducer::launch_bucket(int64_t begin, int64_t end) {
@@ -77,29 +92,42 @@ void GradReducer::launch_bucket(int64_t begin, int64_t end) {
   if (comm_.size() == 1) return;
   float pre = opt_.prescale ? 1.0f / static_cast<float>(comm_.size())
                             : (opt_.predivide_factor != 1.0 ? static_cast<float>(1.0 / opt_.predivide_factor) : 1.0f);
-  char* base = full_.as<char>() + begin * static_cast<int64_t>(elem_);
-  kernels::scale_inplace(base, dtype_, pre, end - begin);
-  inflight_.push_back({comm_.allreduce_async(base, static_cast<size_t>(end - begin), dtype_), {begin, end}});
+  Bucket b;
+  b.begin = begin;
+  b.end = end;
+  void* send = at(full_, begin);
+  kernels::scale_inplace(send, dtype_, pre, end - begin);
+  if (wire_ != dtype_) {
+    b.wire = DeviceBuffer(device_, static_cast<size_t>(end - begin) * wire_elem_, MemCategory::buffers);
+    kernels::convert_into(b.wire.data(), wire_, send, dtype_, end - begin);
+    send = b.wire.data();
+  }
+  b.work = comm_.allreduce_async(send, static_cast<size_t>(end - begin), wire_);
+  inflight_.push_back(std::move(b));
 }
 
 void GradReducer::launch_group(int group, void* input) {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   ++reductions_;
-  char* mine = partition_.as<char>() + g.part_offset * static_cast<int64_t>(elem_);
-  if (opt_.stage == 1) {
-    if (opt_.reduce_scatter)
-      inflight_.push_back({comm_.reduce_scatter_async(input, mine, static_cast<size_t>(g.part), dtype_), {0, 0}});
-    else
-      inflight_groups_.push_back({comm_.allreduce_async(input, static_cast<size_t>(g.numel), dtype_), group});
-    return;
+  if (opt_.stage == 1) {  // no staging buffer in backward: take the next result buffer here
+    current_ = (current_ + 1) % static_cast<int>(staging_.size());
+    if (staging_[static_cast<size_t>(current_)].work) finish(staging_[static_cast<size_t>(current_)]);
+    staging_[static_cast<size_t>(current_)].group = group;
   }
   Staging& s = staging_[static_cast<size_t>(current_)];
+  const bool converted = wire_ != dtype_;
+  if (converted) {
+    kernels::convert_into(s.wire.data(), wire_, input, dtype_, g.numel);
+    input = s.wire.data();
+  }
+  const bool into_partition = opt_.stage >= 2 && first_ && !converted;  // nothing there to add to yet
   if (opt_.reduce_scatter) {
-    s.direct = first_;
-    s.work = comm_.reduce_scatter_async(input, first_ ? mine : s.out.data(), static_cast<size_t>(g.part), dtype_);
+    s.direct = into_partition;
+    s.work = comm_.reduce_scatter_async(input, into_partition ? at(partition_, g.part_offset) : s.out.data(),
+                                        static_cast<size_t>(g.part), wire_);
   } else {
-    s.direct = false;
-    s.work = comm_.allreduce_async(input, static_cast<size_t>(g.numel), dtype_);
+    s.direct = opt_.stage == 1 && !converted;  // in place in the whole array: the own slice is already there
+    s.work = comm_.allreduce_async(input, static_cast<size_t>(g.numel), wire_);
   }
 }
 
@@ -108,13 +136,17 @@ void GradReducer::finish(Staging& s) {
   s.work.reset();
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(s.group)];
   if (!s.direct) {
-    const char* src = opt_.reduce_scatter ? s.out.as<char>()
-                                          : s.buffer.as<char>() + g.part * comm_.rank() * static_cast<int64_t>(elem_);
-    char* dst = partition_.as<char>() + g.part_offset * static_cast<int64_t>(elem_);
-    if (first_)
-      device_.copy(dst, src, static_cast<size_t>(g.part) * elem_);
+    // Where the reduced own slice is: the reduce-scatter output, or the rank's slice of the
+    // allreduced group (wire buffer when converted, staging buffer otherwise).
+    const int64_t mine = g.part * comm_.rank() * static_cast<int64_t>(wire_elem_);
+    const void* src = opt_.reduce_scatter ? s.out.data()
+                      : wire_ != dtype_   ? static_cast<const void*>(s.wire.as<char>() + mine)
+                                          : static_cast<const void*>(s.buffer.as<char>() + mine);
+    void* dst = owned(s.group);
+    if (first_ || opt_.stage == 1)  // stage 1 reduces the accumulated sum once: replace
+      kernels::convert_into(dst, dtype_, src, wire_, g.part);
     else
-      kernels::add_into(dst, src, dtype_, g.part);
+      kernels::add_into(dst, dtype_, src, wire_, g.part);
   }
   s.group = -1;
 }
@@ -132,37 +164,29 @@ void GradReducer::layer_done(int layer) {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   if (layer != g.first_layer || g.numel == 0) return;  // the group's backward is not complete yet
   if (opt_.stage == 1) {
-    if (last_) launch_group(group, full_.as<char>() + g.begin * static_cast<int64_t>(elem_));
+    if (last_) launch_group(group, at(full_, g.begin));
   } else {
-    launch_group(group, staging_[static_cast<size_t>(current_)].buffer.data());
+    launch_group(group, staging_[static_cast<size_t>(current_)].buffer.data());  // current_: this group's staging
   }
 }
 
 void GradReducer::end_micro() {
-  if (opt_.stage >= 2) {
+  if (opt_.stage >= 1) {
     for (Staging& s : staging_)
       if (s.work) finish(s);
     return;
   }
   if (!last_) return;
-  if (opt_.stage == 0) launch_bucket(0, pending_end_);
+  launch_bucket(0, pending_end_);
   pending_end_ = 0;
-  float post = opt_.stage > 0 || opt_.prescale ? 1.0f : static_cast<float>(opt_.predivide_factor / comm_.size());
-  for (auto& [work, range] : inflight_) {
-    work->wait();
-    if (opt_.stage == 0 && post != 1.0f)
-      kernels::scale_inplace(full_.as<char>() + range.first * static_cast<int64_t>(elem_), dtype_, post,
-                             range.second - range.first);
+  float post = opt_.prescale ? 1.0f : static_cast<float>(opt_.predivide_factor / comm_.size());
+  for (Bucket& b : inflight_) {
+    b.work->wait();
+    void* dst = at(full_, b.begin);
+    if (b.wire) kernels::convert_into(dst, dtype_, b.wire.data(), wire_, b.end - b.begin);
+    if (post != 1.0f) kernels::scale_inplace(dst, dtype_, post, b.end - b.begin);
   }
   inflight_.clear();
-  for (auto& [work, group] : inflight_groups_) {
-    work->wait();
-    const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
-    device_.copy(partition_.as<char>() + g.part_offset * static_cast<int64_t>(elem_),
-                 full_.as<char>() + g.owned_begin(comm_.rank()) * static_cast<int64_t>(elem_),
-                 static_cast<size_t>(g.part) * elem_);
-  }
-  inflight_groups_.clear();
 }
 
 void GradReducer::zero() {

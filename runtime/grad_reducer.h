@@ -6,8 +6,9 @@
 //            buckets form from its tail), with DeepSpeed's arithmetic (engine.md 1.4): postscale
 //            by default (×1/f, SUM, ×f/dp), or prescale_gradients (×1/dp, SUM).
 //   stage 1  gradients of the whole model accumulate locally; during the last micro-step's
-//            backward each partition group is reduce-scattered as soon as it is done, into
-//            this rank's gradient partition.
+//            backward each partition group is reduce-scattered as soon as it is done, and the
+//            result lands in this rank's slice of the whole array (through a bounded buffer: at
+//            most two groups in flight), so no second, partitioned gradient array exists.
 //   stage 2/3 only staging buffers of one group exist: each micro-step, each group's gradients
 //            are written into a staging buffer, reduce-scattered as soon as the group's
 //            backward is done and added into the gradient partition. With overlap_comm two
@@ -17,13 +18,16 @@
 // At stages 1–3 the 1/dp of the mean is folded into the loss gradient by the engine (DeepSpeed
 // multiplies the bucket by 1/dp before its reduce-scatter: the same value, one pass fewer), so
 // the reductions here are plain sums. reduce_scatter=false allreduces the group and keeps the
-// own slice, as DeepSpeed does.
+// own slice, as DeepSpeed does. communication_data_type other than the gradients' dtype: each
+// bucket is converted into a wire buffer of that dtype, reduced, and converted back (fp16/bf16
+// wire data is still summed in fp32 by the Communicator and rounded once).
 #pragma once
 
 #include "collectives/communicator.h"
 #include "core/device.h"
 #include "runtime/flat_layout.h"
 
+#include <optional>
 #include <vector>
 
 namespace dscpp::runtime {
@@ -35,6 +39,7 @@ struct GradReduceOptions {
   bool prescale = false;                // stage 0
   bool reduce_scatter = true;           // stages 1–3
   bool overlap = true;                  // stages 2–3: two staging buffers
+  std::optional<DType> comm_dtype;      // communication_data_type; unset: the gradients' dtype
 };
 
 class GradReducer {
@@ -51,9 +56,9 @@ class GradReducer {
   void layer_done(int layer);
   // After the micro-step's backward: every reduction it started has finished.
   void end_micro();
-  // The gradients this rank steps on, in `dtype`: group g's slice at g.part_offset (stage 0:
-  // the whole array, where part_offset = begin).
-  void* owned() const { return owned_->data(); }
+  // The gradients this rank steps on for group g, in `dtype`: g.part elements (stage 0: the
+  // whole group).
+  void* owned(int group) const;
   // After the optimizer step.
   void zero();
 
@@ -65,23 +70,27 @@ class GradReducer {
   void launch_bucket(int64_t begin, int64_t end);  // stage 0
   void launch_group(int group, void* input);       // stages 1–3
   void finish(Staging& s);
+  char* at(const DeviceBuffer& b, int64_t element) const { return b.as<char>() + element * static_cast<int64_t>(elem_); }
 
   comm::Communicator& comm_;
   const FlatLayout& layout_;
   Device& device_;
-  DType dtype_;
-  size_t elem_;
+  DType dtype_, wire_;  // gradients, communication
+  size_t elem_, wire_elem_;
   GradReduceOptions opt_;
   DeviceBuffer full_;          // stage 0/1: the whole model's gradients
-  DeviceBuffer partition_;     // stages 1–3: this rank's gradient partitions
-  DeviceBuffer* owned_ = nullptr;
-  std::vector<Staging> staging_;  // stages 2–3
+  DeviceBuffer partition_;     // stages 2–3: this rank's gradient partitions
+  std::vector<Staging> staging_;  // stage 1: reduce-scatter results in flight; stages 2–3: staging
   int current_ = -1;              // staging buffer of the group in backward
   bool first_ = true, last_ = true;
   int64_t pending_end_ = 0;       // stage 0: gradients in [.., pending_end_) not yet launched
   int64_t reductions_ = 0;
-  std::vector<std::pair<comm::WorkHandle, std::pair<int64_t, int64_t>>> inflight_;  // stage 0/1
-  std::vector<std::pair<comm::WorkHandle, int>> inflight_groups_;                   // stage 1, no reduce_scatter
+  struct Bucket {  // stage 0
+    comm::WorkHandle work;
+    int64_t begin = 0, end = 0;
+    DeviceBuffer wire;  // the bucket in the communication dtype, when it differs
+  };
+  std::vector<Bucket> inflight_;
 };
 
 }  // namespace dscpp::runtime

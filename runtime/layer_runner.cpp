@@ -8,8 +8,14 @@
 namespace dscpp::runtime {
 
 LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-                         int64_t max_batch, DType storage)
-    : plugin_(plugin), device_(device), ops_(ops), layout_(layout), max_batch_(max_batch), storage_(storage) {
+                         int64_t max_batch, DType param_dtype, DType grad_dtype)
+    : plugin_(plugin),
+      device_(device),
+      ops_(ops),
+      layout_(layout),
+      max_batch_(max_batch),
+      param_dtype_(param_dtype),
+      grad_dtype_(grad_dtype) {
   const auto& layers = plugin.layers();
   int64_t max_out = 0, max_ws = 0;
   for (const LayerDecl& l : layers) {
@@ -22,10 +28,10 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
   workspace_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_ws), MemCategory::buffers);
   grad_a_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_out) * sizeof(float), MemCategory::activations);
   grad_b_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_out) * sizeof(float), MemCategory::activations);
-  if (storage_ != DType::f32) {
+  if (param_dtype_ != DType::f32)
     param32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
+  if (grad_dtype_ != DType::f32)
     grad32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
-  }
   layer_slots_.assign(layers.size() + 1, 0);
   for (const ParamSlot& s : layout.params) ++layer_slots_[static_cast<size_t>(s.layer) + 1];
   for (size_t l = 0; l < layers.size(); ++l) layer_slots_[l + 1] += layer_slots_[l];
@@ -38,11 +44,10 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
 }
 
 void LayerRunner::bind(void* params, void* grads) {
-  size_t elem = dtype_size(storage_);
-  source_ = [this, params, grads, elem](int layer, bool) {
+  const int64_t pe = static_cast<int64_t>(dtype_size(param_dtype_)), ge = static_cast<int64_t>(dtype_size(grad_dtype_));
+  source_ = [this, params, grads, pe, ge](int layer, bool) {
     int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
-    return LayerMemory{static_cast<const char*>(params) + first * static_cast<int64_t>(elem),
-                       grads ? static_cast<char*>(grads) + first * static_cast<int64_t>(elem) : nullptr};
+    return LayerMemory{static_cast<const char*>(params) + first * pe, grads ? static_cast<char*>(grads) + first * ge : nullptr};
   };
 }
 
@@ -50,15 +55,15 @@ void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward) {
   auto [first, end] = layout_.layer_range[static_cast<size_t>(layer)];
   const void* params = m.params;
   void* grads = m.grads;
-  if (storage_ != DType::f32) {
-    // fp32 views of the layer: widened parameters, and zeroed gradients that are added into
-    // the 16-bit storage after the call (flush_grads).
-    kernels::load_to_f32(m.params, storage_, param32_.as<float>(), 1.0f, end - first);
+  // fp32 views of the layer: widened 16-bit parameters, and zeroed fp32 gradients that are
+  // added into the 16-bit gradient storage after the call.
+  if (param_dtype_ != DType::f32) {
+    kernels::load_to_f32(m.params, param_dtype_, param32_.as<float>(), 1.0f, end - first);
     params = param32_.data();
-    if (backward) {
-      device_.zero(grad32_.data(), static_cast<size_t>(end - first) * 4);
-      grads = grad32_.data();
-    }
+  }
+  if (backward && grad_dtype_ != DType::f32) {
+    device_.zero(grad32_.data(), static_cast<size_t>(end - first) * 4);
+    grads = grad32_.data();
   }
   for (size_t i = layer_slots_[static_cast<size_t>(layer)]; i < layer_slots_[static_cast<size_t>(layer) + 1]; ++i) {
     const ParamSlot& s = layout_.params[i];
@@ -126,9 +131,9 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
       ctx.loss_grad = loss_grad;
     }
     plugin_.backward(l, ctx);
-    if (storage_ != DType::f32) {
+    if (grad_dtype_ != DType::f32) {
       auto [first, end] = layout_.layer_range[static_cast<size_t>(l)];
-      kernels::accumulate_into(mem.grads, storage_, grad32_.as<float>(), end - first);
+      kernels::accumulate_into(mem.grads, grad_dtype_, grad32_.as<float>(), end - first);
     }
     if (after_layer) after_layer(l, true);
     if (layer_done) layer_done(l);

@@ -6,11 +6,12 @@
 // are is asked per call from a memory source (the engine's ZeRO stage decides: whole arrays,
 // partition-group staging buffers, gathered stage-3 buffers), addressed by the flat layout.
 //
-// Storage dtype: with fp16/bf16 parameters and gradients the CPU ops still compute in fp32:
+// Storage dtypes: with fp16/bf16 parameters (and gradients) the CPU ops still compute in fp32:
 // before a layer runs its parameters are widened into an fp32 scratch, and after its backward
-// the fp32 gradients are added into the 16-bit gradient storage with one rounding (DeepSpeed
+// the fp32 gradients are added into 16-bit gradient storage with one rounding (DeepSpeed
 // accumulates 16-bit gradients the same way). So memory for parameters and gradients is
 // 16-bit, loss scaling and overflow act on 16-bit gradients, and activations stay fp32.
+// Gradients may be kept in fp32 while parameters are 16-bit (data_types.grad_accum_dtype).
 #pragma once
 
 #include "core/device.h"
@@ -28,17 +29,18 @@ namespace dscpp::runtime {
 class LayerRunner {
  public:
   LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-              int64_t max_batch, DType storage = DType::f32);
+              int64_t max_batch, DType param_dtype = DType::f32, DType grad_dtype = DType::f32);
 
   // A layer's memory for one call: pointers to the element at the layer's first flat offset
-  // (layout.layer_range[layer].first) in the storage dtype; grads are asked for in backward only.
+  // (layout.layer_range[layer].first) in the parameter / gradient dtype; grads are asked for in
+  // backward only.
   struct LayerMemory {
     const void* params = nullptr;
     void* grads = nullptr;
   };
   using MemorySource = std::function<LayerMemory(int layer, bool backward)>;
   void set_source(MemorySource source) { source_ = std::move(source); }
-  // Whole flat arrays of layout.total elements in the storage dtype.
+  // Whole flat arrays of layout.total elements.
   void bind(void* params, void* grads);
 
   // Runs after each layer call (ZeRO-3 releases there); may be empty.
@@ -64,7 +66,7 @@ class LayerRunner {
   const FlatLayout& layout_;
   int64_t max_batch_;
   std::vector<DeviceBuffer> outputs_, saved_;
-  DType storage_;
+  DType param_dtype_, grad_dtype_;
   MemorySource source_;
   DeviceBuffer workspace_, grad_a_, grad_b_;
   DeviceBuffer param32_, grad32_;  // fp32 views of one layer when storage is 16-bit

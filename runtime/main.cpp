@@ -32,6 +32,8 @@ struct Args {
   uint64_t seed = 42;
   int threads = 0;
   int local_rank = -1;
+  std::string device_memory_limit;
+  bool check_schedule = false;
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false;
   std::vector<std::string> plugin_args;
 };
@@ -54,6 +56,25 @@ std::string non_default_rows(const std::string& table) {
     pos = end + 1;
   }
   return out + fmt::format("({} more keys at DeepSpeed's defaults; `dscpp config check FILE` lists them)", defaults);
+}
+
+// "8GB", "512MiB", "1.5G", "1048576": decimal (KB, MB, GB) and binary (KiB, MiB, GiB, K, M, G) units.
+int64_t parse_byte_size(const std::string& text, const char* flag) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  static const std::pair<const char*, double> units[] = {
+      {"", 1},          {"B", 1},          {"KB", 1e3},       {"MB", 1e6},        {"GB", 1e9},  {"TB", 1e12},
+      {"K", 1024.0},    {"KiB", 1024.0},   {"M", 1048576.0},  {"MiB", 1048576.0}, {"G", 1073741824.0},
+      {"GiB", 1073741824.0}, {"T", 1099511627776.0}, {"TiB", 1099511627776.0}};
+  for (const auto& [name, factor] : units)
+    if (used > 0 && unit == name && value > 0) return static_cast<int64_t>(value * factor);
+  fail("{} {}: expected a positive size such as 8GB, 512MiB or 1073741824", flag, text);
 }
 
 int run(const Args& a) {
@@ -111,11 +132,13 @@ int run(const Args& a) {
   for (const auto& d : loaded.diagnostics.all())
     if (id.rank == 0) log::warn("{}", config::format_diagnostic(d, loaded.file_name));
 
+  if (a.check_schedule) setenv("DSCPP_CHECK_SCHEDULE", "1", 1);  // read by comm_options_from_env
   comm::CommOptions copts = comm::comm_options_from_env();
   if (!a.comm_backend.empty()) copts.backend = comm::parse_backend_choice(a.comm_backend);
   comm::World world = comm::create_world(copts);
 
   auto device = make_cpu_device();
+  if (!a.device_memory_limit.empty()) device->set_limit(parse_byte_size(a.device_memory_limit, "--device_memory_limit"));
   dscpp_ops ops = kernels::cpu_ops(DSCPP_F32, device.get());
   if (id.rank == 0) {
     log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device cpu, {} thread{} per rank, {}", DSCPP_VERSION,
@@ -167,6 +190,12 @@ int main(int argc, char** argv) {
   app.add_option("--init_from", a.init_from, "start from the weights in this safetensors file");
   app.add_flag("--no_shuffle", a.no_shuffle, "take training samples in order (every epoch)");
   app.add_option("--comm_backend", a.comm_backend, "shm|gloo|mpi|nccl|hierarchical (default: chosen per job)");
+  app.add_option("--device_memory_limit", a.device_memory_limit,
+                 "cap this rank's device memory (e.g. 2GiB): the CPU device then fails like a GPU of that size, "
+                 "with advice on the ZeRO stage or offload that would fit");
+  app.add_flag("--check_schedule", a.check_schedule,
+               "debug: check before every collective that all ranks issue the same one, and fail with the first "
+               "divergence instead of hanging");
   app.add_option("--threads", a.threads, "CPU threads per rank (default: cores / ranks on this host)");
   app.add_option("--local_rank", a.local_rank, "set by launchers; the environment is authoritative");
   app.add_option("plugin_args", a.plugin_args, "arguments for the plugin (after --)");

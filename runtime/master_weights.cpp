@@ -45,12 +45,12 @@ void MasterWeights::write_params() {
                             layout_.groups[g].part);
 }
 
-void MasterWeights::step(void* owned_grads, DType grad_dtype, float grad_scale, const StepOverrides& overrides) {
-  size_t elem = dtype_size(grad_dtype);
+void MasterWeights::step(const std::function<void*(int)>& grads, DType grad_dtype, float grad_scale,
+                         const StepOverrides& overrides) {
   for (size_t i = 0; i < layout_.groups.size(); ++i) {
     const PartitionGroup& g = layout_.groups[i];
     if (group_index_[i] < 0) continue;
-    void* grad = static_cast<char*>(owned_grads) + g.part_offset * static_cast<int64_t>(elem);
+    void* grad = grads(static_cast<int>(i));
     const float* grad32;
     if (grad_dtype == DType::f32) {
       kernels::scale_inplace(grad, DType::f32, grad_scale, g.part);
@@ -59,7 +59,7 @@ void MasterWeights::step(void* owned_grads, DType grad_dtype, float grad_scale, 
       // 16-bit gradients are widened (and unscaled) into fp32 first: unscaling in place in
       // fp16 would flush small gradients to zero.
       if (scratch_.bytes() < static_cast<size_t>(g.part) * 4)
-        scratch_ = DeviceBuffer(device_, static_cast<size_t>(g.part) * 4, MemCategory::grads);
+        scratch_ = DeviceBuffer(device_, static_cast<size_t>(g.part) * 4, MemCategory::buffers);
       kernels::load_to_f32(grad, grad_dtype, scratch_.as<float>(), grad_scale, g.part);
       grad32 = scratch_.as<float>();
     }

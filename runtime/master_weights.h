@@ -16,6 +16,8 @@
 #include "runtime/optimizer.h"
 #include "runtime/param_store.h"
 
+#include <functional>
+
 namespace dscpp::runtime {
 
 class MasterWeights {
@@ -28,9 +30,10 @@ class MasterWeights {
   void write_params();
   // fp32 master slice of group g (g.part elements).
   float* group(int g) const;
-  // One optimizer step of every group: gradient = owned_grads (in `grad_dtype`, laid out like the
-  // master) × grad_scale; then the 16-bit parameters follow. Does not communicate.
-  void step(void* owned_grads, DType grad_dtype, float grad_scale, const StepOverrides& overrides);
+  // One optimizer step of every group: gradient = grads(g) (g.part elements in `grad_dtype`) ×
+  // grad_scale; then the 16-bit parameters follow. Does not communicate.
+  void step(const std::function<void*(int group)>& grads, DType grad_dtype, float grad_scale,
+            const StepOverrides& overrides);
 
   bool aliased() const { return !copy_; }
   int optimizer_group(int g) const { return group_index_[static_cast<size_t>(g)]; }  // −1: empty group
@@ -41,7 +44,7 @@ class MasterWeights {
   Optimizer& optimizer_;
   Device& device_;
   DeviceBuffer copy_;     // fp32 master when the parameters are 16-bit
-  DeviceBuffer scratch_;  // one group's fp32 gradient when the gradients are 16-bit
+  DeviceBuffer scratch_;  // one group's fp32 gradient when the gradients are 16-bit (category buffers)
   std::vector<int> group_index_;
 };
 

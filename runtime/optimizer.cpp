@@ -57,6 +57,9 @@ class OptimizerBase : public Optimizer {
   }
 
   double base_lr() const override { return p_.lr; }
+  int64_t state_bytes_per_element() const override {
+    return 4 * static_cast<int64_t>(initial_state_names().size());
+  }
 
   int add_group(int64_t numel, std::vector<Segment> segments) override {
     if (numel < 0) fail("optimizer: group size must be >= 0, got {}", numel);

@@ -49,6 +49,9 @@ class Optimizer {
   virtual double base_lr() const = 0;
   virtual double base_momentum() const = 0;  // beta1 or SGD momentum; 0 when none
 
+  // Bytes of state per parameter element a new group gets (Adam: m and v = 8), for memory plans.
+  virtual int64_t state_bytes_per_element() const = 0;
+
   // Registers a flat group of `numel` fp32 elements; returns its index (0, 1, ...).
   virtual int add_group(int64_t numel, std::vector<Segment> segments) = 0;
   // One update of group `group`: `w` (numel fp32, updated in place) with gradient `grad`

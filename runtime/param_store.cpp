@@ -23,18 +23,35 @@ ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Devic
   DSCPP_CHECK(layout.parts == 1 || layout.parts == comm.size());
   int64_t n = partitioned ? layout.part_total : layout.total;
   data_ = DeviceBuffer(device, static_cast<size_t>(n) * elem_, MemCategory::params, true);
-  if (partitioned) {
-    // DeepSpeed's persistence walk, with the layer group as the unit.
-    int64_t kept = 0;
-    for (size_t g = 0; g < layout.groups.size(); ++g) {
-      int64_t numel = layout.groups[g].numel;
-      if (numel == 0 || kept + numel > s3_.model_persistence_threshold) continue;
-      if (numel <= s3_.param_persistence_threshold) {
-        persistent_[g] = true;
-        kept += numel;
-      }
+  if (partitioned) persistent_ = persistent_groups(layout, s3_);
+}
+
+std::vector<bool> ParamStore::persistent_groups(const FlatLayout& layout, const Stage3Options& s3) {
+  std::vector<bool> out(layout.groups.size(), false);
+  int64_t kept = 0;
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    int64_t numel = layout.groups[g].numel;
+    if (numel == 0 || kept + numel > s3.model_persistence_threshold) continue;
+    if (numel <= s3.param_persistence_threshold) {
+      out[g] = true;
+      kept += numel;
     }
   }
+  return out;
+}
+
+int64_t ParamStore::gathered_bound(const FlatLayout& layout, const Stage3Options& s3) {
+  // Persistent and reuse-kept groups, the group in use, and the prefetch window.
+  std::vector<bool> persistent = persistent_groups(layout, s3);
+  int64_t fixed = 0, others = 0;
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    int64_t n = layout.groups[g].numel;
+    if (persistent[g] || keep_for_reuse(layout, s3, static_cast<int>(g)))
+      fixed += n;
+    else
+      others += n;
+  }
+  return fixed + layout.max_group_numel + std::min(s3.prefetch_bucket_size, others);
 }
 
 ParamStore::~ParamStore() {
@@ -114,12 +131,12 @@ const void* ParamStore::layer_params(int layer, bool backward) {
          (first - g.begin) * static_cast<int64_t>(elem_);
 }
 
-bool ParamStore::keep_for_reuse(int group) const {
+bool ParamStore::keep_for_reuse(const FlatLayout& layout, const Stage3Options& s3, int group) {
   // Forward is followed by backward in reverse order: between this group's forward use and its
   // backward use, every later group is used twice.
   int64_t between = 0;
-  for (size_t g = static_cast<size_t>(group) + 1; g < layout_.groups.size(); ++g) between += 2 * layout_.groups[g].numel;
-  return between <= s3_.max_reuse_distance;
+  for (size_t g = static_cast<size_t>(group) + 1; g < layout.groups.size(); ++g) between += 2 * layout.groups[g].numel;
+  return between <= s3.max_reuse_distance;
 }
 
 void ParamStore::layer_done(int layer, bool backward) {
@@ -128,7 +145,7 @@ void ParamStore::layer_done(int layer, bool backward) {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   bool group_finished = backward ? layer == g.first_layer : layer == g.end_layer - 1;
   if (!group_finished) return;
-  if (!backward && training_ && keep_for_reuse(group)) return;
+  if (!backward && training_ && keep_for_reuse(layout_, s3_, group)) return;
   release(group);
 }
 

@@ -41,6 +41,11 @@ class ParamStore {
              const Stage3Options& stage3 = {});
   ~ParamStore();
 
+  // Stage 3: which groups stay gathered (DeepSpeed's persistence walk with the group as the
+  // unit), and a bound on the elements gathered at any moment under this policy.
+  static std::vector<bool> persistent_groups(const FlatLayout& layout, const Stage3Options& stage3);
+  static int64_t gathered_bound(const FlatLayout& layout, const Stage3Options& stage3);
+
   DType dtype() const { return dtype_; }
   bool partitioned() const { return partitioned_; }
 
@@ -76,7 +81,7 @@ class ParamStore {
   void wait(int group);
   void release(int group);
   void prefetch_after(int layer, bool backward);
-  bool keep_for_reuse(int layer) const;
+  static bool keep_for_reuse(const FlatLayout& layout, const Stage3Options& stage3, int group);
 
   const FlatLayout& layout_;
   comm::Communicator& comm_;

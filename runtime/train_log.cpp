@@ -55,6 +55,7 @@ std::string format_step_line(const StepReport& r) {
   line += fmt::format(" | {:.1f} samples/s", r.samples_per_s);
   if (r.tokens_per_s > 0) line += fmt::format(" | {:.0f} tokens/s", r.tokens_per_s);
   line += fmt::format(" | mem {} (peak {})", format_bytes(r.memory.total_current), format_bytes(r.memory.total_peak));
+  if (r.loss_scale > 0) line += fmt::format(" | loss scale {:g}", r.loss_scale);
   if (r.skipped) line += fmt::format(" | skipped {}", r.skipped);
   return line;
 }

@@ -59,6 +59,7 @@ struct StepReport {
   double tokens_per_s = 0;  // 0: the model has no tokens
   double grad_norm = -1;    // < 0: not computed
   int64_t skipped = 0;
+  double loss_scale = 0;  // 0: no loss scaling (fp32/bf16)
   MemoryStats memory;
 };
 

@@ -6,6 +6,10 @@
 //                              others must fail naming it (exit 0 when they did)
 //   comm_check die             the last rank exits(3) after 3 operations; same expectation
 //   comm_check arrive          run with one rank missing: everyone must fail the rendezvous
+//   comm_check diverge         needs DSCPP_CHECK_SCHEDULE=1: a light matrix passes checked, then
+//                              the last rank skips an allgather and ends its step; every rank
+//                              must fail at once with the schedule check's message, after
+//                              which the unchecked engine still works (exit 0 when all held)
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -14,6 +18,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "collectives/communicator.h"
 #include "tests/collectives/matrix.h"
@@ -33,6 +38,39 @@ int expect_failure(const std::function<void()>& body, const char* what) {
   }
   std::printf("UNEXPECTED SUCCESS: %s\n", what);
   return 1;
+}
+
+int diverge(comm::World& w) {
+  if (!w.world->schedule_check()) {
+    std::fprintf(stderr, "comm_check diverge: run with DSCPP_CHECK_SCHEDULE=1\n");
+    return 1;
+  }
+  const bool last = w.world->rank() == w.world->size() - 1;
+  test::MatrixOptions light{{1, 1000}, {DType::f32, DType::bf16}, true};
+  size_t checks = test::check_collectives(*w.world, light) + test::check_collectives(*w.node, light) +
+                  test::check_collectives(*w.cross, light);
+  w.world->schedule_checkpoint("end of step 0");
+  std::printf("rank %d: %zu checks passed with the schedule checked on %s\n", w.world->rank(), checks,
+              w.description.c_str());
+  std::vector<float> x(1000, 1.0f), all(1000 * static_cast<size_t>(w.world->size()));
+  int rc = expect_failure(
+      [&] {
+        w.world->allreduce(x.data(), x.size(), DType::f32);
+        if (!last) w.world->allgather(x.data(), all.data(), x.size(), DType::f32);
+        w.world->schedule_checkpoint("end of step 1");
+      },
+      "a rank skipping an allgather");
+  // Nothing ran after the exchange that found the divergence: unchecked, the engine still works.
+  w.world->set_schedule_check(false);
+  float one = 1;
+  w.world->allreduce(&one, 1, DType::f32);
+  if (one != static_cast<float>(w.world->size())) {
+    std::printf("rank %d: allreduce after the divergence gave %g, expected %d\n", w.world->rank(), one,
+                w.world->size());
+    return 1;
+  }
+  std::fflush(stdout);
+  return rc;
 }
 
 int run(const std::string& mode, bool small) {
@@ -55,6 +93,7 @@ int run(const std::string& mode, bool small) {
                 w.description.c_str(), w.node->rank(), w.node->size(), w.cross->rank(), w.cross->size());
     return 0;
   }
+  if (mode == "diverge") return diverge(w);
   float x = 1;
   for (int i = 0; i < 3; ++i) w.world->allreduce(&x, 1, DType::f32);
   if (mode == "behind" && w.world->rank() == last) {

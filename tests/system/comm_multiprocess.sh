@@ -3,6 +3,8 @@
 # 1. the correctness matrix on 2, 3 and 4 ranks started by `dscpp` (shm on one host; gloo
 #    forced; hierarchical shm+gloo with 2 ranks per "host" forced by DSCPP_RANKS_PER_NODE),
 #    and on 3 ranks under mpirun with the mpi backend when OpenMPI is present;
+#    the schedule check (DSCPP_CHECK_SCHEDULE=1) on shm, gloo, hierarchical and mpi: a checked
+#    matrix passes, then a rank that skips an op fails every rank at once with one message;
 # 2. failures with ranks started by hand (so no launcher tears the job down first):
 #    a rank that never arrives, a rank that stops communicating, a rank that dies — every other
 #    rank must fail within the timeout with a message naming the culprit.
@@ -28,10 +30,31 @@ matrix() {  # name nprocs [VAR=value...] -- launches through dscpp
   echo "ok  $name: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
 }
 
+diverged() {  # name nprocs log: every rank failed within seconds, naming the skipped op and the checkpoint
+  local name=$1 n=$2 log=$3 got
+  got=$(grep -cE "FAILED AS EXPECTED after [0-4]\.[0-9] s: --check_schedule: ranks diverged in group 'world' at \
+collective #[0-9]+ \(#2 since checkpoint 'end of step 0'\): ranks? [-0-9, ]+ issued allgather\(fp32, 1000 elements \
+per rank\) but rank $((n - 1)) reached checkpoint 'end of step 1' after [0-9]+ collectives$" "$log")
+  [ "$got" = "$n" ] || { fail "diverge $name: $got of $n ranks failed as expected"; tail -20 "$log"; return; }
+  echo "ok  diverge $name: $(grep -m1 'FAILED AS EXPECTED' "$log" | sed 's/.*FAILED AS EXPECTED //' | cut -c1-300)"
+}
+diverge() {  # name nprocs [VAR=value...] -- through dscpp
+  local name=$1 n=$2 log="$WORK/diverge-$1.log"
+  shift 2
+  if ! env DSCPP_CHECK_SCHEDULE=1 "$@" timeout 120 "$DSCPP" --num_procs "$n" --master_port "$(port)" "$CHECK" diverge \
+      >"$log" 2>&1; then
+    fail "diverge $name: dscpp exited non-zero"; tail -20 "$log"; return
+  fi
+  diverged "$name" "$n" "$log"
+}
+
 for n in 2 3 4; do matrix "shm-$n" "$n" DSCPP_COMM_BACKEND=auto; done
 matrix gloo-3 3 DSCPP_COMM_BACKEND=gloo
 matrix hierarchical-4 4 DSCPP_COMM_BACKEND=auto DSCPP_RANKS_PER_NODE=2
 matrix hierarchical-6 6 DSCPP_COMM_BACKEND=hierarchical DSCPP_RANKS_PER_NODE=3
+diverge shm-3 3 DSCPP_COMM_BACKEND=shm
+diverge gloo-2 2 DSCPP_COMM_BACKEND=gloo
+diverge hierarchical-4 4 DSCPP_COMM_BACKEND=hierarchical DSCPP_RANKS_PER_NODE=2
 
 if command -v mpirun >/dev/null; then
   # Under the sanitizer build, OpenMPI's own allocations (MCA components it unloads at finalize,
@@ -53,6 +76,14 @@ if command -v mpirun >/dev/null; then
     echo "ok  mpi-hierarchical-4: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
   else
     fail "hierarchical shm+mpi under mpirun"; tail -20 "$log"
+  fi
+  log="$WORK/diverge-mpi.log"
+  if MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_COMM_BACKEND=mpi DSCPP_CHECK_SCHEDULE=1 timeout 120 \
+      mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_COMM_BACKEND \
+      -x DSCPP_CHECK_SCHEDULE "$CHECK" diverge >"$log" 2>&1; then
+    diverged mpi-3 3 "$log"
+  else
+    fail "diverge mpi-3 under mpirun exited non-zero"; tail -20 "$log"
   fi
 else
   echo "skip mpi: no mpirun"

@@ -45,9 +45,17 @@ void accumulate_into(void* dst, DType dst_type, const float* src, int64_t n) {
   });
 }
 
-void add_into(void* dst, const void* src, DType type, int64_t n) {
-  for_each(n, type, [&](int64_t b, int64_t e, auto s) {
-    for (int64_t i = b; i < e; ++i) hd::accumulate(dst, i, s.value, hd::load(src, i, s.value));
+void add_into(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
+  hd::Storage from = storage(src_type);
+  for_each(n, dst_type, [&](int64_t b, int64_t e, auto s) {
+    for (int64_t i = b; i < e; ++i) hd::accumulate(dst, i, s.value, hd::load(src, i, from));
+  });
+}
+
+void convert_into(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
+  hd::Storage from = storage(src_type);
+  for_each(n, dst_type, [&](int64_t b, int64_t e, auto s) {
+    for (int64_t i = b; i < e; ++i) hd::store(dst, i, s.value, hd::load(src, i, from));
   });
 }
 

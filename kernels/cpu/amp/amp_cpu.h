@@ -12,8 +12,10 @@ namespace dscpp::kernels {
 
 // dst[i] = round(dst[i] + src[i]) in dst's dtype (f32, f16 or bf16).
 void accumulate_into(void* dst, DType dst_type, const float* src, int64_t n);
-// dst[i] = round(dst[i] + src[i]), both in `type`.
-void add_into(void* dst, const void* src, DType type, int64_t n);
+// dst[i] = round(dst[i] + src[i]) in dst's dtype; src may have another floating dtype.
+void add_into(void* dst, DType dst_type, const void* src, DType src_type, int64_t n);
+// dst[i] = round(src[i]) between any two floating dtypes (same dtype: a copy).
+void convert_into(void* dst, DType dst_type, const void* src, DType src_type, int64_t n);
 // dst[i] = round(src[i]) in dst's dtype; src and dst may be the same buffer only for f32.
 void store_from_f32(void* dst, DType dst_type, const float* src, int64_t n);
 // dst[i] = float(src[i]) · scale.

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# ZeRO's memory savings, measured by the device's accounting (every allocation is counted by
+# category) on a 16-layer gpt:
+#  1. the measured peak of model states per rank (params + grads + optimizer state) for stages
+#     0–3 on 1–4 ranks, fp32 and bf16, within 5% of the ZeRO paper's terms for this precision
+#     (e = 4 or 2 bytes per parameter and gradient — gradients are fp32 for bf16 at stage 0, as
+#     DeepSpeed's BF16_Optimizer keeps them — K = 8 bytes of Adam state, plus the 4-byte fp32
+#     master for bf16), plus the one bounded extra that counts as parameters: the stage-3
+#     layer being computed (prefetch, reuse and persistence are switched off here);
+#  2. stage 3 on 4 ranks holds at most 1/3.5 of stage 0's model states;
+#  3. under --device_memory_limit a model that does not fit at stage 0 fails with a message
+#     naming the categories and how many ranks at stage 3 would fit, and trains at stage 3 on 4 ranks.
+# Usage: zero_memory.sh DSCPP RUNTIME GPT_SO
+set -u
+DSCPP=$1 RUNTIME=$2 GPT=$3
+WORK=$(mktemp -d /tmp/dscpp_zero_memory.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+FAILED=0
+fail() { echo "FAIL: $*"; FAILED=1; }
+pass() { echo "ok: $*"; }
+port() { echo $((20000 + RANDOM % 20000)); }
+GPT_ARGS=(-- --layers 16 --d_model 64 --heads 2 --context 32 --sample_chars 0)
+
+desc=$("$RUNTIME" --model "$GPT" --describe_model "${GPT_ARGS[@]}" 2>/dev/null)
+PSI=$(sed -n 's/.*"total_params": \([0-9]*\).*/\1/p' <<< "$desc")
+LARGEST=$(sed -n 's/.*"largest_layer_params": \([0-9]*\).*/\1/p' <<< "$desc")
+[ -n "$PSI" ] && [ -n "$LARGEST" ] || { echo "FAIL: --describe_model gave no counts: $desc"; exit 1; }
+echo "model: Ψ = $PSI parameters, largest layer $LARGEST"
+
+config() {  # FILE STAGE PRECISION_BLOCK
+  cat > "$1" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 100,
+ "zero_optimization": {"stage": $2, "reduce_bucket_size": 60000, "stage3_prefetch_bucket_size": 0,
+   "stage3_max_reuse_distance": 0, "stage3_param_persistence_threshold": 0},
+ $3
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}
+JSON
+}
+run() {  # RANKS CONFIG LOG [runtime args]
+  local ranks=$1 cfg=$2 log=$3
+  shift 3
+  "$DSCPP" --num_procs "$ranks" --master_port "$(port)" "$GPT" --deepspeed_config "$cfg" --steps 2 --no_eval "$@" \
+    "${GPT_ARGS[@]}" > "$log" 2>&1
+}
+peak() {  # LOG → measured model-state bytes of rank 0
+  sed -n 's/.*memory peak per rank (bytes): params=\([0-9]*\), grads=\([0-9]*\), optimizer_state=\([0-9]*\),.*/\1 \2 \3/p' "$1" |
+    awk '{print $1 + $2 + $3}'
+}
+# analytic STAGE RANKS E: the paper's terms with Ψ/N rounded up, plus the gathered layer at stage 3.
+analytic() {
+  awk -v s="$1" -v n="$2" -v e="$3" -v psi="$PSI" -v big="$LARGEST" 'BEGIN {
+    k = 8 + (e == 2 ? 4 : 0); part = psi / n
+    ge = (e == 2 && s == 0) ? 4 : e   # bf16 without ZeRO accumulates fp32 gradients (the BF16_Optimizer rule)
+    p = (s == 3 ? e * part + e * big : e * psi); g = (s >= 2 ? ge * part : ge * psi); o = (s >= 1 ? k * part : k * psi)
+    printf "%d", p + g + o }'
+}
+
+declare -A MEASURED
+for prec in fp32 bf16; do
+  block=''; e=4
+  [ "$prec" = bf16 ] && { block='"bf16": {"enabled": true},'; e=2; }
+  for stage in 0 1 2 3; do
+    config "$WORK/s$stage$prec.json" "$stage" "$block"
+    for ranks in 1 2 3 4; do
+      [ "$prec" = bf16 ] && [ "$ranks" = 3 ] && continue  # bf16: 1, 2, 4 ranks keep the run short
+      log=$WORK/m$stage-$ranks-$prec.log
+      run "$ranks" "$WORK/s$stage$prec.json" "$log" || { fail "stage $stage, $ranks ranks, $prec: $(tail -2 "$log")"; continue; }
+      got=$(peak "$log")
+      want=$(analytic "$stage" "$ranks" "$e")
+      MEASURED[$stage-$ranks-$prec]=$got
+      dev=$(awk -v g="$got" -v w="$want" 'BEGIN {d = (g - w) / w; printf "%.4f", d < 0 ? -d : d}')
+      line="stage $stage, $ranks rank(s), $prec: measured $got B, analytic $want B (off by $(awk -v d="$dev" 'BEGIN {printf "%.2f", 100 * d}')%)"
+      awk -v d="$dev" 'BEGIN {exit !(d <= 0.05)}' && pass "$line" || fail "$line"
+    done
+  done
+done
+s0=${MEASURED[0-1-fp32]:-0} s3=${MEASURED[3-4-fp32]:-0}
+if [ "$s0" -gt 0 ] && [ "$s3" -gt 0 ]; then
+  ratio=$(awk -v a="$s0" -v b="$s3" 'BEGIN {printf "%.2f", a / b}')
+  awk -v r="$ratio" 'BEGIN {exit !(r >= 3.5)}' && pass "stage 3 on 4 ranks holds 1/$ratio of stage 0" ||
+    fail "stage 3 on 4 ranks holds 1/$ratio of stage 0 (want ≤ 1/3.5)"
+fi
+
+# ---- 3. a model that does not fit at stage 0 trains at stage 3 ------------------------------
+# Stage 0 needs 16Ψ ≈ 13 MB of model states; 4 ranks at stage 3 need about 4Ψ + activations.
+LIMIT=$((PSI * 16 * 7 / 10))
+config "$WORK/oom0.json" 0 ''
+if run 1 "$WORK/oom0.json" "$WORK/oom0.log" --device_memory_limit "$LIMIT"; then
+  fail "stage 0 fit under a limit of $LIMIT bytes (model states alone need $((PSI * 16)))"
+else
+  if grep -q "out of memory" "$WORK/oom0.log" && grep -q "At stage 3, [0-9]* ranks would hold" "$WORK/oom0.log" &&
+    grep -q "optimizer state" "$WORK/oom0.log"; then
+    pass "stage 0 over the limit: $(grep -m1 'out of memory' "$WORK/oom0.log" | cut -c1-200)"
+  else
+    fail "stage 0 over the limit: no clear message: $(tail -3 "$WORK/oom0.log")"
+  fi
+fi
+config "$WORK/oom3.json" 3 ''
+run 4 "$WORK/oom3.json" "$WORK/oom3.log" --device_memory_limit "$LIMIT" &&
+  pass "stage 3 on 4 ranks trains under the same limit (peak $(sed -n 's/.*total=\([0-9]*\);.*/\1/p' "$WORK/oom3.log") B)" ||
+  fail "stage 3 on 4 ranks under the limit: $(tail -3 "$WORK/oom3.log")"
+
+[ "$FAILED" = 0 ] && echo "zero_memory: all checks passed"
+exit "$FAILED"
