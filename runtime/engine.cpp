@@ -216,9 +216,9 @@ CheckpointView Engine::checkpoint_view() {
   v.params = params_.get();
   v.device = &device_;
   v.params_dtype = dtype_;
+  v.scaler = scaler_->checks_overflow() ? scaler_.get() : nullptr;
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
-  v.scaler = scaler_.get();
   v.counters = &counters_;
   v.zero_stage = stage_;
   v.train_batch_size = train_batch_;

@@ -8,10 +8,12 @@
 #     the run with DeepSpeed's error.
 #  2. bf16 and fp16 runs of a small gpt track the fp32 loss curve within a band, and so does
 #     communication_data_type bf16, which halves the bytes on the wire;
-#  3. --check_schedule: a rank that issues an extra collective is named at once on every rank.
-# Usage: zero_precision.sh DSCPP GPT_SO MLP_SO
+#  3. --check_schedule: a rank that issues an extra collective is named at once on every rank;
+#  4. fp16 resume is exact: the loss scaler's state (scale, window position, hysteresis,
+#     skipped steps) travels in the checkpoint, so 10 steps straight == 5 + save + load + 5.
+# Usage: zero_precision.sh DSCPP GPT_SO MLP_SO COMPARE
 set -u
-DSCPP=$1 GPT=$2 MLP=$3
+DSCPP=$1 GPT=$2 MLP=$3 COMPARE=$4
 WORK=$(mktemp -d /tmp/dscpp_zero_precision.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 FAILED=0
@@ -116,6 +118,19 @@ else
     fail "--check_schedule: no clear report within 30 s (${secs} s): $(grep -m2 error "$WORK/div.log")"
   fi
 fi
+
+# ---- 4. exact fp16 resume across overflows ------------------------------------------------
+config "$WORK/res.json" 2 "$FP16},"
+export DSCPP_INJECT_OVERFLOW=3,4,7
+run 2 "$WORK/res.json" 10 "$WORK/res_a.log" --save_dir "$WORK/ra" || fail "fp16 straight run: $(tail -2 "$WORK/res_a.log")"
+run 2 "$WORK/res.json" 5 "$WORK/res_b.log" --save_dir "$WORK/rb" || fail "fp16 first half: $(tail -2 "$WORK/res_b.log")"
+run 2 "$WORK/res.json" 10 "$WORK/res_c.log" --load_dir "$WORK/rb" --save_dir "$WORK/rb" || fail "fp16 second half: $(tail -2 "$WORK/res_c.log")"
+unset DSCPP_INJECT_OVERFLOW
+a=$(grep 'step 10/10' "$WORK/res_a.log" | sed 's/.*\(loss scale.*\)/\1/') c=$(grep 'step 10/10' "$WORK/res_c.log" | sed 's/.*\(loss scale.*\)/\1/')
+[ -n "$a" ] && [ "$a" = "$c" ] && pass "fp16 resume: scaler state continues ($a)" || fail "fp16 resume: '$a' straight vs '$c' resumed"
+"$DSCPP" zero-to-fp32 "$WORK/ra" "$WORK/ra.safetensors" > /dev/null && "$DSCPP" zero-to-fp32 "$WORK/rb" "$WORK/rb.safetensors" > /dev/null &&
+  out=$("$COMPARE" "$WORK/ra.safetensors" "$WORK/rb.safetensors" --atol 0 2>&1) && pass "fp16 resume: weights bit for bit ($out)" ||
+  fail "fp16 resume: weights differ: ${out:-zero-to-fp32 failed}"
 
 [ "$FAILED" = 0 ] && echo "zero_precision: all checks passed"
 exit "$FAILED"
