@@ -41,7 +41,7 @@ LocalPartitions local_partitions(const CheckpointView& v, comm::Communicator& co
 // ---- loss scaler <-> JSON (DeepSpeed restores options and state from the checkpoint) ----
 
 json scaler_json(const LossScaler* s) {
-  if (!s) return nullptr;
+  if (!s || !s->checks_overflow()) return nullptr;  // bf16/fp32: nothing to continue
   const LossScalerOptions& o = s->options();
   const LossScalerState& st = s->state();
   return {{"rule", static_cast<int>(o.rule)},
@@ -59,14 +59,19 @@ json scaler_json(const LossScaler* s) {
           {"skipped_steps", st.skipped_steps}};
 }
 
+// An fp16 run continues the saved scaler, options included (DeepSpeed replaces the whole
+// scaler on load, so fp16 settings changed in the config do not apply after a resume). A run
+// without loss scaling ignores a saved scaler; an fp16 run from a checkpoint without one
+// starts its scaler fresh.
 void restore_scaler(const ckpt::Manifest& m, LossScaler* scaler, bool log_here) {
-  if (!m.has("loss_scaler") || m.at("loss_scaler").is_null()) {
-    if (scaler && scaler->checks_overflow() && log_here)
+  const bool saved = m.has("loss_scaler") && !m.at("loss_scaler").is_null();
+  const bool scaling = scaler && scaler->checks_overflow();
+  if (!saved || !scaling) {
+    if (scaling && log_here)
       log::info("checkpoint {} has no loss-scaler state (not an fp16 run): the scaler starts at {}", m.tag_dir,
                 scaler->scale());
     return;
   }
-  if (!scaler) return;  // an fp16 checkpoint continued in bf16/fp32: nothing to scale
   LossScalerOptions o;
   int rule = m.get<int>("loss_scaler.rule");
   if (rule < 0 || rule > static_cast<int>(LossScaleRule::legacy))

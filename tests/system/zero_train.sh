@@ -4,9 +4,9 @@
 #  1. stages 1/2/3 on 2/3/4 ranks (GAS > 1 in three of them) reproduce stage 0 on one rank with
 #     the same global batch after K steps (tolerance below, with a control that must fail);
 #     a tiny gpt at stage 3 (attention, layer norms, embeddings) likewise;
-#  2. exact resume, bit for bit, at stages 1, 2, 3 (fp32) and stage 2 bf16: K steps straight ==
-#     K/2 + save + load + K/2, every rank file (master weights and optimizer state) and the
-#     consolidated weights;
+#  2. exact resume, bit for bit, at stages 1, 2, 3 (fp32), stage 2 bf16 and stage 3 fp16 (with
+#     overflows: the loss scaler's state continues): K steps straight == K/2 + save + load +
+#     K/2, every rank file (master weights and optimizer state) and the consolidated weights;
 #  3. reshard: the 4-rank stage-3 checkpoint of step K/2 continued on 2 ranks at stage 1 and on
 #     1 rank at stage 0 matches the unbroken run; weights alone (fresh optimizer) do not; loaded
 #     and saved again at 2 × stage 1, 3 × stage 2, 1 × stage 0 it keeps weights and moments
@@ -36,11 +36,14 @@ K=10
 
 # config STAGE MICRO GAS FILE [DTYPE]: AdamW with weight decay, warmup, clipping. Stages 1/2
 # use 20000-element buckets, so the mlp has two partition groups ([fc1], [fc2, head]).
+# fp16: a small scale window, so the loss scale moves on both sides of a save.
 config() {
   local half=""
   [ "${5:-fp32}" = bf16 ] && half='"bf16": {"enabled": true},'
+  [ "${5:-fp32}" = fp16 ] &&
+    half='"fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 3, "hysteresis": 1},'
   cat > "$4" <<JSON
-{"train_micro_batch_size_per_gpu": $2, "gradient_accumulation_steps": $3, "steps_per_print": 5,
+{"train_micro_batch_size_per_gpu": $2, "gradient_accumulation_steps": $3, "steps_per_print": 1,
  "gradient_clipping": 1.0, $half
  "zero_optimization": {"stage": $1, "reduce_bucket_size": 20000},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
@@ -114,7 +117,13 @@ config 2 6 1 "$WORK/s2bf.json" bf16
 train mlp 2 "$WORK/s2bf.json" "$WORK/s2bf.log" --steps $K --save_dir "$WORK/s2bf" --save_interval $((K / 2)) ||
   fail "bf16 run: $(tail -3 "$WORK/s2bf.log")"
 consolidate "$WORK/s2bf" "$WORK/s2bf.safetensors"
-for name in s1r2 s2r3 s3r4 s3r2 s2bf; do
+# fp16 at stage 3 with overflows injected at steps 2 and 3: the scale halves twice before the
+# save and doubles after it (window 3), so the resumed run must continue the scaler's state.
+config 3 6 1 "$WORK/s3fp.json" fp16
+DSCPP_INJECT_OVERFLOW=2,3 train mlp 2 "$WORK/s3fp.json" "$WORK/s3fp.log" --steps $K --save_dir "$WORK/s3fp" \
+  --save_interval $((K / 2)) || fail "fp16 run: $(tail -3 "$WORK/s3fp.log")"
+consolidate "$WORK/s3fp" "$WORK/s3fp.safetensors"
+for name in s1r2 s2r3 s3r4 s3r2 s2bf s3fp; do
   ranks=$(ls "$WORK/$name/global_step$K"/zero_pp_rank_*_partitions.safetensors | wc -l)
   resume_dir "$WORK/$name/global_step$((K / 2))" "$WORK/$name.half"
   train mlp "$ranks" "$WORK/$name.json" "$WORK/$name.half.log" --steps $K --load_dir "$WORK/$name.half" \
@@ -129,6 +138,16 @@ for name in s1r2 s2r3 s3r4 s3r2 s2bf; do
   out=$("$COMPARE" "$WORK/$name.safetensors" "$WORK/$name.half.safetensors" 2>&1) || { ok=0; fail "$name resume: $out"; }
   [ $ok = 1 ] && pass "$name: $K straight == $((K / 2)) + save + load + $((K / 2)), bit for bit on $ranks rank files and consolidated"
 done
+# The step lines after the save: loss, loss scale and skipped steps the same in both runs.
+# (The files alone cannot show a lost scaler state here: loss scales are powers of two, and
+# scaling by one is exact on these gradients, so a fresh scaler gives the same weights — but
+# a scale of 4096 → 8192 where the straight run has 2048 → 4096.)
+steps_after() { grep -oE "step ([6-9]|10)/$K \| loss [0-9.]+ .*" "$1" | sed -E 's/ \| [0-9.]+ samples\/s//; s/ \| mem .*( \| loss scale)/\1/'; }
+if [ -n "$(steps_after "$WORK/s3fp.log")" ] && [ "$(steps_after "$WORK/s3fp.log")" = "$(steps_after "$WORK/s3fp.half.log")" ]; then
+  pass "fp16 resume continues the loss scaler: $(steps_after "$WORK/s3fp.half.log" | grep -oE 'step [0-9]+/[0-9]+|loss scale [0-9]+' | paste -sd' ')"
+else
+  fail "fp16 resume: the step lines differ: $(steps_after "$WORK/s3fp.log") vs $(steps_after "$WORK/s3fp.half.log")"
+fi
 
 # ---- 3. reshard 4 × stage 3 → 2 × stage 1 and 1 × stage 0 ------------------------------------
 SRC=$WORK/s3r4/global_step$((K / 2))
