@@ -82,13 +82,20 @@ config "$WORK/p32.json" 2 ''
 config "$WORK/pbf16.json" 2 '"bf16": {"enabled": true},'
 config "$WORK/pfp16.json" 2 '"fp16": {"enabled": true},'
 sed 's/"lr": 0.002/"lr": 0.003/' "$WORK/p32.json" > "$WORK/pctl.json"
-for p in p32 pbf16 pfp16 pctl; do run 2 "$WORK/$p.json" 40 "$WORK/$p.log" || fail "$p run: $(tail -3 "$WORK/$p.log")"; done
+# Under the sanitizers (DSCPP_TEST_SANITIZED=1) the runs are 40 steps all the same (the band
+# needs them), but the lr control, whose job is only to show the band means something, is left out.
+CURVES="p32 pbf16 pfp16 pctl"
+[ "${DSCPP_TEST_SANITIZED:-0}" = 1 ] && CURVES="p32 pbf16 pfp16"
+for p in $CURVES; do run 2 "$WORK/$p.json" 40 "$WORK/$p.log" || fail "$p run: $(tail -3 "$WORK/$p.log")"; done
 maxdiff() { paste <(losses "$1") <(losses "$2") | awk '{d=$2-$1; if (d<0) d=-d; if (d>m) m=d} END {printf "%.5f", m}'; }
 within() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a <= b)}'; }
 [ "$(losses "$WORK/p32.log" | wc -l)" = 40 ] || fail "fp32 run: expected 40 step lines"
 d=$(maxdiff "$WORK/p32.log" "$WORK/pbf16.log"); within "$d" 0.005 && pass "bf16 tracks fp32: max |Δloss| $d ≤ 0.005" || fail "bf16: max |Δloss| $d > 0.005"
 d=$(maxdiff "$WORK/p32.log" "$WORK/pfp16.log"); within "$d" 0.002 && pass "fp16 tracks fp32: max |Δloss| $d ≤ 0.002" || fail "fp16: max |Δloss| $d > 0.002"
-d=$(maxdiff "$WORK/p32.log" "$WORK/pctl.log"); within 0.02 "$d" && pass "control (lr 0.003) leaves the band: $d" || fail "control: lr 0.003 moves the curve only $d: the bands mean nothing"
+if [ -f "$WORK/pctl.log" ]; then
+  d=$(maxdiff "$WORK/p32.log" "$WORK/pctl.log")
+  within 0.02 "$d" && pass "control (lr 0.003) leaves the band: $d" || fail "control: lr 0.003 moves the curve only $d: the bands mean nothing"
+fi
 
 # communication_data_type bf16 with fp32 gradients: the same curve within the bf16 band, and
 # half the gradient bytes on the wire. At stage 2 with 2 micro-steps a step sends two gradient
