@@ -217,6 +217,34 @@ void publish_master(const CheckpointView& v) {
 
 }  // namespace
 
+namespace {
+// Every rank takes part in one allgather per group (device memory: one group at a time); rank 0
+// keeps the gathered bytes on the host and writes them by parameter name.
+void write_gathered_weights(const std::string& path, const CheckpointView& v, comm::Communicator& comm) {
+  const FlatLayout& layout = *v.layout;
+  const size_t elem = dtype_size(v.params_dtype);
+  std::vector<std::vector<unsigned char>> host(layout.groups.size());
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    const PartitionGroup& group = layout.groups[g];
+    if (group.numel == 0) continue;
+    DeviceBuffer gathered(*v.device, static_cast<size_t>(group.numel) * elem, MemCategory::buffers);
+    comm.allgather(v.params->owned(static_cast<int>(g)), gathered.data(), static_cast<size_t>(group.part),
+                   v.params_dtype);
+    if (comm.rank() != 0) continue;
+    host[g].resize(gathered.bytes());
+    v.device->copy_to_host(host[g].data(), gathered.data(), gathered.bytes());
+  }
+  if (comm.rank() != 0) return;
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (const ParamSlot& s : layout.params) {
+    size_t g = static_cast<size_t>(layout.layer_group[static_cast<size_t>(s.layer)]);
+    tensors.push_back({s.name, v.params_dtype, s.shape,
+                       host[g].data() + (s.offset - layout.groups[g].begin) * static_cast<int64_t>(elem), {}});
+  }
+  ckpt::write_safetensors(path, tensors, {{"format", "dscpp"}, {"content", "consolidated parameters"}});
+}
+}  // namespace
+
 std::string save_checkpoint(const std::string& save_dir, const std::string& tag, comm::Communicator& comm,
                             const CheckpointView& v) {
   LocalPartitions local = local_partitions(v, comm);
@@ -233,6 +261,7 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
     meta["world_size"] = std::to_string(comm.size());
     write_partitions((fs::path(staging) / m.files[static_cast<size_t>(comm.rank())]).string(), local, meta);
   }
+  if (v.gather_16bit_weights) write_gathered_weights((fs::path(staging) / "model_16bit.safetensors").string(), v, comm);
   if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
   comm.barrier();
   // Fault injection for the tests of the commit protocol: die with every file written but

@@ -59,6 +59,10 @@ struct CheckpointView {
   int64_t gradient_accumulation_steps = 0;
   uint64_t seed = 0;
   std::string config_json;  // the effective DeepSpeed config, stored for reference
+  // stage3_gather_16bit_weights_on_model_save: also write the consolidated parameters in their
+  // training dtype as <tag>/model_16bit.safetensors (DeepSpeed's save_16bit_model), gathered
+  // one partition group at a time; rank 0 holds them in host memory to write them.
+  bool gather_16bit_weights = false;
 };
 
 std::string step_tag(int64_t global_steps);  // "global_step<N>"

@@ -226,6 +226,7 @@ CheckpointView Engine::checkpoint_view() {
   v.gradient_accumulation_steps = gas_;
   v.seed = options_.seed;
   v.config_json = config::format_effective_config_json(loaded_);
+  v.gather_16bit_weights = stage_ == 3 && cfg_.zero_optimization.gather_16bit_weights_on_model_save;
   return v;
 }
 

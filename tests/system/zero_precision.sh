@@ -10,7 +10,8 @@
 #     communication_data_type bf16, which halves the bytes on the wire;
 #  3. --check_schedule: a rank that issues an extra collective is named at once on every rank;
 #  4. fp16 resume is exact: the loss scaler's state (scale, window position, hysteresis,
-#     skipped steps) travels in the checkpoint, so 10 steps straight == 5 + save + load + 5.
+#     skipped steps) travels in the checkpoint, so 10 steps straight == 5 + save + load + 5;
+#  5. stage3_gather_16bit_weights_on_model_save writes the consolidated bf16 weights.
 # Usage: zero_precision.sh DSCPP GPT_SO MLP_SO COMPARE
 set -u
 DSCPP=$1 GPT=$2 MLP=$3 COMPARE=$4
@@ -138,6 +139,23 @@ a=$(grep 'step 10/10' "$WORK/res_a.log" | sed 's/.*\(loss scale.*\)/\1/') c=$(gr
 "$DSCPP" zero-to-fp32 "$WORK/ra" "$WORK/ra.safetensors" > /dev/null && "$DSCPP" zero-to-fp32 "$WORK/rb" "$WORK/rb.safetensors" > /dev/null &&
   out=$("$COMPARE" "$WORK/ra.safetensors" "$WORK/rb.safetensors" --atol 0 2>&1) && pass "fp16 resume: weights bit for bit ($out)" ||
   fail "fp16 resume: weights differ: ${out:-zero-to-fp32 failed}"
+
+# ---- 5. stage3_gather_16bit_weights_on_model_save ----------------------------------------
+# The consolidated bf16 weights are the bf16 rounding of the fp32 master: within half a bf16
+# ulp, at most 2^-8 = 0.0039 of |w| (just above a power of two; rtol 0.004, atol 1e-30 for zeros).
+cat > "$WORK/g16.json" <<JSON
+{"train_micro_batch_size_per_gpu": 4, "steps_per_print": 100, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}}
+JSON
+run 3 "$WORK/g16.json" 3 "$WORK/g16.log" --save_dir "$WORK/g16" || fail "16-bit gather run: $(tail -2 "$WORK/g16.log")"
+if [ -f "$WORK/g16/global_step3/model_16bit.safetensors" ]; then
+  "$DSCPP" zero-to-fp32 "$WORK/g16" "$WORK/g16_fp32.safetensors" > /dev/null &&
+    out=$("$COMPARE" "$WORK/g16_fp32.safetensors" "$WORK/g16/global_step3/model_16bit.safetensors" --rtol 0.004 --atol 1e-30 2>&1) &&
+    pass "model_16bit.safetensors = bf16(master): $out" || fail "model_16bit.safetensors: ${out:-zero-to-fp32 failed}"
+else
+  fail "stage3_gather_16bit_weights_on_model_save: no model_16bit.safetensors in $(ls "$WORK/g16/global_step3")"
+fi
 
 [ "$FAILED" = 0 ] && echo "zero_precision: all checks passed"
 exit "$FAILED"
