@@ -66,6 +66,7 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measur
                                                 measured->peak[static_cast<size_t>(MemCategory::optimizer_state)]));
   out += fmt::format("\n{:<16} {:>12}", "total", format_bytes(plan.total()));
   if (measured) out += fmt::format(" {:>14}", format_bytes(measured->total_peak));
+  out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";
   if (deepspeed_estimate > 0)
     out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, no offload): {}", format_bytes(deepspeed_estimate));
   return out;
