@@ -36,6 +36,9 @@ struct EstimateArgs {
 // Prints the table (stdout); throws dscpp::Error for bad inputs. Returns the exit status.
 int run_estimate(const EstimateArgs& args);
 
+// `dscpp aio-bench ARGS`: replaces this process with dscpp-aio-bench ARGS (returns only by throwing).
+[[noreturn]] void run_aio_bench(const std::vector<std::string>& args);
+
 // Prints every key of the schema with its default.
 int run_config_keys();
 // Prints what this build contains and what this machine offers (`ds_report`'s role).
