@@ -11,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,6 +29,9 @@
 #include "offload/async_io.h"
 #include "offload/byte_size.h"
 #include "offload/direct_file.h"
+#include "offload/io_op.h"
+#include "offload/io_queue.h"
+#include "offload/io_worker.h"
 #include "offload/swap_dir.h"
 
 using namespace dscpp::offload;
@@ -156,6 +161,106 @@ TEST_CASE("aio: aligned buffers are aligned, rounded up and counted") {
     CHECK(host_buffer_stats().peak >= before + 8192);
   }
   CHECK(host_buffer_stats().current == before);
+}
+
+namespace {
+
+// A kernel queue that records the calls the shared worker makes and completes requests in
+// order, exactly `min` per reap: the submission rules are then visible as a call sequence.
+struct RecordingQueue final : IoQueue {
+  std::string* calls;
+  std::function<int64_t(const IoRequest&, int attempt)> result;
+  std::deque<IoRequest> staged, in_kernel;
+  std::vector<int64_t> seen_offsets;
+  int max_in_kernel = 0;
+  RecordingQueue(std::string* c, std::function<int64_t(const IoRequest&, int)> r) : calls(c), result(std::move(r)) {}
+  const char* name() const override { return "recording"; }
+  void prepare(const IoRequest& q) override {
+    *calls += "p";
+    staged.push_back(q);
+  }
+  void submit() override {
+    *calls += "s" + std::to_string(staged.size()) + " ";
+    while (!staged.empty()) in_kernel.push_back(staged.front()), staged.pop_front();
+    max_in_kernel = std::max(max_in_kernel, static_cast<int>(in_kernel.size()));
+  }
+  int reap(int min, IoCompletion* out, int max) override {
+    *calls += "r" + std::to_string(min) + " ";
+    int n = 0;
+    while (n < std::max(min, 1) && n < max && !in_kernel.empty()) {
+      IoRequest q = in_kernel.front();
+      in_kernel.pop_front();
+      int attempt = static_cast<int>(std::count(seen_offsets.begin(), seen_offsets.end(), q.offset));
+      seen_offsets.push_back(q.offset);
+      out[n++] = {q.piece, result(q, attempt)};
+    }
+    return n;
+  }
+};
+
+// Reads `blocks` 4 KiB blocks (block_size 4 KiB unless given) through one worker over a
+// RecordingQueue. Returns the call sequence; `error` receives the request's failure, if any.
+std::string record_worker(int blocks, int depth, bool overlap, bool single, std::string* error = nullptr,
+                          std::function<int64_t(const IoRequest&, int)> result = nullptr, int* max_in_kernel = nullptr,
+                          int64_t block_size = 4096) {
+  if (!result) result = [](const IoRequest& q, int) { return q.bytes; };
+  std::string calls;
+  auto queue = std::make_unique<RecordingQueue>(&calls, result);
+  RecordingQueue* raw = queue.get();
+  AioOptions o;
+  o.block_size = block_size;
+  o.queue_depth = depth;
+  o.single_submit = single;
+  o.overlap_events = overlap;
+  OpTracker tracker;
+  {
+    IoWorker worker(std::move(queue), o);
+    AlignedBuffer buf(blocks * 4096);
+    auto op = std::make_shared<IoOp>(-1, "/mock", buf.data(), buf.size(), 0, false, &tracker);
+    op->start(worker.piece_count(buf.size()), op);
+    worker.enqueue(op.get(), buf.data(), buf.size(), 0);
+    try {
+      op->wait();
+    } catch (const dscpp::Error& e) {
+      if (error) *error = e.what();
+    }
+    if (max_in_kernel) *max_in_kernel = raw->max_in_kernel;
+  }
+  return calls;
+}
+
+}  // namespace
+
+TEST_CASE("aio worker: overlap_events refills as each piece completes, queue_depth deep") {
+  int deepest = 0;
+  CHECK(record_worker(6, 4, true, false, nullptr, nullptr, &deepest) == "pppps4 r1 ps1 r1 ps1 r1 r1 r1 r1 ");
+  CHECK(deepest == 4);
+}
+
+TEST_CASE("aio worker: without overlap_events a batch of queue_depth is waited for entirely") {
+  CHECK(record_worker(10, 4, false, false) == "pppps4 r4 pppps4 r4 pps2 r2 ");
+}
+
+TEST_CASE("aio worker: single_submit submits each piece on its own") {
+  CHECK(record_worker(5, 2, true, true) == "ps1 ps1 r1 ps1 r1 ps1 r1 ps1 r1 r1 ");
+  CHECK(record_worker(5, 2, false, true) == "ps1 ps1 r2 ps1 ps1 r2 ps1 r1 ");
+}
+
+TEST_CASE("aio worker: short transfers are resumed, end of file and kernel errors are reported") {
+  // block_size 8 KiB: every piece first moves 4 KiB, then the rest is issued again at once.
+  auto half_first = [](const IoRequest& q, int attempt) -> int64_t { return attempt == 0 ? 4096 : q.bytes; };
+  std::string error;
+  std::string calls = record_worker(4, 2, true, false, &error, half_first, nullptr, 8192);
+  CHECK(error.empty());
+  CHECK(calls == "pps2 r1 ps1 r1 ps1 r1 r1 ");
+  auto eof_at_second_block = [](const IoRequest& q, int) -> int64_t { return q.offset >= 4096 ? 0 : q.bytes; };
+  record_worker(3, 2, true, false, &error, eof_at_second_block);
+  CHECK_THAT(error, Contains("aio read of 12.00 KiB at offset 0 from /mock failed") && Contains("ends at byte 4096") &&
+                        Contains("read past end of file"));
+  error.clear();
+  auto nospc = [](const IoRequest& q, int) -> int64_t { return q.offset == 8192 ? -ENOSPC : q.bytes; };
+  record_worker(4, 4, true, false, &error, nospc);
+  CHECK_THAT(error, Contains("piece of 4.00 KiB at offset 8192") && Contains("No space left on device"));
 }
 
 TEST_CASE("aio: write then read back through each backend, sizes not a multiple of block_size") {
