@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -76,7 +77,7 @@ bool compare_with_fio(const BenchArgs& a, const std::string& fio, const std::str
                       AlignedBuffer& buffer, const AioOptions& best) {
   print(fmt::format("\nvs {} on the same file, {} (median of {} alternating runs):\n", fio_version(fio), describe(best),
                     a.repeat));
-  print(fmt::format("  fio {}\n", fmt::join(fio_args(file, size, best, true), " ")));
+  print(fmt::format("  fio {}   (reads: --rw=read)\n", fmt::join(fio_args(file, size, best, true), " ")));
   bool ok = true;
   for (bool write : {true, false}) {
     std::vector<double> ours, theirs;
@@ -95,6 +96,9 @@ bool compare_with_fio(const BenchArgs& a, const std::string& fio, const std::str
 }
 
 int run(const BenchArgs& a) {
+  struct stat st {};
+  if (stat(a.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail("--path {}: not an existing directory (give the directory you would use as nvme_path)", a.path);
   int64_t size = parse_bytes(a.size, "--size");
   std::vector<int64_t> block_sizes;
   for (const auto& b : a.block_sizes) block_sizes.push_back(parse_bytes(b, "--block_sizes"));
