@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <cerrno>
+
 #include "core/error.h"
 #include "offload/byte_size.h"
 #include "offload/direct_file.h"
@@ -26,6 +28,13 @@ std::string IoOp::describe_eof(int64_t at) const {
       "{} failed: the file ends at byte {} (read past end of file; was it truncated or replaced "
       "underneath the job?)",
       what(), at);
+}
+
+std::string IoOp::describe_short_write(int64_t piece_offset, int64_t piece_bytes, int64_t written) const {
+  // The kernel cut the write mid-block and O_DIRECT cannot resume there; a full disk is the
+  // usual cause, so say so with the free space.
+  return fmt::format("{} failed: the piece of {} at offset {} stopped after {} bytes, probably: {}", what(),
+                     format_bytes(piece_bytes), piece_offset, written, describe_errno(ENOSPC, path));
 }
 
 void IoOp::start(int64_t pieces, std::shared_ptr<IoOp> self) {

@@ -30,9 +30,11 @@ class IoOp {
   void piece_done();
   // Records `message` (the first one wins) and counts the piece as finished.
   void piece_failed(std::string message);
-  // Messages for a piece's kernel error (-errno) and for a read that hit the end of the file.
+  // Messages for a piece's kernel error (-errno), a read that hit the end of the file, and a
+  // write the filesystem stopped short.
   std::string describe_error(int err, int64_t piece_offset, int64_t piece_bytes) const;
   std::string describe_eof(int64_t at) const;
+  std::string describe_short_write(int64_t piece_offset, int64_t piece_bytes, int64_t written) const;
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
 
   // Arms the op with `pieces` pieces and keeps it alive (self-reference) until they finish.

@@ -61,7 +61,7 @@ void IoWorker::run() {
       // overlap_events: reap at least one and refill at once; otherwise the whole batch.
       int n = queue_->reap(overlap_events_ ? 1 : inflight_, completions_.data(), static_cast<int>(slots_.size()));
       for (int i = 0; i < n; ++i) complete(completions_[static_cast<size_t>(i)]);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       broken_ = fmt::format("{} queue failed: {}", queue_->name(), e.what());
       fail_all(broken_);
     }
@@ -101,10 +101,11 @@ void IoWorker::complete(const IoCompletion& c) {
   } else if (c.result == piece.bytes) {
     op->piece_done();
   } else if (c.result == 0 || !is_aligned(c.result)) {
-    // Nothing moved, or a transfer that stops mid-block: only the end of the file does that
-    // (AsyncIo refuses reads past the size it sees at submission, so the file shrank).
+    // Nothing moved, or a transfer that stops mid-block: for a read only the end of the file
+    // does that (AsyncIo refuses reads past the size it sees at submission, so the file
+    // shrank); for a write the filesystem gave up (usually full).
     if (op->write)
-      op->piece_failed(op->describe_error(EIO, piece.offset, piece.bytes));
+      op->piece_failed(op->describe_short_write(piece.offset, piece.bytes, c.result));
     else
       op->piece_failed(op->describe_eof(piece.offset + c.result));
   } else {

@@ -202,7 +202,7 @@ struct RecordingQueue final : IoQueue {
 // RecordingQueue. Returns the call sequence; `error` receives the request's failure, if any.
 std::string record_worker(int blocks, int depth, bool overlap, bool single, std::string* error = nullptr,
                           std::function<int64_t(const IoRequest&, int)> result = nullptr, int* max_in_kernel = nullptr,
-                          int64_t block_size = 4096) {
+                          int64_t block_size = 4096, bool write = false) {
   if (!result) result = [](const IoRequest& q, int) { return q.bytes; };
   std::string calls;
   auto queue = std::make_unique<RecordingQueue>(&calls, result);
@@ -216,7 +216,7 @@ std::string record_worker(int blocks, int depth, bool overlap, bool single, std:
   {
     IoWorker worker(std::move(queue), o);
     AlignedBuffer buf(blocks * 4096);
-    auto op = std::make_shared<IoOp>(-1, "/mock", buf.data(), buf.size(), 0, false, &tracker);
+    auto op = std::make_shared<IoOp>(-1, "/tmp/mock", buf.data(), buf.size(), 0, write, &tracker);
     op->start(worker.piece_count(buf.size()), op);
     worker.enqueue(op.get(), buf.data(), buf.size(), 0);
     try {
@@ -255,12 +255,19 @@ TEST_CASE("aio worker: short transfers are resumed, end of file and kernel error
   CHECK(calls == "pps2 r1 ps1 r1 ps1 r1 r1 ");
   auto eof_at_second_block = [](const IoRequest& q, int) -> int64_t { return q.offset >= 4096 ? 0 : q.bytes; };
   record_worker(3, 2, true, false, &error, eof_at_second_block);
-  CHECK_THAT(error, Contains("aio read of 12.00 KiB at offset 0 from /mock failed") && Contains("ends at byte 4096") &&
-                        Contains("read past end of file"));
+  CHECK_THAT(error, Contains("aio read of 12.00 KiB at offset 0 from /tmp/mock failed") &&
+                        Contains("ends at byte 4096") && Contains("read past end of file"));
   error.clear();
   auto nospc = [](const IoRequest& q, int) -> int64_t { return q.offset == 8192 ? -ENOSPC : q.bytes; };
   record_worker(4, 4, true, false, &error, nospc);
   CHECK_THAT(error, Contains("piece of 4.00 KiB at offset 8192") && Contains("No space left on device"));
+  // A write cut mid-block cannot be resumed with O_DIRECT.
+  error.clear();
+  auto cut = [](const IoRequest& q, int) -> int64_t { return q.offset == 4096 ? 1000 : q.bytes; };
+  record_worker(2, 2, true, false, &error, cut, nullptr, 4096, true);
+  CHECK_THAT(error, Contains("aio write of 8.00 KiB at offset 0 to /tmp/mock failed") &&
+                        Contains("stopped after 1000 bytes") && Contains("No space left on device") &&
+                        Contains("free of"));
 }
 
 TEST_CASE("aio: write then read back through each backend, sizes not a multiple of block_size") {
