@@ -195,7 +195,8 @@ SwapDir::SwapDir(const std::string& nvme_path, const std::string& job_id, int ra
 
   // Build the directory under a temporary name with its marker, then rename: a directory with
   // the final name always says who owns it.
-  std::string temp = fmt::format("{}/{}{}.tmp-{}", root, kTempPrefix, dir_name(job_id, rank).substr(std::strlen(kPrefix)), getpid());
+  std::string temp =
+      fmt::format("{}/{}{}.tmp-{}", root, kTempPrefix, dir_name(job_id, rank).substr(std::strlen(kPrefix)), getpid());
   std::error_code ec;
   fs::remove_all(temp, ec);
   if (mkdir(temp.c_str(), 0700) != 0)
