@@ -335,6 +335,37 @@ TEST_CASE("aio: many requests in flight on several threads land where they belon
   }
 }
 
+TEST_CASE("aio: several threads submit and wait on one engine") {
+  TempDir dir;
+  AsyncIo aio(options_for(AioBackend::automatic, 8 << 10, 4, 2));
+  std::string path = dir.path + "/shared";
+  DirectFile file(path, OpenMode::read_write);
+  const int submitters = 4, rounds = 10;
+  const int64_t bytes = 24 << 10;
+  file.preallocate(submitters * rounds * bytes);
+  std::vector<std::string> failures(submitters);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < submitters; ++t)
+    threads.emplace_back([&, t] {
+      AlignedBuffer out(bytes), in(bytes);
+      for (int r = 0; r < rounds; ++r) {
+        int64_t at = (t * rounds + r) * bytes;
+        fill_pattern(out.data(), bytes, at, 5);
+        aio.write_sync(file, out.data(), bytes, at);
+        aio.read_sync(file, in.data(), bytes, at);
+        if (std::memcmp(in.data(), out.data(), bytes) != 0) failures[t] = "mismatch at " + std::to_string(at);
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (const auto& f : failures) CHECK(f.empty());
+  CHECK(aio.wait_all() == 2 * submitters * rounds);
+  for (int i = 0; i < submitters * rounds; ++i) {
+    AlignedBuffer expect(bytes);
+    fill_pattern(expect.data(), bytes, i * bytes, 5);
+    CHECK(pread_plain(path, i * bytes, bytes) == std::string(expect.data(), bytes));
+  }
+}
+
 TEST_CASE("aio: misaligned requests and reads past EOF are refused with the reason") {
   TempDir dir;
   AsyncIo aio(AioOptions{});
