@@ -12,12 +12,14 @@ namespace {
 // system-wide) or the threads only contend for the same device queue.
 constexpr int kMaxQueueDepth = 4096;
 constexpr int kMaxThreads = 256;
+// Linux moves at most 2 GiB - 4 KiB per read/write call; keep pieces well inside it.
+constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
 }  // namespace
 
 void validate(const AioOptions& o) {
-  if (o.block_size <= 0 || !is_aligned(o.block_size))
-    fail("aio.block_size must be a positive multiple of {} (O_DIRECT alignment), got {}", kDirectIoAlignment,
-         o.block_size);
+  if (o.block_size <= 0 || !is_aligned(o.block_size) || o.block_size > kMaxBlockSize)
+    fail("aio.block_size must be a positive multiple of {} (O_DIRECT alignment) up to 1 GiB, got {}",
+         kDirectIoAlignment, o.block_size);
   if (o.queue_depth < 1 || o.queue_depth > kMaxQueueDepth)
     fail("aio.queue_depth must be between 1 and {}, got {}", kMaxQueueDepth, o.queue_depth);
   if (o.thread_count < 1 || o.thread_count > kMaxThreads)
