@@ -48,6 +48,9 @@ struct ZeroToFp32Args {
 };
 int run_zero_to_fp32(const ZeroToFp32Args& args);
 
+// `dscpp aio-bench ARGS`: replaces this process with dscpp-aio-bench ARGS (returns only by throwing).
+[[noreturn]] void run_aio_bench(const std::vector<std::string>& args);
+
 // Prints every key of the schema with its default.
 int run_config_keys();
 // Prints what this build contains and what this machine offers (`ds_report`'s role).

@@ -100,6 +100,15 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // Every argument after `aio-bench` is the benchmark's (its --help included).
+  if (argc >= 2 && std::string(argv[1]) == "aio-bench") {
+    try {
+      dscpp::launcher::run_aio_bench(std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dscpp aio-bench: error: %s\n", e.what());
+      return 1;
+    }
+  }
   CLI::App app{
       "dscpp — DeepSpeed's distributed training, native.\n\n"
       "  dscpp [options] PROGRAM [ARGS...]   start PROGRAM once per rank, like `deepspeed`\n"
@@ -109,7 +118,8 @@ int main(int argc, char** argv) {
       "  dscpp config keys                   list every config key dscpp knows, with DeepSpeed's default\n"
       "  dscpp report                        what this build and this machine offer\n"
       "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n"
-      "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n",
+      "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n"
+      "  dscpp aio-bench --path DIR          sweep NVMe offload's aio settings on DIR: GB/s vs fio, best `aio` block\n",
       "dscpp"};
   app.set_version_flag("--version", DSCPP_VERSION_STRING);
   app.prefix_command();  // the first positional ends dscpp's options: the rest is PROGRAM's
