@@ -161,7 +161,7 @@ void Engine::allocate(const Stage3Options& s3) {
                              cfg_.dataloader_drop_last);
   loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, cfg_.dataloader_drop_last);
 
-  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device);
+  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, stage_ == 3 ? z.sub_group_size : 0);
   schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
 
 }

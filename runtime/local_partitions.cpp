@@ -60,7 +60,7 @@ float* LocalPartitions::group_base(const std::string& what, int group) const {
   int oi = master_.optimizer_group(group);
   DSCPP_CHECK_GE(oi, 0);
   for (const StateTensor& s : optimizer_.state(oi))
-    if (s.name == what) return s.data;
+    if (s.name == what) return s.data + master_.optimizer_offset(group);
   fail("optimizer {} has no state '{}' (it has: {})", optimizer_.name(), what, fmt::join(states_, ", "));
 }
 

@@ -1,28 +1,42 @@
 #include "runtime/master_weights.h"
 
+#include "core/error.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 
 #include <algorithm>
 
 namespace dscpp::runtime {
 
-MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optimizer& optimizer, Device& device)
+MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optimizer& optimizer, Device& device,
+                             int64_t sub_group_size)
     : layout_(layout), params_(params), optimizer_(optimizer), device_(device) {
   if (params.dtype() != DType::f32)
     copy_ = DeviceBuffer(device, static_cast<size_t>(layout.part_total) * 4, MemCategory::optimizer_state, true);
-  for (const PartitionGroup& g : layout.groups) {
-    if (g.part == 0) {
-      group_index_.push_back(-1);
-      continue;
-    }
+  // Stage 3 (partitioned parameters): a rank's slices of consecutive groups are contiguous in
+  // the master, the gradient partition and the parameters, so DeepSpeed's sub-groups are
+  // ranges of groups, closed once they reach sub_group_size elements.
+  const bool merge = params.partitioned() && sub_group_size > 0;
+  group_index_.assign(layout.groups.size(), -1);
+  group_offset_.assign(layout.groups.size(), 0);
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    const PartitionGroup& pg = layout.groups[g];
+    if (pg.part == 0) continue;
+    if (subs_.empty() || !merge || subs_.back().numel >= sub_group_size) subs_.push_back({static_cast<int>(g), 0});
+    SubGroup& sub = subs_.back();
+    group_index_[g] = static_cast<int>(subs_.size()) - 1;
+    group_offset_[g] = sub.numel;
+    sub.numel += pg.part;
+  }
+  for (SubGroup& sub : subs_) {
+    const PartitionGroup& g = layout.groups[static_cast<size_t>(sub.first)];
     std::vector<Segment> segments;
     if (layout.parts == 1) {
       for (const ParamSlot& s : layout.params)
         if (s.offset >= g.begin && s.offset < g.begin + g.numel) segments.push_back({s.offset - g.begin, s.numel});
     } else {
-      segments.push_back({0, g.part});
+      segments.push_back({0, sub.numel});
     }
-    group_index_.push_back(optimizer.add_group(g.part, std::move(segments)));
+    DSCPP_CHECK_EQ(optimizer.add_group(sub.numel, std::move(segments)), static_cast<int>(&sub - subs_.data()));
   }
 }
 
@@ -47,25 +61,23 @@ void MasterWeights::write_params() {
 
 void MasterWeights::step(const std::function<void*(int)>& grads, DType grad_dtype, float grad_scale,
                          const StepOverrides& overrides) {
-  for (size_t i = 0; i < layout_.groups.size(); ++i) {
-    const PartitionGroup& g = layout_.groups[i];
-    if (group_index_[i] < 0) continue;
-    void* grad = grads(static_cast<int>(i));
+  for (size_t i = 0; i < subs_.size(); ++i) {
+    const SubGroup& sub = subs_[i];
+    void* grad = grads(sub.first);
     const float* grad32;
     if (grad_dtype == DType::f32) {
-      kernels::scale_inplace(grad, DType::f32, grad_scale, g.part);
+      kernels::scale_inplace(grad, DType::f32, grad_scale, sub.numel);
       grad32 = static_cast<const float*>(grad);
     } else {
       // 16-bit gradients are widened (and unscaled) into fp32 first: unscaling in place in
       // fp16 would flush small gradients to zero.
-      if (scratch_.bytes() < static_cast<size_t>(g.part) * 4)
-        scratch_ = DeviceBuffer(device_, static_cast<size_t>(g.part) * 4, MemCategory::buffers);
-      kernels::load_to_f32(grad, grad_dtype, scratch_.as<float>(), grad_scale, g.part);
+      if (scratch_.bytes() < static_cast<size_t>(sub.numel) * 4)
+        scratch_ = DeviceBuffer(device_, static_cast<size_t>(sub.numel) * 4, MemCategory::buffers);
+      kernels::load_to_f32(grad, grad_dtype, scratch_.as<float>(), grad_scale, sub.numel);
       grad32 = scratch_.as<float>();
     }
-    optimizer_.step(group_index_[i], group(static_cast<int>(i)), grad32, overrides);
-    if (copy_)
-      kernels::store_from_f32(params_.owned(static_cast<int>(i)), params_.dtype(), group(static_cast<int>(i)), g.part);
+    optimizer_.step(static_cast<int>(i), group(sub.first), grad32, overrides);
+    if (copy_) kernels::store_from_f32(params_.owned(sub.first), params_.dtype(), group(sub.first), sub.numel);
   }
   scratch_.reset();
 }

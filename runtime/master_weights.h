@@ -1,7 +1,8 @@
 // The fp32 weights this rank updates, and the optimizer step over them.
 //
 // One optimizer group per partition group: this rank's slice of it (stage 0: the whole
-// model). With fp32 parameters the master weights are the owned parameters themselves (no
+// model); at stage 3, DeepSpeed's sub-groups: consecutive groups' slices merged up to
+// sub_group_size elements. With fp32 parameters the master weights are the owned parameters themselves (no
 // second copy: DeepSpeed keeps one, dscpp does not need it); with fp16/bf16 parameters they
 // are a separate fp32 array of layout.part_total elements (category optimizer_state, the
 // "master" of the ZeRO paper's K = 12 bytes), and after each step the updated slice is
@@ -22,7 +23,9 @@ namespace dscpp::runtime {
 
 class MasterWeights {
  public:
-  MasterWeights(const FlatLayout& layout, ParamStore& params, Optimizer& optimizer, Device& device);
+  // sub_group_size: stage 3 (partitioned parameters) only; 0 = one optimizer group per partition group.
+  MasterWeights(const FlatLayout& layout, ParamStore& params, Optimizer& optimizer, Device& device,
+                int64_t sub_group_size = 0);
 
   // master ← the owned parameters (after initialisation or loading 16-bit weights).
   void refresh_from_params();
@@ -36,7 +39,10 @@ class MasterWeights {
             const StepOverrides& overrides);
 
   bool aliased() const { return !copy_; }
-  int optimizer_group(int g) const { return group_index_[static_cast<size_t>(g)]; }  // −1: empty group
+  // The optimizer group holding partition group g's slice (−1: an empty group), and where the
+  // slice starts in it.
+  int optimizer_group(int g) const { return group_index_[static_cast<size_t>(g)]; }
+  int64_t optimizer_offset(int g) const { return group_offset_[static_cast<size_t>(g)]; }
 
  private:
   const FlatLayout& layout_;
@@ -45,7 +51,13 @@ class MasterWeights {
   Device& device_;
   DeviceBuffer copy_;     // fp32 master when the parameters are 16-bit
   DeviceBuffer scratch_;  // one group's fp32 gradient when the gradients are 16-bit (category buffers)
+  struct SubGroup {
+    int first = 0;      // its first partition group; the slices of the following ones continue it
+    int64_t numel = 0;  // Σ part
+  };
+  std::vector<SubGroup> subs_;  // optimizer group i = subs_[i]
   std::vector<int> group_index_;
+  std::vector<int64_t> group_offset_;
 };
 
 }  // namespace dscpp::runtime

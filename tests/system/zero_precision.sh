@@ -11,7 +11,8 @@
 #  3. --check_schedule: a rank that issues an extra collective is named at once on every rank;
 #  4. fp16 resume is exact: the loss scaler's state (scale, window position, hysteresis,
 #     skipped steps) travels in the checkpoint, so 10 steps straight == 5 + save + load + 5;
-#  5. stage3_gather_16bit_weights_on_model_save writes the consolidated bf16 weights.
+#  5. stage3_gather_16bit_weights_on_model_save writes the consolidated bf16 weights;
+#  6. stage-3 optimizer sub-groups (sub_group_size) leave Adam's result unchanged.
 # Usage: zero_precision.sh DSCPP GPT_SO MLP_SO COMPARE
 set -u
 DSCPP=$1 GPT=$2 MLP=$3 COMPARE=$4
@@ -156,6 +157,21 @@ if [ -f "$WORK/g16/global_step3/model_16bit.safetensors" ]; then
 else
   fail "stage3_gather_16bit_weights_on_model_save: no model_16bit.safetensors in $(ls "$WORK/g16/global_step3")"
 fi
+
+# ---- 6. stage-3 optimizer sub-groups ------------------------------------------------------
+# sub_group_size 3000 cuts each rank's partition into several optimizer groups; Adam is
+# elementwise, so the weights must equal the default (one sub-group) bit for bit, and the
+# checkpoint of the sub-grouped run must load into the default run's layout.
+for sg in 3000 1000000000; do
+  sed "s/\"reduce_bucket_size\": 20000}/\"reduce_bucket_size\": 20000, \"sub_group_size\": $sg}/" "$WORK/div.json" > "$WORK/sg$sg.json"
+  grep -q "sub_group_size\": $sg" "$WORK/sg$sg.json" || fail "test setup: sub_group_size $sg not in the config"
+  run 3 "$WORK/sg$sg.json" 4 "$WORK/sg$sg.log" --save_dir "$WORK/sg$sg" || fail "sub_group_size $sg: $(tail -2 "$WORK/sg$sg.log")"
+  "$DSCPP" zero-to-fp32 "$WORK/sg$sg" "$WORK/sg$sg.safetensors" > /dev/null || fail "zero-to-fp32 of sub_group_size $sg"
+done
+out=$("$COMPARE" "$WORK/sg3000.safetensors" "$WORK/sg1000000000.safetensors" --atol 0 2>&1) &&
+  pass "sub_group_size 3000 == one sub-group, bit for bit ($out)" || fail "sub_group_size changes the weights: $out"
+run 3 "$WORK/sg1000000000.json" 5 "$WORK/sgl.log" --load_dir "$WORK/sg3000" > /dev/null 2>&1 &&
+  pass "a sub-grouped checkpoint loads into one sub-group" || fail "sub-grouped checkpoint: $(tail -2 "$WORK/sgl.log")"
 
 [ "$FAILED" = 0 ] && echo "zero_precision: all checks passed"
 exit "$FAILED"
