@@ -58,7 +58,8 @@ inline float exp_f(float x) {
 }
 
 // Each file fills its part of the table (fp32 implementations; each op rechecks the dtype).
-void fill_blas_ops(dscpp_ops& t);        // cpu_ops.cpp: gemm, copies to/from host
+void fill_gemm_ops(dscpp_ops& t);        // gemm.cpp: gemm, gemm_strided_batched
+void fill_copy_ops(dscpp_ops& t);        // cpu_ops.cpp: copies to/from host
 void fill_elementwise_ops(dscpp_ops& t); // elementwise.cpp: fill … relu, bias
 void fill_row_ops(dscpp_ops& t);         // row_ops.cpp: layernorm, softmaxes, embedding, cross-entropy
 

@@ -1,0 +1,78 @@
+// fp32 GEMM for x86-64 with AVX-512: BLIS's loop nest around the packing routines and the
+// 12×32 micro-kernel of gemm_avx512_kernels.h.
+//
+// Why not OpenBLAS for the gpt example's shapes: its sgemm re-packs both operands on every call,
+// clears C for beta = 0 in a separate pass, and pays a fixed cost per call that dominates the
+// small attention GEMMs. The shapes here are modest (K = 64 … 2048, M·N ≤ 2 M).
+//
+// Loop nest (the roles of the operands chosen for row-major C):
+//   for each block of NC columns and KC depth:  pack B[KC × NC] into 32-column slivers (L2)
+//     for each 12-row panel of A:               pack A[12 × KC], which stays in L1, and
+//                                               prefetch the next panel's source into L2
+//       for each 32-column sliver of B:         micro-kernel: C[12 × 32] (+)= Ap · Bp
+#include "kernels/cpu/ops/gemm_avx512_kernels.h"
+#include "kernels/cpu/ops/gemm_native.h"
+
+namespace dscpp::kernels::cpu {
+namespace {
+
+using namespace avx512;
+
+constexpr int64_t kKc = 256;  // depth of one packed block: A panel 12 KiB (L1), B sliver 32 KiB
+constexpr int64_t kNc = 512;  // columns of one packed B block: KC·NC·4 = 512 KiB (L2)
+
+// Thread-local, 64-byte aligned scratch for the packed operands, grown on demand and kept.
+struct PackBuffers {
+  float* a = nullptr;
+  float* b = nullptr;
+  PackBuffers() {
+    a = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * (kMr * kKc + 16)));
+    b = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kKc * kNc));
+    if (a == nullptr || b == nullptr) throw std::bad_alloc();
+  }
+  ~PackBuffers() {
+    std::free(a);
+    std::free(b);
+  }
+};
+PackBuffers& pack_buffers() {
+  thread_local PackBuffers buffers;
+  return buffers;
+}
+
+}  // namespace
+
+DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
+  PackBuffers& buf = pack_buffers();
+  const bool ta = g.trans_a, tb = g.trans_b;
+  for (int64_t j0 = 0; j0 < g.N; j0 += kNc) {
+    const int64_t nc = std::min(kNc, g.N - j0);
+    for (int64_t k0 = 0; k0 < g.K; k0 += kKc) {
+      const int64_t kc = std::min(kKc, g.K - k0);
+      pack_b(tb, g.B, g.ldb, k0, kc, j0, nc, buf.b);
+      TileArgs t{g.alpha, g.beta, k0 == 0, nullptr};
+      const bool last = k0 + kc == g.K;
+      const int64_t slivers = (nc + kNr - 1) / kNr;
+      pack_a(ta, g.A, g.lda, 0, std::min(kMr, g.M), k0, kc, buf.a);
+      for (int64_t i0 = 0; i0 < g.M; i0 += kMr) {
+        const int64_t rows = std::min(kMr, g.M - i0), next = i0 + kMr;
+        const int64_t next_rows = std::min(kMr, g.M - next);
+        if (i0 > 0) pack_a(ta, g.A, g.lda, i0, rows, k0, kc, buf.a);
+        const KernelFn kernel = kKernels[rows];
+        float* crow = g.C + i0 * g.ldc;
+        for (int64_t s = 0; s < slivers; ++s) {
+          if (next_rows > 0) prefetch_a(ta, g.A, g.lda, next, next_rows, k0, kc, s, slivers);
+          const int64_t jb = j0 + s * kNr;
+          const int64_t cols = std::min(kNr, nc - s * kNr);
+          const float* bias = last && g.bias != nullptr ? g.bias + jb : nullptr;
+          kernel(kc, buf.a, buf.b + s * kc * kNr, crow + jb, g.ldc, low_mask(cols), low_mask(cols - 16), t, bias);
+        }
+      }
+    }
+  }
+}
+
+bool gemm_avx512_available() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"); }
+
+}  // namespace dscpp::kernels::cpu

@@ -1,0 +1,219 @@
+// The AVX-512 building blocks of dscpp's fp32 GEMM (private to kernels/cpu/ops): operand
+// packing and the 12×32 register-tiled micro-kernel. Included by the TUs that drive them
+// (gemm_avx512.cpp, attention_avx512.cpp); every function is compiled for AVX-512 F/VL/DQ/BW
+// and must only run after gemm_avx512_available() said yes.
+//
+// Packed layouts:
+//  - A panel: 12 rows × kc depth, k-major (Ap[k·12 + i]), so the kernel broadcasts A[i, k].
+//  - B sliver: kc depth × 32 columns, k-major (Bp[k·32 + j]), zero-padded past the last column;
+//    a packed block of nc columns is ceil(nc/32) slivers, sliver s at s·kc·32.
+// The micro-kernel keeps a 12×32 tile of C in 24 zmm accumulators; per k it loads two vectors
+// of B and broadcasts 12 values of A (24 FMAs per 14 loads, so the FMA ports are the limit).
+// Edge tiles: fewer rows via a template on the row count, fewer columns via load/store masks.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+#define DSCPP_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,fma")))
+
+namespace dscpp::kernels::cpu::avx512 {
+
+
+inline constexpr int64_t kMr = 12;   // rows of a C tile (A values broadcast per k)
+inline constexpr int64_t kNr = 32;   // columns of a C tile (two zmm vectors)
+
+// GCC 12 flags the _mm512_undefined_ps() pass-through operand inside the unpack/shuffle
+// intrinsics as maybe-uninitialized; the value is never used (the masks are all ones).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// In-register transpose of a 16×16 block: r[i] holds row i on entry and column i on exit.
+DSCPP_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+  }
+  // r[4q + m] now holds, in 128-bit lane L, elements (4q … 4q+3 of) column 4L + m of rows 4q…4q+3.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+inline __mmask16 low_mask(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// Ap[k·12 + i] = op(A)(i0 + i, k0 + k) for i < rows (one panel); entries for i ≥ rows are
+// unspecified: the kernel for `rows` rows never reads them. Ap has 16 floats of slack.
+DSCPP_AVX512 inline void pack_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t k0, int64_t kc,
+                         float* ap) {
+  if (trans) {  // op(A)(i, k) = A[k, i]: each row k of A holds the panel's values contiguously
+    const __mmask16 m = low_mask(rows);
+    const float* src = A + k0 * lda + i0;
+    for (int64_t k = 0; k < kc; ++k) _mm512_mask_storeu_ps(ap + k * kMr, m, _mm512_maskz_loadu_ps(m, src + k * lda));
+    return;
+  }
+  // op(A)(i, k) = A[i, k]: transpose 16 k at a time through registers (rows padded to 16).
+  const float* src = A + i0 * lda + k0;
+  for (int64_t k = 0; k < kc; k += 16) {
+    const __mmask16 mk = low_mask(kc - k);
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(mk, src + i * lda + k) : _mm512_setzero_ps();
+    transpose16(r);
+    const int64_t n = std::min<int64_t>(16, kc - k);
+    for (int64_t j = 0; j < n; ++j) _mm512_mask_storeu_ps(ap + (k + j) * kMr, 0x0FFF, r[j]);
+  }
+}
+
+// Part `part` of `parts` of the cache lines pack_a will read for a panel, fetched ahead into
+// L2 while the kernels of the current panel run: activations arrive cold from DRAM, and a
+// packing pass that waits for them stalls the FMA ports (~12 % of a training step without this).
+inline void prefetch_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t k0, int64_t kc,
+                int64_t part, int64_t parts) {
+  // Contiguous segments: a row of A (kc floats) untransposed, a row k (rows floats) transposed.
+  const int64_t segments = trans ? kc : rows, len = trans ? rows : kc;
+  const float* base = trans ? A + k0 * lda + i0 : A + i0 * lda + k0;
+  for (int64_t s = segments * part / parts, e = segments * (part + 1) / parts; s < e; ++s) {
+    const char* p = reinterpret_cast<const char*>(base + s * lda);
+    const char* end = reinterpret_cast<const char*>(base + s * lda + len);
+    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
+    _mm_prefetch(end - 1, _MM_HINT_T1);
+  }
+}
+
+// Bp holds ceil(nc/32) slivers; sliver s is kc × 32 (row k at s·kc·32 + k·32), zero-padded past nc.
+DSCPP_AVX512 inline void pack_b(bool trans, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                         float* bp) {
+  for (int64_t s = 0; s * kNr < nc; ++s) {
+    const int64_t cols = std::min(kNr, nc - s * kNr);
+    float* dst = bp + s * kc * kNr;
+    const int64_t jb = j0 + s * kNr;
+    if (!trans) {  // op(B)(k, j) = B[k, j]: rows of B are already contiguous
+      const __mmask16 m0 = low_mask(cols), m1 = low_mask(cols - 16);
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = B + (k0 + k) * ldb + jb;
+        _mm512_store_ps(dst + k * kNr, _mm512_maskz_loadu_ps(m0, src));
+        _mm512_store_ps(dst + k * kNr + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+      }
+      continue;
+    }
+    // op(B)(k, j) = B[j, k]: column j of the sliver is row jb + j of B; transpose 16×16 blocks.
+    for (int64_t half = 0; half < 2; ++half) {
+      for (int64_t k = 0; k < kc; k += 16) {
+        const __mmask16 mk = low_mask(kc - k);
+        __m512 r[16];
+        for (int64_t j = 0; j < 16; ++j) {
+          const int64_t col = half * 16 + j;
+          r[j] = col < cols ? _mm512_maskz_loadu_ps(mk, B + (jb + col) * ldb + k0 + k) : _mm512_setzero_ps();
+        }
+        transpose16(r);
+        const int64_t n = std::min<int64_t>(16, kc - k);
+        for (int64_t kk = 0; kk < n; ++kk) _mm512_store_ps(dst + (k + kk) * kNr + half * 16, r[kk]);
+      }
+    }
+  }
+}
+
+struct TileArgs {
+  float alpha, beta;   // C = alpha·acc + beta·C on the first depth block, C += alpha·acc after
+  bool first;          // first depth block: beta applies (beta = 0 never reads C)
+  const float* bias;   // added per column on the last depth block (null: none)
+};
+
+template <int R>
+DSCPP_AVX512 void micro_kernel(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* c,
+                               int64_t ldc, __mmask16 m0, __mmask16 m1, const TileArgs& t, const float* bias) {
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(bp + k * kNr);
+    const __m512 b1 = _mm512_load_ps(bp + k * kNr + 16);
+    const float* a = ap + k * kMr;
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+    }
+  }
+  const __m512 alpha = _mm512_set1_ps(t.alpha);
+  __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps();
+  if (bias != nullptr) {
+    bias0 = _mm512_maskz_loadu_ps(m0, bias);
+    bias1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+    float* ci = c + i * ldc;
+    __m512 r0 = _mm512_mul_ps(alpha, acc0[i]);
+    __m512 r1 = _mm512_mul_ps(alpha, acc1[i]);
+    if (!t.first) {
+      r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, ci));
+      r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, ci + 16));
+    } else if (t.beta != 0.0f) {
+      const __m512 beta = _mm512_set1_ps(t.beta);
+      r0 = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m0, ci), r0);
+      r1 = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m1, ci + 16), r1);
+    }
+    r0 = _mm512_add_ps(r0, bias0);
+    r1 = _mm512_add_ps(r1, bias1);
+    _mm512_mask_storeu_ps(ci, m0, r0);
+    _mm512_mask_storeu_ps(ci + 16, m1, r1);
+  }
+}
+
+using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16,
+                          const TileArgs&, const float*);
+inline constexpr KernelFn kKernels[kMr + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>,  micro_kernel<3>,
+                                        micro_kernel<4>,  micro_kernel<5>, micro_kernel<6>,  micro_kernel<7>,
+                                        micro_kernel<8>,  micro_kernel<9>, micro_kernel<10>, micro_kernel<11>,
+                                        micro_kernel<12>};
+
+
+// A grow-only, 64-byte aligned float buffer (thread-local scratch for packed operands).
+class AlignedScratch {
+ public:
+  AlignedScratch() = default;
+  AlignedScratch(const AlignedScratch&) = delete;
+  AlignedScratch& operator=(const AlignedScratch&) = delete;
+  ~AlignedScratch() { std::free(p_); }
+  float* get(int64_t floats) {
+    if (floats > n_) {
+      std::free(p_);
+      const int64_t n = (floats + 15) / 16 * 16 + 16;  // 16 floats of slack for 16-wide stores
+      p_ = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * n));
+      if (p_ == nullptr) throw std::bad_alloc();
+      n_ = n - 16;
+    }
+    return p_;
+  }
+
+ private:
+  float* p_ = nullptr;
+  int64_t n_ = 0;
+};
+
+}  // namespace dscpp::kernels::cpu::avx512
