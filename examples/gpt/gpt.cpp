@@ -132,7 +132,7 @@ struct LayerInfo {
 
 // Indices of the block's saved tensors and workspace tensors.
 enum BlockSaved { kLn1Out, kLn1Mean, kLn1Rstd, kQkv, kProbs, kAtt, kH1, kLn2Out, kLn2Mean, kLn2Rstd, kFc };
-enum BlockWork { kWG, kWDln, kWDh1, kWDatt, kWDprobs, kWDscores, kWDqkv };  // kWDprobs doubles as forward scores
+enum BlockWork { kWG, kWDln, kWDh1, kWDatt, kWAttn, kWDqkv };
 enum HeadSaved { kLnfOut, kLnfMean, kLnfRstd, kLogitProbs };
 enum HeadWork { kWDlogits, kWDlnf };
 
@@ -333,8 +333,7 @@ Gpt* create_model(int argc, const char* const* argv, const dscpp_host_info* host
     L.work.add(T * C * e);       // d(ln output)
     L.work.add(T * C * e);       // dh
     L.work.add(T * C * e);       // d(attention output)
-    L.work.add(H * T * T * e);   // forward: raw scores; backward: dprobs
-    L.work.add(H * T * T * e);   // dscores
+    L.work.add(H * T * T * e);   // causal_attention_backward's scratch
     L.work.add(3 * T * C * e);   // dqkv
   }
   {
@@ -387,13 +386,6 @@ struct Ctx {
     if (dx != nullptr)
       op("gemm", ops->gemm, ops, DSCPP_NO_TRANS, DSCPP_NO_TRANS, N, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
   }
-  // H GEMMs, one per head, of one sample.
-  void heads_gemm(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-                  int64_t sa, const void* B, int64_t ldb, int64_t sb, void* Cm, int64_t ldc, int64_t sc,
-                  int64_t H) const {
-    op("gemm_strided_batched", ops->gemm_strided_batched, ops, ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f,
-       Cm, ldc, sc, H);
-  }
 };
 
 const void* cp(void* p) { return p; }
@@ -432,24 +424,13 @@ void block_forward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) {
   float* mean2 = static_cast<float*>(S(kLn2Mean));
   float* rstd2 = static_cast<float*>(S(kLn2Rstd));
   void* fc = S(kFc);
-  void* scores = L.work.at(c->workspace, kWDprobs, B);
   void* gelu = L.work.at(c->workspace, kWG, B);
 
   // Attention half.
   op("layernorm_forward", ops->layernorm_forward, ops, c->input, p[0], p[1], ln1, mean1, rstd1, N, C, kLnEps);
   k.linear_forward(ln1, p[2], p[3], qkv, N, C, 3 * C);
-  for (int64_t b = 0; b < B; ++b) {  // scores[b,h] = q[b,h]·k[b,h]ᵀ, rows of q/k strided 3C apart
-    const void* q = k.at(cp(qkv), b * T * 3 * C);
-    k.heads_gemm(DSCPP_NO_TRANS, DSCPP_TRANS, T, T, hd, q, 3 * C, hd, k.at(q, C), 3 * C, hd,
-                 k.at(scores, b * H * T * T), T, T * T, H);
-  }
-  op("causal_softmax_forward", ops->causal_softmax_forward, ops, cp(scores), probs, B * H, T,
+  op("causal_attention_forward", ops->causal_attention_forward, ops, cp(qkv), probs, att, B, T, H, hd,
      1.0f / std::sqrt(static_cast<float>(hd)));
-  for (int64_t b = 0; b < B; ++b) {  // att[b, :, head h] = probs[b,h]·v[b,h]
-    const void* v = k.at(cp(qkv), b * T * 3 * C + 2 * C);
-    k.heads_gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, hd, T, k.at(cp(probs), b * H * T * T), T, T * T, v, 3 * C, hd,
-                 k.at(att, b * T * C), C, hd, H);
-  }
   op("copy", ops->copy, ops, c->input, h1, N * C);
   k.linear_forward(att, p[4], p[5], h1, N, C, C, 1.0f);  // h = x + proj(att)
 
@@ -474,8 +455,6 @@ void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) 
   void* dln = W(kWDln);
   void* dh = W(kWDh1);
   void* datt = W(kWDatt);
-  void* dprobs = W(kWDprobs);
-  void* dscores = W(kWDscores);
   void* dqkv = W(kWDqkv);
   const void* qkv = S(kQkv);
   const void* probs = S(kProbs);
@@ -495,26 +474,8 @@ void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) 
 
   // Attention half: h = x + c_proj(attention(c_attn(ln_1(x)))).
   k.linear_backward(dh, S(kAtt), p[4], g[4], g[5], datt, N, C, C);
-  for (int64_t b = 0; b < B; ++b) {
-    const void* v = k.at(qkv, b * T * 3 * C + 2 * C);
-    const void* da = k.at(cp(datt), b * T * C);
-    // dprobs = datt·vᵀ ; dv = probsᵀ·datt
-    k.heads_gemm(DSCPP_NO_TRANS, DSCPP_TRANS, T, T, hd, da, C, hd, v, 3 * C, hd, k.at(dprobs, b * H * T * T), T, T * T,
-                 H);
-    k.heads_gemm(DSCPP_TRANS, DSCPP_NO_TRANS, T, hd, T, k.at(probs, b * H * T * T), T, T * T, da, C, hd,
-                 k.at(dqkv, b * T * 3 * C + 2 * C), 3 * C, hd, H);
-  }
-  op("causal_softmax_backward", ops->causal_softmax_backward, ops, probs, cp(dprobs), dscores, B * H, T,
-     1.0f / std::sqrt(static_cast<float>(hd)));
-  for (int64_t b = 0; b < B; ++b) {
-    const void* q = k.at(qkv, b * T * 3 * C);
-    const void* ds = k.at(cp(dscores), b * H * T * T);
-    // dq = dscores·k ; dk = dscoresᵀ·q
-    k.heads_gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, hd, T, ds, T, T * T, k.at(q, C), 3 * C, hd,
-                 k.at(dqkv, b * T * 3 * C), 3 * C, hd, H);
-    k.heads_gemm(DSCPP_TRANS, DSCPP_NO_TRANS, T, hd, T, ds, T, T * T, q, 3 * C, hd, k.at(dqkv, b * T * 3 * C + C),
-                 3 * C, hd, H);
-  }
+  op("causal_attention_backward", ops->causal_attention_backward, ops, qkv, probs, cp(datt), dqkv, W(kWAttn), B, T, H,
+     hd, 1.0f / std::sqrt(static_cast<float>(hd)));
   k.linear_backward(dqkv, S(kLn1Out), p[2], g[2], g[3], dln, N, C, 3 * C);
   if (c->grad_input != nullptr) {
     op("layernorm_backward", ops->layernorm_backward, ops, cp(dln), c->input, p[0],

@@ -43,6 +43,7 @@ dscpp_ops cpu_ops(dscpp_dtype dtype, void* device) {
   cpu::fill_copy_ops(t);
   cpu::fill_elementwise_ops(t);
   cpu::fill_row_ops(t);
+  cpu::fill_attention_ops(t);
   return t;
 }
 

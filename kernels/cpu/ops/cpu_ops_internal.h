@@ -57,10 +57,17 @@ inline float exp_f(float x) {
   return p * std::bit_cast<float>(bits);
 }
 
+// Row softmax pieces shared by the row ops and the fused attention (row_ops.cpp):
+// y = softmax(a·x) over n entries (y may be x; n = 0 does nothing), and its backward
+// dx = a·y·(dy − Σ y·dy) (dx may be dy).
+void softmax_row(const float* x, float a, float* y, int64_t n);
+void softmax_row_backward(const float* y, const float* dy, float a, float* dx, int64_t n);
+
 // Each file fills its part of the table (fp32 implementations; each op rechecks the dtype).
 void fill_gemm_ops(dscpp_ops& t);        // gemm.cpp: gemm, gemm_strided_batched
 void fill_copy_ops(dscpp_ops& t);        // cpu_ops.cpp: copies to/from host
 void fill_elementwise_ops(dscpp_ops& t); // elementwise.cpp: fill … relu, bias
 void fill_row_ops(dscpp_ops& t);         // row_ops.cpp: layernorm, softmaxes, embedding, cross-entropy
+void fill_attention_ops(dscpp_ops& t);   // attention.cpp: fused causal attention
 
 }  // namespace dscpp::kernels::cpu

@@ -34,10 +34,12 @@ inline constexpr int64_t kNr = 32;   // columns of a C tile (two zmm vectors)
 // In-register transpose of a 16×16 block: r[i] holds row i on entry and column i on exit.
 DSCPP_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16]) {
   __m512 t[16];
+#pragma GCC unroll 16
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
   }
+#pragma GCC unroll 16
   for (int i = 0; i < 16; i += 4) {
     r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
     r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
@@ -45,12 +47,14 @@ DSCPP_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16]
     r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
   }
   // r[4q + m] now holds, in 128-bit lane L, elements (4q … 4q+3 of) column 4L + m of rows 4q…4q+3.
+#pragma GCC unroll 16
   for (int i = 0; i < 4; ++i) {
     t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
     t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
     t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
     t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
   }
+#pragma GCC unroll 16
   for (int i = 0; i < 4; ++i) {
     r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
     r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
@@ -77,13 +81,22 @@ DSCPP_AVX512 inline void pack_a(bool trans, const float* A, int64_t lda, int64_t
   }
   // op(A)(i, k) = A[i, k]: transpose 16 k at a time through registers (rows padded to 16).
   const float* src = A + i0 * lda + k0;
+  // Rows past `rows` load nothing (mask 0) from a valid address, so the loop has no branches
+  // and the 16 vectors stay in registers.
+  const float* row[16];
+  for (int i = 0; i < 16; ++i) row[i] = src + std::min<int64_t>(i, rows - 1) * lda;
   for (int64_t k = 0; k < kc; k += 16) {
     const __mmask16 mk = low_mask(kc - k);
     __m512 r[16];
-    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(mk, src + i * lda + k) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps(i < rows ? mk : 0, row[i] + k);
     transpose16(r);
-    const int64_t n = std::min<int64_t>(16, kc - k);
-    for (int64_t j = 0; j < n; ++j) _mm512_mask_storeu_ps(ap + (k + j) * kMr, 0x0FFF, r[j]);
+    if (kc - k >= 16) {
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) _mm512_mask_storeu_ps(ap + (k + j) * kMr, 0x0FFF, r[j]);
+    } else {
+      for (int64_t j = 0; j < kc - k; ++j) _mm512_mask_storeu_ps(ap + (k + j) * kMr, 0x0FFF, r[j]);
+    }
   }
 }
 
@@ -121,16 +134,20 @@ DSCPP_AVX512 inline void pack_b(bool trans, const float* B, int64_t ldb, int64_t
     }
     // op(B)(k, j) = B[j, k]: column j of the sliver is row jb + j of B; transpose 16×16 blocks.
     for (int64_t half = 0; half < 2; ++half) {
+      const float* row[16];  // columns past `cols` load nothing (mask 0) from a valid address
+      for (int j = 0; j < 16; ++j) row[j] = B + (jb + std::min<int64_t>(half * 16 + j, cols - 1)) * ldb + k0;
       for (int64_t k = 0; k < kc; k += 16) {
         const __mmask16 mk = low_mask(kc - k);
         __m512 r[16];
-        for (int64_t j = 0; j < 16; ++j) {
-          const int64_t col = half * 16 + j;
-          r[j] = col < cols ? _mm512_maskz_loadu_ps(mk, B + (jb + col) * ldb + k0 + k) : _mm512_setzero_ps();
-        }
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) r[j] = _mm512_maskz_loadu_ps(half * 16 + j < cols ? mk : 0, row[j] + k);
         transpose16(r);
-        const int64_t n = std::min<int64_t>(16, kc - k);
-        for (int64_t kk = 0; kk < n; ++kk) _mm512_store_ps(dst + (k + kk) * kNr + half * 16, r[kk]);
+        if (kc - k >= 16) {
+#pragma GCC unroll 16
+          for (int kk = 0; kk < 16; ++kk) _mm512_store_ps(dst + (k + kk) * kNr + half * 16, r[kk]);
+        } else {
+          for (int64_t kk = 0; kk < kc - k; ++kk) _mm512_store_ps(dst + (k + kk) * kNr + half * 16, r[kk]);
+        }
       }
     }
   }
