@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 2u /* 2: causal_attention_forward/backward appended to dscpp_ops */
+#define DSCPP_MODEL_ABI_VERSION 2u /* 2: causal attention and linear layers appended to dscpp_ops */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -150,6 +150,19 @@ struct dscpp_ops {
   int (*causal_attention_backward)(const dscpp_ops*, const void* qkv, const void* probs, const void* dout, void* dqkv,
                                    void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
                                    float scale);
+
+  /* A fully connected layer, torch.nn.Linear's layout (W stored [out, in]), in one pass over y:
+   *   y[rows×out] = x[rows×in]·Wᵀ + bias + residual    (bias [out] and residual [rows×out] may
+   *                                                       be NULL; residual may be y itself)
+   *   gelu_out = gelu(y) when non-NULL (tanh form; y keeps the pre-activation for backward).
+   * Backward, for the layer whose output was y:
+   *   dW += dyᵀ·x;  dbias += Σ_rows dy (dbias may be NULL);  dx = dy·W (overwritten; NULL skips)
+   *   with gelu_pre non-NULL, x was gelu(gelu_pre) and dx is taken through that GELU:
+   *   dx = (dy·W) ⊙ gelu'(gelu_pre), the gradient of the GELU's input (layout of dx). */
+  int (*linear_forward)(const dscpp_ops*, const void* x, const void* W, const void* bias, const void* residual,
+                        void* y, void* gelu_out, int64_t rows, int64_t in, int64_t out);
+  int (*linear_backward)(const dscpp_ops*, const void* dy, const void* x, const void* W, void* dW, void* dbias,
+                         void* dx, const void* gelu_pre, int64_t rows, int64_t in, int64_t out);
 };
 
 /* ---- what a model declares ---------------------------------------------------------- */

@@ -33,11 +33,12 @@ int64_t slivers(int64_t n) { return (n + kNr - 1) / kNr; }
 // of a block whose depth stride is kc_b (row k0 of each sliver is where this product starts).
 DSCPP_AVX512 void panel_product(int64_t rows, int64_t kc, const float* ap, const float* bp, int64_t kc_b, int64_t k0,
                                 int64_t n, float alpha, float* c, int64_t ldc) {
-  const TileArgs t{alpha, 0.0f, true, nullptr};
+  const TileArgs t{alpha, 0.0f, true};
   const KernelFn kernel = kKernels[rows];
   for (int64_t s = 0; s < slivers(n); ++s) {
     const int64_t cols = std::min(kNr, n - s * kNr);
-    kernel(kc, ap, bp + s * kc_b * kNr + k0 * kNr, c + s * kNr, ldc, low_mask(cols), low_mask(cols - 16), t, nullptr);
+    kernel(kc, ap, bp + s * kc_b * kNr + k0 * kNr, c + s * kNr, ldc, low_mask(cols), low_mask(cols - 16), t, nullptr,
+           nullptr);
   }
 }
 

@@ -44,6 +44,7 @@ dscpp_ops cpu_ops(dscpp_dtype dtype, void* device) {
   cpu::fill_elementwise_ops(t);
   cpu::fill_row_ops(t);
   cpu::fill_attention_ops(t);
+  cpu::fill_linear_ops(t);
   return t;
 }
 

@@ -63,11 +63,17 @@ inline float exp_f(float x) {
 void softmax_row(const float* x, float a, float* y, int64_t n);
 void softmax_row_backward(const float* y, const float* dy, float a, float* dx, int64_t n);
 
+// GELU (tanh form) over n contiguous floats (elementwise.cpp): y = gelu(x), and its backward
+// dx = dy·gelu'(x) (dx may be dy). The linear ops apply them to GEMM rows while they are hot.
+void gelu_rows(const float* x, float* y, int64_t n);
+void gelu_backward_rows(const float* x, const float* dy, float* dx, int64_t n);
+
 // Each file fills its part of the table (fp32 implementations; each op rechecks the dtype).
 void fill_gemm_ops(dscpp_ops& t);        // gemm.cpp: gemm, gemm_strided_batched
 void fill_copy_ops(dscpp_ops& t);        // cpu_ops.cpp: copies to/from host
 void fill_elementwise_ops(dscpp_ops& t); // elementwise.cpp: fill … relu, bias
 void fill_row_ops(dscpp_ops& t);         // row_ops.cpp: layernorm, softmaxes, embedding, cross-entropy
 void fill_attention_ops(dscpp_ops& t);   // attention.cpp: fused causal attention
+void fill_linear_ops(dscpp_ops& t);      // linear.cpp: linear layers with fused epilogues
 
 }  // namespace dscpp::kernels::cpu

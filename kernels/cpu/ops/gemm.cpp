@@ -57,39 +57,83 @@ int check_gemm(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int
   return DSCPP_OK;
 }
 
-// C = beta·C (+ bias) without a product: beta = 0 never reads C (NaN-safe, as in BLAS).
-void scale_only(const GemmArgs& g) {
+// The activation over the finished C, row by row (gemm_native.h: act).
+void apply_act(const GemmArgs& g) {
+  if (g.act == GemmArgs::Act::none) return;
   for (int64_t i = 0; i < g.M; ++i) {
-    float* c = g.C + i * g.ldc;
-    for (int64_t j = 0; j < g.N; ++j) {
-      const float v = g.beta == 0.0f ? 0.0f : g.beta * c[j];
-      c[j] = g.bias != nullptr ? v + g.bias[j] : v;
-    }
+    const int64_t off = i * g.ldc;
+    if (g.act == GemmArgs::Act::gelu) gelu_rows(g.C + off, g.act_out + off, g.N);
+    else gelu_backward_rows(g.act_in + off, g.C + off, g.C + off, g.N);
   }
 }
 
-// One GEMM on the calling thread with the active kernel.
-void gemm_serial(const GemmArgs& g, GemmBackend backend) {
-  if (g.M == 0 || g.N == 0) return;
-  if (g.K == 0 || g.alpha == 0.0f) return scale_only(g);
-  if (backend == GemmBackend::avx512) return gemm_avx512_serial(g);
+// C = beta·S (+ bias) without a product: beta = 0 never reads S (NaN-safe, as in BLAS).
+void scale_only(const GemmArgs& g) {
+  const float* src = g.c_in != nullptr ? g.c_in : g.C;
+  for (int64_t i = 0; i < g.M; ++i) {
+    float* c = g.C + i * g.ldc;
+    const float* s = src + i * g.ldc;
+    for (int64_t j = 0; j < g.N; ++j) {
+      const float v = g.beta == 0.0f ? 0.0f : g.beta * s[j];
+      c[j] = g.bias != nullptr ? v + g.bias[j] : v;
+    }
+  }
+  apply_act(g);
+}
+
+// The OpenBLAS path: sgemm, then the epilogues as passes of their own.
+void gemm_openblas(const GemmArgs& g) {
+  if (g.c_in != nullptr && g.beta != 0.0f)
+    for (int64_t i = 0; i < g.M; ++i) std::copy(g.c_in + i * g.ldc, g.c_in + i * g.ldc + g.N, g.C + i * g.ldc);
   cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(g.M), static_cast<blasint>(g.N), static_cast<blasint>(g.K), g.alpha, g.A,
               static_cast<blasint>(g.lda), g.B, static_cast<blasint>(g.ldb), g.beta, g.C, static_cast<blasint>(g.ldc));
   if (g.bias != nullptr)
     for (int64_t i = 0; i < g.M; ++i)
       for (int64_t j = 0; j < g.N; ++j) g.C[i * g.ldc + j] += g.bias[j];
+  apply_act(g);
 }
 
-// The rows [i0, i1) and columns [j0, j1) of C as a GEMM of their own.
+// a_row_sums[i] += Σ_k op(A)(i, k) in k order (the AVX-512 path sums per depth block of 256).
+void add_row_sums(const GemmArgs& g) {
+  for (int64_t i = 0; i < g.M; ++i) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < g.K; ++k) s += g.trans_a ? g.A[k * g.lda + i] : g.A[i * g.lda + k];
+    g.a_row_sums[i] += s;
+  }
+}
+
+// One GEMM on the calling thread with the active kernel.
+void gemm_serial(const GemmArgs& g, GemmBackend backend) {
+  if (g.M == 0 || g.N == 0) {
+    if (g.a_row_sums != nullptr && g.M > 0 && g.N == 0) add_row_sums(g);
+    return;
+  }
+  if (g.K == 0 || g.alpha == 0.0f) {
+    scale_only(g);
+    if (g.a_row_sums != nullptr) add_row_sums(g);
+    return;
+  }
+  if (backend == GemmBackend::avx512) return gemm_avx512_serial(g);
+  gemm_openblas(g);
+  if (g.a_row_sums != nullptr) add_row_sums(g);
+}
+
+// The rows [i0, i1) and columns [j0, j1) of C as a GEMM of their own. Only the block holding
+// column 0 adds the row sums of A, so they are counted once.
 GemmArgs sub_gemm(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   GemmArgs s = g;
   s.M = i1 - i0;
   s.N = j1 - j0;
   s.A = g.trans_a ? g.A + i0 : g.A + i0 * g.lda;
   s.B = g.trans_b ? g.B + j0 * g.ldb : g.B + j0;
-  s.C = g.C + i0 * g.ldc + j0;
+  const int64_t off = i0 * g.ldc + j0;
+  s.C = g.C + off;
+  if (g.c_in != nullptr) s.c_in = g.c_in + off;
+  if (g.act_out != nullptr) s.act_out = g.act_out + off;
+  if (g.act_in != nullptr) s.act_in = g.act_in + off;
   if (g.bias != nullptr) s.bias = g.bias + j0;
+  if (g.a_row_sums != nullptr) s.a_row_sums = j0 == 0 ? g.a_row_sums + i0 : nullptr;
   return s;
 }
 

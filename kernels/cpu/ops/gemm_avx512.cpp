@@ -9,7 +9,10 @@
 //   for each block of NC columns and KC depth:  pack B[KC × NC] into 32-column slivers (L2)
 //     for each 12-row panel of A:               pack A[12 × KC], which stays in L1, and
 //                                               prefetch the next panel's source into L2
-//       for each 32-column sliver of B:         micro-kernel: C[12 × 32] (+)= Ap · Bp
+//       for each 32-column sliver of B:         micro-kernel: C[12 × 32] (+)= Ap · Bp, with the
+//                                               beta term and bias in its epilogue
+//       on the last depth block:                the activation over the panel's finished rows
+#include "kernels/cpu/ops/cpu_ops_internal.h"
 #include "kernels/cpu/ops/gemm_avx512_kernels.h"
 #include "kernels/cpu/ops/gemm_native.h"
 
@@ -45,12 +48,13 @@ PackBuffers& pack_buffers() {
 DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
   PackBuffers& buf = pack_buffers();
   const bool ta = g.trans_a, tb = g.trans_b;
+  const float* src = g.c_in != nullptr ? g.c_in : g.C;
   for (int64_t j0 = 0; j0 < g.N; j0 += kNc) {
     const int64_t nc = std::min(kNc, g.N - j0);
     for (int64_t k0 = 0; k0 < g.K; k0 += kKc) {
       const int64_t kc = std::min(kKc, g.K - k0);
       pack_b(tb, g.B, g.ldb, k0, kc, j0, nc, buf.b);
-      TileArgs t{g.alpha, g.beta, k0 == 0, nullptr};
+      const TileArgs t{g.alpha, g.beta, k0 == 0};
       const bool last = k0 + kc == g.K;
       const int64_t slivers = (nc + kNr - 1) / kNr;
       pack_a(ta, g.A, g.lda, 0, std::min(kMr, g.M), k0, kc, buf.a);
@@ -58,15 +62,26 @@ DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
         const int64_t rows = std::min(kMr, g.M - i0), next = i0 + kMr;
         const int64_t next_rows = std::min(kMr, g.M - next);
         if (i0 > 0) pack_a(ta, g.A, g.lda, i0, rows, k0, kc, buf.a);
+        if (g.a_row_sums != nullptr && j0 == 0) add_panel_row_sums(buf.a, rows, kc, g.a_row_sums + i0);
         const KernelFn kernel = kKernels[rows];
         float* crow = g.C + i0 * g.ldc;
+        const float* srow = src + i0 * g.ldc;
         for (int64_t s = 0; s < slivers; ++s) {
           if (next_rows > 0) prefetch_a(ta, g.A, g.lda, next, next_rows, k0, kc, s, slivers);
           const int64_t jb = j0 + s * kNr;
           const int64_t cols = std::min(kNr, nc - s * kNr);
           const float* bias = last && g.bias != nullptr ? g.bias + jb : nullptr;
-          kernel(kc, buf.a, buf.b + s * kc * kNr, crow + jb, g.ldc, low_mask(cols), low_mask(cols - 16), t, bias);
+          kernel(kc, buf.a, buf.b + s * kc * kNr, crow + jb, g.ldc, low_mask(cols), low_mask(cols - 16), t, bias,
+                 srow + jb);
         }
+        // The panel's rows of this column block are final: apply the activation while they
+        // are still in L1/L2 instead of in a separate pass over C.
+        if (last && g.act != GemmArgs::Act::none)
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t off = (i0 + r) * g.ldc + j0;
+            if (g.act == GemmArgs::Act::gelu) gelu_rows(g.C + off, g.act_out + off, nc);
+            else gelu_backward_rows(g.act_in + off, g.C + off, g.C + off, nc);
+          }
       }
     }
   }

@@ -100,6 +100,14 @@ DSCPP_AVX512 inline void pack_a(bool trans, const float* A, int64_t lda, int64_t
   }
 }
 
+// sums[i] += Σ_k Ap[k·12 + i] for i < rows: the row sums of a packed panel, read back from L1.
+DSCPP_AVX512 inline void add_panel_row_sums(const float* ap, int64_t rows, int64_t kc, float* sums) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) acc = _mm512_add_ps(acc, _mm512_loadu_ps(ap + k * kMr));
+  const __mmask16 m = low_mask(rows);
+  _mm512_mask_storeu_ps(sums, m, _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, sums)));
+}
+
 // Part `part` of `parts` of the cache lines pack_a will read for a panel, fetched ahead into
 // L2 while the kernels of the current panel run: activations arrive cold from DRAM, and a
 // packing pass that waits for them stalls the FMA ports (~12 % of a training step without this).
@@ -154,14 +162,16 @@ DSCPP_AVX512 inline void pack_b(bool trans, const float* B, int64_t ldb, int64_t
 }
 
 struct TileArgs {
-  float alpha, beta;   // C = alpha·acc + beta·C on the first depth block, C += alpha·acc after
-  bool first;          // first depth block: beta applies (beta = 0 never reads C)
-  const float* bias;   // added per column on the last depth block (null: none)
+  float alpha, beta;  // C = alpha·acc + beta·S on the first depth block, C += alpha·acc after
+  bool first;         // first depth block: the beta term applies (beta = 0 never reads S)
 };
 
+// C tile (+)= alpha·Ap·Bp over depth kc; on the first depth block the beta term reads `src`
+// (C itself or another matrix with C's row stride), and `bias` (null: none) is added per column.
 template <int R>
 DSCPP_AVX512 void micro_kernel(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* c,
-                               int64_t ldc, __mmask16 m0, __mmask16 m1, const TileArgs& t, const float* bias) {
+                               int64_t ldc, __mmask16 m0, __mmask16 m1, const TileArgs& t, const float* bias,
+                               const float* src) {
   __m512 acc0[R], acc1[R];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -192,8 +202,9 @@ DSCPP_AVX512 void micro_kernel(int64_t kc, const float* __restrict ap, const flo
       r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, ci + 16));
     } else if (t.beta != 0.0f) {
       const __m512 beta = _mm512_set1_ps(t.beta);
-      r0 = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m0, ci), r0);
-      r1 = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m1, ci + 16), r1);
+      const float* si = src + i * ldc;
+      r0 = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m0, si), r0);
+      r1 = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m1, si + 16), r1);
     }
     r0 = _mm512_add_ps(r0, bias0);
     r1 = _mm512_add_ps(r1, bias1);
@@ -203,7 +214,7 @@ DSCPP_AVX512 void micro_kernel(int64_t kc, const float* __restrict ap, const flo
 }
 
 using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16,
-                          const TileArgs&, const float*);
+                          const TileArgs&, const float*, const float*);
 inline constexpr KernelFn kKernels[kMr + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>,  micro_kernel<3>,
                                         micro_kernel<4>,  micro_kernel<5>, micro_kernel<6>,  micro_kernel<7>,
                                         micro_kernel<8>,  micro_kernel<9>, micro_kernel<10>, micro_kernel<11>,

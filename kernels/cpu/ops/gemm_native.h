@@ -1,6 +1,10 @@
-// dscpp's own fp32 GEMM kernels (private to kernels/cpu/ops). Row-major, BLAS semantics:
-// C[M×N] = alpha·op(A)·op(B) + beta·C (+ bias[j] on every row when bias is set); beta = 0
-// never reads C. lda/ldb/ldc are the row strides of the stored matrices.
+// dscpp's fp32 GEMM (private to kernels/cpu/ops). Row-major, BLAS semantics plus the epilogues
+// a linear layer needs (cuBLASLt's EPILOGUE_BIAS / GELU_AUX / DGELU / BGRADA, in one pass over C):
+//   C = alpha·op(A)·op(B) + beta·S + bias      S = c_in when set, else C; beta = 0 never reads S
+//   then act = gelu:          act_out = gelu(C)       (C keeps the pre-activation)
+//        act = gelu_backward: C = C ⊙ gelu'(act_in)
+//   and a_row_sums[i] += Σ_k op(A)(i, k) when set (a linear layer's bias gradient).
+// lda/ldb/ldc are the row strides of the stored matrices; c_in, act_out, act_in use ldc.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +23,11 @@ struct GemmArgs {
   float* C = nullptr;
   int64_t ldc = 0;
   const float* bias = nullptr;  // [N] or null
+  const float* c_in = nullptr;
+  enum class Act { none, gelu, gelu_backward } act = Act::none;
+  float* act_out = nullptr;
+  const float* act_in = nullptr;
+  float* a_row_sums = nullptr;  // [M] or null
 };
 
 // Whether this CPU runs the AVX-512 kernel (F, VL, DQ, BW).
