@@ -44,13 +44,7 @@ DSCPP_AVX512 void panel_product(int64_t rows, int64_t kc, const float* ap, const
 
 // Part `part` of `parts` of the rows of the next pair's matrices, into L2.
 void prefetch_next(const AttentionNext& next, int64_t T, int64_t part, int64_t parts) {
-  for (int m = 0; m < next.count; ++m)
-    for (int64_t r = T * part / parts, e = T * (part + 1) / parts; r < e; ++r) {
-      const char* p = reinterpret_cast<const char*>(next.base[m] + r * next.ld[m]);
-      const char* end = reinterpret_cast<const char*>(next.base[m] + r * next.ld[m] + next.width[m]);
-      for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
-      _mm_prefetch(end - 1, _MM_HINT_T1);
-    }
+  for (int m = 0; m < next.count; ++m) prefetch_rows(next.base[m], next.ld[m], T, next.width[m], part, parts);
 }
 
 }  // namespace

@@ -67,7 +67,15 @@ DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
         float* crow = g.C + i0 * g.ldc;
         const float* srow = src + i0 * g.ldc;
         for (int64_t s = 0; s < slivers; ++s) {
-          if (next_rows > 0) prefetch_a(ta, g.A, g.lda, next, next_rows, k0, kc, s, slivers);
+          if (next_rows > 0) {
+            prefetch_a(ta, g.A, g.lda, next, next_rows, k0, kc, s, slivers);
+            // The next panel's epilogue operands: the residual (first depth block) and the
+            // GELU's input (last).
+            if (k0 == 0 && g.c_in != nullptr && g.beta != 0.0f)
+              prefetch_rows(g.c_in + next * g.ldc + j0, g.ldc, next_rows, nc, s, slivers);
+            if (last && g.act_in != nullptr)
+              prefetch_rows(g.act_in + next * g.ldc + j0, g.ldc, next_rows, nc, s, slivers);
+          }
           const int64_t jb = j0 + s * kNr;
           const int64_t cols = std::min(kNr, nc - s * kNr);
           const float* bias = last && g.bias != nullptr ? g.bias + jb : nullptr;

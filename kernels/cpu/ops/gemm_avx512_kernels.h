@@ -108,20 +108,25 @@ DSCPP_AVX512 inline void add_panel_row_sums(const float* ap, int64_t rows, int64
   _mm512_mask_storeu_ps(sums, m, _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, sums)));
 }
 
-// Part `part` of `parts` of the cache lines pack_a will read for a panel, fetched ahead into
-// L2 while the kernels of the current panel run: activations arrive cold from DRAM, and a
-// packing pass that waits for them stalls the FMA ports (~12 % of a training step without this).
-inline void prefetch_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t k0, int64_t kc,
-                int64_t part, int64_t parts) {
-  // Contiguous segments: a row of A (kc floats) untransposed, a row k (rows floats) transposed.
-  const int64_t segments = trans ? kc : rows, len = trans ? rows : kc;
-  const float* base = trans ? A + k0 * lda + i0 : A + i0 * lda + k0;
-  for (int64_t s = segments * part / parts, e = segments * (part + 1) / parts; s < e; ++s) {
-    const char* p = reinterpret_cast<const char*>(base + s * lda);
-    const char* end = reinterpret_cast<const char*>(base + s * lda + len);
+// Part `part` of `parts` of `nrows` rows (stride ld) of `len` floats each, fetched into L2.
+// Callers spread the parts over the kernel calls of the current panel so the next panel's
+// operands are there when it starts: activations arrive cold from DRAM, and a packing pass or
+// epilogue that waits for them stalls the FMA ports.
+inline void prefetch_rows(const float* base, int64_t ld, int64_t nrows, int64_t len, int64_t part, int64_t parts) {
+  for (int64_t r = nrows * part / parts, e = nrows * (part + 1) / parts; r < e; ++r) {
+    const char* p = reinterpret_cast<const char*>(base + r * ld);
+    const char* end = reinterpret_cast<const char*>(base + r * ld + len);
     for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
     _mm_prefetch(end - 1, _MM_HINT_T1);
   }
+}
+
+// The part of what pack_a will read for a panel: rows of A untransposed (kc floats each), rows k
+// (`rows` floats each) transposed.
+inline void prefetch_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t k0, int64_t kc,
+                       int64_t part, int64_t parts) {
+  if (trans) prefetch_rows(A + k0 * lda + i0, lda, kc, rows, part, parts);
+  else prefetch_rows(A + i0 * lda + k0, lda, rows, kc, part, parts);
 }
 
 // Bp holds ceil(nc/32) slivers; sliver s is kc × 32 (row k at s·kc·32 + k·32), zero-padded past nc.
