@@ -7,8 +7,9 @@
 //
 // Loop nest (the roles of the operands chosen for row-major C):
 //   for each block of NC columns and KC depth:  pack B[KC × NC] into 32-column slivers (L2)
-//     for each 12-row panel of A:               pack A[12 × KC], which stays in L1, and
-//                                               prefetch the next panel's source into L2
+//     for each 12-row panel of A:               pack A[12 × KC] when A is transposed (else its
+//                                               rows are read in place); it stays in L1, and the
+//                                               next panel's source is prefetched into L2
 //       for each 32-column sliver of B:         micro-kernel: C[12 × 32] (+)= Ap · Bp, with the
 //                                               beta term and bias in its epilogue
 //       on the last depth block:                the activation over the panel's finished rows
@@ -57,12 +58,14 @@ DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
       const TileArgs t{g.alpha, g.beta, k0 == 0};
       const bool last = k0 + kc == g.K;
       const int64_t slivers = (nc + kNr - 1) / kNr;
-      pack_a(ta, g.A, g.lda, 0, std::min(kMr, g.M), k0, kc, buf.a);
+      if (ta) pack_a(true, g.A, g.lda, 0, std::min(kMr, g.M), k0, kc, buf.a);
       for (int64_t i0 = 0; i0 < g.M; i0 += kMr) {
         const int64_t rows = std::min(kMr, g.M - i0), next = i0 + kMr;
         const int64_t next_rows = std::min(kMr, g.M - next);
-        if (i0 > 0) pack_a(ta, g.A, g.lda, i0, rows, k0, kc, buf.a);
-        if (g.a_row_sums != nullptr && j0 == 0) add_panel_row_sums(buf.a, rows, kc, g.a_row_sums + i0);
+        // Transposed A is packed (its panel is strided columns); untransposed A is read in place.
+        if (ta && i0 > 0) pack_a(true, g.A, g.lda, i0, rows, k0, kc, buf.a);
+        const APanel a = ta ? packed_panel(buf.a) : rows_in_place(g.A + i0 * g.lda + k0, g.lda);
+        if (g.a_row_sums != nullptr && j0 == 0) add_row_sums(a, rows, kc, g.a_row_sums + i0);
         const KernelFn kernel = kKernels[rows];
         float* crow = g.C + i0 * g.ldc;
         const float* srow = src + i0 * g.ldc;
@@ -79,7 +82,7 @@ DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
           const int64_t jb = j0 + s * kNr;
           const int64_t cols = std::min(kNr, nc - s * kNr);
           const float* bias = last && g.bias != nullptr ? g.bias + jb : nullptr;
-          kernel(kc, buf.a, buf.b + s * kc * kNr, crow + jb, g.ldc, low_mask(cols), low_mask(cols - 16), t, bias,
+          kernel(kc, a, buf.b + s * kc * kNr, crow + jb, g.ldc, low_mask(cols), low_mask(cols - 16), t, bias,
                  srow + jb);
         }
         // The panel's rows of this column block are final: apply the activation while they

@@ -23,14 +23,29 @@
 
 namespace dscpp::kernels::cpu::avx512 {
 
+// GCC 12 flags the _mm512_undefined_ps() pass-through operand inside several intrinsics
+// (unpack, shuffle, extract) as maybe-uninitialized; the value is never used (full masks).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 
 inline constexpr int64_t kMr = 12;   // rows of a C tile (A values broadcast per k)
 inline constexpr int64_t kNr = 32;   // columns of a C tile (two zmm vectors)
 
-// GCC 12 flags the _mm512_undefined_ps() pass-through operand inside the unpack/shuffle
-// intrinsics as maybe-uninitialized; the value is never used (the masks are all ones).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The A operand of a micro-kernel call: value (i, k) at p[i·row_stride + k·k_stride]. A packed
+// panel is (1, 12); rows of an untransposed A are read in place as (lda, 1), which spares the
+// transposing copy (the 12 rows of a panel are the same 12·kc floats either way, and GCC keeps a
+// register offset per row so each broadcast is still one load).
+// 16 bytes, so it travels in two registers (a 24-byte struct goes through the stack, and the
+// callee's 16-byte reload of it stalled on store forwarding once per call).
+struct APanel {
+  const float* p;
+  int32_t row_stride, k_stride;  // the ops' argument checks keep strides within blasint (int32)
+};
+inline APanel packed_panel(const float* ap) { return APanel{ap, 1, static_cast<int32_t>(kMr)}; }
+inline APanel rows_in_place(const float* a, int64_t ld) { return APanel{a, static_cast<int32_t>(ld), 1}; }
+
+
 // In-register transpose of a 16×16 block: r[i] holds row i on entry and column i on exit.
 DSCPP_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16]) {
   __m512 t[16];
@@ -62,8 +77,6 @@ DSCPP_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16]
     r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
   }
 }
-
-#pragma GCC diagnostic pop
 
 inline __mmask16 low_mask(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
@@ -106,6 +119,21 @@ DSCPP_AVX512 inline void add_panel_row_sums(const float* ap, int64_t rows, int64
   for (int64_t k = 0; k < kc; ++k) acc = _mm512_add_ps(acc, _mm512_loadu_ps(ap + k * kMr));
   const __mmask16 m = low_mask(rows);
   _mm512_mask_storeu_ps(sums, m, _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, sums)));
+}
+
+// sums[i] += Σ_k a(i, k) for i < rows over depth kc, for either layout of APanel.
+DSCPP_AVX512 inline void add_row_sums(APanel a, int64_t rows, int64_t kc, float* sums) {
+  if (a.row_stride == 1 && a.k_stride == kMr) return add_panel_row_sums(a.p, rows, kc, sums);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* r = a.p + i * int64_t{a.row_stride};
+    __m512 acc = _mm512_setzero_ps();
+    int64_t k = 0;
+    if (a.k_stride == 1)
+      for (; k + 16 <= kc; k += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(r + k));
+    float s = _mm512_reduce_add_ps(acc);
+    for (; k < kc; ++k) s += r[k * int64_t{a.k_stride}];
+    sums[i] += s;
+  }
 }
 
 // Part `part` of `parts` of `nrows` rows (stride ld) of `len` floats each, fetched into L2.
@@ -171,22 +199,23 @@ struct TileArgs {
   bool first;         // first depth block: the beta term applies (beta = 0 never reads S)
 };
 
-// C tile (+)= alpha·Ap·Bp over depth kc; on the first depth block the beta term reads `src`
+// C tile (+)= alpha·A·Bp over depth kc; on the first depth block the beta term reads `src`
 // (C itself or another matrix with C's row stride), and `bias` (null: none) is added per column.
 template <int R>
-DSCPP_AVX512 void micro_kernel(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* c,
-                               int64_t ldc, __mmask16 m0, __mmask16 m1, const TileArgs& t, const float* bias,
-                               const float* src) {
+DSCPP_AVX512 void micro_kernel(int64_t kc, APanel a, const float* __restrict bp, float* c, int64_t ldc, __mmask16 m0,
+                               __mmask16 m1, const TileArgs& t, const float* bias, const float* src) {
   __m512 acc0[R], acc1[R];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  const float* row[R];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) row[i] = a.p + int64_t{i} * a.row_stride;
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(bp + k * kNr);
     const __m512 b1 = _mm512_load_ps(bp + k * kNr + 16);
-    const float* a = ap + k * kMr;
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
+      const __m512 ai = _mm512_set1_ps(row[i][k * int64_t{a.k_stride}]);
       acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
       acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
     }
@@ -218,13 +247,12 @@ DSCPP_AVX512 void micro_kernel(int64_t kc, const float* __restrict ap, const flo
   }
 }
 
-using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16,
-                          const TileArgs&, const float*, const float*);
+using KernelFn = void (*)(int64_t, APanel, const float*, float*, int64_t, __mmask16, __mmask16, const TileArgs&,
+                          const float*, const float*);
 inline constexpr KernelFn kKernels[kMr + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>,  micro_kernel<3>,
-                                        micro_kernel<4>,  micro_kernel<5>, micro_kernel<6>,  micro_kernel<7>,
-                                        micro_kernel<8>,  micro_kernel<9>, micro_kernel<10>, micro_kernel<11>,
-                                        micro_kernel<12>};
-
+                                               micro_kernel<4>,  micro_kernel<5>, micro_kernel<6>,  micro_kernel<7>,
+                                               micro_kernel<8>,  micro_kernel<9>, micro_kernel<10>, micro_kernel<11>,
+                                               micro_kernel<12>};
 
 // A grow-only, 64-byte aligned float buffer (thread-local scratch for packed operands).
 class AlignedScratch {
@@ -248,5 +276,7 @@ class AlignedScratch {
   float* p_ = nullptr;
   int64_t n_ = 0;
 };
+
+#pragma GCC diagnostic pop
 
 }  // namespace dscpp::kernels::cpu::avx512
