@@ -179,3 +179,40 @@ TEST_CASE("linear: empty sizes and argument checks", "[ops][linear]") {
   CHECK(db[0] == 2.25f);
   CHECK(db[1] == 2.25f);
 }
+
+TEST_CASE("linear and attention on the AVX-512 kernel give the same bits for any thread count",
+          "[ops][linear][attention][threads]") {
+  if (backends().size() < 2) return;  // no AVX-512 on this CPU
+  Restore restore;
+  dscpp::kernels::set_gemm_backend(GemmBackend::avx512);
+  // Row split (out ≥ in) and column split (in > out, where one thread owns the bias gradient).
+  for (const Dims& d : {Dims{300, 200, 600}, Dims{300, 700, 40}}) {
+    const Vec dy = rnd(d.rows * d.out, 101), x = rnd(d.rows * d.in, 102), W = rnd(d.out * d.in, 103);
+    const Vec pre = rnd(d.rows * d.in, 104), b = rnd(d.out, 105);
+    auto run = [&](int threads) {
+      dscpp::kernels::set_cpu_threads(threads);
+      Vec y(d.rows * d.out), g(d.rows * d.out), dW(d.out * d.in, 0.5f), db(d.out, 0.25f), dx(d.rows * d.in);
+      REQUIRE(ops().linear_forward(O(), x.data(), W.data(), b.data(), nullptr, y.data(), g.data(), d.rows, d.in,
+                                   d.out) == DSCPP_OK);
+      REQUIRE(ops().linear_backward(O(), dy.data(), x.data(), W.data(), dW.data(), db.data(), dx.data(), pre.data(),
+                                    d.rows, d.in, d.out) == DSCPP_OK);
+      return std::vector<Vec>{y, g, dW, db, dx};
+    };
+    const auto one = run(1);
+    CHECK(run(2) == one);
+    CHECK(run(3) == one);
+  }
+  const int64_t B = 3, T = 40, H = 2, D = 24;
+  const Vec qkv = rnd(B * T * 3 * H * D, 106), dout = rnd(B * T * H * D, 107);
+  auto attend = [&](int threads) {
+    dscpp::kernels::set_cpu_threads(threads);
+    Vec probs(B * H * T * T), out(B * T * H * D), dqkv(qkv.size()), ws(B * H * T * T);
+    REQUIRE(ops().causal_attention_forward(O(), qkv.data(), probs.data(), out.data(), B, T, H, D, 0.3f) == DSCPP_OK);
+    REQUIRE(ops().causal_attention_backward(O(), qkv.data(), probs.data(), dout.data(), dqkv.data(), ws.data(), B, T,
+                                            H, D, 0.3f) == DSCPP_OK);
+    return std::vector<Vec>{probs, out, dqkv};
+  };
+  const auto one = attend(1);
+  CHECK(attend(2) == one);
+  CHECK(attend(3) == one);
+}
