@@ -24,7 +24,10 @@ struct Shape {
 };
 
 int check_shape(const Shape& s, float scale) {
-  if (s.batch < 0 || s.T < 0 || s.heads < 0 || s.D < 0 || !(scale == scale)) return DSCPP_E_INVALID_ARGUMENT;
+  // Row strides (3·heads·head_dim, T) must fit the kernels' 32-bit strides.
+  if (s.batch < 0 || !fits_int32(s.T) || !fits_int32(s.heads) || !fits_int32(s.D) || s.heads * s.D > INT32_MAX / 3 ||
+      !(scale == scale))
+    return DSCPP_E_INVALID_ARGUMENT;
   return DSCPP_OK;
 }
 

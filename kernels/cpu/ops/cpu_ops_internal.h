@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <climits>
 
 namespace dscpp::kernels::cpu {
 
@@ -29,6 +30,9 @@ inline int check_table(const dscpp_ops* o) {
   if (o == nullptr) return DSCPP_E_INVALID_ARGUMENT;
   return o->dtype == DSCPP_F32 ? DSCPP_OK : DSCPP_E_UNSUPPORTED;
 }
+// Dimensions and strides the GEMM kernels take as 32-bit (BLAS ints, the AVX-512 kernel's A
+// strides): 0 ≤ v < 2^31.
+inline bool fits_int32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 // A pointer must be non-null whenever it covers a non-empty range.
 inline bool bad_ptr(const void* p, int64_t n) { return n > 0 && p == nullptr; }
 

@@ -11,7 +11,7 @@
 namespace dscpp::kernels::cpu {
 namespace {
 
-bool bad_sizes(int64_t rows, int64_t in, int64_t out) { return rows < 0 || in < 0 || out < 0; }
+bool bad_sizes(int64_t rows, int64_t in, int64_t out) { return !fits_int32(rows) || !fits_int32(in) || !fits_int32(out); }
 
 int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual, void* y,
                    void* gelu_out, int64_t rows, int64_t in, int64_t out) {
