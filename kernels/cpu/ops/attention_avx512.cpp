@@ -35,7 +35,7 @@ int64_t slivers(int64_t n) { return (n + kNr - 1) / kNr; }
 DSCPP_AVX512 void panel_product(int64_t rows, int64_t kc, APanel a, const float* bp, int64_t kc_b, int64_t k0,
                                 int64_t n, float alpha, float* c, int64_t ldc) {
   const TileArgs t{alpha, 0.0f, true};
-  const KernelFn kernel = kKernels[rows];
+  const KernelFn kernel = kernel_for(rows, a);
   for (int64_t s = 0; s < slivers(n); ++s) {
     const int64_t cols = std::min(kNr, n - s * kNr);
     kernel(kc, a, bp + s * kc_b * kNr + k0 * kNr, c + s * kNr, ldc, low_mask(cols), low_mask(cols - 16), t, nullptr,
@@ -103,9 +103,9 @@ DSCPP_AVX512 void attention_backward_avx512(const AttentionPair& a, const float*
   pack_b(false, dout, ld_out, 0, T, 0, D, b1);  // dO: depth T, D columns
   for (int64_t s0 = 0; s0 < T; s0 += kMr) {
     const int64_t rows = std::min(kMr, T - s0), depth = T - s0;
-    pack_a(true, dscores, T, s0, rows, s0, depth, ap);
+    pack_a_transposed(dscores, T, s0, rows, s0, depth, ap);
     panel_product(rows, depth, packed_panel(ap), b0, T, s0, D, 1.0f, dk + s0 * a.ld, a.ld);
-    pack_a(true, probs, T, s0, rows, s0, depth, ap);
+    pack_a_transposed(probs, T, s0, rows, s0, depth, ap);
     panel_product(rows, depth, packed_panel(ap), b1, T, s0, D, 1.0f, dv + s0 * a.ld, a.ld);
   }
 }

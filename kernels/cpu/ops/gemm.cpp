@@ -144,11 +144,11 @@ void gemm_f32(const GemmArgs& g) {
   const int threads = dscpp::num_threads();
   const double flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
   // OpenBLAS threads itself (openblas_set_num_threads); ours splits C into one block per
-  // thread, along the longer side in whole 12-row or 32-column tiles, so no two threads write
+  // thread, along the longer side in whole tiles (12 rows or 32 columns), so no two threads write
   // one tile and each packs only the operand parts it reads.
   if (backend != GemmBackend::avx512 || threads <= 1 || flops < kParallelFlops) return gemm_serial(g, backend);
   const bool split_rows = g.M >= g.N;
-  const int64_t extent = split_rows ? g.M : g.N, tile = split_rows ? 12 : 32;
+  const int64_t extent = split_rows ? g.M : g.N, tile = split_rows ? kGemmTileRows : kGemmTileCols;
   const int64_t tiles = (extent + tile - 1) / tile;
   const int64_t parts = std::min<int64_t>(threads, tiles);
   dscpp::parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {

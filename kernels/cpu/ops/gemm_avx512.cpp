@@ -58,15 +58,15 @@ DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
       const TileArgs t{g.alpha, g.beta, k0 == 0};
       const bool last = k0 + kc == g.K;
       const int64_t slivers = (nc + kNr - 1) / kNr;
-      if (ta) pack_a(true, g.A, g.lda, 0, std::min(kMr, g.M), k0, kc, buf.a);
+      if (ta) pack_a_transposed(g.A, g.lda, 0, std::min(kMr, g.M), k0, kc, buf.a);
       for (int64_t i0 = 0; i0 < g.M; i0 += kMr) {
         const int64_t rows = std::min(kMr, g.M - i0), next = i0 + kMr;
         const int64_t next_rows = std::min(kMr, g.M - next);
         // Transposed A is packed (its panel is strided columns); untransposed A is read in place.
-        if (ta && i0 > 0) pack_a(true, g.A, g.lda, i0, rows, k0, kc, buf.a);
+        if (ta && i0 > 0) pack_a_transposed(g.A, g.lda, i0, rows, k0, kc, buf.a);
         const APanel a = ta ? packed_panel(buf.a) : rows_in_place(g.A + i0 * g.lda + k0, g.lda);
         if (g.a_row_sums != nullptr && j0 == 0) add_row_sums(a, rows, kc, g.a_row_sums + i0);
-        const KernelFn kernel = kKernels[rows];
+        const KernelFn kernel = kernel_for(rows, a);
         float* crow = g.C + i0 * g.ldc;
         const float* srow = src + i0 * g.ldc;
         for (int64_t s = 0; s < slivers; ++s) {

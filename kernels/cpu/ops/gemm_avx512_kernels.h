@@ -4,20 +4,29 @@
 // and must only run after gemm_avx512_available() said yes.
 //
 // Packed layouts:
-//  - A panel: 12 rows × kc depth, k-major (Ap[k·12 + i]), so the kernel broadcasts A[i, k].
+//  - A panel: 12 rows × kc depth, k-major (Ap[k·12 + i]), so the kernel broadcasts A[i, k];
+//    untransposed A needs no packing (APanel reads its rows in place).
 //  - B sliver: kc depth × 32 columns, k-major (Bp[k·32 + j]), zero-padded past the last column;
 //    a packed block of nc columns is ceil(nc/32) slivers, sliver s at s·kc·32.
 // The micro-kernel keeps a 12×32 tile of C in 24 zmm accumulators; per k it loads two vectors
-// of B and broadcasts 12 values of A (24 FMAs per 14 loads, so the FMA ports are the limit).
-// Edge tiles: fewer rows via a template on the row count, fewer columns via load/store masks.
+// of B and broadcasts 12 values of A (24 FMAs per 14 loads, so the FMA ports are the limit), two
+// k per loop trip, specialised per A layout. Kernel alone on the Xeon we develop on (B streaming
+// from L2, best of 40): ~130 GFLOP/s with one k per trip and a run-time A layout, ~140–150 now,
+// against an FMA peak of 153–165 (the clock varies with the other core's load). A 14×32 tile
+// measured faster still with a packed A, but 14 in-place rows need more general registers than
+// x86-64 has and GCC spills them.
 #pragma once
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <utility>
+
+#include "kernels/cpu/ops/gemm_native.h"
 
 #define DSCPP_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,fma")))
 
@@ -29,8 +38,8 @@ namespace dscpp::kernels::cpu::avx512 {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 
-inline constexpr int64_t kMr = 12;   // rows of a C tile (A values broadcast per k)
-inline constexpr int64_t kNr = 32;   // columns of a C tile (two zmm vectors)
+inline constexpr int64_t kMr = kGemmTileRows;  // rows of a C tile (A values broadcast per k)
+inline constexpr int64_t kNr = kGemmTileCols;  // columns of a C tile (two zmm vectors)
 
 // The A operand of a micro-kernel call: value (i, k) at p[i·row_stride + k·k_stride]. A packed
 // panel is (1, 12); rows of an untransposed A are read in place as (lda, 1), which spares the
@@ -82,35 +91,14 @@ inline __mmask16 low_mask(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// Ap[k·12 + i] = op(A)(i0 + i, k0 + k) for i < rows (one panel); entries for i ≥ rows are
-// unspecified: the kernel for `rows` rows never reads them. Ap has 16 floats of slack.
-DSCPP_AVX512 inline void pack_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t k0, int64_t kc,
-                         float* ap) {
-  if (trans) {  // op(A)(i, k) = A[k, i]: each row k of A holds the panel's values contiguously
-    const __mmask16 m = low_mask(rows);
-    const float* src = A + k0 * lda + i0;
-    for (int64_t k = 0; k < kc; ++k) _mm512_mask_storeu_ps(ap + k * kMr, m, _mm512_maskz_loadu_ps(m, src + k * lda));
-    return;
-  }
-  // op(A)(i, k) = A[i, k]: transpose 16 k at a time through registers (rows padded to 16).
-  const float* src = A + i0 * lda + k0;
-  // Rows past `rows` load nothing (mask 0) from a valid address, so the loop has no branches
-  // and the 16 vectors stay in registers.
-  const float* row[16];
-  for (int i = 0; i < 16; ++i) row[i] = src + std::min<int64_t>(i, rows - 1) * lda;
-  for (int64_t k = 0; k < kc; k += 16) {
-    const __mmask16 mk = low_mask(kc - k);
-    __m512 r[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps(i < rows ? mk : 0, row[i] + k);
-    transpose16(r);
-    if (kc - k >= 16) {
-#pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) _mm512_mask_storeu_ps(ap + (k + j) * kMr, 0x0FFF, r[j]);
-    } else {
-      for (int64_t j = 0; j < kc - k; ++j) _mm512_mask_storeu_ps(ap + (k + j) * kMr, 0x0FFF, r[j]);
-    }
-  }
+// Packs the panel rows [i0, i0 + rows) × depth [k0, k0 + kc) of op(A) = Aᵀ (A stored [K, M]):
+// Ap[k·12 + i] = A[k0 + k, i0 + i], each row k of A holding the panel's values contiguously.
+// Entries for i ≥ rows are unspecified: the kernel for `rows` rows never reads them.
+DSCPP_AVX512 inline void pack_a_transposed(const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t k0,
+                                           int64_t kc, float* ap) {
+  const __mmask16 m = low_mask(rows);
+  const float* src = A + k0 * lda + i0;
+  for (int64_t k = 0; k < kc; ++k) _mm512_mask_storeu_ps(ap + k * kMr, m, _mm512_maskz_loadu_ps(m, src + k * lda));
 }
 
 // sums[i] += Σ_k Ap[k·12 + i] for i < rows: the row sums of a packed panel, read back from L1.
@@ -149,8 +137,8 @@ inline void prefetch_rows(const float* base, int64_t ld, int64_t nrows, int64_t 
   }
 }
 
-// The part of what pack_a will read for a panel: rows of A untransposed (kc floats each), rows k
-// (`rows` floats each) transposed.
+// The part of a panel's A operand: rows of A untransposed (kc floats each, read in place by the
+// kernel), rows k (`rows` floats each) transposed (read by pack_a_transposed).
 inline void prefetch_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t k0, int64_t kc,
                        int64_t part, int64_t parts) {
   if (trans) prefetch_rows(A + k0 * lda + i0, lda, kc, rows, part, parts);
@@ -199,9 +187,26 @@ struct TileArgs {
   bool first;         // first depth block: the beta term applies (beta = 0 never reads S)
 };
 
+// One k of the micro-kernel: the tile's rows times B's row k (two vectors); inlined, so the
+// accumulator arrays stay in registers.
+template <int R>
+DSCPP_AVX512 __attribute__((always_inline)) inline void kernel_step(const float* const* row, int64_t off,
+                                                                    const float* b, __m512* acc0, __m512* acc1) {
+  const __m512 b0 = _mm512_load_ps(b);
+  const __m512 b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+    const __m512 ai = _mm512_set1_ps(row[i][off]);
+    acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+    acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+  }
+}
+
 // C tile (+)= alpha·A·Bp over depth kc; on the first depth block the beta term reads `src`
 // (C itself or another matrix with C's row stride), and `bias` (null: none) is added per column.
-template <int R>
+// Packed says which APanel layout at compile time, so the k step and row offsets are constants
+// or registers rather than multiplications (GCC then keeps every row offset in a register).
+template <int R, bool Packed>
 DSCPP_AVX512 void micro_kernel(int64_t kc, APanel a, const float* __restrict bp, float* c, int64_t ldc, __mmask16 m0,
                                __mmask16 m1, const TileArgs& t, const float* bias, const float* src) {
   __m512 acc0[R], acc1[R];
@@ -209,17 +214,14 @@ DSCPP_AVX512 void micro_kernel(int64_t kc, APanel a, const float* __restrict bp,
   for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
   const float* row[R];
 #pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) row[i] = a.p + int64_t{i} * a.row_stride;
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(bp + k * kNr);
-    const __m512 b1 = _mm512_load_ps(bp + k * kNr + 16);
-#pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) {
-      const __m512 ai = _mm512_set1_ps(row[i][k * int64_t{a.k_stride}]);
-      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
-      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
-    }
+  for (int i = 0; i < R; ++i) row[i] = a.p + (Packed ? i : int64_t{i} * a.row_stride);
+  constexpr int64_t ks = Packed ? kMr : 1;
+  int64_t k = 0;
+  for (; k + 2 <= kc; k += 2) {  // two k per trip: half the loop overhead between FMA groups
+    kernel_step<R>(row, k * ks, bp + k * kNr, acc0, acc1);
+    kernel_step<R>(row, (k + 1) * ks, bp + (k + 1) * kNr, acc0, acc1);
   }
+  if (k < kc) kernel_step<R>(row, k * ks, bp + k * kNr, acc0, acc1);
   const __m512 alpha = _mm512_set1_ps(t.alpha);
   __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps();
   if (bias != nullptr) {
@@ -249,10 +251,16 @@ DSCPP_AVX512 void micro_kernel(int64_t kc, APanel a, const float* __restrict bp,
 
 using KernelFn = void (*)(int64_t, APanel, const float*, float*, int64_t, __mmask16, __mmask16, const TileArgs&,
                           const float*, const float*);
-inline constexpr KernelFn kKernels[kMr + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>,  micro_kernel<3>,
-                                               micro_kernel<4>,  micro_kernel<5>, micro_kernel<6>,  micro_kernel<7>,
-                                               micro_kernel<8>,  micro_kernel<9>, micro_kernel<10>, micro_kernel<11>,
-                                               micro_kernel<12>};
+// The micro-kernel for a tile of `rows` rows (1 ≤ rows ≤ kMr) and the layout of `a`.
+template <bool Packed, size_t... I>
+constexpr std::array<KernelFn, sizeof...(I) + 1> kernel_table(std::index_sequence<I...>) {
+  return {nullptr, micro_kernel<static_cast<int>(I) + 1, Packed>...};
+}
+inline constexpr auto kPackedKernels = kernel_table<true>(std::make_index_sequence<kMr>{});
+inline constexpr auto kInPlaceKernels = kernel_table<false>(std::make_index_sequence<kMr>{});
+inline KernelFn kernel_for(int64_t rows, const APanel& a) {
+  return a.k_stride == 1 ? kInPlaceKernels[rows] : kPackedKernels[rows];
+}
 
 // A grow-only, 64-byte aligned float buffer (thread-local scratch for packed operands).
 class AlignedScratch {

@@ -11,6 +11,9 @@
 
 namespace dscpp::kernels::cpu {
 
+// The AVX-512 kernel's C tile: threads split a GEMM on whole tiles (gemm_avx512_kernels.h).
+inline constexpr int64_t kGemmTileRows = 12, kGemmTileCols = 32;
+
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int64_t M = 0, N = 0, K = 0;
