@@ -147,21 +147,32 @@ inline void prefetch_a(bool trans, const float* A, int64_t lda, int64_t i0, int6
 
 // Bp holds ceil(nc/32) slivers; sliver s is kc × 32 (row k at s·kc·32 + k·32), zero-padded past nc.
 DSCPP_AVX512 inline void pack_b(bool trans, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                         float* bp) {
-  for (int64_t s = 0; s * kNr < nc; ++s) {
+                                float* bp) {
+  const int64_t slivers = (nc + kNr - 1) / kNr;
+  if (!trans) {
+    // op(B)(k, j) = B[k, j]: each row k of the block is read once, front to back (so the
+    // hardware prefetcher streams it), and dealt out to the slivers.
+    const int64_t full = nc / kNr, rest = nc - full * kNr;
+    const __mmask16 m0 = low_mask(rest), m1 = low_mask(rest - 16);
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = B + (k0 + k) * ldb + j0;
+      float* dst = bp + k * kNr;
+      for (int64_t s = 0; s < full; ++s) {
+        _mm512_store_ps(dst + s * kc * kNr, _mm512_loadu_ps(src + s * kNr));
+        _mm512_store_ps(dst + s * kc * kNr + 16, _mm512_loadu_ps(src + s * kNr + 16));
+      }
+      if (rest > 0) {
+        _mm512_store_ps(dst + full * kc * kNr, _mm512_maskz_loadu_ps(m0, src + full * kNr));
+        _mm512_store_ps(dst + full * kc * kNr + 16, _mm512_maskz_loadu_ps(m1, src + full * kNr + 16));
+      }
+    }
+    return;
+  }
+  // op(B)(k, j) = B[j, k]: column j of sliver s is row j0 + 32s + j of B; transpose 16×16 blocks.
+  for (int64_t s = 0; s < slivers; ++s) {
     const int64_t cols = std::min(kNr, nc - s * kNr);
     float* dst = bp + s * kc * kNr;
     const int64_t jb = j0 + s * kNr;
-    if (!trans) {  // op(B)(k, j) = B[k, j]: rows of B are already contiguous
-      const __mmask16 m0 = low_mask(cols), m1 = low_mask(cols - 16);
-      for (int64_t k = 0; k < kc; ++k) {
-        const float* src = B + (k0 + k) * ldb + jb;
-        _mm512_store_ps(dst + k * kNr, _mm512_maskz_loadu_ps(m0, src));
-        _mm512_store_ps(dst + k * kNr + 16, _mm512_maskz_loadu_ps(m1, src + 16));
-      }
-      continue;
-    }
-    // op(B)(k, j) = B[j, k]: column j of the sliver is row jb + j of B; transpose 16×16 blocks.
     for (int64_t half = 0; half < 2; ++half) {
       const float* row[16];  // columns past `cols` load nothing (mask 0) from a valid address
       for (int j = 0; j < 16; ++j) row[j] = B + (jb + std::min<int64_t>(half * 16 + j, cols - 1)) * ldb + k0;
