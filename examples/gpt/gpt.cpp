@@ -131,8 +131,8 @@ struct LayerInfo {
 };
 
 // Indices of the block's saved tensors and workspace tensors.
-enum BlockSaved { kLn1Out, kLn1Mean, kLn1Rstd, kQkv, kProbs, kAtt, kH1, kLn2Out, kLn2Mean, kLn2Rstd, kFc };
-enum BlockWork { kWG, kWDln, kWDh1, kWDatt, kWDprobs, kWDscores, kWDqkv };  // kWDprobs doubles as forward scores
+enum BlockSaved { kLn1Out, kLn1Mean, kLn1Rstd, kQkv, kProbs, kAtt, kH1, kLn2Out, kLn2Mean, kLn2Rstd, kFc, kGelu };
+enum BlockWork { kWDfc, kWDln, kWDh1, kWDatt, kWAttn, kWDqkv };
 enum HeadSaved { kLnfOut, kLnfMean, kLnfRstd, kLogitProbs };
 enum HeadWork { kWDlogits, kWDlnf };
 
@@ -328,13 +328,13 @@ Gpt* create_model(int argc, const char* const* argv, const dscpp_host_info* host
     L.saved.add(T * C * e);      // ln_2 output (input of mlp.c_fc)
     L.saved.add(T * f);          // ln_2 mean
     L.saved.add(T * f);          // ln_2 rstd
-    L.saved.add(4 * T * C * e);  // pre-GELU activations (GELU is recomputed in backward)
-    L.work.add(4 * T * C * e);   // gelu(fc), then d(gelu), then d(fc)
+    L.saved.add(4 * T * C * e);  // pre-GELU activations (input of the GELU's backward)
+    L.saved.add(4 * T * C * e);  // GELU output (input of mlp.c_proj, for its weight gradient)
+    L.work.add(4 * T * C * e);   // d(fc)
     L.work.add(T * C * e);       // d(ln output)
     L.work.add(T * C * e);       // dh
     L.work.add(T * C * e);       // d(attention output)
-    L.work.add(H * T * T * e);   // forward: raw scores; backward: dprobs
-    L.work.add(H * T * T * e);   // dscores
+    L.work.add(H * T * T * e);   // causal_attention_backward's scratch
     L.work.add(3 * T * C * e);   // dqkv
   }
   {
@@ -373,26 +373,16 @@ struct Ctx {
     return static_cast<const char*>(p) + elems * static_cast<int64_t>(elem);
   }
 
-  // y[N,out] = x[N,in]·Wᵀ (+ b), beta = 0 overwrites y, 1 adds to it.
+  // y[N,out] = x[N,in]·Wᵀ (+ b) (+ residual); gelu_out = gelu(y) when given.
   void linear_forward(const void* x, const void* W, const void* b, void* y, int64_t N, int64_t in, int64_t out,
-                      float beta = 0) const {
-    op("gemm", ops->gemm, ops, DSCPP_NO_TRANS, DSCPP_TRANS, N, out, in, 1.0f, x, in, W, in, beta, y, out);
-    if (b != nullptr) op("bias_add", ops->bias_add, ops, y, b, N, out);
+                      const void* residual = nullptr, void* gelu_out = nullptr) const {
+    op("linear_forward", ops->linear_forward, ops, x, W, b, residual, y, gelu_out, N, in, out);
   }
-  // dW += dyᵀ·x, db += Σ dy, dx = dy·W (skipped when dx is null).
+  // dW += dyᵀ·x, db += Σ dy, dx = dy·W (skipped when dx is null), taken through the GELU whose
+  // input was gelu_pre when that is given.
   void linear_backward(const void* dy, const void* x, const void* W, void* dW, void* db, void* dx, int64_t N,
-                       int64_t in, int64_t out) const {
-    op("gemm", ops->gemm, ops, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
-    if (db != nullptr) op("bias_grad", ops->bias_grad, ops, dy, db, N, out);
-    if (dx != nullptr)
-      op("gemm", ops->gemm, ops, DSCPP_NO_TRANS, DSCPP_NO_TRANS, N, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
-  }
-  // H GEMMs, one per head, of one sample.
-  void heads_gemm(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-                  int64_t sa, const void* B, int64_t ldb, int64_t sb, void* Cm, int64_t ldc, int64_t sc,
-                  int64_t H) const {
-    op("gemm_strided_batched", ops->gemm_strided_batched, ops, ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f,
-       Cm, ldc, sc, H);
+                       int64_t in, int64_t out, const void* gelu_pre = nullptr) const {
+    op("linear_backward", ops->linear_backward, ops, dy, x, W, dW, db, dx, gelu_pre, N, in, out);
   }
 };
 
@@ -432,33 +422,19 @@ void block_forward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) {
   float* mean2 = static_cast<float*>(S(kLn2Mean));
   float* rstd2 = static_cast<float*>(S(kLn2Rstd));
   void* fc = S(kFc);
-  void* scores = L.work.at(c->workspace, kWDprobs, B);
-  void* gelu = L.work.at(c->workspace, kWG, B);
+  void* gelu = S(kGelu);
 
   // Attention half.
   op("layernorm_forward", ops->layernorm_forward, ops, c->input, p[0], p[1], ln1, mean1, rstd1, N, C, kLnEps);
   k.linear_forward(ln1, p[2], p[3], qkv, N, C, 3 * C);
-  for (int64_t b = 0; b < B; ++b) {  // scores[b,h] = q[b,h]·k[b,h]ᵀ, rows of q/k strided 3C apart
-    const void* q = k.at(cp(qkv), b * T * 3 * C);
-    k.heads_gemm(DSCPP_NO_TRANS, DSCPP_TRANS, T, T, hd, q, 3 * C, hd, k.at(q, C), 3 * C, hd,
-                 k.at(scores, b * H * T * T), T, T * T, H);
-  }
-  op("causal_softmax_forward", ops->causal_softmax_forward, ops, cp(scores), probs, B * H, T,
+  op("causal_attention_forward", ops->causal_attention_forward, ops, cp(qkv), probs, att, B, T, H, hd,
      1.0f / std::sqrt(static_cast<float>(hd)));
-  for (int64_t b = 0; b < B; ++b) {  // att[b, :, head h] = probs[b,h]·v[b,h]
-    const void* v = k.at(cp(qkv), b * T * 3 * C + 2 * C);
-    k.heads_gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, hd, T, k.at(cp(probs), b * H * T * T), T, T * T, v, 3 * C, hd,
-                 k.at(att, b * T * C), C, hd, H);
-  }
-  op("copy", ops->copy, ops, c->input, h1, N * C);
-  k.linear_forward(att, p[4], p[5], h1, N, C, C, 1.0f);  // h = x + proj(att)
+  k.linear_forward(att, p[4], p[5], h1, N, C, C, c->input);  // h = x + proj(att)
 
   // MLP half.
   op("layernorm_forward", ops->layernorm_forward, ops, cp(h1), p[6], p[7], ln2, mean2, rstd2, N, C, kLnEps);
-  k.linear_forward(ln2, p[8], p[9], fc, N, C, 4 * C);
-  op("gelu_forward", ops->gelu_forward, ops, cp(fc), gelu, N * 4 * C);
-  op("copy", ops->copy, ops, cp(h1), c->output, N * C);
-  k.linear_forward(gelu, p[10], p[11], c->output, N, 4 * C, C, 1.0f);  // y = h + proj(gelu)
+  k.linear_forward(ln2, p[8], p[9], fc, N, C, 4 * C, nullptr, gelu);
+  k.linear_forward(gelu, p[10], p[11], c->output, N, 4 * C, C, h1);  // y = h + proj(gelu)
 }
 
 void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) {
@@ -470,51 +446,25 @@ void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) 
   auto S = [&](int i) { return L.saved.at(c->saved, i, B); };
   auto W = [&](int i) { return L.work.at(c->workspace, i, B); };
   const void* dy = c->grad_output;
-  void* gbuf = W(kWG);
+  void* dfc = W(kWDfc);
   void* dln = W(kWDln);
   void* dh = W(kWDh1);
   void* datt = W(kWDatt);
-  void* dprobs = W(kWDprobs);
-  void* dscores = W(kWDscores);
   void* dqkv = W(kWDqkv);
   const void* qkv = S(kQkv);
   const void* probs = S(kProbs);
 
   // MLP half: y = h + c_proj(gelu(c_fc(ln_2(h)))).
-  op("gelu_forward", ops->gelu_forward, ops, cp(S(kFc)), gbuf, N * 4 * C);  // recompute gelu(fc)
-  op("gemm", ops->gemm, ops, DSCPP_TRANS, DSCPP_NO_TRANS, C, 4 * C, N, 1.0f, dy, C, cp(gbuf), 4 * C, 1.0f, g[10],
-     4 * C);
-  op("bias_grad", ops->bias_grad, ops, dy, g[11], N, C);
-  op("gemm", ops->gemm, ops, DSCPP_NO_TRANS, DSCPP_NO_TRANS, N, 4 * C, C, 1.0f, dy, C, p[10], 4 * C, 0.0f, gbuf,
-     4 * C);  // d gelu
-  op("gelu_backward", ops->gelu_backward, ops, cp(S(kFc)), cp(gbuf), gbuf, N * 4 * C);  // d fc
-  k.linear_backward(gbuf, S(kLn2Out), p[8], g[8], g[9], dln, N, C, 4 * C);
+  k.linear_backward(dy, S(kGelu), p[10], g[10], g[11], dfc, N, 4 * C, C, S(kFc));  // dfc through the GELU
+  k.linear_backward(dfc, S(kLn2Out), p[8], g[8], g[9], dln, N, C, 4 * C);
   op("layernorm_backward", ops->layernorm_backward, ops, cp(dln), cp(S(kH1)), p[6],
      static_cast<const float*>(S(kLn2Mean)), static_cast<const float*>(S(kLn2Rstd)), dh, g[6], g[7], N, C);
   op("axpy", ops->axpy, ops, 1.0f, dy, dh, N * C);  // residual
 
   // Attention half: h = x + c_proj(attention(c_attn(ln_1(x)))).
   k.linear_backward(dh, S(kAtt), p[4], g[4], g[5], datt, N, C, C);
-  for (int64_t b = 0; b < B; ++b) {
-    const void* v = k.at(qkv, b * T * 3 * C + 2 * C);
-    const void* da = k.at(cp(datt), b * T * C);
-    // dprobs = datt·vᵀ ; dv = probsᵀ·datt
-    k.heads_gemm(DSCPP_NO_TRANS, DSCPP_TRANS, T, T, hd, da, C, hd, v, 3 * C, hd, k.at(dprobs, b * H * T * T), T, T * T,
-                 H);
-    k.heads_gemm(DSCPP_TRANS, DSCPP_NO_TRANS, T, hd, T, k.at(probs, b * H * T * T), T, T * T, da, C, hd,
-                 k.at(dqkv, b * T * 3 * C + 2 * C), 3 * C, hd, H);
-  }
-  op("causal_softmax_backward", ops->causal_softmax_backward, ops, probs, cp(dprobs), dscores, B * H, T,
-     1.0f / std::sqrt(static_cast<float>(hd)));
-  for (int64_t b = 0; b < B; ++b) {
-    const void* q = k.at(qkv, b * T * 3 * C);
-    const void* ds = k.at(cp(dscores), b * H * T * T);
-    // dq = dscores·k ; dk = dscoresᵀ·q
-    k.heads_gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, hd, T, ds, T, T * T, k.at(q, C), 3 * C, hd,
-                 k.at(dqkv, b * T * 3 * C), 3 * C, hd, H);
-    k.heads_gemm(DSCPP_TRANS, DSCPP_NO_TRANS, T, hd, T, ds, T, T * T, q, 3 * C, hd, k.at(dqkv, b * T * 3 * C + C),
-                 3 * C, hd, H);
-  }
+  op("causal_attention_backward", ops->causal_attention_backward, ops, qkv, probs, cp(datt), dqkv, W(kWAttn), B, T, H,
+     hd, 1.0f / std::sqrt(static_cast<float>(hd)));
   k.linear_backward(dqkv, S(kLn1Out), p[2], g[2], g[3], dln, N, C, 3 * C);
   if (c->grad_input != nullptr) {
     op("layernorm_backward", ops->layernorm_backward, ops, cp(dln), c->input, p[0],

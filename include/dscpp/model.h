@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 1u
+#define DSCPP_MODEL_ABI_VERSION 2u /* 2: causal attention and linear layers appended to dscpp_ops */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -132,6 +132,37 @@ struct dscpp_ops {
   /* Device ↔ host copies (bytes), for plugins that must look at values (e.g. sampling). */
   int (*to_host)(const dscpp_ops*, const void* device_src, void* host_dst, size_t bytes);
   int (*from_host)(const dscpp_ops*, const void* host_src, void* device_dst, size_t bytes);
+
+  /* ---- ABI 2 ---- */
+  /* Causal multi-head self-attention (GPT-2's), fused: the same result as scores = q·kᵀ per
+   * head (gemm_strided_batched), causal_softmax_forward(scale), out = probs·v, without the
+   * masked half of the work. Layouts for `batch` sequences of T tokens, C = heads·head_dim:
+   *   qkv   batch × T × 3C; each row is [q | k | v], head h at columns h·head_dim … of each part
+   *   probs batch × heads × T × T (written; keep it for backward): softmax over s ≤ t of
+   *         scale·q_t·k_s, exactly 0 for s > t
+   *   out   batch × T × C, head h at columns h·head_dim …: out_t = Σ_s probs[t,s]·v_s
+   * Backward overwrites dqkv (layout of qkv) from dout (layout of out), with
+   *   dprobs = dout·vᵀ, dscores = scale·probs·(dprobs − Σ_s dprobs·probs),
+   *   dq = dscores·k, dk = dscoresᵀ·q, dv = probsᵀ·dout;
+   * workspace: batch × heads × T × T elements of scratch. */
+  int (*causal_attention_forward)(const dscpp_ops*, const void* qkv, void* probs, void* out, int64_t batch,
+                                  int64_t T, int64_t heads, int64_t head_dim, float scale);
+  int (*causal_attention_backward)(const dscpp_ops*, const void* qkv, const void* probs, const void* dout, void* dqkv,
+                                   void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                                   float scale);
+
+  /* A fully connected layer, torch.nn.Linear's layout (W stored [out, in]), in one pass over y:
+   *   y[rows×out] = x[rows×in]·Wᵀ + bias + residual    (bias [out] and residual [rows×out] may
+   *                                                       be NULL; residual may be y itself)
+   *   gelu_out = gelu(y) when non-NULL (tanh form; y keeps the pre-activation for backward).
+   * Backward, for the layer whose output was y:
+   *   dW += dyᵀ·x;  dbias += Σ_rows dy (dbias may be NULL);  dx = dy·W (overwritten; NULL skips)
+   *   with gelu_pre non-NULL, x was gelu(gelu_pre) and dx is taken through that GELU:
+   *   dx = (dy·W) ⊙ gelu'(gelu_pre), the gradient of the GELU's input (layout of dx). */
+  int (*linear_forward)(const dscpp_ops*, const void* x, const void* W, const void* bias, const void* residual,
+                        void* y, void* gelu_out, int64_t rows, int64_t in, int64_t out);
+  int (*linear_backward)(const dscpp_ops*, const void* dy, const void* x, const void* W, void* dW, void* dbias,
+                         void* dx, const void* gelu_pre, int64_t rows, int64_t in, int64_t out);
 };
 
 /* ---- what a model declares ---------------------------------------------------------- */

@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <climits>
 
 namespace dscpp::kernels::cpu {
 
@@ -29,6 +30,9 @@ inline int check_table(const dscpp_ops* o) {
   if (o == nullptr) return DSCPP_E_INVALID_ARGUMENT;
   return o->dtype == DSCPP_F32 ? DSCPP_OK : DSCPP_E_UNSUPPORTED;
 }
+// Dimensions and strides the GEMM kernels take as 32-bit (BLAS ints, the AVX-512 kernel's A
+// strides): 0 ≤ v < 2^31.
+inline bool fits_int32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 // A pointer must be non-null whenever it covers a non-empty range.
 inline bool bad_ptr(const void* p, int64_t n) { return n > 0 && p == nullptr; }
 
@@ -57,9 +61,23 @@ inline float exp_f(float x) {
   return p * std::bit_cast<float>(bits);
 }
 
+// Row softmax pieces shared by the row ops and the fused attention (row_ops.cpp):
+// y = softmax(a·x) over n entries (y may be x; n = 0 does nothing), and its backward
+// dx = a·y·(dy − Σ y·dy) (dx may be dy).
+void softmax_row(const float* x, float a, float* y, int64_t n);
+void softmax_row_backward(const float* y, const float* dy, float a, float* dx, int64_t n);
+
+// GELU (tanh form) over n contiguous floats (elementwise.cpp): y = gelu(x), and its backward
+// dx = dy·gelu'(x) (dx may be dy). The linear ops apply them to GEMM rows while they are hot.
+void gelu_rows(const float* x, float* y, int64_t n);
+void gelu_backward_rows(const float* x, const float* dy, float* dx, int64_t n);
+
 // Each file fills its part of the table (fp32 implementations; each op rechecks the dtype).
-void fill_blas_ops(dscpp_ops& t);        // cpu_ops.cpp: gemm, copies to/from host
+void fill_gemm_ops(dscpp_ops& t);        // gemm.cpp: gemm, gemm_strided_batched
+void fill_copy_ops(dscpp_ops& t);        // cpu_ops.cpp: copies to/from host
 void fill_elementwise_ops(dscpp_ops& t); // elementwise.cpp: fill … relu, bias
 void fill_row_ops(dscpp_ops& t);         // row_ops.cpp: layernorm, softmaxes, embedding, cross-entropy
+void fill_attention_ops(dscpp_ops& t);   // attention.cpp: fused causal attention
+void fill_linear_ops(dscpp_ops& t);      // linear.cpp: linear layers with fused epilogues
 
 }  // namespace dscpp::kernels::cpu

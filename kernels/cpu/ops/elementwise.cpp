@@ -191,6 +191,9 @@ int relu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, i
 
 }  // namespace
 
+void gelu_rows(const float* x, float* y, int64_t n) { gelu_fwd_k(x, y, n); }
+void gelu_backward_rows(const float* x, const float* dy, float* dx, int64_t n) { gelu_bwd_k(x, dy, dx, n); }
+
 void fill_elementwise_ops(dscpp_ops& t) {
   t.fill = fill;
   t.copy = copy;

@@ -52,13 +52,6 @@ DSCPP_SIMD void row_softmax_bwd(const float* y, const float* dy, float dot, floa
   for (int64_t i = 0; i < n; ++i) dx[i] = a * y[i] * (dy[i] - dot);
 }
 
-// Softmax of a·x over n entries into y (y may be x).
-void softmax_row(const float* x, float a, float* y, int64_t n) {
-  if (n == 0) return;
-  const float m = row_max_scaled(x, a, n);
-  const float s = row_exp(x, a, m, y, n);
-  row_scale(y, 1.0f / s, n);
-}
 
 // ---- layer norm ----------------------------------------------------------------------------
 
@@ -193,7 +186,7 @@ int softmax_backward(const dscpp_ops* o, const void* y, const void* dy, void* dx
   dscpp::parallel_for(rows, row_grain(cols), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t off = r * cols;
-      row_softmax_bwd(py + off, pdy + off, row_dot(py + off, pdy + off, cols), 1.0f, pdx + off, cols);
+      softmax_row_backward(py + off, pdy + off, 1.0f, pdx + off, cols);
     }
   });
   return DSCPP_OK;
@@ -231,7 +224,7 @@ int causal_softmax_backward(const dscpp_ops* o, const void* probs, const void* d
   dscpp::parallel_for(rows, row_grain(T / 2 + 1), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = r % T, off = r * T;
-      row_softmax_bwd(py + off, pdy + off, row_dot(py + off, pdy + off, t + 1), scale, pdx + off, t + 1);
+      softmax_row_backward(py + off, pdy + off, scale, pdx + off, t + 1);
       std::fill(pdx + off + t + 1, pdx + off + T, 0.0f);
     }
   });
@@ -363,6 +356,17 @@ int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t*
 }
 
 }  // namespace
+
+void softmax_row(const float* x, float a, float* y, int64_t n) {
+  if (n == 0) return;
+  const float m = row_max_scaled(x, a, n);
+  const float s = row_exp(x, a, m, y, n);
+  row_scale(y, 1.0f / s, n);
+}
+
+void softmax_row_backward(const float* y, const float* dy, float a, float* dx, int64_t n) {
+  row_softmax_bwd(y, dy, row_dot(y, dy, n), a, dx, n);
+}
 
 void fill_row_ops(dscpp_ops& t) {
   t.layernorm_forward = layernorm_forward;

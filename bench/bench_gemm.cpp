@@ -1,0 +1,119 @@
+// fp32 GEMM throughput on the gpt example's linear-layer shapes (4 layers, d_model 256, micro-batch
+// 16 × context 128 = 2048 token rows): dscpp's AVX-512 kernel against OpenBLAS's sgemm, both
+// through the CPU ops table (kernels/cpu/ops), in the same run, alternating.
+//
+// Operands rotate through enough copies to exceed the L3 cache, as in training, where every
+// activation arrives from DRAM. Each shape reports the best of --reps passes, in GFLOP/s.
+//
+//   bench_gemm [--threads T=1] [--reps R=5]
+// OPENBLAS_CORETYPE applies to the OpenBLAS side as usual (the run prints the core it chose).
+#include "core/thread_pool.h"
+#include "kernels/cpu/ops/cpu_ops.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using dscpp::kernels::GemmBackend;
+
+struct Shape {
+  const char* what;
+  dscpp_transpose ta, tb;
+  int64_t M, N, K;
+  float beta;
+};
+
+// The GEMMs of one transformer block's linear layers: forward y = x·Wᵀ, backward dW += dyᵀ·x and
+// dx = dy·W, for c_attn (256→768), attn.c_proj (256→256), c_fc (256→1024), mlp.c_proj (1024→256).
+const Shape kShapes[] = {
+    {"c_attn  fwd  x·Wt", DSCPP_NO_TRANS, DSCPP_TRANS, 2048, 768, 256, 0},
+    {"c_proj  fwd  x·Wt", DSCPP_NO_TRANS, DSCPP_TRANS, 2048, 256, 256, 0},
+    {"c_fc    fwd  x·Wt", DSCPP_NO_TRANS, DSCPP_TRANS, 2048, 1024, 256, 0},
+    {"mlp_prj fwd  x·Wt", DSCPP_NO_TRANS, DSCPP_TRANS, 2048, 256, 1024, 0},
+    {"c_attn  dW  dyt·x", DSCPP_TRANS, DSCPP_NO_TRANS, 768, 256, 2048, 1},
+    {"c_fc    dW  dyt·x", DSCPP_TRANS, DSCPP_NO_TRANS, 1024, 256, 2048, 1},
+    {"mlp_prj dW  dyt·x", DSCPP_TRANS, DSCPP_NO_TRANS, 256, 1024, 2048, 1},
+    {"c_attn  dx   dy·W", DSCPP_NO_TRANS, DSCPP_NO_TRANS, 2048, 256, 768, 0},
+    {"c_fc    dx   dy·W", DSCPP_NO_TRANS, DSCPP_NO_TRANS, 2048, 256, 1024, 0},
+    {"mlp_prj dx   dy·W", DSCPP_NO_TRANS, DSCPP_NO_TRANS, 2048, 1024, 256, 0},
+};
+
+struct Operands {
+  std::vector<float> A, B, C;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1, reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: bench_gemm [--threads T=1] [--reps R=5]\n");
+      return 2;
+    }
+  }
+  if (threads < 1 || reps < 1) {
+    std::fprintf(stderr, "bench_gemm: --threads and --reps want integers >= 1\n");
+    return 2;
+  }
+  dscpp::kernels::set_cpu_threads(threads);
+  const dscpp_ops ops = dscpp::kernels::cpu_ops(DSCPP_F32);
+  dscpp::kernels::set_gemm_backend(GemmBackend::openblas);
+  const bool have_avx512 = [] {
+    try {
+      dscpp::kernels::set_gemm_backend(GemmBackend::avx512);
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }();
+  std::printf("%s\n", dscpp::kernels::blas_description().c_str());
+  if (!have_avx512) std::printf("this CPU has no AVX-512: only OpenBLAS runs, no ratio\n");
+  std::printf("%-18s %5s %5s %5s  %10s  %10s  %s\n", "GEMM", "M", "N", "K", "OpenBLAS", "dscpp", "ratio (GFLOP/s)");
+  double total[2] = {0, 0}, flops_total = 0;
+  for (const Shape& s : kShapes) {
+    const int64_t lda = s.ta == DSCPP_TRANS ? s.M : s.K, ldb = s.tb == DSCPP_TRANS ? s.K : s.N;
+    const int64_t bytes = 4 * (s.M * s.K + s.K * s.N + s.M * s.N);
+    const int copies = static_cast<int>(std::max<int64_t>(4, (int64_t{160} << 20) / bytes));  // > 160 MiB in all
+    std::vector<Operands> ops_copies(copies);
+    for (int c = 0; c < copies; ++c) {
+      ops_copies[c].A.assign(s.M * s.K, 0.001f * static_cast<float>(c % 7 + 1));
+      ops_copies[c].B.assign(s.K * s.N, 0.5f);
+      ops_copies[c].C.assign(s.M * s.N, 0.0f);
+    }
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < reps; ++r)
+      for (int be = 0; be < (have_avx512 ? 2 : 1); ++be) {
+        dscpp::kernels::set_gemm_backend(be == 0 ? GemmBackend::openblas : GemmBackend::avx512);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (Operands& o : ops_copies)
+          ops.gemm(&ops, s.ta, s.tb, s.M, s.N, s.K, 1.0f, o.A.data(), lda, o.B.data(), ldb, s.beta, o.C.data(), s.N);
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / copies;
+        best[be] = std::min(best[be], sec);
+      }
+    const double flops = 2.0 * static_cast<double>(s.M * s.N * s.K);
+    flops_total += flops;
+    total[0] += best[0];
+    total[1] += best[1];
+    if (have_avx512)
+      std::printf("%-18s %5lld %5lld %5lld  %10.1f  %10.1f  %.2fx\n", s.what, static_cast<long long>(s.M),
+                  static_cast<long long>(s.N), static_cast<long long>(s.K), flops / best[0] / 1e9,
+                  flops / best[1] / 1e9, best[0] / best[1]);
+    else
+      std::printf("%-18s %5lld %5lld %5lld  %10.1f\n", s.what, static_cast<long long>(s.M),
+                  static_cast<long long>(s.N), static_cast<long long>(s.K), flops / best[0] / 1e9);
+  }
+  if (have_avx512)
+    std::printf("all shapes, %d thread%s: OpenBLAS %.1f GFLOP/s, dscpp %.1f GFLOP/s, ratio %.2fx\n", threads,
+                threads == 1 ? "" : "s", flops_total / total[0] / 1e9, flops_total / total[1] / 1e9, total[0] / total[1]);
+  return 0;
+}

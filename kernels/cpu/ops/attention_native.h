@@ -1,0 +1,43 @@
+// Fused causal attention of one (sequence, head) pair (private to kernels/cpu/ops); the op
+// entries in attention.cpp run these for every pair. Matrices are row-major with the given
+// row strides: q, k, v and their gradients T × D with stride ld (rows of the packed qkv), out and
+// dout T × D with stride ld_out, probs and the dscores scratch T × T with stride T.
+#pragma once
+
+#include <cstdint>
+
+namespace dscpp::kernels::cpu {
+
+struct AttentionPair {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t ld;
+  int64_t T, D;  // tokens, head dimension
+  float scale;
+};
+
+// T-row matrices of the pair a thread computes next (null when none): fetched into L2 while
+// this pair computes, since every pair's q/k/v/dout rows arrive cold from L3 and packing them
+// is latency-bound otherwise.
+struct AttentionNext {
+  static constexpr int kMax = 5;
+  const float* base[kMax] = {};
+  int64_t ld[kMax] = {}, width[kMax] = {};  // row stride and floats per row
+  int count = 0;
+  void add(const float* b, int64_t l, int64_t w) {
+    base[count] = b;
+    ld[count] = l;
+    width[count] = w;
+    ++count;
+  }
+};
+
+// probs = causal softmax(scale·q·kᵀ) (0 above the diagonal), out = probs·v.
+void attention_forward_avx512(const AttentionPair& a, float* probs, float* out, int64_t ld_out,
+                              const AttentionNext& next);
+// dq, dk, dv (stride a.ld) from probs and dout; dscores: T × T scratch.
+void attention_backward_avx512(const AttentionPair& a, const float* probs, const float* dout, int64_t ld_out,
+                               float* dq, float* dk, float* dv, float* dscores, const AttentionNext& next);
+
+}  // namespace dscpp::kernels::cpu

@@ -1,0 +1,104 @@
+// fp32 GEMM for x86-64 with AVX-512: BLIS's loop nest around the packing routines and the
+// 12×32 micro-kernel of gemm_avx512_kernels.h.
+//
+// Why not OpenBLAS for the gpt example's shapes: its sgemm re-packs both operands on every call,
+// clears C for beta = 0 in a separate pass, and pays a fixed cost per call that dominates the
+// small attention GEMMs. The shapes here are modest (K = 64 … 2048, M·N ≤ 2 M).
+//
+// Loop nest (the roles of the operands chosen for row-major C):
+//   for each block of NC columns and KC depth:  pack B[KC × NC] into 32-column slivers (L2)
+//     for each 12-row panel of A:               pack A[12 × KC] when A is transposed (else its
+//                                               rows are read in place); it stays in L1, and the
+//                                               next panel's source is prefetched into L2
+//       for each 32-column sliver of B:         micro-kernel: C[12 × 32] (+)= Ap · Bp, with the
+//                                               beta term and bias in its epilogue
+//       on the last depth block:                the activation over the panel's finished rows
+#include "kernels/cpu/ops/cpu_ops_internal.h"
+#include "kernels/cpu/ops/gemm_avx512_kernels.h"
+#include "kernels/cpu/ops/gemm_native.h"
+
+namespace dscpp::kernels::cpu {
+namespace {
+
+using namespace avx512;
+
+constexpr int64_t kKc = 256;  // depth of one packed block: A panel 12 KiB (L1), B sliver 32 KiB
+constexpr int64_t kNc = 512;  // columns of one packed B block: KC·NC·4 = 512 KiB (L2)
+
+// Thread-local, 64-byte aligned scratch for the packed operands, grown on demand and kept.
+struct PackBuffers {
+  float* a = nullptr;
+  float* b = nullptr;
+  PackBuffers() {
+    a = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * (kMr * kKc + 16)));
+    b = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kKc * kNc));
+    if (a == nullptr || b == nullptr) throw std::bad_alloc();
+  }
+  ~PackBuffers() {
+    std::free(a);
+    std::free(b);
+  }
+};
+PackBuffers& pack_buffers() {
+  thread_local PackBuffers buffers;
+  return buffers;
+}
+
+}  // namespace
+
+DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
+  PackBuffers& buf = pack_buffers();
+  const bool ta = g.trans_a, tb = g.trans_b;
+  const float* src = g.c_in != nullptr ? g.c_in : g.C;
+  for (int64_t j0 = 0; j0 < g.N; j0 += kNc) {
+    const int64_t nc = std::min(kNc, g.N - j0);
+    for (int64_t k0 = 0; k0 < g.K; k0 += kKc) {
+      const int64_t kc = std::min(kKc, g.K - k0);
+      pack_b(tb, g.B, g.ldb, k0, kc, j0, nc, buf.b);
+      const TileArgs t{g.alpha, g.beta, k0 == 0};
+      const bool last = k0 + kc == g.K;
+      const int64_t slivers = (nc + kNr - 1) / kNr;
+      if (ta) pack_a_transposed(g.A, g.lda, 0, std::min(kMr, g.M), k0, kc, buf.a);
+      for (int64_t i0 = 0; i0 < g.M; i0 += kMr) {
+        const int64_t rows = std::min(kMr, g.M - i0), next = i0 + kMr;
+        const int64_t next_rows = std::min(kMr, g.M - next);
+        // Transposed A is packed (its panel is strided columns); untransposed A is read in place.
+        if (ta && i0 > 0) pack_a_transposed(g.A, g.lda, i0, rows, k0, kc, buf.a);
+        const APanel a = ta ? packed_panel(buf.a) : rows_in_place(g.A + i0 * g.lda + k0, g.lda);
+        if (g.a_row_sums != nullptr && j0 == 0) add_row_sums(a, rows, kc, g.a_row_sums + i0);
+        const KernelFn kernel = kernel_for(rows, a);
+        float* crow = g.C + i0 * g.ldc;
+        const float* srow = src + i0 * g.ldc;
+        for (int64_t s = 0; s < slivers; ++s) {
+          if (next_rows > 0) {
+            prefetch_a(ta, g.A, g.lda, next, next_rows, k0, kc, s, slivers);
+            // The next panel's epilogue operands: the residual (first depth block) and the
+            // GELU's input (last).
+            if (k0 == 0 && g.c_in != nullptr && g.beta != 0.0f)
+              prefetch_rows(g.c_in + next * g.ldc + j0, g.ldc, next_rows, nc, s, slivers);
+            if (last && g.act_in != nullptr)
+              prefetch_rows(g.act_in + next * g.ldc + j0, g.ldc, next_rows, nc, s, slivers);
+          }
+          const int64_t jb = j0 + s * kNr;
+          const int64_t cols = std::min(kNr, nc - s * kNr);
+          const float* bias = last && g.bias != nullptr ? g.bias + jb : nullptr;
+          kernel(kc, a, buf.b + s * kc * kNr, crow + jb, g.ldc, low_mask(cols), low_mask(cols - 16), t, bias,
+                 srow + jb);
+        }
+        // The panel's rows of this column block are final: apply the activation while they
+        // are still in L1/L2 instead of in a separate pass over C.
+        if (last && g.act != GemmArgs::Act::none)
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t off = (i0 + r) * g.ldc + j0;
+            if (g.act == GemmArgs::Act::gelu) gelu_rows(g.C + off, g.act_out + off, nc);
+            else gelu_backward_rows(g.act_in + off, g.C + off, g.C + off, nc);
+          }
+      }
+    }
+  }
+}
+
+bool gemm_avx512_available() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"); }
+
+}  // namespace dscpp::kernels::cpu

@@ -1,0 +1,102 @@
+// Shared pieces of the CPU ops tests (test_ops.cpp, test_gemm.cpp, test_attention.cpp): the
+// fp32 ops table, random inputs, tolerance checks against fp64 references and central finite
+// differences. The tolerance conventions are explained at the top of test_ops.cpp.
+#pragma once
+
+#include "kernels/cpu/ops/cpu_ops.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace ops_check {
+
+using dscpp::kernels::cpu_ops;
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+inline const dscpp_ops& ops() {
+  static const dscpp_ops t = cpu_ops(DSCPP_F32);
+  return t;
+}
+inline const dscpp_ops* O() { return &ops(); }
+
+inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+inline Vec rnd(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  Vec v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+inline DVec to_d(const Vec& v) { return DVec(v.begin(), v.end()); }
+
+// |got − ref| ≤ atol + rtol·|ref| everywhere; reports the worst element.
+inline void check_close(const Vec& got, const DVec& ref, double atol, double rtol) {
+  REQUIRE(got.size() == ref.size());
+  size_t worst = 0;
+  double worst_excess = -1.0;
+  bool ok = true;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(got[i] - ref[i]), lim = atol + rtol * std::fabs(ref[i]);
+    if (!(err <= lim)) ok = false;
+    if (!(err - lim <= worst_excess)) worst_excess = err - lim, worst = i;
+  }
+  if (got.empty()) return;
+  INFO("worst at " << worst << ": got " << got[worst] << ", ref " << ref[worst]);
+  CHECK(ok);
+}
+// The tolerance of a gradient checked by finite differences (see the top of the file).
+inline void check_grad(const Vec& got, const DVec& ref) {
+  double scale = 1.0;
+  for (double r : ref) scale = std::max(scale, std::fabs(r));
+  check_close(got, ref, 1e-4 * scale, 1e-4);
+}
+
+// Central differences of L with respect to v at `idx` (all of v when empty); other entries 0.
+inline DVec fd_grad(const std::function<double(const DVec&)>& L, DVec v, std::vector<size_t> idx = {}) {
+  if (idx.empty())
+    for (size_t i = 0; i < v.size(); ++i) idx.push_back(i);
+  DVec g(v.size(), 0.0);
+  const double h = 1e-3;
+  for (size_t i : idx) {
+    const double x = v[i];
+    v[i] = x + h;
+    const double up = L(v);
+    v[i] = x - h;
+    const double down = L(v);
+    v[i] = x;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+// A sample of indices of an n-element tensor (all of them when n is small).
+inline std::vector<size_t> sample(size_t n, uint32_t seed, size_t k = 48) {
+  std::vector<size_t> idx;
+  if (n <= k) {
+    for (size_t i = 0; i < n; ++i) idx.push_back(i);
+    return idx;
+  }
+  std::mt19937 g(seed);
+  for (size_t i = 0; i < k; ++i) idx.push_back(g() % n);
+  return idx;
+}
+inline Vec only(const Vec& v, const std::vector<size_t>& idx) {
+  Vec r(v.size(), 0.0f);
+  for (size_t i : idx) r[i] = v[i];
+  return r;
+}
+inline double dot(const DVec& w, const DVec& y) {
+  double s = 0;
+  for (size_t i = 0; i < y.size(); ++i) s += w[i] * y[i];
+  return s;
+}
+
+}  // namespace ops_check
