@@ -17,7 +17,7 @@ WORK=$(mktemp -d /tmp/dscpp_comm_mp.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
-port() { echo $((20000 + RANDOM % 20000)); }
+. "$(dirname "$0")/free_port.sh"  # port
 
 matrix() {  # name nprocs [VAR=value...] -- launches through dscpp
   local name=$1 n=$2 log="$WORK/$1.log" passed

@@ -21,7 +21,7 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 now_ms() { date +%s%3N; }
-port() { echo $((20000 + RANDOM % 20000)); }
+. "$(dirname "$0")/free_port.sh"  # port
 
 # Fails when any pid printed as "pid N" / "child N" in $1 still has a /proc entry, or when
 # a process whose argv holds the token is still running.

@@ -30,7 +30,7 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 now_ms() { date +%s%3N; }
-port() { echo $((20000 + RANDOM % 20000)); }
+. "$(dirname "$0")/free_port.sh"  # port
 
 cat >"$WORK/prog.sh" <<'EOF'
 #!/bin/sh

@@ -21,7 +21,7 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 pass() { echo "ok: $*"; }
-port() { echo $((20000 + RANDOM % 20000)); }
+. "$(dirname "$0")/free_port.sh"  # port
 MLP_ARGS=(-- --limit 1536 --hidden 64,32)
 
 # config MICRO GAS FILE: AdamW with weight decay and a warmup schedule, clipping on.

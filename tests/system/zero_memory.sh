@@ -18,7 +18,7 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 pass() { echo "ok: $*"; }
-port() { echo $((20000 + RANDOM % 20000)); }
+. "$(dirname "$0")/free_port.sh"  # port
 GPT_ARGS=(-- --layers 16 --d_model 64 --heads 2 --context 32 --sample_chars 0)
 
 desc=$("$RUNTIME" --model "$GPT" --describe_model "${GPT_ARGS[@]}" 2>/dev/null)

@@ -21,7 +21,7 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 pass() { echo "ok: $*"; }
-port() { echo $((20000 + RANDOM % 20000)); }
+. "$(dirname "$0")/free_port.sh"  # port
 GPT_ARGS=(-- --layers 2 --d_model 64 --heads 2 --context 32 --sample_chars 0)
 
 # config FILE STAGE PRECISION_BLOCK

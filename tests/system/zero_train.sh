@@ -28,7 +28,7 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 pass() { echo "ok: $*"; }
-port() { echo $((20000 + RANDOM % 20000)); }
+. "$(dirname "$0")/free_port.sh"  # port
 # Odd widths: parameters straddle rank boundaries at every world size.
 MLP_ARGS=(--limit 1536 --hidden 37,23)
 GPT_ARGS=(--layers 2 --d_model 32 --heads 2 --context 16 --sample_chars 0)
