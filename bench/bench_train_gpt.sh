@@ -14,8 +14,11 @@
 # logs every step; torch_gpt.py prints its best step), the least disturbed figure when other
 # jobs share the cores.
 #
-# Measured 2026-11-24 (2-core Xeon @ 2.8 GHz, AVX-512), see the closing line of a run:
-#   before this kernel work: 1 rank 1.38x, 2 ranks 1.34x (OpenBLAS GEMMs, unfused attention)
+# Measured 2026-11-24 on the 2-core Xeon @ 2.8 GHz (AVX-512), medians of per-round ratios:
+#   OpenBLAS GEMMs, unfused attention (before):     1 rank 1.38x, 2 ranks 1.34x
+#   dscpp AVX-512 GEMM + fused attention/linear ops, 5 rounds, load average 0.7 → 2.0:
+#     1 rank 6658 vs 3945 tokens/s = 1.69x; 2 ranks 7424 vs 5074 tokens/s = 1.41x
+#     (per-round 2-rank ratios 1.36–1.51; a 3-round run just before gave 1.61x / 1.52x)
 # Usage: bench_train_gpt.sh DSCPP RUNTIME GPT_SO SOURCE_ROOT [STEPS]
 set -u
 DSCPP=$1 RUNTIME=$2 GPT=$3 SRC=$4 STEPS=${5:-22}
