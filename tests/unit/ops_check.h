@@ -3,6 +3,7 @@
 // differences. The tolerance conventions are explained at the top of test_ops.cpp.
 #pragma once
 
+#include "core/thread_pool.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 
 #include <catch2/catch.hpp>
@@ -26,6 +27,24 @@ inline const dscpp_ops& ops() {
   return t;
 }
 inline const dscpp_ops* O() { return &ops(); }
+
+// The GEMM backends this CPU can run (OpenBLAS always; dscpp's AVX-512 kernel where it can).
+inline std::vector<dscpp::kernels::GemmBackend> backends() {
+  std::vector<dscpp::kernels::GemmBackend> b;
+  for (auto k : {dscpp::kernels::GemmBackend::openblas, dscpp::kernels::GemmBackend::avx512})
+    if (dscpp::kernels::gemm_backend_available(k)) b.push_back(k);
+  return b;
+}
+
+// Restores the GEMM backend and thread count a test changed.
+struct Restore {
+  dscpp::kernels::GemmBackend backend = dscpp::kernels::gemm_backend();
+  int threads = dscpp::num_threads();
+  ~Restore() {
+    dscpp::kernels::set_gemm_backend(backend);
+    dscpp::kernels::set_cpu_threads(threads);
+  }
+};
 
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 

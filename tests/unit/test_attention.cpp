@@ -89,22 +89,7 @@ DVec backward_ref(const Shape& s, const DVec& x, const DVec& w, double scale) {
   return g;
 }
 
-std::vector<GemmBackend> backends() {
-  std::vector<GemmBackend> b{GemmBackend::openblas};
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw"))
-    b.push_back(GemmBackend::avx512);
-  return b;
-}
 
-struct Restore {
-  GemmBackend backend = dscpp::kernels::gemm_backend();
-  int threads = dscpp::num_threads();
-  ~Restore() {
-    dscpp::kernels::set_gemm_backend(backend);
-    dscpp::kernels::set_cpu_threads(threads);
-  }
-};
 
 void check_forward(const Shape& s, float scale) {
   const Vec x = rnd(s.qkv(), 41, -1.5f, 1.5f);

@@ -16,23 +16,7 @@ namespace {
 using namespace ops_check;
 using dscpp::kernels::GemmBackend;
 
-std::vector<GemmBackend> backends() {
-  std::vector<GemmBackend> b{GemmBackend::openblas};
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw"))
-    b.push_back(GemmBackend::avx512);
-  return b;
-}
 
-// Restores the backend and thread count a test changed.
-struct Restore {
-  GemmBackend backend = dscpp::kernels::gemm_backend();
-  int threads = dscpp::num_threads();
-  ~Restore() {
-    dscpp::kernels::set_gemm_backend(backend);
-    dscpp::kernels::set_cpu_threads(threads);
-  }
-};
 
 struct Case {
   bool ta, tb;

@@ -42,22 +42,7 @@ DVec linear_ref(const Dims& d, const DVec& x, const DVec& W, const DVec& bias, c
   return y;
 }
 
-std::vector<GemmBackend> backends() {
-  std::vector<GemmBackend> b{GemmBackend::openblas};
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw"))
-    b.push_back(GemmBackend::avx512);
-  return b;
-}
 
-struct Restore {
-  GemmBackend backend = dscpp::kernels::gemm_backend();
-  int threads = dscpp::num_threads();
-  ~Restore() {
-    dscpp::kernels::set_gemm_backend(backend);
-    dscpp::kernels::set_cpu_threads(threads);
-  }
-};
 
 // Every backend × thread count, with the description in the failure message.
 template <class Body>

@@ -27,6 +27,7 @@ void set_cpu_threads(int n);
 enum class GemmBackend { openblas = 0, avx512 = 1 };
 GemmBackend gemm_backend();
 void set_gemm_backend(GemmBackend b);
+bool gemm_backend_available(GemmBackend b);  // openblas always; avx512 when the CPU has it
 // "dscpp AVX-512 (12x32 tiles)" or "OpenBLAS sgemm".
 std::string gemm_description();
 

@@ -234,8 +234,10 @@ void fill_gemm_ops(dscpp_ops& t) {
 
 GemmBackend gemm_backend() { return cpu::active_backend(); }
 
+bool gemm_backend_available(GemmBackend b) { return b == GemmBackend::openblas || cpu::gemm_avx512_available(); }
+
 void set_gemm_backend(GemmBackend b) {
-  if (b == GemmBackend::avx512 && !cpu::gemm_avx512_available())
+  if (!gemm_backend_available(b))
     throw std::invalid_argument("gemm backend avx512: this CPU lacks AVX-512 F/VL/DQ/BW");
   cpu::backend_slot().store(static_cast<int>(b));
 }
