@@ -181,8 +181,6 @@ void gemm_f32_batched(const GemmArgs& g, int64_t stride_a, int64_t stride_b, int
   for (int64_t i = 0; i < batch; ++i) gemm_f32(one(i));
 }
 
-namespace {
-
 GemmArgs make_args(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
                    const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc) {
   GemmArgs g;
@@ -201,6 +199,8 @@ GemmArgs make_args(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N,
   g.ldc = ldc;
   return g;
 }
+
+namespace {
 
 int gemm(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
          const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc) {

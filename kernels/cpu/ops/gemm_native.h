@@ -7,6 +7,8 @@
 // lda/ldb/ldc are the row strides of the stored matrices; c_in, act_out, act_in use ldc.
 #pragma once
 
+#include "dscpp/model.h"
+
 #include <cstdint>
 
 namespace dscpp::kernels::cpu {
@@ -32,6 +34,11 @@ struct GemmArgs {
   const float* act_in = nullptr;
   float* a_row_sums = nullptr;  // [M] or null
 };
+
+// C[M×N] = alpha·op(A)·op(B) + beta·C with no epilogue: the fields every GEMM sets; callers
+// add bias, residual, activation or row sums to the result.
+GemmArgs make_args(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc);
 
 // Whether this CPU runs the AVX-512 kernel (F, VL, DQ, BW).
 bool gemm_avx512_available();

@@ -19,19 +19,10 @@ int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void*
   if (bad_sizes(rows, in, out) || bad_ptr(y, rows * out) || bad_ptr(x, rows * in) ||
       bad_ptr(W, rows > 0 ? out * in : 0))
     return DSCPP_E_INVALID_ARGUMENT;
-  GemmArgs g;
-  g.trans_b = true;
-  g.M = rows;
-  g.N = out;
-  g.K = in;
-  g.A = static_cast<const float*>(x);
-  g.lda = in;
-  g.B = static_cast<const float*>(W);
-  g.ldb = in;
-  g.C = static_cast<float*>(y);
-  g.ldc = out;
+  // y[rows×out] = x·Wᵀ (+ residual) + bias, then GELU.
+  GemmArgs g = make_args(DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, x, in, W, in,
+                         residual != nullptr ? 1.0f : 0.0f, y, out);
   g.bias = static_cast<const float*>(bias);
-  g.beta = residual != nullptr ? 1.0f : 0.0f;
   g.c_in = static_cast<const float*>(residual);
   if (gelu_out != nullptr) {
     g.act = GemmArgs::Act::gelu;
@@ -48,31 +39,12 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
       bad_ptr(dW, out * in))
     return DSCPP_E_INVALID_ARGUMENT;
   // dW[out×in] += dyᵀ·x; the row sums of op(A) = dyᵀ are dbias.
-  GemmArgs gw;
-  gw.trans_a = true;
-  gw.M = out;
-  gw.N = in;
-  gw.K = rows;
-  gw.A = static_cast<const float*>(dy);
-  gw.lda = out;
-  gw.B = static_cast<const float*>(x);
-  gw.ldb = in;
-  gw.beta = 1.0f;
-  gw.C = static_cast<float*>(dW);
-  gw.ldc = in;
+  GemmArgs gw = make_args(DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dW, in);
   gw.a_row_sums = static_cast<float*>(dbias);
   gemm_f32(gw);
   if (dx == nullptr) return DSCPP_OK;
-  GemmArgs gx;
-  gx.M = rows;
-  gx.N = in;
-  gx.K = out;
-  gx.A = static_cast<const float*>(dy);
-  gx.lda = out;
-  gx.B = static_cast<const float*>(W);
-  gx.ldb = in;
-  gx.C = static_cast<float*>(dx);
-  gx.ldc = in;
+  // dx[rows×in] = dy·W, through GELU's derivative when the layer had one.
+  GemmArgs gx = make_args(DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
   if (gelu_pre != nullptr) {
     gx.act = GemmArgs::Act::gelu_backward;
     gx.act_in = static_cast<const float*>(gelu_pre);
