@@ -288,27 +288,26 @@ TEST_CASE("inconsistent checkpoints are refused naming the file and what is wron
   std::string tag = write_checkpoint(dir.path, l, 2);
   std::string r1 = tag + "/" + rank_file_name(1);
 
-  SECTION("a rank file from another save") {
+  // Replaces rank 1's file with one holding only zero master weights, stamped with `step`.
+  auto rewrite_rank1 = [&](const char* step) {
     write_safetensors(r1,
                       {{"fp32",
                         DType::f32,
                         {l.part_total},
                         nullptr,
                         [](int64_t, int64_t n, void* d) { std::fill_n(static_cast<float*>(d), n, 0.0f); }}},
-                      {{"rank", "1"}, {"world_size", "2"}, {"global_steps", "9"}});
+                      {{"rank", "1"}, {"world_size", "2"}, {"global_steps", step}});
+  };
+
+  SECTION("a rank file from another save") {
+    rewrite_rank1("9");
     auto src = open_source(read_manifest(tag));
     std::vector<float> v(1003);
     CHECK_THROWS_WITH(src->read(0, kMasterWeights, 0, 1003, v.data()),
                       Catch::Contains(r1) && Catch::Contains("'global_steps' is '9', the manifest expects 7"));
   }
   SECTION("a rank file without an optimizer state") {
-    write_safetensors(r1,
-                      {{"fp32",
-                        DType::f32,
-                        {l.part_total},
-                        nullptr,
-                        [](int64_t, int64_t n, void* d) { std::fill_n(static_cast<float*>(d), n, 0.0f); }}},
-                      {{"rank", "1"}, {"world_size", "2"}, {"global_steps", "7"}});
+    rewrite_rank1("7");
     auto src = open_source(read_manifest(tag));
     std::vector<float> v(1003);
     CHECK_THROWS_WITH(src->read(0, kMasterWeights, 0, 1003, v.data()),
