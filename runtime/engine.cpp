@@ -245,6 +245,7 @@ void Engine::initialise_params() {
     char* base = stage_ == 3 ? static_cast<char*>(params_->owned(static_cast<int>(gi)))
                              : static_cast<char*>(params_->full()) + g.begin * static_cast<int64_t>(elem);
     for (const ParamSlot& s : layout_.params) {
+      if (s.layer < g.first_layer || s.layer >= g.end_layer) continue;  // another group's
       int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
       if (hi <= lo) continue;
       host.resize(static_cast<size_t>(hi - lo));

@@ -23,7 +23,10 @@ ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Devic
   DSCPP_CHECK(layout.parts == 1 || layout.parts == comm.size());
   int64_t n = partitioned ? layout.part_total : layout.total;
   data_ = DeviceBuffer(device, static_cast<size_t>(n) * elem_, MemCategory::params, true);
-  if (partitioned) persistent_ = persistent_groups(layout, s3_);
+  if (partitioned) {
+    persistent_ = persistent_groups(layout, s3_);
+    kept_for_reuse_ = kept_for_reuse(layout, s3_);
+  }
 }
 
 std::vector<bool> ParamStore::persistent_groups(const FlatLayout& layout, const Stage3Options& s3) {
@@ -42,11 +45,11 @@ std::vector<bool> ParamStore::persistent_groups(const FlatLayout& layout, const 
 
 int64_t ParamStore::gathered_bound(const FlatLayout& layout, const Stage3Options& s3) {
   // Persistent and reuse-kept groups, the group in use, and the prefetch window.
-  std::vector<bool> persistent = persistent_groups(layout, s3);
+  std::vector<bool> persistent = persistent_groups(layout, s3), kept = kept_for_reuse(layout, s3);
   int64_t fixed = 0, others = 0;
   for (size_t g = 0; g < layout.groups.size(); ++g) {
     int64_t n = layout.groups[g].numel;
-    if (persistent[g] || keep_for_reuse(layout, s3, static_cast<int>(g)))
+    if (persistent[g] || kept[g])
       fixed += n;
     else
       others += n;
@@ -131,12 +134,16 @@ const void* ParamStore::layer_params(int layer, bool backward) {
          (first - g.begin) * static_cast<int64_t>(elem_);
 }
 
-bool ParamStore::keep_for_reuse(const FlatLayout& layout, const Stage3Options& s3, int group) {
-  // Forward is followed by backward in reverse order: between this group's forward use and its
-  // backward use, every later group is used twice.
+std::vector<bool> ParamStore::kept_for_reuse(const FlatLayout& layout, const Stage3Options& s3) {
+  // Forward is followed by backward in reverse order: between a group's forward use and its
+  // backward use, every later group is used twice. Walked from the end, one pass.
+  std::vector<bool> keep(layout.groups.size(), false);
   int64_t between = 0;
-  for (size_t g = static_cast<size_t>(group) + 1; g < layout.groups.size(); ++g) between += 2 * layout.groups[g].numel;
-  return between <= s3.max_reuse_distance;
+  for (size_t g = layout.groups.size(); g-- > 0;) {
+    keep[g] = between <= s3.max_reuse_distance;
+    between += 2 * layout.groups[g].numel;
+  }
+  return keep;
 }
 
 void ParamStore::layer_done(int layer, bool backward) {
@@ -145,7 +152,7 @@ void ParamStore::layer_done(int layer, bool backward) {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   bool group_finished = backward ? layer == g.first_layer : layer == g.end_layer - 1;
   if (!group_finished) return;
-  if (!backward && training_ && keep_for_reuse(layout_, s3_, group)) return;
+  if (!backward && training_ && kept_for_reuse_[static_cast<size_t>(group)]) return;
   release(group);
 }
 

@@ -81,7 +81,8 @@ class ParamStore {
   void wait(int group);
   void release(int group);
   void prefetch_after(int layer, bool backward);
-  static bool keep_for_reuse(const FlatLayout& layout, const Stage3Options& stage3, int group);
+  // Per group: kept gathered from its forward to its backward (stage3_max_reuse_distance).
+  static std::vector<bool> kept_for_reuse(const FlatLayout& layout, const Stage3Options& stage3);
 
   const FlatLayout& layout_;
   comm::Communicator& comm_;
@@ -92,7 +93,7 @@ class ParamStore {
   Stage3Options s3_;
   DeviceBuffer data_;  // full array, or the concatenated owned slices
   std::vector<Slot> slots_;
-  std::vector<bool> persistent_;
+  std::vector<bool> persistent_, kept_for_reuse_;
   bool backward_ = false, training_ = false;
   int64_t live_elements_ = 0, gathers_ = 0;
 };
