@@ -83,20 +83,10 @@ class StoreBackend final : public Backend {
   uint64_t ops_ = 0;
 };
 
-GroupContext context(const std::shared_ptr<Store>& store, const std::string& name, int rank, int size,
-                     Millis timeout = std::chrono::seconds(20)) {
-  GroupContext c;
-  c.store = std::make_shared<PrefixStore>(name, store);
-  c.rank = rank;
-  c.size = size;
-  c.name = name;
-  c.timeout = timeout;
-  return c;
-}
 
 std::unique_ptr<Communicator> store_comm(const std::shared_ptr<Store>& store, int rank, int size,
                                          Millis timeout = std::chrono::seconds(20)) {
-  auto c = context(store, "world", rank, size, timeout);
+  auto c = test::group_context(store, "world", rank, size, timeout);
   return std::make_unique<Communicator>(c, std::make_unique<StoreBackend>(c));
 }
 
@@ -132,10 +122,10 @@ TEST_CASE("the hierarchical composition matches the reference, for block and rou
       test::run_thread_ranks(4, [&](int rank, int n, std::shared_ptr<Store> store) {
         int where = static_cast<int>(std::find(table.begin(), table.end(), rank) - table.begin());
         Hierarchy h{where / 2, 2, where % 2, 2, table};
-        auto local = context(store, fmt::format("node{}", h.node), h.local, 2);
-        auto cross = context(store, fmt::format("cross{}", h.local), h.node, 2);
-        auto flat = context(store, "flat", rank, n);
-        auto world = context(store, "world", rank, n);
+        auto local = test::group_context(store, fmt::format("node{}", h.node), h.local, 2);
+        auto cross = test::group_context(store, fmt::format("cross{}", h.local), h.node, 2);
+        auto flat = test::group_context(store, "flat", rank, n);
+        auto world = test::group_context(store, "world", rank, n);
         Communicator comm(world, make_hierarchical_backend(world, h, std::make_unique<StoreBackend>(local),
                                                            std::make_unique<StoreBackend>(cross),
                                                            std::make_unique<StoreBackend>(flat)));

@@ -81,15 +81,6 @@ std::vector<Engine> engines() {
   return DSCPP_HAVE_GLOO ? std::vector<Engine>{Engine::shm, Engine::gloo} : std::vector<Engine>{Engine::shm};
 }
 
-GroupContext context(const std::shared_ptr<Store>& store, const std::string& name, int rank, int size, Millis timeout) {
-  GroupContext c;
-  c.store = std::make_shared<PrefixStore>(name, store);
-  c.rank = rank;
-  c.size = size;
-  c.name = name;
-  c.timeout = timeout;
-  return c;
-}
 
 struct Checked {
   std::unique_ptr<Communicator> comm;
@@ -99,7 +90,7 @@ struct Checked {
 // Hierarchical: 2 "hosts" of size/2 ranks, shm inside, gloo across and flat.
 Checked make_comm(Engine engine, int rank, int size, const std::shared_ptr<Store>& store,
                   Millis timeout = std::chrono::seconds(20)) {
-  auto world = context(store, "world", rank, size, timeout);
+  auto world = test::group_context(store, "world", rank, size, timeout);
   std::unique_ptr<Backend> backend;
   if (engine == Engine::shm) {
     backend = make_shm_backend(world);
@@ -110,9 +101,9 @@ Checked make_comm(Engine engine, int rank, int size, const std::shared_ptr<Store
     Hierarchy h{rank / per_host, 2, rank % per_host, per_host, {}};
     h.global_rank.resize(static_cast<size_t>(size));
     std::iota(h.global_rank.begin(), h.global_rank.end(), 0);
-    auto local = make_shm_backend(context(store, fmt::format("node{}", h.node), h.local, per_host, timeout));
-    auto cross = make_gloo_backend(context(store, fmt::format("cross{}", h.local), h.node, 2, timeout));
-    auto flat = make_gloo_backend(context(store, "flat", rank, size, timeout));
+    auto local = make_shm_backend(test::group_context(store, fmt::format("node{}", h.node), h.local, per_host, timeout));
+    auto cross = make_gloo_backend(test::group_context(store, fmt::format("cross{}", h.local), h.node, 2, timeout));
+    auto flat = make_gloo_backend(test::group_context(store, "flat", rank, size, timeout));
     backend = make_hierarchical_backend(world, h, std::move(local), std::move(cross), std::move(flat));
   }
   auto counting = std::make_unique<CountingBackend>(std::move(backend));

@@ -9,7 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/backend.h"
 #include "collectives/store.h"
+
+#include <string>
 
 namespace dscpp::test {
 
@@ -30,6 +33,18 @@ void run_thread_ranks(int size, F&& body) {
     });
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
+}
+
+// A group's context for a thread rank: its own key prefix in the shared store.
+inline comm::GroupContext group_context(const std::shared_ptr<comm::Store>& store, const std::string& name, int rank,
+                                        int size, comm::Millis timeout = std::chrono::seconds(20)) {
+  comm::GroupContext c;
+  c.store = std::make_shared<comm::PrefixStore>(name, store);
+  c.rank = rank;
+  c.size = size;
+  c.name = name;
+  c.timeout = timeout;
+  return c;
 }
 
 }  // namespace dscpp::test
