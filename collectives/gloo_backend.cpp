@@ -30,6 +30,7 @@
 #include <gloo/types.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <vector>
 
@@ -187,14 +188,18 @@ class GlooBackend final : public Backend {
       // gloo names sockets ("[127.0.0.1]:41234"), not ranks; the ring knows which neighbour it
       // was exchanging with.
       std::string detail = gloo_message(e);
-      if (peer_ >= 0 && detail.find("closed by peer") != std::string::npos)
-        detail = fmt::format("rank {} closed the connection; it exited or crashed ({})", peer_, detail);
+      bool hung_up =
+          detail.find("closed by peer") != std::string::npos || detail.find("reset by peer") != std::string::npos;
+      if (peer_ >= 0 && hung_up)
+        detail = fmt::format("rank {} closed the connection; it exited or crashed ({}){}", peer_, detail,
+                             earlier_failure(peer_));
       else if (peer_ >= 0 && detail.find("Timed out") != std::string::npos)
         detail = fmt::format("nothing from rank {} within {:.1f} s, it is stuck, behind or gone ({})", peer_,
                              static_cast<double>(context_.timeout.count()) / 1000.0, detail);
       else if (peer_ >= 0)
         detail = fmt::format("while exchanging with rank {}: {}", peer_, detail);
       broken_ = detail;
+      record_failure(detail);
       fail("gloo group '{}': {} failed on rank {} of {}: {}", context_.name, op_kind_name(op.kind), context_.rank,
            context_.size, detail);
     }
@@ -218,6 +223,27 @@ class GlooBackend final : public Backend {
   char* scratch(std::vector<char>& buffer, size_t bytes);
   void trim(std::vector<char>& buffer);
   uint32_t next_tag() { return tag_++; }
+
+  // A ring rank only hears from its two neighbours, so when rank 2 dies, rank 0 may first see
+  // rank 1 hang up (rank 1 failed on rank 2 and exited). Each failing rank leaves its reason in
+  // the group's store before it can exit, and a rank that saw a peer hang up reads it, so the
+  // message leads back to the rank that failed first.
+  static std::string failure_key(int rank) { return fmt::format("failed/{}", rank); }
+  void record_failure(const std::string& detail) {
+    try {
+      context_.store->set(failure_key(context_.rank), detail);
+    } catch (const std::exception&) {  // the store's host may be the rank that died
+    }
+  }
+  std::string earlier_failure(int peer) {
+    try {
+      if (context_.store->check(failure_key(peer)))
+        return fmt::format("; rank {} had failed before: {}", peer,
+                           context_.store->get(failure_key(peer), std::chrono::seconds(5)));
+    } catch (const std::exception&) {
+    }
+    return "";
+  }
 
   GroupContext context_;
   std::shared_ptr<gloo::transport::Device> device_;
@@ -510,6 +536,12 @@ void GlooBackend::all_to_all(const OpDesc& op) {
 }  // namespace
 
 std::unique_ptr<Backend> make_gloo_backend(const GroupContext& context) {
+  // gloo's TCP pairs write with writev(), so a peer that died turns our next write into SIGPIPE,
+  // which would kill this rank silently instead of letting the write fail and the error name the
+  // peer. Python ignores SIGPIPE at start-up, which is why torch's gloo never sees it; we do the
+  // same, unless the program chose its own disposition.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;
