@@ -87,7 +87,8 @@ namespace {
 
 class CpuDevice final : public Device {
  public:
-  std::string name() const override { return "cpu"; }
+  explicit CpuDevice(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
   bool is_host() const override { return true; }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
@@ -99,10 +100,14 @@ class CpuDevice final : public Device {
     return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   }
   void raw_free(void* ptr) override { std::free(ptr); }
+
+ private:
+  std::string name_;
 };
 
 }  // namespace
 
-std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>(); }
+std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>("cpu"); }
+std::unique_ptr<Device> make_host_device() { return std::make_unique<CpuDevice>("host"); }
 
 }  // namespace dscpp

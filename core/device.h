@@ -67,6 +67,11 @@ class Device {
 };
 
 std::unique_ptr<Device> make_cpu_device();
+// Host memory that offload moves state into (ZeRO-Offload's "CPU"), counted apart from the
+// training device so that a device limit and the device peaks leave it out — on a CPU-only
+// machine it is the same RAM, but a CPU device with --device_memory_limit stands for a GPU.
+// (With CUDA, the pinned host pool belongs here.)
+std::unique_ptr<Device> make_host_device();
 
 // An owned allocation on a device (move-only).
 class DeviceBuffer {

@@ -54,6 +54,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
       cfg_(loaded.config),
       world_(world),
       device_(device),
+      host_(make_host_device()),
       ops_(ops),
       options_(std::move(options)),
       csv_(world.rank() == 0 ? loaded.config.csv_monitor : config::TensorboardConfig{}) {

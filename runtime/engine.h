@@ -89,6 +89,7 @@ class Engine {
   const config::DsConfig& cfg_;
   comm::Communicator& world_;
   Device& device_;
+  std::unique_ptr<Device> host_;  // offloaded state (offload_optimizer / offload_param device cpu or nvme buffers)
   dscpp_ops ops_;
   TrainOptions options_;
 
