@@ -126,7 +126,11 @@ for backend in shm gloo; do
   wait "${PIDS[2]}" 2>/dev/null
 done
 
-leftover=$(pgrep -x comm_check | tr '\n' ' ')
-[ -z "$leftover" ] || { fail "processes left behind: $leftover"; pkill -9 -x comm_check; }
+# Only this test's session: meson starts each test in its own, and comm_mpi runs comm_check too.
+leftover=$(pgrep -s 0 -x comm_check | tr '\n' ' ')
+if [ -n "$leftover" ]; then
+  fail "processes left behind: $(ps -o pid=,ppid=,etime=,args= -p "$(echo $leftover | tr " " ,)" | tr '\n' ';')"
+  pkill -9 -s 0 -x comm_check
+fi
 ls /dev/shm | grep -q dscpp && fail "shared-memory segments left in /dev/shm: $(ls /dev/shm | grep dscpp | tr '\n' ' ')"
 exit $FAILED

@@ -212,7 +212,7 @@ grep -q "zero-to-fp32: 1/6 tensors" "$WORK/ref0.err" && grep -q "wrote .*: maste
 
 # ---- 5. killed save; mismatches ----------------------------------------------------------
 S=$WORK/killed
-train mlp 3 "$WORK/s2r3.json" "$WORK/k1.log" --steps 3 --save_dir "$S" || fail "killed: first save"
+train mlp 3 "$WORK/s2r3.json" "$WORK/k1.log" --steps 3 --save_dir "$S" || fail "killed: first save: $(tail -3 "$WORK/k1.log")"
 DSCPP_FAULT_INJECT=save_before_commit train mlp 3 "$WORK/s2r3.json" "$WORK/k2.log" --steps 6 --load_dir "$S" --save_dir "$S" &&
   fail "killed: the run with the injected death succeeded"
 grep -q "dying before committing global_step6" "$WORK/k2.log" || fail "killed: the fault was not injected"
