@@ -196,8 +196,9 @@ int64_t Engine::deepspeed_estimate() const {
   }
   double P = static_cast<double>(layout_.numel);
   // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
-  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, false, true).gpu_bytes
-                     : estimate_zero2(P, world_.size(), 1, false).gpu_bytes;
+  const bool off = offload_.device != OffloadDevice::none;
+  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, off, true).gpu_bytes
+                     : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
 }
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {

@@ -159,6 +159,9 @@ void MasterWeights::step(const std::function<void*(int)>& grads, DType grad_dtyp
     home_->release(static_cast<int>(i), true);  // pipeline_write: written while the next one steps
   }
   if (!offloaded()) scratch_.reset();  // device memory: held only during the step
+  // NVMe: sub-group 0's read overlaps the parameter allgather and the next forward/backward
+  // (its slots are not written again before the next step acquires it).
+  if (!subs_.empty()) home_->prefetch(0);
 }
 
 float* MasterWeights::array(int sub, const SubGroupView& v, const std::string& what) const {

@@ -115,7 +115,8 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measur
   else
     out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";
   if (deepspeed_estimate > 0)
-    out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, no offload): {}", format_bytes(deepspeed_estimate));
+    out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, {}): {}",
+                       off ? "optimizer offloaded" : "no offload", format_bytes(deepspeed_estimate));
   return out;
 }
 
