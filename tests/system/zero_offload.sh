@@ -28,14 +28,16 @@ GPT_ARGS=(--layers 3 --d_model 32 --heads 2 --context 16 --sample_chars 0)
 K=4
 SANITIZED=${DSCPP_TEST_SANITIZED:-0}
 
-# config FILE STAGE PREC OFFLOAD_JSON: AdamW with weight decay, clipping; stage 3 in sub-groups
-# of 3000 elements so that NVMe swaps several of them per step.
+# config FILE STAGE PREC OFFLOAD_JSON: AdamW with weight decay, clipping, 2 micro-steps per
+# step (gradients accumulate in the host partition when offloaded); stage 3 in sub-groups of
+# 3000 elements so that NVMe swaps several of them per step.
 config() {
   local half="" off=""
   [ "$3" = bf16 ] && half='"bf16": {"enabled": true},'
   [ -n "$4" ] && off=", \"offload_optimizer\": $4"
   cat > "$1" <<JSON
-{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 2, "gradient_clipping": 1.0, $half
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "steps_per_print": 2,
+ "gradient_clipping": 1.0, $half
  "zero_optimization": {"stage": $2, "reduce_bucket_size": 20000, "sub_group_size": 3000,
    "stage3_param_persistence_threshold": 0 $off},
  "aio": {"block_size": 65536, "queue_depth": 4},
