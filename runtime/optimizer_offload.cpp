@@ -1,6 +1,7 @@
 #include "runtime/optimizer_offload.h"
 
 #include "core/error.h"
+#include "core/log.h"
 #include "offload/aligned_buffer.h"
 #include "offload/async_io.h"
 #include "offload/swap_dir.h"
@@ -63,7 +64,18 @@ class SwappedHome final : public StateHome {
            need.buffers_needed / tensors_, need.buffers_needed > tensors_ ? "s" : "", need.buffers_needed);
     swapper_ = std::make_unique<offload::TensorSwapper>(io_, dir_, "optimizer", max_numel * 4,
                                                         static_cast<int64_t>(numels_.size()) * tensors_);
-    pool_ = offload::SwapBufferPool(o.buffer_count, max_numel * 4, o.pin_memory, std::string(kKey) + ".buffer_count");
+    const std::string what = std::string(kKey) + ".buffer_count";
+    try {
+      pool_ = offload::SwapBufferPool(o.buffer_count, max_numel * 4, o.pin_memory, what);
+    } catch (const InternalError&) {
+      throw;
+    } catch (const Error& e) {
+      // Pinning is a speed hint (DeepSpeed's default since 0.19.5); a memlock limit below the
+      // pool should not stop the job. A pool that cannot be allocated at all still fails.
+      if (!o.pin_memory) throw;
+      log::warn("{}.pin_memory: {}; the swap buffers stay unpinned (pageable)", kKey, e.what());
+      pool_ = offload::SwapBufferPool(o.buffer_count, max_numel * 4, false, what);
+    }
     sets_.resize(static_cast<size_t>(need.buffers_needed / tensors_));
     for (Set& s : sets_)
       for (int t = 0; t < tensors_; ++t) s.bufs.push_back(pool_.acquire());

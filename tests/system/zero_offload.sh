@@ -14,7 +14,8 @@
 #     the optimizer state it keeps on NVMe instead, while that state is ≥ 4× the swap buffers;
 #  4. errors: nvme_path missing, unwritable, on a full disk; the swap file removed during
 #     training (the run stops naming the file, and the last checkpoint loads); offload at
-#     stage 0, NVMe at stage 2, ratio < 1.
+#     stage 0, NVMe at stage 2, ratio < 1, too few buffers; pin_memory beyond the memlock
+#     limit warns and trains unpinned.
 # Usage: zero_offload.sh DSCPP RUNTIME GPT_SO COMPARE
 set -u
 DSCPP=$1 RUNTIME=$2 GPT=$3 COMPARE=$4
@@ -205,6 +206,17 @@ if [ "$(id -u)" = 0 ] && unshare -m true 2> /dev/null; then
     expect_error "disk full" "$WORK/full.log" "optimizer.swp" "No space left on device" "larger disk"
 else
   echo "skipped: unwritable and full nvme_path (need root and mount namespaces)"
+fi
+
+# pin_memory under a 64 KiB memlock limit (without CAP_IPC_LOCK, which root has): a warning
+# naming the limit, unpinned buffers, and the same training.
+if [ "$(id -u)" = 0 ] && command -v prlimit > /dev/null && command -v setpriv > /dev/null; then
+  config "$WORK/pin.json" 3 fp32 "$NVME"
+  prlimit --memlock=65536:65536 setpriv --bounding-set -ipc_lock "$RUNTIME" --model "$GPT" --deepspeed_config \
+    "$WORK/pin.json" --steps 2 --no_eval -- "${GPT_ARGS[@]}" > "$WORK/pin.log" 2>&1 &&
+    grep -q "pin_memory: cannot lock (pin) .* the memlock limit is 64.00 KiB.*stay unpinned" "$WORK/pin.log" &&
+    pass "pin_memory beyond the memlock limit: warned, trained unpinned" ||
+    fail "pin_memory beyond the memlock limit: $(grep -iE "warn|error" "$WORK/pin.log" | head -2)"
 fi
 
 # The swap file removed while training: the run stops naming it; the last checkpoint loads.
