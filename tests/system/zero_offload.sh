@@ -113,6 +113,19 @@ for stage in 2 3; do
     fail "stage $stage offload cpu: host optimizer state measured $hm B, planned $hp B, device run had $bo B"
 done
 
+# Every offloaded run: the host peaks equal the plan, category by category (the plan is
+# derived from the layout before anything is allocated; the measurement is the host device's
+# accounting plus the swap buffers).
+checked=0
+for log in "$WORK"/cpu*.log "$WORK"/nvme*.log; do
+  [ -f "$log" ] || continue
+  line=$(sed -n 's/.*host memory peak per rank (bytes, measured\/planned): \(.*\); NVMe.*/\1/p' "$log")
+  bad=$(tr ',' '\n' <<< "$line" | tr -d ' ' | awk -F'[=/]' 'NF == 3 && $2 != $3')
+  if [ -z "$line" ] || [ -n "$bad" ]; then fail "$(basename "$log"): host measured/planned differ: ${bad:-no host line}"; fi
+  checked=$((checked + 1))
+done
+pass "host memory measured == planned in every category of $checked offloaded runs"
+
 # ---- 3. NVMe: resume, reshard, bounded RSS ----------------------------------------------
 H=$((K / 2))
 name=nvme_pipe3fp32
