@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 namespace dscpp::runtime {
 
@@ -97,6 +98,11 @@ class SwappedHome final : public StateHome {
       flush();
     } catch (...) {
       // The job is failing already (the error that unwinds names the cause); nothing to add.
+    }
+    // No request may outlive the buffers it reads or writes (pool_ is destroyed before io_).
+    try {
+      io_.wait_all();
+    } catch (...) {
     }
   }
 
@@ -206,8 +212,15 @@ class SwappedHome final : public StateHome {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<offload::IoHandle> io = std::move(s.io);
     s.io.clear();
-    for (offload::IoHandle& h : io) h.wait();
+    // All of them, even after a failure: the buffers must be idle before anyone reuses them.
+    std::exception_ptr first;
+    for (offload::IoHandle& h : io) try {
+        h.wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (first) std::rethrow_exception(first);
   }
 
   Optimizer& optimizer_;
