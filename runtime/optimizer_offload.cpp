@@ -53,8 +53,8 @@ class SwappedHome final : public StateHome {
         tensors_(1 + static_cast<int>(optimizer.state_names().size())),
         options_(o),
         host_(make_host_device()),
-        io_(o.aio),
-        dir_(o.nvme_path, offload::swap_job_id_from_env(), rank) {
+        dir_(o.nvme_path, offload::swap_job_id_from_env(), rank),
+        io_(o.aio) {
     const int64_t max_numel = *std::max_element(numels_.begin(), numels_.end());
     const SwapFootprint need = swap_footprint(o, max_numel, static_cast<int64_t>(numels_.size()), tensors_ - 1);
     if (o.buffer_count < need.buffers_needed)
@@ -98,11 +98,6 @@ class SwappedHome final : public StateHome {
       flush();
     } catch (...) {
       // The job is failing already (the error that unwinds names the cause); nothing to add.
-    }
-    // No request may outlive the buffers it reads or writes (pool_ is destroyed before io_).
-    try {
-      io_.wait_all();
-    } catch (...) {
     }
   }
 
@@ -228,10 +223,12 @@ class SwappedHome final : public StateHome {
   int tensors_;
   OptimizerOffload options_;
   std::unique_ptr<Device> host_;
-  offload::AsyncIo io_;
+  // Declared so that io_ is destroyed first: its destructor drains every request while the
+  // buffers, the swap file and its directory still exist (also when the constructor throws).
+  offload::SwapBufferPool pool_;
   offload::SwapDir dir_;
   std::unique_ptr<offload::TensorSwapper> swapper_;
-  offload::SwapBufferPool pool_;
+  offload::AsyncIo io_;
   std::vector<Set> sets_;
   int64_t clock_ = 0;
   double wait_s_ = 0;
