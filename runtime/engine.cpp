@@ -99,7 +99,13 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
   layout_ = make_flat_layout(plugin.layers(), grouping);
   if (!cfg_.optimizer) fail("the config has no optimizer section");
-  optimizer_ = make_optimizer(*cfg_.optimizer, device);
+  offload_ = optimizer_offload_options(cfg_);
+  if (offload_.device != OffloadDevice::none && stage_ == 0)
+    fail("zero_optimization.offload_optimizer.device is \"{}\": optimizer offload needs ZeRO stage 1, 2 or 3 "
+         "(stage is 0), as in DeepSpeed",
+         offload_device_name(offload_.device));
+  // Offloaded to the CPU, the optimizer allocates its state on the host.
+  optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
 
   Stage3Options s3;
   s3.prefetch_bucket_size = z.prefetch_bucket_size;
@@ -116,6 +122,17 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
   if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
+  mp.offload_optimizer = offload_.device;
+  if (offload_.device != OffloadDevice::none) {
+    auto subs = make_sub_groups(layout_, stage_ == 3, stage_ == 3 ? z.sub_group_size : 0);
+    for (const SubGroup& sg : subs) mp.max_sub_group = std::max(mp.max_sub_group, sg.numel);
+    SwapFootprint f = swap_footprint(offload_, mp.max_sub_group, static_cast<int64_t>(subs.size()),
+                                     static_cast<int64_t>(optimizer_->state_names().size()));
+    if (offload_.device == OffloadDevice::nvme && !subs.empty()) {
+      mp.swap_pool_bytes = f.pool_bytes;
+      mp.swap_file_bytes = f.file_bytes;
+    }
+  }
   plan_ = plan_memory(plugin.layers(), layout_, mp);
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
@@ -142,6 +159,7 @@ void Engine::allocate(const Stage3Options& s3) {
   r.prescale = cfg_.prescale_gradients;
   r.reduce_scatter = z.reduce_scatter;
   r.overlap = z.overlap();
+  if (offload_.device != OffloadDevice::none) r.partition_device = host_.get();
   if (cfg_.communication_data_type)
     r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
   else if (dtype_ == DType::bf16 && stage_ == 0)
@@ -162,7 +180,12 @@ void Engine::allocate(const Stage3Options& s3) {
                              cfg_.dataloader_drop_last);
   loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, cfg_.dataloader_drop_last);
 
-  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, stage_ == 3 ? z.sub_group_size : 0);
+  MasterOptions mo;
+  mo.sub_group_size = stage_ == 3 ? z.sub_group_size : 0;
+  mo.offload = offload_;
+  mo.host = host_.get();
+  mo.rank = world.rank();
+  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
   schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
 
 }
@@ -176,8 +199,9 @@ int64_t Engine::deepspeed_estimate() const {
   }
   double P = static_cast<double>(layout_.numel);
   // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
-  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, false, true).gpu_bytes
-                     : estimate_zero2(P, world_.size(), 1, false).gpu_bytes;
+  const bool off = offload_.device != OffloadDevice::none;
+  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, off, true).gpu_bytes
+                     : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
 }
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
@@ -298,7 +322,8 @@ void Engine::run() {
     int64_t step = counters_.global_steps;
     if (step - first_step == 1 && world_.rank() == 0) {
       MemoryStats m = device_.stats();
-      log::info("memory after the first step:\n{}", format_memory_plan(plan_, &m, deepspeed_estimate()));
+      MemoryStats h = host_stats();
+      log::info("memory after the first step:\n{}", format_memory_plan(plan_, &m, deepspeed_estimate(), &h));
     }
     if (step - first_step == warmup) timed_from = Clock::now();
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
@@ -338,6 +363,17 @@ void Engine::run() {
     }
     log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
               m.total_peak, plan_.model_states(), deepspeed_estimate());
+    if (plan_.offloaded()) {
+      MemoryStats h = host_stats();
+      std::string host;
+      for (size_t c = 0; c < kMemCategories; ++c) {
+        std::string key = mem_category_name(static_cast<MemCategory>(c));
+        std::replace(key.begin(), key.end(), ' ', '_');
+        host += fmt::format("{}={}/{}, ", key, h.peak[c], plan_.host[c]);
+      }
+      log::info("host memory peak per rank (bytes, measured/planned): {}total={}/{}; NVMe planned={}", host,
+                h.total_peak, plan_.host_total(), plan_.nvme_total());
+    }
   }
   if (world_.rank() == 0 && world_.size() > 1) {
     comm::CommStats c = world_.stats();
@@ -471,13 +507,37 @@ void Engine::log_step(double local_loss) {
   r.skipped = counters_.skipped_steps;
   if (scaler_->checks_overflow()) r.loss_scale = scaler_->scale();
   r.memory = device_.stats();
+  const std::string swap = swap_line(secs);
   if (world_.rank() == 0) {
     log::info("{}", format_step_line(r));
+    if (!swap.empty()) log::info("{}", swap);
     if (cfg_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
   }
   window_start_ = Clock::now();
   window_steps_ = 0;
   window_loss_ = 0;
+}
+
+MemoryStats Engine::host_stats() const {
+  MemoryStats h = host_->stats();
+  const auto pool = master_ ? master_->swap_pool_bytes() : 0;  // allocated once, before training
+  h.peak[static_cast<size_t>(MemCategory::optimizer_state)] += pool;
+  h.total_peak += pool;
+  return h;
+}
+
+// NVMe optimizer swapping since the last print: traffic, and the share of the wall time the
+// step spent blocked on it (what pipeline_read/pipeline_write exist to hide).
+std::string Engine::swap_line(double window_s) {
+  if (offload_.device != OffloadDevice::nvme || !master_) return "";
+  SwapStats now = master_->swap_stats(), d = now;
+  d.bytes_read -= swap_at_print_.bytes_read;
+  d.bytes_written -= swap_at_print_.bytes_written;
+  d.wait_s -= swap_at_print_.wait_s;
+  swap_at_print_ = now;
+  return fmt::format("optimizer swap (rank {}): read {}, wrote {}, io_wait={:.3f} s = {:.1f}% of {:.3f} s of steps",
+                     world_.rank(), format_bytes(d.bytes_read), format_bytes(d.bytes_written), d.wait_s,
+                     100.0 * d.wait_s / std::max(window_s, 1e-9), window_s);
 }
 
 void Engine::save(const std::string& save_dir) {

@@ -7,8 +7,9 @@
 // The ZeRO stage decides only where things live, through three parts that share one flat
 // layout (runtime/flat_layout.h): ParamStore (whole or partitioned parameters, stage-3
 // gathers), GradReducer (allreduce or reduce-scatter, when) and MasterWeights (the fp32
-// weights this rank updates and the optimizer over them). The loop, data, logging and
-// checkpoint protocol are the same for every stage.
+// weights this rank updates and the optimizer over them; offload_optimizer moves them to the
+// host or NVMe, runtime/optimizer_offload.h). The loop, data, logging and checkpoint protocol
+// are the same for every stage.
 #pragma once
 
 #include "collectives/communicator.h"
@@ -83,6 +84,8 @@ class Engine {
   void log_step(double loss);
   void report();
   CheckpointView checkpoint_view();
+  MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
+  std::string swap_line(double window_s);
 
   Plugin& plugin_;
   const config::LoadedConfig& loaded_;
@@ -106,6 +109,8 @@ class Engine {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
+  OptimizerOffload offload_;  // zero_optimization.offload_optimizer
+  SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
   std::unique_ptr<LossScaler> scaler_;
   std::set<int64_t> inject_overflow_;  // DSCPP_INJECT_OVERFLOW: steps whose gradients get an inf (fault injection)
   int64_t inject_divergence_ = -1;     // DSCPP_INJECT_DIVERGENCE: the step after which the last rank adds a barrier

@@ -24,13 +24,11 @@ ckpt::PartitionLayout checkpoint_layout(const FlatLayout& layout) {
   return out;
 }
 
-LocalPartitions::LocalPartitions(const FlatLayout& layout, int rank, MasterWeights& master, Optimizer& optimizer,
-                                 Device& device)
+LocalPartitions::LocalPartitions(const FlatLayout& layout, int rank, MasterWeights& master, Optimizer& optimizer)
     : layout_(checkpoint_layout(layout)),
       rank_(layout.parts == 1 ? 0 : rank),
       master_(master),
-      optimizer_(optimizer),
-      device_(device) {
+      optimizer_(optimizer) {
   bool first = true;
   for (size_t g = 0; g < layout_.groups.size(); ++g) {
     int oi = master_.optimizer_group(static_cast<int>(g));
@@ -55,25 +53,14 @@ int64_t LocalPartitions::optimizer_step() const {
   return std::max<int64_t>(step, 0);
 }
 
-float* LocalPartitions::group_base(const std::string& what, int group) const {
-  if (what == ckpt::kMasterWeights) return master_.group(group);
-  int oi = master_.optimizer_group(group);
-  DSCPP_CHECK_GE(oi, 0);
-  for (const StateTensor& s : optimizer_.state(oi))
-    if (s.name == what) return s.data + master_.optimizer_offset(group);
-  fail("optimizer {} has no state '{}' (it has: {})", optimizer_.name(), what, fmt::join(states_, ", "));
-}
-
 void LocalPartitions::copy_out(const std::string& what, int64_t part_at, int64_t count, float* host) const {
   for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))
-    device_.copy_to_host(host + (s.part_at - part_at), group_base(what, s.group) + s.offset,
-                         static_cast<size_t>(s.count) * sizeof(float));
+    master_.copy_out(what, s.group, s.offset, s.count, host + (s.part_at - part_at));
 }
 
 void LocalPartitions::copy_in(const std::string& what, int64_t part_at, int64_t count, const float* host) {
   for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))
-    device_.copy_from_host(group_base(what, s.group) + s.offset, host + (s.part_at - part_at),
-                           static_cast<size_t>(s.count) * sizeof(float));
+    master_.copy_in(what, s.group, s.offset, s.count, host + (s.part_at - part_at));
 }
 
 void LocalPartitions::copy_param_out(size_t param, const std::string& what, int64_t first, int64_t count,
@@ -100,6 +87,7 @@ void LocalPartitions::load_owned(ckpt::TensorSource& source, const std::vector<s
         }
     }
   }
+  master_.flush();
 }
 
 }  // namespace dscpp::runtime

@@ -1,8 +1,8 @@
 // This rank's fp32 training state as a checkpoint sees it: the master weights and each
 // optimizer state, addressed as the layout's concatenated partitions (element `part_at` of
 // a rank's partitions, checkpoint/partition_layout.h), wherever the groups actually live
-// (aliased fp32 parameters, a separate master copy, per-group optimizer buffers; host or
-// device memory — every access goes through Device copies).
+// (aliased fp32 parameters, a separate master copy, per-group optimizer buffers; device, host
+// or NVMe — every access goes through MasterWeights::copy_out/copy_in).
 //
 // Saving reads out through copy_out; loading (a checkpoint of any layout, or --init_from)
 // goes through load_owned, which asks a TensorSource for exactly the fragments this rank
@@ -28,7 +28,7 @@ ckpt::PartitionLayout checkpoint_layout(const FlatLayout& layout);
 class LocalPartitions {
  public:
   // `rank`: this rank in the layout's partitioning (ignored when layout.parts == 1).
-  LocalPartitions(const FlatLayout& layout, int rank, MasterWeights& master, Optimizer& optimizer, Device& device);
+  LocalPartitions(const FlatLayout& layout, int rank, MasterWeights& master, Optimizer& optimizer);
 
   const ckpt::PartitionLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -50,13 +50,10 @@ class LocalPartitions {
   void load_owned(ckpt::TensorSource& source, const std::vector<std::string>& whats);
 
  private:
-  float* group_base(const std::string& what, int group) const;
-
   ckpt::PartitionLayout layout_;
   int rank_;
   MasterWeights& master_;
   Optimizer& optimizer_;
-  Device& device_;
   std::vector<std::string> states_;
 };
 
