@@ -46,6 +46,9 @@ struct TrainOptions {
   uint64_t seed = 42;
   std::string init_from;          // safetensors with initial weights
   bool shuffle = true;
+  // ZeRO-Inference: evaluate the eval split forward-only (weights from load_dir or init_from),
+  // with no gradients, no optimizer state and no training.
+  bool eval_only = false;
 };
 
 struct EvalResult {
@@ -74,7 +77,8 @@ class Engine {
   int zero_stage() const { return stage_; }
 
  private:
-  void allocate(const Stage3Options& s3);
+  void allocate(const Stage3Options& s3, const ParamOffload& offload);
+  void run_eval_only();  // engine_eval.cpp
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);
   int64_t deepspeed_estimate() const;
   void initialise_params();
@@ -82,6 +86,7 @@ class Engine {
   bool prepare_gradients(float* grad_scale);
   void log_step(double loss);
   void report();
+  void log_memory_peaks();
   CheckpointView checkpoint_view();
 
   Plugin& plugin_;

@@ -16,6 +16,7 @@
 #include "runtime/flat_layout.h"
 #include "runtime/master_weights.h"
 #include "runtime/optimizer.h"
+#include "runtime/param_store.h"
 
 #include <string>
 #include <vector>
@@ -27,8 +28,11 @@ ckpt::PartitionLayout checkpoint_layout(const FlatLayout& layout);
 
 class LocalPartitions {
  public:
-  // `rank`: this rank in the layout's partitioning (ignored when layout.parts == 1).
-  LocalPartitions(const FlatLayout& layout, int rank, MasterWeights& master, Optimizer& optimizer, Device& device);
+  // `rank`: this rank in the layout's partitioning (ignored when layout.parts == 1). Without a
+  // master and optimizer (--eval_only) the master weights are the parameters themselves, read
+  // and written as fp32 through `params` (rounded to their dtype), and there are no states.
+  LocalPartitions(const FlatLayout& layout, int rank, MasterWeights* master, Optimizer* optimizer, Device& device,
+                  ParamStore* params = nullptr);
 
   const ckpt::PartitionLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -54,8 +58,9 @@ class LocalPartitions {
 
   ckpt::PartitionLayout layout_;
   int rank_;
-  MasterWeights& master_;
-  Optimizer& optimizer_;
+  MasterWeights* master_;
+  Optimizer* optimizer_;
+  ParamStore* params_;
   Device& device_;
   std::vector<std::string> states_;
 };

@@ -10,7 +10,9 @@ namespace dscpp::runtime {
 MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optimizer& optimizer, Device& device,
                              int64_t sub_group_size)
     : layout_(layout), params_(params), optimizer_(optimizer), device_(device) {
-  if (params.dtype() != DType::f32)
+  // The optimizer steps on the device: offloaded parameters (offload_param) cannot be the
+  // master even in fp32 (DeepSpeed keeps its fp32 partitions on the device then too).
+  if (params.dtype() != DType::f32 || !params.home().all_on_device())
     copy_ = DeviceBuffer(device, static_cast<size_t>(layout.part_total) * 4, MemCategory::optimizer_state, true);
   // Stage 3 (partitioned parameters): a rank's slices of consecutive groups are contiguous in
   // the master, the gradient partition and the parameters, so DeepSpeed's sub-groups are
@@ -48,15 +50,16 @@ float* MasterWeights::group(int g) const {
 void MasterWeights::refresh_from_params() {
   if (!copy_) return;
   for (size_t g = 0; g < layout_.groups.size(); ++g)
-    kernels::load_to_f32(params_.owned(static_cast<int>(g)), params_.dtype(), group(static_cast<int>(g)), 1.0f,
-                         layout_.groups[g].part);
+    params_.home().read_f32(static_cast<int>(g), 0, layout_.groups[g].part, group(static_cast<int>(g)));
 }
 
 void MasterWeights::write_params() {
   if (!copy_) return;
-  for (size_t g = 0; g < layout_.groups.size(); ++g)
-    kernels::store_from_f32(params_.owned(static_cast<int>(g)), params_.dtype(), group(static_cast<int>(g)),
-                            layout_.groups[g].part);
+  for (size_t g = 0; g < layout_.groups.size(); ++g) write_group(static_cast<int>(g));
+}
+
+void MasterWeights::write_group(int g) {
+  params_.home().write_f32(g, 0, layout_.groups[static_cast<size_t>(g)].part, group(g));
 }
 
 void MasterWeights::step(const std::function<void*(int)>& grads, DType grad_dtype, float grad_scale,
@@ -77,7 +80,10 @@ void MasterWeights::step(const std::function<void*(int)>& grads, DType grad_dtyp
       grad32 = scratch_.as<float>();
     }
     optimizer_.step(static_cast<int>(i), group(sub.first), grad32, overrides);
-    if (copy_) kernels::store_from_f32(params_.owned(sub.first), params_.dtype(), group(sub.first), sub.numel);
+    // The parameters follow, group by group (each may live elsewhere: device, host, NVMe).
+    if (copy_)
+      for (size_t g = static_cast<size_t>(sub.first); g < layout_.groups.size() && group_index_[g] <= static_cast<int>(i); ++g)
+        if (group_index_[g] == static_cast<int>(i)) write_group(static_cast<int>(g));
   }
   scratch_.reset();
 }

@@ -6,7 +6,8 @@
 // second copy: DeepSpeed keeps one, dscpp does not need it); with fp16/bf16 parameters they
 // are a separate fp32 array of layout.part_total elements (category optimizer_state, the
 // "master" of the ZeRO paper's K = 12 bytes), and after each step the updated slice is
-// rounded into the 16-bit parameters.
+// rounded into the 16-bit parameters. Offloaded parameters (offload_param) always get the
+// separate master: the optimizer works on the device, the parameters' home is elsewhere.
 //
 // LAMB's trust ratio: per parameter at stage 0 (DeepSpeed's FusedLamb), per partition slice
 // at stages 1–3 (DeepSpeed hands its optimizer one flat tensor per partition).
@@ -45,6 +46,8 @@ class MasterWeights {
   int64_t optimizer_offset(int g) const { return group_offset_[static_cast<size_t>(g)]; }
 
  private:
+  void write_group(int g);  // the owned parameters of group g ← master (rounded)
+
   const FlatLayout& layout_;
   ParamStore& params_;
   Optimizer& optimizer_;

@@ -32,19 +32,30 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   auto at = [&p](MemCategory c) -> int64_t& { return p.bytes[static_cast<size_t>(c)]; };
   const int64_t e = static_cast<int64_t>(dtype_size(in.dtype));
   const int64_t master = in.dtype == DType::f32 ? 0 : 4;
-  at(MemCategory::params) = in.stage == 3 ? (layout.part_total + in.stage3_live_elements) * e : layout.total * e;
+  const int64_t owned_on_device = in.params_offloaded ? 0 : layout.part_total;
+  at(MemCategory::params) = in.stage == 3 ? (owned_on_device + in.stage3_live_elements) * e
+                                          : layout.total * e;
   const int64_t ge = static_cast<int64_t>(dtype_size(in.grad_dtype));
-  at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * ge : layout.total * ge;
-  at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master);
+  if (in.training) {
+    at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * ge : layout.total * ge;
+    // Offloaded fp32 parameters cannot be their own master (MasterWeights).
+    const int64_t master_bytes = in.params_offloaded ? 4 : master;
+    at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master_bytes);
+  }
   int64_t max_out = 0, max_ws = 0, acts = 0, max_part = 0;
   for (const LayerDecl& l : layers) {
     acts += in.micro_batch * (l.output_numel * 4 + l.saved_bytes);
     max_out = std::max(max_out, l.output_numel);
     max_ws = std::max(max_ws, l.workspace_bytes);
   }
-  at(MemCategory::activations) = acts + 2 * in.micro_batch * max_out * 4;  // + the two backward gradient buffers
+  at(MemCategory::activations) = acts + (in.training ? 2 * in.micro_batch * max_out * 4 : 0);  // + the two backward gradient buffers
   for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
   int64_t buffers = in.micro_batch * max_ws;
+  if (!in.training) {
+    if (e != 4) buffers += layout.max_layer_numel * 4;
+    at(MemCategory::buffers) = buffers;
+    return p;
+  }
   if (in.stage == 1) buffers += 2 * max_part * ge;
   if (in.stage >= 2) buffers += (in.overlap_comm ? 2 : 1) * (layout.max_group_numel + max_part) * ge;
   if (e != 4) buffers += layout.max_layer_numel * 4;                 // fp32 view of a layer's parameters
@@ -66,7 +77,11 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measur
                                                 measured->peak[static_cast<size_t>(MemCategory::optimizer_state)]));
   out += fmt::format("\n{:<16} {:>12}", "total", format_bytes(plan.total()));
   if (measured) out += fmt::format(" {:>14}", format_bytes(measured->total_peak));
-  out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";
+  if (plan.host_params + plan.nvme_params + plan.host_buffers == 0)
+    out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";
+  else
+    out += fmt::format("\noff the device (offload_param): parameters {} in host memory, {} on NVMe, swap buffers {}",
+                       format_bytes(plan.host_params), format_bytes(plan.nvme_params), format_bytes(plan.host_buffers));
   if (deepspeed_estimate > 0)
     out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, no offload): {}", format_bytes(deepspeed_estimate));
   return out;

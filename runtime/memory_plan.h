@@ -34,10 +34,17 @@ struct MemoryPlanInputs {
   int64_t micro_batch = 1;
   bool overlap_comm = false;
   int64_t stage3_live_elements = 0;  // bound on gathered stage-3 elements (ParamStore's policy)
+  // offload_param: the owned slices live off the device (ParamHome); the device holds the
+  // gathered groups (an offloaded slice is copied straight into its gather) and an fp32 master.
+  bool params_offloaded = false;
+  bool training = true;  // false: --eval_only (no gradients, no optimizer state, no backward buffers)
 };
 
 struct MemoryPlan {
-  std::array<int64_t, kMemCategories> bytes{};
+  std::array<int64_t, kMemCategories> bytes{};  // device
+  // Off the device (filled in once ParamHome has placed the slices): offloaded parameters in
+  // host memory and on NVMe, and the host buffers NVMe slices move through.
+  int64_t host_params = 0, nvme_params = 0, host_buffers = 0;
   int64_t model_states() const;  // params + grads + optimizer state
   int64_t total() const;
 };

@@ -1,0 +1,144 @@
+// Where this rank's parameters live between uses (their "home"), and the only way in and out.
+//
+//   stage 0–2            the whole flat array on the training device (ParamStore gathers into it)
+//   stage 3              this rank's slices (layout.part_total elements), group by group:
+//     no offload_param   on the training device
+//     offload_param cpu  in host memory (DeepSpeed: a pinned CPU flat buffer per group, engine.md
+//                        4.8); a gather copies the slice to the device first
+//     offload_param nvme a slice of at least max(1 MiB, aio.block_size) bytes lives in a swap
+//                        file, the first max_in_cpu elements of such slices (in group order) and
+//                        every smaller slice stay in host memory. A swapped slice is brought into
+//                        one of buffer_count host buffers of buffer_size elements when needed
+//                        (or earlier: prefetch) and written back when it changed.
+//
+// Everyone outside (ParamStore's gathers, MasterWeights' step, initialisation, checkpoint
+// loading) goes through open()/copy_to_device()/read_f32()/write_f32(), so none of them knows
+// whether a slice is on the device, in host memory or on disk. The CPU kernels address device
+// and host memory alike (as everywhere in the runtime); the device↔host moves that a GPU needs
+// are the Device copies in copy_to_device() and in the engine's staging.
+#pragma once
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "runtime/flat_layout.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dscpp::config {
+struct ZeroConfig;
+struct AioConfig;
+}  // namespace dscpp::config
+
+namespace dscpp::runtime {
+
+struct ParamOffload {
+  enum class Target : uint8_t { none, cpu, nvme };
+  Target target = Target::none;
+  std::string nvme_path;
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100000000;  // elements per buffer
+  int64_t max_in_cpu = 1000000000;  // elements of swappable slices kept in host memory
+  bool pin_memory = true;
+  // aio section: the swap minimum is max(1 MiB, block_size); the rest configures the I/O engine.
+  int64_t aio_block_size = 1048576;
+  int64_t aio_queue_depth = 8;
+  int64_t aio_threads = 1;
+  bool aio_single_submit = false;
+  bool aio_overlap_events = true;
+};
+
+// zero_optimization.offload_param and aio as the runtime uses them. Below stage 3 DeepSpeed
+// ignores offload_param silently; the caller warns (once) and passes stage3 = false.
+ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const config::AioConfig& aio, bool stage3);
+const char* target_name(ParamOffload::Target t);
+
+class ParamSwap;  // the NVMe part (param_swap.h)
+
+class ParamHome {
+ public:
+  enum class Where : uint8_t { device, host, nvme };
+
+  // `rank`: this rank in the layout (ignored when not partitioned). Throws dscpp::Error naming
+  // the key when nvme_path is unusable or buffer_size is smaller than a swapped slice.
+  ParamHome(const FlatLayout& layout, int rank, Device& device, Device& host, DType dtype, bool partitioned,
+            const ParamOffload& offload = {});
+  ~ParamHome();
+  ParamHome(const ParamHome&) = delete;
+  ParamHome& operator=(const ParamHome&) = delete;
+
+  DType dtype() const { return dtype_; }
+  bool partitioned() const { return partitioned_; }
+  const ParamOffload& offload() const { return offload_; }
+  Where where(int group) const { return where_[static_cast<size_t>(group)]; }
+  bool all_on_device() const { return offload_.target == ParamOffload::Target::none; }
+
+  // Stage 0–2: the whole array on the device. Stage 3: nullptr.
+  void* full() const { return partitioned_ ? nullptr : device_data_.data(); }
+  // Group g's owned slice when it lives on the device, else nullptr.
+  void* on_device(int group) const;
+
+  // The slice of group g in addressable memory for as long as the Access lives. `write`: the
+  // caller changes it (an NVMe slice is written back when the Access ends); `overwrite`: the
+  // caller replaces all of it (an NVMe slice is not read first).
+  class Access {
+   public:
+    Access(Access&& o) noexcept : home_(o.home_), group_(o.group_), data_(o.data_), write_(o.write_) { o.home_ = nullptr; }
+    Access(const Access&) = delete;
+    ~Access();
+    void* data() const { return data_; }
+    template <typename T>
+    T* as() const {
+      return static_cast<T*>(data_);
+    }
+
+   private:
+    friend class ParamHome;
+    Access(ParamHome* home, int group, void* data, bool write) : home_(home), group_(group), data_(data), write_(write) {}
+    ParamHome* home_;
+    int group_;
+    void* data_;
+    bool write_;
+  };
+  Access open(int group, bool write, bool overwrite = false);
+
+  // Group g's owned slice (g.part elements, stored dtype) → device memory (a gather's source).
+  void copy_to_device(int group, void* device_dst);
+  // Elements [offset, offset + count) of group g's slice ⇄ fp32 (rounded to the stored dtype).
+  void read_f32(int group, int64_t offset, int64_t count, float* dst);
+  void write_f32(int group, int64_t offset, int64_t count, const float* src);
+  // NVMe: start bringing group g's slice into a buffer if one is free (no-op otherwise).
+  void prefetch(int group);
+  // NVMe: wait for every write-back in flight (before a checkpoint, at the end).
+  void flush();
+
+  // Bytes of parameters this rank keeps off the device.
+  int64_t host_bytes() const { return host_elements_ * static_cast<int64_t>(elem_); }
+  int64_t nvme_bytes() const { return nvme_elements_ * static_cast<int64_t>(elem_); }
+  // Host bytes of the NVMe swap buffers (buffer_count × buffer_size, aligned); 0 without NVMe.
+  int64_t swap_buffer_bytes() const;
+  std::string describe() const;  // one line for the log
+
+ private:
+  void close(int group, bool write);
+  char* slice(int group) const;  // device or host residence
+
+  const FlatLayout& layout_;
+  Device& device_;
+  Device& host_;
+  DType dtype_;
+  size_t elem_;
+  bool partitioned_;
+  int rank_;
+  ParamOffload offload_;
+  std::vector<Where> where_;
+  std::vector<int64_t> offset_;  // element offset of each group's slice in its residence
+  DeviceBuffer device_data_;     // device residence (the full array below stage 3)
+  DeviceBuffer host_data_;       // host residence
+  std::unique_ptr<ParamSwap> swap_;
+  int64_t host_elements_ = 0, nvme_elements_ = 0;
+};
+
+}  // namespace dscpp::runtime
