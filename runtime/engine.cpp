@@ -7,6 +7,7 @@
 #include "runtime/init.h"
 #include "core/zero_estimate.h"
 #include "kernels/cpu/amp/amp_cpu.h"
+#include "offload/aligned_buffer.h"
 
 #include <fmt/format.h>
 
@@ -122,10 +123,18 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
   mp.training = !options_.eval_only;
   mp.params_offloaded = offload.target != ParamOffload::Target::none;
+
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
   if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
   plan_ = plan_memory(plugin.layers(), layout_, mp);
+  if (stage_ == 3) {  // what offload_param keeps off the device, placed as ParamHome will place it
+    const int64_t e = static_cast<int64_t>(dtype_size(dtype_));
+    ParamHome::Placement placed = ParamHome::place(layout_, dtype_, offload);
+    plan_.host_params = placed.host_elements * e;
+    plan_.nvme_params = placed.nvme_elements * e;
+    if (placed.slots > 0) plan_.host_buffers = offload.buffer_count * offload::round_up(placed.largest_swapped * e, offload::kDirectIoAlignment);
+  }
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
               world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
@@ -144,9 +153,6 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   Device& device = device_;
   Plugin& plugin = plugin_;
   params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_.get(), offload);
-  plan_.host_params = params_->home().host_bytes();
-  plan_.nvme_params = params_->home().nvme_bytes();
-  plan_.host_buffers = params_->home().swap_buffer_bytes();
   if (world.rank() == 0 && offload.target != ParamOffload::Target::none) log::info("{}", params_->home().describe());
   runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
   runner_->set_source([this](int layer, bool backward) {

@@ -65,25 +65,12 @@ ParamHome::ParamHome(const FlatLayout& layout, int rank, Device& device, Device&
       offset_[g] = partitioned ? layout.groups[g].part_offset : layout.groups[g].owned_begin(rank_);
     return;
   }
-  // DeepSpeed swaps a slice only when its bytes reach max(1 MiB, aio block_size) (engine.md 4.8):
-  // smaller requests cost more in latency than they save in memory.
-  const int64_t min_swap = std::max<int64_t>(int64_t{1} << 20, offload.aio_block_size);
-  int64_t in_cpu = 0, slots = 0, largest_swapped = 0;
-  for (size_t g = 0; g < layout.groups.size(); ++g) {
-    const int64_t part = layout.groups[g].part;
-    const bool swappable = offload.target == ParamOffload::Target::nvme && part * static_cast<int64_t>(elem_) >= min_swap;
-    if (swappable && in_cpu + part > offload.max_in_cpu) {
-      where_[g] = Where::nvme;
-      offset_[g] = slots++;
-      nvme_elements_ += part;
-      largest_swapped = std::max(largest_swapped, part);
-    } else {
-      where_[g] = Where::host;
-      offset_[g] = host_elements_;
-      host_elements_ += part;
-      if (swappable) in_cpu += part;
-    }
-  }
+  Placement p = place(layout, dtype, offload);
+  where_ = std::move(p.where);
+  offset_ = std::move(p.offset);
+  host_elements_ = p.host_elements;
+  nvme_elements_ = p.nvme_elements;
+  const int64_t slots = p.slots, largest_swapped = p.largest_swapped;
   if (host_elements_ > 0)
     host_data_ = DeviceBuffer(host, static_cast<size_t>(host_elements_) * elem_, MemCategory::params, true);
   if (slots > 0) {
@@ -96,6 +83,34 @@ ParamHome::ParamHome(const FlatLayout& layout, int rank, Device& device, Device&
     o.pin_memory = offload.pin_memory && !device.is_host();
     swap_ = std::make_unique<ParamSwap>(o, rank, largest_swapped * static_cast<int64_t>(elem_), slots);
   }
+}
+
+ParamHome::Placement ParamHome::place(const FlatLayout& layout, DType dtype, const ParamOffload& offload) {
+  Placement p;
+  p.where.assign(layout.groups.size(), Where::device);
+  p.offset.assign(layout.groups.size(), 0);
+  if (offload.target == ParamOffload::Target::none) return p;
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  // DeepSpeed swaps a slice only when its bytes reach max(1 MiB, aio block_size) (engine.md 4.8):
+  // smaller requests cost more in latency than they save in memory.
+  const int64_t min_swap = std::max<int64_t>(int64_t{1} << 20, offload.aio_block_size);
+  int64_t in_cpu = 0;
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    const int64_t part = layout.groups[g].part;
+    const bool swappable = offload.target == ParamOffload::Target::nvme && part * elem >= min_swap;
+    if (swappable && in_cpu + part > offload.max_in_cpu) {
+      p.where[g] = Where::nvme;
+      p.offset[g] = p.slots++;
+      p.nvme_elements += part;
+      p.largest_swapped = std::max(p.largest_swapped, part);
+    } else {
+      p.where[g] = Where::host;
+      p.offset[g] = p.host_elements;
+      p.host_elements += part;
+      if (swappable) in_cpu += part;
+    }
+  }
+  return p;
 }
 
 ParamHome::~ParamHome() = default;
@@ -155,10 +170,10 @@ void ParamHome::write_f32(int group, int64_t offset, int64_t count, const float*
   kernels::store_from_f32(a.as<char>() + offset * static_cast<int64_t>(elem_), dtype_, src, count);
 }
 
-void ParamHome::prefetch(int group) {
+bool ParamHome::prefetch(int group) {
   const size_t g = static_cast<size_t>(group);
-  if (where_[g] == Where::nvme)
-    swap_->prefetch(static_cast<int>(offset_[g]), layout_.groups[g].part * static_cast<int64_t>(elem_));
+  if (where_[g] != Where::nvme) return true;
+  return swap_->prefetch(static_cast<int>(offset_[g]), layout_.groups[g].part * static_cast<int64_t>(elem_));
 }
 
 void ParamHome::flush() {

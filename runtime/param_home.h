@@ -69,6 +69,15 @@ class ParamHome {
   ParamHome(const ParamHome&) = delete;
   ParamHome& operator=(const ParamHome&) = delete;
 
+  // Where each group's slice goes under `offload` (stage 3), decided before anything is
+  // allocated so that the memory plan can show it; `slot` numbers the NVMe slices.
+  struct Placement {
+    std::vector<Where> where;
+    std::vector<int64_t> offset;  // host: element offset in the host array; nvme: swap slot
+    int64_t host_elements = 0, nvme_elements = 0, largest_swapped = 0, slots = 0;
+  };
+  static Placement place(const FlatLayout& layout, DType dtype, const ParamOffload& offload);
+
   DType dtype() const { return dtype_; }
   bool partitioned() const { return partitioned_; }
   const ParamOffload& offload() const { return offload_; }
@@ -109,8 +118,9 @@ class ParamHome {
   // Elements [offset, offset + count) of group g's slice ⇄ fp32 (rounded to the stored dtype).
   void read_f32(int group, int64_t offset, int64_t count, float* dst);
   void write_f32(int group, int64_t offset, int64_t count, const float* src);
-  // NVMe: start bringing group g's slice into a buffer if one is free (no-op otherwise).
-  void prefetch(int group);
+  // NVMe: start bringing group g's slice into a buffer. False when no buffer is free (further
+  // prefetches would fail too); true otherwise, also for slices that need no bringing in.
+  bool prefetch(int group);
   // NVMe: wait for every write-back in flight (before a checkpoint, at the end).
   void flush();
 

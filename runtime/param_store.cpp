@@ -122,7 +122,6 @@ void ParamStore::prefetch_after(int layer, bool backward) {
   const int here = layout_.layer_group[static_cast<size_t>(layer)];
   const bool swap_ahead = home_->offload().target == ParamOffload::Target::nvme;
   int64_t ahead = 0;    // elements gathered for groups not yet reached
-  int64_t swapped = 0;  // elements beyond the gather window whose NVMe slices were started
   bool gathering = true;
   for (int l = backward ? layer - 1 : layer + 1; l >= 0 && l < n; l += backward ? -1 : 1) {
     int g = layout_.layer_group[static_cast<size_t>(l)];
@@ -135,10 +134,10 @@ void ParamStore::prefetch_after(int layer, bool backward) {
       ahead += numel;
       continue;
     }
+    // Beyond the gather window NVMe slices start their way into host buffers, as far as free
+    // buffers allow: that costs host memory only, not device memory.
     gathering = false;
-    if (!swap_ahead || swapped + numel > s3_.prefetch_bucket_size) return;
-    home_->prefetch(g);
-    swapped += numel;
+    if (!swap_ahead || !home_->prefetch(g)) return;
   }
 }
 

@@ -18,8 +18,7 @@
 // ParamHome's business; a stage-3 gather of an offloaded slice first copies it to its own place
 // in the gathered device buffer and allgathers in place from there, as DeepSpeed copies a CPU
 // ds_tensor into its all-gather buffer. With NVMe, the slices of the groups after the
-// gather window are swapped in ahead (up to another stage3_prefetch_bucket_size elements, as
-// free swap buffers allow).
+// gather window are swapped in ahead, as far as free swap buffers allow.
 //
 // The execution order is static (layers 0..L−1 forward, L−1..0 backward), so unlike
 // DeepSpeed's trace-and-replay coordinator the prefetch order is known from the first step.

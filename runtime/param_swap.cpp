@@ -111,9 +111,9 @@ void ParamSwap::release(int slot, int64_t bytes, bool dirty) {
   }
 }
 
-void ParamSwap::prefetch(int slot, int64_t bytes) {
+bool ParamSwap::prefetch(int slot, int64_t bytes) {
   Slot& s = slots_[static_cast<size_t>(slot)];
-  if (s.state != State::on_disk) return;  // already coming, here or on its way out (still valid)
+  if (s.state != State::on_disk) return true;  // already coming, here or on its way out (still valid)
   // Write-backs that have finished free their buffers without waiting.
   while (!writing_.empty() && slots_[static_cast<size_t>(writing_.front())].io.done()) {
     Slot& w = slots_[static_cast<size_t>(writing_.front())];
@@ -121,11 +121,12 @@ void ParamSwap::prefetch(int slot, int64_t bytes) {
     w.state = State::on_disk;
     pool_.release(std::exchange(w.buffer, -1));
   }
-  if (pool_.free_count() < 2) return;  // keep one for acquire()
+  if (pool_.free_count() < 2) return false;  // keep one for acquire()
   s.buffer = pool_.acquire();
   s.io = file_->swap_in(slot, pool_.data(s.buffer), bytes);
   s.state = State::reading;
   prefetched_.push_back(slot);
+  return true;
 }
 
 void ParamSwap::flush() {

@@ -33,7 +33,7 @@ class ParamSwap {
   // The slice of `slot` (bytes long) in a host buffer; `read`: its contents are wanted.
   void* acquire(int slot, int64_t bytes, bool read);
   void release(int slot, int64_t bytes, bool dirty);
-  void prefetch(int slot, int64_t bytes);
+  bool prefetch(int slot, int64_t bytes);  // false: no buffer to spare
   void flush();
 
   int buffer_count() const { return pool_.count(); }
