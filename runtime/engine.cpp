@@ -201,6 +201,7 @@ int64_t Engine::deepspeed_estimate() const {
 }
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
+  if (options_.eval_only) eval_out_of_memory(e);
   // What each stage would hold for this model, so the user can pick one that fits.
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
   const int64_t optim = (optimizer_ ? optimizer_->state_bytes_per_element() : 0) + (dtype_ == DType::f32 ? 0 : 4);
@@ -429,9 +430,10 @@ void Engine::log_memory_peaks() {
   log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
             m.total_peak, plan_.model_states(), deepspeed_estimate());
   if (!params_->home().all_on_device())
-    log::info("parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; host device peak={}",
+    log::info("parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; planned device "
+              "params={}; host device peak={}",
               params_->home().host_bytes(), params_->home().nvme_bytes(), params_->home().swap_buffer_bytes(),
-              host_->stats().total_peak);
+              plan_.bytes[static_cast<size_t>(MemCategory::params)], host_->stats().total_peak);
 }
 
 bool Engine::prepare_gradients(float* grad_scale) {

@@ -80,6 +80,7 @@ class Engine {
   void allocate(const Stage3Options& s3, const ParamOffload& offload);
   void run_eval_only();  // engine_eval.cpp
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);
+  [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;
   void initialise_params();
   // Overflow check, global norm, clip and unscale factor; returns false when the step must be skipped.

@@ -52,6 +52,21 @@ void Engine::run_eval_only() {
   log_memory_peaks();
 }
 
+void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
+  // Training's advice (stages, optimizer state) does not apply: only gathered layers and activations are here.
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
+  fail("{}\n--eval_only: this rank needs its gathered layers (the largest group alone is {}; planned parameters on "
+       "the device: {}) plus activations and buffers for micro-batch {} ({}). Raise --device_memory_limit, lower "
+       "train_micro_batch_size_per_gpu or stage3_prefetch_bucket_size{}.",
+       e.what(), format_bytes(layout_.max_group_numel * elem),
+       format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::params)]), micro_,
+       format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
+                    plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
+       stage_ == 3 && cfg_.zero_optimization.param_offload_device() != "none"
+           ? ""
+           : ", or use zero_optimization stage 3 with offload_param cpu or nvme so that the partitions leave the device");
+}
+
 EvalResult Engine::evaluate() {
   const dscpp_data_desc& d = plugin_.data();
   std::vector<unsigned char> input(static_cast<size_t>(micro_ * d.input_numel * 4));

@@ -125,7 +125,10 @@ int run(const Args& a) {
   }
   if (!loaded.ok()) {
     if (id.rank == 0) std::fputs(loaded.diagnostics.format(loaded.file_name).c_str(), stderr);
-    fail("{}: the config was not accepted (errors above)", a.config);
+    // Another rank's failure may stop rank 0 before its list is out: every rank names the errors.
+    std::string why = loaded.diagnostics.format(loaded.file_name);
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    fail("{}: the config was not accepted{}", a.config, id.rank == 0 ? " (errors above)" : ":\n" + why);
   }
   if (auto unsupported = config::unsupported_features(loaded.config); !unsupported.empty())
     fail("{}: valid for DeepSpeed, but dscpp-runtime does not run: {}", a.config, fmt::join(unsupported, "; "));

@@ -25,7 +25,7 @@ ParamSwap::ParamSwap(const ParamOffload& o, int rank, int64_t slot_bytes, int64_
     io_ = std::make_unique<offload::AsyncIo>(aio);
     file_ = std::make_unique<offload::TensorSwapper>(*io_, *dir_, "params", slot_bytes, slots);
   } catch (const Error& e) {
-    fail("zero_optimization.offload_param.nvme_path \"{}\": {}", o.nvme_path, e.what());
+    fail("zero_optimization.offload_param: {}", e.what());
   }
   // DeepSpeed sizes the buffers by buffer_size elements; the slot (the largest swapped slice,
   // checked ≤ buffer_size by ParamHome) is what a buffer must hold, so no more is allocated.
