@@ -5,8 +5,9 @@
 #  1. training on 2 ranks with offload_param cpu and nvme ends with exactly the weights of the same
 #     run without offload, fp32 and bf16: master weights, Adam moments and the gathered 16-bit
 #     parameters (stage3_gather_16bit_weights_on_model_save, read from the offloaded slices) bit
-#     for bit, and the same loss at every step. Exact is the right tolerance: offload moves the
-#     same bytes, it changes no arithmetic. Control: fp32 and bf16 runs differ under the same check;
+#     for bit, and the same loss at every step; resuming from a checkpoint into NVMe-offloaded
+#     parameters likewise. Exact is the right tolerance: offload moves the same bytes, it changes
+#     no arithmetic. Control: fp32 and bf16 runs differ under the same check;
 #  2. the device's parameter peak with offload (no prefetch, no reuse) is the one gathered layer
 #     the plan predicts, and without offload it is that plus this rank's partitions;
 #  3. --eval_only at stage 3 with offload_param cpu / nvme under a --device_memory_limit below the
@@ -87,6 +88,16 @@ for prec in $PRECS; do
       fail "train $prec, offload_param $off: losses $(losses "$WORK/t-$prec-$off.log" | tr '\n' ' ') vs $(losses "$WORK/t-$prec-none.log" | tr '\n' ' ')"
   done
 done
+# Resuming into offloaded slices: one more step from the no-offload checkpoint, with and without NVMe.
+if [ "$SANITIZED" != 1 ]; then
+  for off in none nvme; do
+    run 2 "$WORK/t-fp32-$off.json" "$WORK/r-$off.log" --steps $((STEPS + 1)) --no_eval --load_dir "$WORK/t-fp32-none" \
+      --save_dir "$WORK/r-$off" || fail "resume with offload $off: $(tail -3 "$WORK/r-$off.log")"
+  done
+  out=$(same "$WORK/r-none/global_step$((STEPS + 1))" "$WORK/r-nvme/global_step$((STEPS + 1))") &&
+    pass "resume from a checkpoint into NVMe-offloaded parameters: bit for bit after one more step" ||
+    fail "resume into NVMe-offloaded parameters differs: $out"
+fi
 # NVMe really held the slices, and the swap directory went away with the job.
 nv=$(sed -n 's/.*parameters off the device per rank (bytes): host=[0-9]*, nvme=\([0-9]*\),.*/\1/p' "$WORK/t-fp32-nvme.log")
 [ "${nv:-0}" -gt $((PSI * 4 / 2 * 9 / 10)) ] && pass "nvme: $nv bytes of rank 0's parameters were on NVMe" ||
