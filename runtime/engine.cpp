@@ -123,7 +123,6 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
   mp.training = !options_.eval_only;
   mp.params_offloaded = offload.target != ParamOffload::Target::none;
-
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
   if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
@@ -133,7 +132,9 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     ParamHome::Placement placed = ParamHome::place(layout_, dtype_, offload);
     plan_.host_params = placed.host_elements * e;
     plan_.nvme_params = placed.nvme_elements * e;
-    if (placed.slots > 0) plan_.host_buffers = offload.buffer_count * offload::round_up(placed.largest_swapped * e, offload::kDirectIoAlignment);
+    if (placed.slots > 0)
+      plan_.host_buffers =
+          offload.buffer_count * offload::round_up(placed.largest_swapped * e, offload::kDirectIoAlignment);
   }
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
@@ -271,7 +272,7 @@ void Engine::initialise_params() {
       host.resize(static_cast<size_t>(hi - lo));
       init_range(options_.seed, s.name, s.init, s.init_a, lo - s.offset, hi - lo, host.data());
       if (stage_ == 3) {
-        home.write_f32(static_cast<int>(gi), lo - own_begin, hi - lo, host.data());
+        home.write_from_host(static_cast<int>(gi), lo - own_begin, hi - lo, host.data());
       } else {
         std::vector<unsigned char> converted(host.size() * dtype_size(dtype_));
         convert(host.data(), DType::f32, converted.data(), dtype_, host.size());

@@ -79,7 +79,7 @@ void LocalPartitions::copy_in(const std::string& what, int64_t part_at, int64_t 
   if (!master_) {
     DSCPP_CHECK(what == ckpt::kMasterWeights);
     for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))
-      params_->home().write_f32(s.group, s.offset, s.count, host + (s.part_at - part_at));
+      params_->home().write_from_host(s.group, s.offset, s.count, host + (s.part_at - part_at));
     return;
   }
   for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))

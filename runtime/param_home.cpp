@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace dscpp::runtime {
 
@@ -168,6 +169,19 @@ void ParamHome::write_f32(int group, int64_t offset, int64_t count, const float*
   const bool whole = offset == 0 && count == layout_.groups[static_cast<size_t>(group)].part;
   Access a = open(group, true, whole);
   kernels::store_from_f32(a.as<char>() + offset * static_cast<int64_t>(elem_), dtype_, src, count);
+}
+
+void ParamHome::write_from_host(int group, int64_t offset, int64_t count, const float* host_src) {
+  if (count == 0) return;
+  std::vector<unsigned char> rounded(static_cast<size_t>(count) * elem_);
+  convert(host_src, DType::f32, rounded.data(), dtype_, static_cast<size_t>(count));
+  const bool whole = offset == 0 && count == layout_.groups[static_cast<size_t>(group)].part;
+  Access a = open(group, true, whole);
+  char* dst = a.as<char>() + offset * static_cast<int64_t>(elem_);
+  if (where_[static_cast<size_t>(group)] == Where::device)
+    device_.copy_from_host(dst, rounded.data(), rounded.size());
+  else
+    std::memcpy(dst, rounded.data(), rounded.size());
 }
 
 bool ParamHome::prefetch(int group) {

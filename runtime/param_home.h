@@ -118,6 +118,9 @@ class ParamHome {
   // Elements [offset, offset + count) of group g's slice ⇄ fp32 (rounded to the stored dtype).
   void read_f32(int group, int64_t offset, int64_t count, float* dst);
   void write_f32(int group, int64_t offset, int64_t count, const float* src);
+  // The same from fp32 values in host memory (initialisation, loading weights): rounded on the
+  // host, then copied to the device or into the slice's host/NVMe home.
+  void write_from_host(int group, int64_t offset, int64_t count, const float* host_src);
   // NVMe: start bringing group g's slice into a buffer. False when no buffer is free (further
   // prefetches would fail too); true otherwise, also for slices that need no bringing in.
   bool prefetch(int group);
