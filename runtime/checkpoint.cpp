@@ -35,7 +35,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 LocalPartitions local_partitions(const CheckpointView& v, comm::Communicator& comm) {
-  return LocalPartitions(*v.layout, comm.rank(), v.master, v.optimizer, *v.device, v.params);
+  return LocalPartitions(*v.layout, comm.rank(), v.master, v.optimizer, v.params);
 }
 
 // ---- loss scaler <-> JSON (DeepSpeed restores options and state from the checkpoint) ----

@@ -101,10 +101,16 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   layout_ = make_flat_layout(plugin.layers(), grouping);
   if (!options_.eval_only) {
     if (!cfg_.optimizer) fail("the config has no optimizer section");
-    optimizer_ = make_optimizer(*cfg_.optimizer, device);
+    offload_ = optimizer_offload_options(cfg_);
+    if (offload_.device != OffloadDevice::none && stage_ == 0)
+      fail("zero_optimization.offload_optimizer.device is \"{}\": optimizer offload needs ZeRO stage 1, 2 or 3 "
+           "(stage is 0), as in DeepSpeed",
+           offload_device_name(offload_.device));
+    // Offloaded to the CPU, the optimizer allocates its state on the host.
+    optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
   }
   const ParamOffload offload = param_offload_from_config(z, cfg_.aio, stage_ == 3);
-  if (options_.eval_only && world.rank() == 0 && (stage_ != 3 || offload.target == ParamOffload::Target::none))
+  if (options_.eval_only && world.rank() == 0 && (stage_ != 3 || offload.device == OffloadDevice::none))
     log::warn("--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
               "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
               stage_, stage_ == 3 ? "its partitions on the device" : "the whole model");
@@ -122,20 +128,28 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   mp.grad_dtype = grad_dtype_;
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
   mp.training = !options_.eval_only;
-  mp.params_offloaded = offload.target != ParamOffload::Target::none;
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
   if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
-  plan_ = plan_memory(plugin.layers(), layout_, mp);
-  if (stage_ == 3) {  // what offload_param keeps off the device, placed as ParamHome will place it
+  mp.offload_optimizer = offload_.device;
+  if (offload_.device != OffloadDevice::none) {
+    auto subs = make_sub_groups(layout_, stage_ == 3, stage_ == 3 ? z.sub_group_size : 0);
+    for (const SubGroup& sg : subs) mp.max_sub_group = std::max(mp.max_sub_group, sg.numel);
+    SwapFootprint f = swap_footprint(offload_, mp.max_sub_group, static_cast<int64_t>(subs.size()),
+                                     static_cast<int64_t>(optimizer_->state_names().size()));
+    if (offload_.device == OffloadDevice::nvme && !subs.empty()) mp.swap_pool_bytes = f.pool_bytes, mp.swap_file_bytes = f.file_bytes;
+  }
+  mp.offload_param = offload.device;
+  if (offload.device != OffloadDevice::none) {  // placed as ParamHome will place the slices
     const int64_t e = static_cast<int64_t>(dtype_size(dtype_));
     ParamHome::Placement placed = ParamHome::place(layout_, dtype_, offload);
-    plan_.host_params = placed.host_elements * e;
-    plan_.nvme_params = placed.nvme_elements * e;
+    mp.param_host_bytes = placed.host_elements * e;
+    mp.param_nvme_bytes = placed.nvme_elements * e;
     if (placed.slots > 0)
-      plan_.host_buffers =
+      mp.param_swap_buffer_bytes =
           offload.buffer_count * offload::round_up(placed.largest_swapped * e, offload::kDirectIoAlignment);
   }
+  plan_ = plan_memory(plugin.layers(), layout_, mp);
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
               world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
@@ -154,7 +168,7 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   Device& device = device_;
   Plugin& plugin = plugin_;
   params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_.get(), offload);
-  if (world.rank() == 0 && offload.target != ParamOffload::Target::none) log::info("{}", params_->home().describe());
+  if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
   runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
   runner_->set_source([this](int layer, bool backward) {
     return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
@@ -173,6 +187,7 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   r.prescale = cfg_.prescale_gradients;
   r.reduce_scatter = z.reduce_scatter;
   r.overlap = z.overlap();
+  if (offload_.device != OffloadDevice::none) r.partition_device = host_.get();
   if (cfg_.communication_data_type)
     r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
   else if (dtype_ == DType::bf16 && stage_ == 0)
@@ -183,7 +198,12 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
                              cfg_.dataloader_drop_last);
   loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, cfg_.dataloader_drop_last);
 
-  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, stage_ == 3 ? z.sub_group_size : 0);
+  MasterOptions mo;
+  mo.sub_group_size = stage_ == 3 ? z.sub_group_size : 0;
+  mo.offload = offload_;
+  mo.host = host_.get();
+  mo.rank = world.rank();
+  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
   schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
 
 }
@@ -197,8 +217,9 @@ int64_t Engine::deepspeed_estimate() const {
   }
   double P = static_cast<double>(layout_.numel);
   // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
-  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, false, true).gpu_bytes
-                     : estimate_zero2(P, world_.size(), 1, false).gpu_bytes;
+  const bool off = offload_.device != OffloadDevice::none;
+  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, off, true).gpu_bytes
+                     : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
 }
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
@@ -324,7 +345,8 @@ void Engine::run() {
     int64_t step = counters_.global_steps;
     if (step - first_step == 1 && world_.rank() == 0) {
       MemoryStats m = device_.stats();
-      log::info("memory after the first step:\n{}", format_memory_plan(plan_, &m, deepspeed_estimate()));
+      MemoryStats h = host_stats();
+      log::info("memory after the first step:\n{}", format_memory_plan(plan_, &m, deepspeed_estimate(), &h));
     }
     if (step - first_step == warmup) timed_from = Clock::now();
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
@@ -430,11 +452,22 @@ void Engine::log_memory_peaks() {
   }
   log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
             m.total_peak, plan_.model_states(), deepspeed_estimate());
+  if (plan_.offloaded()) {
+    MemoryStats h = host_stats();
+    std::string host;
+    for (size_t c = 0; c < kMemCategories; ++c) {
+      std::string key = mem_category_name(static_cast<MemCategory>(c));
+      std::replace(key.begin(), key.end(), ' ', '_');
+      host += fmt::format("{}={}/{}, ", key, h.peak[c], plan_.host[c]);
+    }
+    log::info("host memory peak per rank (bytes, measured/planned): {}total={}/{}; NVMe planned={}", host,
+              h.total_peak, plan_.host_total(), plan_.nvme_total());
+  }
   if (!params_->home().all_on_device())
     log::info("parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; planned device "
-              "params={}; host device peak={}",
+              "params={}",
               params_->home().host_bytes(), params_->home().nvme_bytes(), params_->home().swap_buffer_bytes(),
-              plan_.bytes[static_cast<size_t>(MemCategory::params)], host_->stats().total_peak);
+              plan_.bytes[static_cast<size_t>(MemCategory::params)]);
 }
 
 bool Engine::prepare_gradients(float* grad_scale) {
@@ -504,13 +537,39 @@ void Engine::log_step(double local_loss) {
   r.skipped = counters_.skipped_steps;
   if (scaler_->checks_overflow()) r.loss_scale = scaler_->scale();
   r.memory = device_.stats();
+  const std::string swap = swap_line(secs);
   if (world_.rank() == 0) {
     log::info("{}", format_step_line(r));
+    if (!swap.empty()) log::info("{}", swap);
     if (cfg_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
   }
   window_start_ = Clock::now();
   window_steps_ = 0;
   window_loss_ = 0;
+}
+
+MemoryStats Engine::host_stats() const {
+  MemoryStats h = host_->stats();
+  const auto pool = master_ ? master_->swap_pool_bytes() : 0;  // allocated once, before training
+  h.peak[static_cast<size_t>(MemCategory::optimizer_state)] += pool;
+  const int64_t param_pool = params_ ? params_->home().swap_buffer_bytes() : 0;  // offload_param nvme, likewise
+  h.peak[static_cast<size_t>(MemCategory::buffers)] += param_pool;
+  h.total_peak += pool + param_pool;
+  return h;
+}
+
+// NVMe optimizer swapping since the last print: traffic, and the share of the wall time the
+// step spent blocked on it (what pipeline_read/pipeline_write exist to hide).
+std::string Engine::swap_line(double window_s) {
+  if (offload_.device != OffloadDevice::nvme || !master_) return "";
+  SwapStats now = master_->swap_stats(), d = now;
+  d.bytes_read -= swap_at_print_.bytes_read;
+  d.bytes_written -= swap_at_print_.bytes_written;
+  d.wait_s -= swap_at_print_.wait_s;
+  swap_at_print_ = now;
+  return fmt::format("optimizer swap (rank {}): read {}, wrote {}, io_wait={:.3f} s = {:.1f}% of {:.3f} s of steps",
+                     world_.rank(), format_bytes(d.bytes_read), format_bytes(d.bytes_written), d.wait_s,
+                     100.0 * d.wait_s / std::max(window_s, 1e-9), window_s);
 }
 
 void Engine::save(const std::string& save_dir) {

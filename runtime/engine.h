@@ -89,6 +89,8 @@ class Engine {
   void report();
   void log_memory_peaks();
   CheckpointView checkpoint_view();
+  MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
+  std::string swap_line(double window_s);
 
   Plugin& plugin_;
   const config::LoadedConfig& loaded_;
@@ -112,6 +114,8 @@ class Engine {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
+  OptimizerOffload offload_;  // zero_optimization.offload_optimizer
+  SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
   std::unique_ptr<LossScaler> scaler_;
   std::set<int64_t> inject_overflow_;  // DSCPP_INJECT_OVERFLOW: steps whose gradients get an inf (fault injection)
   int64_t inject_divergence_ = -1;     // DSCPP_INJECT_DIVERGENCE: the step after which the last rank adds a barrier

@@ -28,7 +28,8 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
   if (opt_.stage <= 1)
     full_ = DeviceBuffer(device, static_cast<size_t>(layout.total) * elem_, MemCategory::grads, true);
   else
-    partition_ = DeviceBuffer(device, static_cast<size_t>(layout.part_total) * elem_, MemCategory::grads, true);
+    partition_ = DeviceBuffer(opt_.partition_device ? *opt_.partition_device : device,
+                              static_cast<size_t>(layout.part_total) * elem_, MemCategory::grads, true);
   if (opt_.stage >= 1) {
     staging_.resize(opt_.stage == 1 || opt_.overlap ? 2 : 1);
     int64_t max_part = 0;

@@ -40,6 +40,11 @@ struct GradReduceOptions {
   bool reduce_scatter = true;           // stages 1–3
   bool overlap = true;                  // stages 2–3: two staging buffers
   std::optional<DType> comm_dtype;      // communication_data_type; unset: the gradients' dtype
+  // Stages 2–3: where the gradient partition lives; null = the training device. Optimizer
+  // offload puts it on the host, where the offloaded optimizer reads it (DeepSpeed's CPU
+  // master.grad). Reductions land in it directly, which needs host-accessible memory for the
+  // collective: true of every device dscpp runs training on today.
+  Device* partition_device = nullptr;
 };
 
 class GradReducer {

@@ -25,13 +25,12 @@ ckpt::PartitionLayout checkpoint_layout(const FlatLayout& layout) {
 }
 
 LocalPartitions::LocalPartitions(const FlatLayout& layout, int rank, MasterWeights* master, Optimizer* optimizer,
-                                 Device& device, ParamStore* params)
+                                 ParamStore* params)
     : layout_(checkpoint_layout(layout)),
       rank_(layout.parts == 1 ? 0 : rank),
       master_(master),
       optimizer_(optimizer),
-      params_(params),
-      device_(device) {
+      params_(params) {
   DSCPP_CHECK((master && optimizer) || (!master && !optimizer && params));
   if (!master_) return;
   bool first = true;
@@ -59,20 +58,10 @@ int64_t LocalPartitions::optimizer_step() const {
   return std::max<int64_t>(step, 0);
 }
 
-float* LocalPartitions::group_base(const std::string& what, int group) const {
-  if (what == ckpt::kMasterWeights) return master_->group(group);
-  int oi = master_->optimizer_group(group);
-  DSCPP_CHECK_GE(oi, 0);
-  for (const StateTensor& s : optimizer_->state(oi))
-    if (s.name == what) return s.data + master_->optimizer_offset(group);
-  fail("optimizer {} has no state '{}' (it has: {})", optimizer_->name(), what, fmt::join(states_, ", "));
-}
-
 void LocalPartitions::copy_out(const std::string& what, int64_t part_at, int64_t count, float* host) const {
   DSCPP_CHECK(master_);  // a weights-only engine does not save
   for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))
-    device_.copy_to_host(host + (s.part_at - part_at), group_base(what, s.group) + s.offset,
-                         static_cast<size_t>(s.count) * sizeof(float));
+    master_->copy_out(what, s.group, s.offset, s.count, host + (s.part_at - part_at));
 }
 
 void LocalPartitions::copy_in(const std::string& what, int64_t part_at, int64_t count, const float* host) {
@@ -83,8 +72,7 @@ void LocalPartitions::copy_in(const std::string& what, int64_t part_at, int64_t 
     return;
   }
   for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))
-    device_.copy_from_host(group_base(what, s.group) + s.offset, host + (s.part_at - part_at),
-                           static_cast<size_t>(s.count) * sizeof(float));
+    master_->copy_in(what, s.group, s.offset, s.count, host + (s.part_at - part_at));
 }
 
 void LocalPartitions::copy_param_out(size_t param, const std::string& what, int64_t first, int64_t count,
@@ -111,6 +99,7 @@ void LocalPartitions::load_owned(ckpt::TensorSource& source, const std::vector<s
         }
     }
   }
+  if (master_) master_->flush();
 }
 
 }  // namespace dscpp::runtime

@@ -1,8 +1,8 @@
 // This rank's fp32 training state as a checkpoint sees it: the master weights and each
 // optimizer state, addressed as the layout's concatenated partitions (element `part_at` of
 // a rank's partitions, checkpoint/partition_layout.h), wherever the groups actually live
-// (aliased fp32 parameters, a separate master copy, per-group optimizer buffers; host or
-// device memory — every access goes through Device copies).
+// (aliased fp32 parameters, a separate master copy, per-group optimizer buffers; device, host
+// or NVMe — every access goes through MasterWeights::copy_out/copy_in).
 //
 // Saving reads out through copy_out; loading (a checkpoint of any layout, or --init_from)
 // goes through load_owned, which asks a TensorSource for exactly the fragments this rank
@@ -29,9 +29,10 @@ ckpt::PartitionLayout checkpoint_layout(const FlatLayout& layout);
 class LocalPartitions {
  public:
   // `rank`: this rank in the layout's partitioning (ignored when layout.parts == 1). Without a
-  // master and optimizer (--eval_only) the master weights are the parameters themselves, read
-  // and written as fp32 through `params` (rounded to their dtype), and there are no states.
-  LocalPartitions(const FlatLayout& layout, int rank, MasterWeights* master, Optimizer* optimizer, Device& device,
+  // master and optimizer (--eval_only) the master weights are the parameters themselves,
+  // written as fp32 through `params` (rounded to their dtype); there are no states, and
+  // nothing can be read out (a weights-only engine does not save).
+  LocalPartitions(const FlatLayout& layout, int rank, MasterWeights* master, Optimizer* optimizer,
                   ParamStore* params = nullptr);
 
   const ckpt::PartitionLayout& layout() const { return layout_; }
@@ -54,14 +55,11 @@ class LocalPartitions {
   void load_owned(ckpt::TensorSource& source, const std::vector<std::string>& whats);
 
  private:
-  float* group_base(const std::string& what, int group) const;
-
   ckpt::PartitionLayout layout_;
   int rank_;
   MasterWeights* master_;
   Optimizer* optimizer_;
   ParamStore* params_;
-  Device& device_;
   std::vector<std::string> states_;
 };
 

@@ -13,10 +13,24 @@ int64_t MemoryPlan::model_states() const {
          bytes[static_cast<size_t>(MemCategory::optimizer_state)];
 }
 
-int64_t MemoryPlan::total() const {
+namespace {
+int64_t sum(const std::array<int64_t, kMemCategories>& a) {
   int64_t t = 0;
-  for (int64_t b : bytes) t += b;
+  for (int64_t b : a) t += b;
   return t;
+}
+}  // namespace
+
+int64_t MemoryPlan::total() const { return sum(bytes); }
+int64_t MemoryPlan::host_total() const { return sum(host); }
+int64_t MemoryPlan::nvme_total() const { return sum(nvme); }
+
+const char* offload_device_name(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::cpu: return "cpu";
+    case OffloadDevice::nvme: return "nvme";
+    default: return "none";
+  }
 }
 
 int64_t model_state_bytes(int stage, int world, int64_t elements, int64_t elem_bytes, int64_t optimizer_bytes) {
@@ -31,29 +45,32 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   MemoryPlan p;
   auto at = [&p](MemCategory c) -> int64_t& { return p.bytes[static_cast<size_t>(c)]; };
   const int64_t e = static_cast<int64_t>(dtype_size(in.dtype));
-  const int64_t master = in.dtype == DType::f32 ? 0 : 4;
-  const int64_t owned_on_device = in.params_offloaded ? 0 : layout.part_total;
-  at(MemCategory::params) = in.stage == 3 ? (owned_on_device + in.stage3_live_elements) * e
+  const bool params_off = in.stage == 3 && in.offload_param != OffloadDevice::none;
+  // Offloaded parameters cannot be their own master (MasterWeights): an fp32 copy on the device.
+  const int64_t master = in.dtype == DType::f32 && !params_off ? 0 : 4;
+  at(MemCategory::params) = in.stage == 3 ? ((params_off ? 0 : layout.part_total) + in.stage3_live_elements) * e
                                           : layout.total * e;
-  const int64_t ge = static_cast<int64_t>(dtype_size(in.grad_dtype));
-  if (in.training) {
-    at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * ge : layout.total * ge;
-    // Offloaded fp32 parameters cannot be their own master (MasterWeights).
-    const int64_t master_bytes = in.params_offloaded ? 4 : master;
-    at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master_bytes);
+  if (params_off) {
+    p.host[static_cast<size_t>(MemCategory::params)] = in.param_host_bytes;
+    p.nvme[static_cast<size_t>(MemCategory::params)] = in.param_nvme_bytes;
+    p.host[static_cast<size_t>(MemCategory::buffers)] = in.param_swap_buffer_bytes;
   }
+  const int64_t ge = static_cast<int64_t>(dtype_size(in.grad_dtype));
+  at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * ge : layout.total * ge;
+  at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master);
   int64_t max_out = 0, max_ws = 0, acts = 0, max_part = 0;
   for (const LayerDecl& l : layers) {
     acts += in.micro_batch * (l.output_numel * 4 + l.saved_bytes);
     max_out = std::max(max_out, l.output_numel);
     max_ws = std::max(max_ws, l.workspace_bytes);
   }
-  at(MemCategory::activations) = acts + (in.training ? 2 * in.micro_batch * max_out * 4 : 0);  // + the two backward gradient buffers
+  at(MemCategory::activations) = acts + 2 * in.micro_batch * max_out * 4;  // + the two backward gradient buffers
   for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
   int64_t buffers = in.micro_batch * max_ws;
-  if (!in.training) {
-    if (e != 4) buffers += layout.max_layer_numel * 4;
-    at(MemCategory::buffers) = buffers;
+  if (!in.training) {  // forward only: the parameters, activations and the fp32 view of a 16-bit layer
+    at(MemCategory::grads) = at(MemCategory::optimizer_state) = 0;
+    at(MemCategory::activations) = acts;
+    at(MemCategory::buffers) = buffers + (e != 4 ? layout.max_layer_numel * 4 : 0);
     return p;
   }
   if (in.stage == 1) buffers += 2 * max_part * ge;
@@ -61,29 +78,59 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   if (e != 4) buffers += layout.max_layer_numel * 4;                 // fp32 view of a layer's parameters
   if (ge != 4) buffers += layout.max_layer_numel * 4 + max_part * 4;  // fp32 layer gradients, unscaled gradient
   at(MemCategory::buffers) = buffers;
+  if (in.offload_optimizer != OffloadDevice::none) {
+    auto off = [&p](MemCategory c) -> int64_t& { return p.host[static_cast<size_t>(c)]; };
+    const auto optim = static_cast<size_t>(MemCategory::optimizer_state);
+    // Offloaded, the master is always its own fp32 copy, even for fp32 parameters.
+    const int64_t state = layout.part_total * (in.optimizer_bytes_per_element + 4);
+    p.bytes[optim] = 0;
+    if (in.offload_optimizer == OffloadDevice::cpu) {
+      p.host[optim] = state;
+    } else {
+      p.host[optim] = in.swap_pool_bytes;
+      p.nvme[optim] = in.swap_file_bytes;
+    }
+    if (in.stage >= 2) {
+      off(MemCategory::grads) = at(MemCategory::grads);
+      at(MemCategory::grads) = 0;
+    }
+    // The sub-group's fp32 gradient moves to the host; so does the step's 16-bit staging.
+    if (ge != 4) at(MemCategory::buffers) -= max_part * 4;
+    off(MemCategory::buffers) += in.max_sub_group * (4 + (e != 4 ? e : 0));
+  }
   return p;
 }
 
-std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measured, int64_t deepspeed_estimate) {
-  std::string out = fmt::format("{:<16} {:>12}{}", "per rank", "planned", measured ? fmt::format(" {:>14}", "measured peak") : "");
+std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measured, int64_t deepspeed_estimate,
+                               const MemoryStats* host_measured) {
+  const bool off = plan.offloaded();
+  auto cell = [](int64_t b) { return fmt::format(" {:>12}", format_bytes(b)); };
+  auto peak = [](const MemoryStats* m, size_t c) { return fmt::format(" {:>14}", format_bytes(m->peak[c])); };
+  std::string out = fmt::format("{:<16} {:>12}{}", "per rank", off ? "device plan" : "planned",
+                                measured ? fmt::format(" {:>14}", off ? "device peak" : "measured peak") : "");
+  if (off)
+    out += fmt::format(" {:>12}{} {:>12}", "host plan", host_measured ? fmt::format(" {:>14}", "host peak") : "",
+                       "NVMe plan");
   for (size_t c = 0; c < kMemCategories; ++c) {
-    out += fmt::format("\n{:<16} {:>12}", mem_category_name(static_cast<MemCategory>(c)), format_bytes(plan.bytes[c]));
-    if (measured) out += fmt::format(" {:>14}", format_bytes(measured->peak[c]));
+    out += fmt::format("\n{:<16}", mem_category_name(static_cast<MemCategory>(c))) + cell(plan.bytes[c]);
+    if (measured) out += peak(measured, c);
+    if (off) out += cell(plan.host[c]) + (host_measured ? peak(host_measured, c) : "") + cell(plan.nvme[c]);
   }
-  out += fmt::format("\n{:<16} {:>12}", "model states", format_bytes(plan.model_states()));
+  out += fmt::format("\n{:<16}", "model states") + cell(plan.model_states());
   if (measured)
     out += fmt::format(" {:>14}", format_bytes(measured->peak[static_cast<size_t>(MemCategory::params)] +
                                                 measured->peak[static_cast<size_t>(MemCategory::grads)] +
                                                 measured->peak[static_cast<size_t>(MemCategory::optimizer_state)]));
-  out += fmt::format("\n{:<16} {:>12}", "total", format_bytes(plan.total()));
+  out += fmt::format("\n{:<16}", "total") + cell(plan.total());
   if (measured) out += fmt::format(" {:>14}", format_bytes(measured->total_peak));
-  if (plan.host_params + plan.nvme_params + plan.host_buffers == 0)
-    out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";
+  if (off)
+    out += cell(plan.host_total()) + (host_measured ? fmt::format(" {:>14}", format_bytes(host_measured->total_peak)) : "") +
+           cell(plan.nvme_total());
   else
-    out += fmt::format("\noff the device (offload_param): parameters {} in host memory, {} on NVMe, swap buffers {}",
-                       format_bytes(plan.host_params), format_bytes(plan.nvme_params), format_bytes(plan.host_buffers));
+    out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";
   if (deepspeed_estimate > 0)
-    out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, no offload): {}", format_bytes(deepspeed_estimate));
+    out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, {}): {}",
+                       off ? "optimizer offloaded" : "no offload", format_bytes(deepspeed_estimate));
   return out;
 }
 

@@ -13,6 +13,16 @@
 // Bounded extras: stage-3 gathered groups (current layer, prefetch window, reuse and persistent
 // groups), reduction buffers (two groups' staging at stages 2–3, two slices at stage 1), the
 // fp32 views of one layer for 16-bit storage, activations of one micro-batch per layer.
+//
+// Each category is planned in three places: the training device, host memory and NVMe (swap
+// files). offload_optimizer cpu moves the optimizer row (K = state + an fp32 master, always
+// separate) to the host, and at stages 2–3 the gradient partition too, plus the fp32 gradient
+// and 16-bit staging of one optimizer sub-group; nvme keeps only buffer_count swap buffers of
+// that row on the host and puts the rest in the swap file. offload_param (stage 3) moves the
+// owned parameter slices to the host or NVMe (as ParamHome places them: param_host_bytes and
+// param_nvme_bytes, plus its swap buffers on the host); the device keeps the gathered layers
+// and, without offload_optimizer, an fp32 master even for fp32 parameters. --eval_only plans
+// no gradients, no optimizer state and no backward buffers.
 #pragma once
 
 #include "core/device.h"
@@ -25,6 +35,10 @@
 
 namespace dscpp::runtime {
 
+// Where offloaded state goes (offload_optimizer / offload_param device).
+enum class OffloadDevice { none, cpu, nvme };
+const char* offload_device_name(OffloadDevice d);
+
 struct MemoryPlanInputs {
   int stage = 0;
   int world = 1;
@@ -34,26 +48,33 @@ struct MemoryPlanInputs {
   int64_t micro_batch = 1;
   bool overlap_comm = false;
   int64_t stage3_live_elements = 0;  // bound on gathered stage-3 elements (ParamStore's policy)
-  // offload_param: the owned slices live off the device (ParamHome); the device holds the
-  // gathered groups (an offloaded slice is copied straight into its gather) and an fp32 master.
-  bool params_offloaded = false;
-  bool training = true;  // false: --eval_only (no gradients, no optimizer state, no backward buffers)
+  OffloadDevice offload_optimizer = OffloadDevice::none;
+  int64_t max_sub_group = 0;    // elements of the largest optimizer sub-group (offload scratch)
+  int64_t swap_pool_bytes = 0;  // nvme: host buffers the optimizer state is swapped through
+  int64_t swap_file_bytes = 0;  // nvme: the optimizer swap file
+  OffloadDevice offload_param = OffloadDevice::none;
+  int64_t param_host_bytes = 0, param_nvme_bytes = 0, param_swap_buffer_bytes = 0;
+  bool training = true;  // false: --eval_only
 };
 
 struct MemoryPlan {
-  std::array<int64_t, kMemCategories> bytes{};  // device
-  // Off the device (filled in once ParamHome has placed the slices): offloaded parameters in
-  // host memory and on NVMe, and the host buffers NVMe slices move through.
-  int64_t host_params = 0, nvme_params = 0, host_buffers = 0;
-  int64_t model_states() const;  // params + grads + optimizer state
-  int64_t total() const;
+  std::array<int64_t, kMemCategories> bytes{};  // the training device
+  std::array<int64_t, kMemCategories> host{};   // host memory (offload)
+  std::array<int64_t, kMemCategories> nvme{};   // swap files (offload device nvme)
+  int64_t model_states() const;  // params + grads + optimizer state, on the device
+  int64_t total() const;         // on the device
+  int64_t host_total() const;
+  int64_t nvme_total() const;
+  bool offloaded() const { return host_total() + nvme_total() > 0; }
 };
 
 MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& layout, const MemoryPlanInputs& in);
 
-// "category | planned | measured peak" rows (measured may be null: before the first step), plus
-// the model-state total and DeepSpeed's estimate for comparison when given (> 0).
-std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measured, int64_t deepspeed_estimate);
+// "category | planned | measured peak" rows for the device (measured may be null: before the
+// first step), host and NVMe columns when anything is offloaded (host_measured: the host
+// device's peaks, may be null), the model-state total and DeepSpeed's estimate when given (> 0).
+std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measured, int64_t deepspeed_estimate,
+                               const MemoryStats* host_measured = nullptr);
 
 // Model-state bytes per rank at a stage with the terms above (no bounded extras), for advice
 // such as "stage 3 would need ...".

@@ -23,7 +23,10 @@ struct Group {
   int64_t numel = 0;
   std::vector<int64_t> bounds;  // segments tiling [0, numel) (gaps become segments of their own)
   int64_t steps = 0;
-  std::vector<std::pair<std::string, DeviceBuffer>> state;
+  bool external = false;             // state arrays bound by the caller (bind_state), not owned
+  std::vector<std::string> names;    // state names, in order
+  std::vector<DeviceBuffer> owned;   // owned groups: the arrays `data` points at
+  std::vector<float*> data;          // the state arrays (numel floats each); null until bound
   bool momentum_started = false;  // SGD: the buffer holds a momentum (torch: buf is not None)
 };
 
@@ -62,14 +65,31 @@ class OptimizerBase : public Optimizer {
   }
 
   int add_group(int64_t numel, std::vector<Segment> segments) override {
-    if (numel < 0) fail("optimizer: group size must be >= 0, got {}", numel);
-    Group g;
-    g.numel = numel;
-    g.bounds = segment_bounds(numel, std::move(segments));
+    Group g = new_group(numel, std::move(segments), false);
     for (const std::string& name : initial_state_names()) add_state(g, name);
     init_state(g);
     groups_.push_back(std::move(g));
     return static_cast<int>(groups_.size()) - 1;
+  }
+
+  std::vector<std::string> state_names() const override { return initial_state_names(); }
+
+  int add_external_group(int64_t numel, std::vector<Segment> segments) override {
+    Group g = new_group(numel, std::move(segments), true);
+    g.names = initial_state_names();
+    g.data.assign(g.names.size(), nullptr);
+    groups_.push_back(std::move(g));
+    return static_cast<int>(groups_.size()) - 1;
+  }
+
+  void bind_state(int group, const std::vector<float*>& state, bool initialise) override {
+    Group& g = at(group);
+    if (!g.external) fail("optimizer {}: group {} owns its state; only external groups are bound", name(), group);
+    DSCPP_CHECK_EQ(state.size(), g.names.size());
+    g.data = state;
+    if (!initialise) return;
+    for (float* d : g.data) std::fill_n(d, g.numel, 0.0f);
+    init_state(g);
   }
 
   void step(int group, float* w, const float* grad, const StepOverrides& overrides) override {
@@ -86,7 +106,7 @@ class OptimizerBase : public Optimizer {
   std::vector<StateTensor> state(int group) override {
     Group& g = at(group);
     std::vector<StateTensor> out;
-    for (auto& [name, buf] : g.state) out.push_back({name, buf.as<float>(), g.numel});
+    for (size_t i = 0; i < g.names.size(); ++i) out.push_back({g.names[i], g.data[i], g.numel});
     return out;
   }
 
@@ -104,14 +124,29 @@ class OptimizerBase : public Optimizer {
   virtual void init_state(Group&) {}
   virtual void update(Group& g, float* w, const float* grad, double lr, double momentum) = 0;
 
+  Group new_group(int64_t numel, std::vector<Segment> segments, bool external) {
+    if (numel < 0) fail("optimizer: group size must be >= 0, got {}", numel);
+    Group g;
+    g.numel = numel;
+    g.bounds = segment_bounds(numel, std::move(segments));
+    g.external = external;
+    return g;
+  }
   float* add_state(Group& g, const std::string& name) {
+    if (g.external)
+      fail("optimizer {}: state '{}' would be created during training, but this group's state lives outside the "
+           "optimizer (optimizer offload), whose state set is fixed at the start; configure a non-zero momentum "
+           "from the start or do not offload the optimizer",
+           this->name(), name);
     size_t bytes = static_cast<size_t>(std::max<int64_t>(g.numel, 1)) * sizeof(float);
-    g.state.emplace_back(name, DeviceBuffer(device_, bytes, MemCategory::optimizer_state, /*zero=*/true));
-    return g.state.back().second.as<float>();
+    g.owned.emplace_back(device_, bytes, MemCategory::optimizer_state, /*zero=*/true);
+    g.names.push_back(name);
+    g.data.push_back(g.owned.back().as<float>());
+    return g.data.back();
   }
   static float* find_state(Group& g, const std::string& name) {
-    for (auto& [n, buf] : g.state)
-      if (n == name) return buf.as<float>();
+    for (size_t i = 0; i < g.names.size(); ++i)
+      if (g.names[i] == name) return g.data[i];
     return nullptr;
   }
   Group& at(int group) {
@@ -141,7 +176,7 @@ class Adam final : public OptimizerBase {
     check_beta("beta1", beta1);
     auto c = kernels::adam_coeffs(lr, beta1, beta2_, p_.eps, p_.weight_decay, p_.bias_correction, decoupled_,
                                   g.steps);
-    kc::adam_step(w, grad, g.state[0].second.as<float>(), g.state[1].second.as<float>(), g.numel, c);
+    kc::adam_step(w, grad, g.data[0], g.data[1], g.numel, c);
   }
 
  private:
@@ -161,7 +196,7 @@ class Lamb final : public OptimizerBase {
     check_beta("beta1", beta1);
     auto c = kernels::lamb_coeffs(beta1, beta2_, p_.eps, p_.weight_decay, p_.eps_inside_sqrt);
     double step_size = kernels::lamb_step_size(lr, beta1, beta2_, p_.bias_correction, g.steps);
-    kc::lamb_step(w, grad, g.state[0].second.as<float>(), g.state[1].second.as<float>(), g.bounds, c, step_size,
+    kc::lamb_step(w, grad, g.data[0], g.data[1], g.bounds, c, step_size,
                   p_.min_coeff, p_.max_coeff);
   }
 };
@@ -204,11 +239,11 @@ class Adagrad final : public OptimizerBase {
   std::vector<std::string> initial_state_names() const override { return {"sum"}; }
   void init_state(Group& g) override {
     if (p_.initial_accumulator_value != 0)
-      std::fill_n(g.state[0].second.as<float>(), g.numel, static_cast<float>(p_.initial_accumulator_value));
+      std::fill_n(g.data[0], g.numel, static_cast<float>(p_.initial_accumulator_value));
   }
   void update(Group& g, float* w, const float* grad, double lr, double) override {
     auto c = kernels::adagrad_coeffs(lr, p_.lr_decay, p_.eps, p_.weight_decay, p_.maximize, g.steps);
-    kc::adagrad_step(w, grad, g.state[0].second.as<float>(), g.numel, c);
+    kc::adagrad_step(w, grad, g.data[0], g.numel, c);
   }
 };
 
@@ -224,7 +259,7 @@ class Lion final : public OptimizerBase {
   void update(Group& g, float* w, const float* grad, double lr, double beta1) override {
     check_beta("beta1", beta1);
     auto c = kernels::lion_coeffs(lr, beta1, beta2_, p_.weight_decay);
-    kc::lion_step(w, grad, g.state[0].second.as<float>(), g.numel, c);
+    kc::lion_step(w, grad, g.data[0], g.numel, c);
   }
 };
 

@@ -28,7 +28,8 @@ struct Segment {
 };
 
 // A state tensor of one group, for checkpoints ("exp_avg", "exp_avg_sq", "momentum_buffer",
-// "sum", ...). `data` points at the live state (fp32, `numel` elements).
+// "sum", ...). `data` points at the live state (fp32, `numel` elements); for an external
+// group, at the arrays bound last.
 struct StateTensor {
   std::string name;
   float* data = nullptr;
@@ -54,6 +55,16 @@ class Optimizer {
 
   // Registers a flat group of `numel` fp32 elements; returns its index (0, 1, ...).
   virtual int add_group(int64_t numel, std::vector<Segment> segments) = 0;
+
+  // External state (optimizer offload: the state lives in host memory or is swapped through
+  // NVMe buffers that the caller manages). Such a group allocates nothing; before each step()
+  // or state() the caller binds one array of numel floats per state_names() entry. The state
+  // set must be fixed from the start (SGD's lazily created momentum buffer is refused).
+  virtual std::vector<std::string> state_names() const = 0;
+  virtual int add_external_group(int64_t numel, std::vector<Segment> segments) = 0;
+  // `initialise`: fill the arrays with the optimizer's initial state (zeros, or Adagrad's
+  // initial_accumulator_value) — for a group that has never stepped.
+  virtual void bind_state(int group, const std::vector<float*>& state, bool initialise) = 0;
   // One update of group `group`: `w` (numel fp32, updated in place) with gradient `grad`
   // (already averaged, unscaled and clipped). Increments the group's step count first.
   virtual void step(int group, float* w, const float* grad, const StepOverrides& overrides) = 0;

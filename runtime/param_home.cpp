@@ -18,9 +18,9 @@ ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const con
   if (!zero.offload_param || !stage3) return o;
   const config::OffloadParamConfig& c = *zero.offload_param;
   if (c.device == "cpu")
-    o.target = ParamOffload::Target::cpu;
+    o.device = OffloadDevice::cpu;
   else if (c.device == "nvme")
-    o.target = ParamOffload::Target::nvme;
+    o.device = OffloadDevice::nvme;
   else if (c.device != "none")
     fail("zero_optimization.offload_param.device: expected none, cpu or nvme, found \"{}\"", c.device);
   o.nvme_path = c.nvme_path.value_or("");
@@ -36,15 +36,6 @@ ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const con
   return o;
 }
 
-const char* target_name(ParamOffload::Target t) {
-  switch (t) {
-    case ParamOffload::Target::none: return "none";
-    case ParamOffload::Target::cpu: return "cpu";
-    case ParamOffload::Target::nvme: return "nvme";
-  }
-  return "?";
-}
-
 ParamHome::ParamHome(const FlatLayout& layout, int rank, Device& device, Device& host, DType dtype, bool partitioned,
                      const ParamOffload& offload)
     : layout_(layout),
@@ -57,9 +48,9 @@ ParamHome::ParamHome(const FlatLayout& layout, int rank, Device& device, Device&
       offload_(offload),
       where_(layout.groups.size(), Where::device),
       offset_(layout.groups.size(), 0) {
-  if (!partitioned && offload.target != ParamOffload::Target::none)
+  if (!partitioned && offload.device != OffloadDevice::none)
     fail("offload_param needs partitioned (ZeRO stage 3) parameters");
-  if (offload.target == ParamOffload::Target::none) {
+  if (offload.device == OffloadDevice::none) {
     const int64_t n = partitioned ? layout.part_total : layout.total;
     device_data_ = DeviceBuffer(device, static_cast<size_t>(n) * elem_, MemCategory::params, true);
     for (size_t g = 0; g < layout.groups.size(); ++g)
@@ -90,7 +81,7 @@ ParamHome::Placement ParamHome::place(const FlatLayout& layout, DType dtype, con
   Placement p;
   p.where.assign(layout.groups.size(), Where::device);
   p.offset.assign(layout.groups.size(), 0);
-  if (offload.target == ParamOffload::Target::none) return p;
+  if (offload.device == OffloadDevice::none) return p;
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
   // DeepSpeed swaps a slice only when its bytes reach max(1 MiB, aio block_size) (engine.md 4.8):
   // smaller requests cost more in latency than they save in memory.
@@ -98,7 +89,7 @@ ParamHome::Placement ParamHome::place(const FlatLayout& layout, DType dtype, con
   int64_t in_cpu = 0;
   for (size_t g = 0; g < layout.groups.size(); ++g) {
     const int64_t part = layout.groups[g].part;
-    const bool swappable = offload.target == ParamOffload::Target::nvme && part * elem >= min_swap;
+    const bool swappable = offload.device == OffloadDevice::nvme && part * elem >= min_swap;
     if (swappable && in_cpu + part > offload.max_in_cpu) {
       p.where[g] = Where::nvme;
       p.offset[g] = p.slots++;
@@ -199,8 +190,8 @@ int64_t ParamHome::swap_buffer_bytes() const {
 }
 
 std::string ParamHome::describe() const {
-  if (offload_.target == ParamOffload::Target::none) return "parameters on the device";
-  std::string out = fmt::format("offload_param {}: {} of parameter partitions in host memory", target_name(offload_.target),
+  if (offload_.device == OffloadDevice::none) return "parameters on the device";
+  std::string out = fmt::format("offload_param {}: {} of parameter partitions in host memory", offload_device_name(offload_.device),
                                 format_bytes(host_bytes()));
   if (swap_)
     out += fmt::format(", {} in {} ({} host buffers of {})", format_bytes(nvme_bytes()), swap_->path(),

@@ -21,6 +21,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "runtime/flat_layout.h"
+#include "runtime/memory_plan.h"
 
 #include <cstdint>
 #include <memory>
@@ -35,8 +36,7 @@ struct AioConfig;
 namespace dscpp::runtime {
 
 struct ParamOffload {
-  enum class Target : uint8_t { none, cpu, nvme };
-  Target target = Target::none;
+  OffloadDevice device = OffloadDevice::none;
   std::string nvme_path;
   int64_t buffer_count = 5;
   int64_t buffer_size = 100000000;  // elements per buffer
@@ -53,7 +53,6 @@ struct ParamOffload {
 // zero_optimization.offload_param and aio as the runtime uses them. Below stage 3 DeepSpeed
 // ignores offload_param silently; the caller warns (once) and passes stage3 = false.
 ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const config::AioConfig& aio, bool stage3);
-const char* target_name(ParamOffload::Target t);
 
 class ParamSwap;  // the NVMe part (param_swap.h)
 
@@ -82,7 +81,7 @@ class ParamHome {
   bool partitioned() const { return partitioned_; }
   const ParamOffload& offload() const { return offload_; }
   Where where(int group) const { return where_[static_cast<size_t>(group)]; }
-  bool all_on_device() const { return offload_.target == ParamOffload::Target::none; }
+  bool all_on_device() const { return offload_.device == OffloadDevice::none; }
 
   // Stage 0–2: the whole array on the device. Stage 3: nullptr.
   void* full() const { return partitioned_ ? nullptr : device_data_.data(); }

@@ -23,7 +23,7 @@ ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Devic
       slots_(layout.groups.size()),
       persistent_(layout.groups.size(), false) {
   DSCPP_CHECK(layout.parts == 1 || layout.parts == comm.size());
-  DSCPP_CHECK(host || offload.target == ParamOffload::Target::none);
+  DSCPP_CHECK(host || offload.device == OffloadDevice::none);
   home_ = std::make_unique<ParamHome>(layout, comm.rank(), device, host ? *host : device, dtype, partitioned, offload);
   if (partitioned) {
     persistent_ = persistent_groups(layout, s3_);
@@ -120,7 +120,7 @@ void ParamStore::release(int group) {
 void ParamStore::prefetch_after(int layer, bool backward) {
   const int n = static_cast<int>(layout_.layer_range.size());
   const int here = layout_.layer_group[static_cast<size_t>(layer)];
-  const bool swap_ahead = home_->offload().target == ParamOffload::Target::nvme;
+  const bool swap_ahead = home_->offload().device == OffloadDevice::nvme;
   int64_t ahead = 0;    // elements gathered for groups not yet reached
   bool gathering = true;
   for (int l = backward ? layer - 1 : layer + 1; l >= 0 && l < n; l += backward ? -1 : 1) {

@@ -45,7 +45,7 @@ struct Stage3Options {
 
 class ParamStore {
  public:
-  // `host`: where offloaded slices are counted (required when offload.target is not none).
+  // `host`: where offloaded slices are counted (required when offload.device is not none).
   ParamStore(const FlatLayout& layout, comm::Communicator& comm, Device& device, DType dtype, bool partitioned,
              const Stage3Options& stage3 = {}, Device* host = nullptr, const ParamOffload& offload = {});
   ~ParamStore();

@@ -630,6 +630,54 @@ TEST_CASE("A resumed step count continues the bias correction", "[optimizers]") 
   REQUIRE(wa == wb);
 }
 
+TEST_CASE("External state (optimizer offload) steps exactly like owned state", "[optimizers]") {
+  // Same math, state elsewhere: bit-identical weights and state. The external arrays start as
+  // garbage, so bind_state(initialise) must really write the initial state (Adagrad's
+  // accumulator value included).
+  auto device = dscpp::make_cpu_device();
+  const int64_t n = 777;
+  for (auto config : {make_config(Kind::adamw, "AdamW", [](auto& p) { p.weight_decay = 0.1; }),
+                      make_config(Kind::adagrad, "Adagrad", [](auto& p) { p.initial_accumulator_value = 0.25; }),
+                      make_config(Kind::lion, "Lion")}) {
+    CAPTURE(config.type);
+    auto a = dscpp::runtime::make_optimizer(config, *device);
+    auto b = dscpp::runtime::make_optimizer(config, *device);
+    a->add_group(n, {});
+    const auto before = device->stats().current[size_t(dscpp::MemCategory::optimizer_state)];
+    REQUIRE(b->add_external_group(n, {}) == 0);
+    CHECK(device->stats().current[size_t(dscpp::MemCategory::optimizer_state)] == before);  // nothing allocated
+    REQUIRE(b->state_names().size() == a->state(0).size());
+    std::vector<std::vector<float>> ext(b->state_names().size(), std::vector<float>(n, 123.f));
+    std::vector<float*> ptrs;
+    for (auto& e : ext) ptrs.push_back(e.data());
+    b->bind_state(0, ptrs, true);
+    std::vector<float> wa = uniform(n, 7, -1.f, 1.f), wb = wa;
+    for (int t = 1; t <= 3; ++t) {
+      auto g = uniform(n, 700 + t, -1.f, 1.f);
+      a->step(0, wa.data(), g.data(), {});
+      // Moved between steps, as swapping does: only the bound arrays count.
+      auto moved = ext;
+      ptrs.clear();
+      for (auto& e : moved) ptrs.push_back(e.data());
+      b->bind_state(0, ptrs, false);
+      b->step(0, wb.data(), g.data(), {});
+      ext = moved;
+    }
+    REQUIRE(wa == wb);
+    auto sa = a->state(0);
+    for (size_t i = 0; i < sa.size(); ++i) CHECK(std::vector<float>(sa[i].data, sa[i].data + n) == ext[i]);
+    REQUIRE_THROWS_AS(a->bind_state(0, ptrs, false), dscpp::Error);  // owned groups are not bound
+  }
+  // SGD without momentum would create its buffer lazily: refused for external state.
+  auto sgd = dscpp::runtime::make_optimizer(make_config(Kind::sgd, "SGD"), *device);
+  sgd->add_external_group(4, {});
+  sgd->bind_state(0, {}, true);
+  std::vector<float> w(4, 1.f), g(4, 1.f);
+  dscpp::runtime::StepOverrides o;
+  o.momentum = 0.9;
+  REQUIRE_THROWS_WITH(sgd->step(0, w.data(), g.data(), o), Catch::Contains("optimizer offload"));
+}
+
 TEST_CASE("Unsupported optimizers and bad parameters are errors", "[optimizers]") {
   auto device = dscpp::make_cpu_device();
   for (auto [kind, type] : std::vector<std::pair<Kind, std::string>>{{Kind::onebit_adam, "OneBitAdam"},

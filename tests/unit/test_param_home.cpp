@@ -53,7 +53,7 @@ FlatLayout layout_of(const std::vector<int64_t>& sizes, int parts) {
 
 ParamOffload nvme(const std::string& path, int64_t buffers) {
   ParamOffload o;
-  o.target = ParamOffload::Target::nvme;
+  o.device = OffloadDevice::nvme;
   o.nvme_path = path;
   o.buffer_count = buffers;
   o.max_in_cpu = 0;
@@ -102,7 +102,7 @@ TEST_CASE("placement: swap minimum max(1 MiB, block_size), then max_in_cpu in gr
   p = ParamHome::place(l, DType::f32, o);
   CHECK(p.where == std::vector<W>{W::host, W::host, W::nvme, W::host});
   // cpu: everything in host memory, in order.
-  o.target = ParamOffload::Target::cpu;
+  o.device = OffloadDevice::cpu;
   p = ParamHome::place(l, DType::f32, o);
   CHECK(p.where == std::vector<W>(4, W::host));
   CHECK(p.host_elements == l.part_total);
@@ -113,7 +113,7 @@ TEST_CASE("offload_param cpu: slices live on the host device, exact round trip i
   auto host = make_host_device();
   FlatLayout l = layout_of({1000, 37, 4096}, 2);
   ParamOffload o;
-  o.target = ParamOffload::Target::cpu;
+  o.device = OffloadDevice::cpu;
   ParamHome home(l, 1, *device, *host, DType::bf16, true, o);
   CHECK(device->stats().total_current == 0);
   CHECK(host->stats().current[static_cast<size_t>(MemCategory::params)] == l.part_total * 2);

@@ -1,0 +1,281 @@
+#include "runtime/optimizer_offload.h"
+
+#include "core/error.h"
+#include "offload/aligned_buffer.h"
+#include "offload/async_io.h"
+#include "offload/swap_dir.h"
+#include "offload/tensor_swapper.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace dscpp::runtime {
+
+namespace {
+
+constexpr const char* kKey = "zero_optimization.offload_optimizer";
+
+class ResidentHome final : public StateHome {
+ public:
+  ResidentHome(Device& memory, Optimizer& optimizer, std::vector<float*> bases)
+      : memory_(memory), optimizer_(optimizer), bases_(std::move(bases)) {}
+  Device& memory() override { return memory_; }
+  SubGroupView acquire(int sub) override {
+    SubGroupView v;
+    v.master = bases_.at(static_cast<size_t>(sub));
+    for (const StateTensor& s : optimizer_.state(sub)) v.state.push_back(s.data);
+    return v;
+  }
+  void release(int, bool, bool) override {}
+
+ private:
+  Device& memory_;
+  Optimizer& optimizer_;
+  std::vector<float*> bases_;
+};
+
+// Sub-group s's tensor t (0 = master, 1.. = states) is slot s·tensors + t. A "set" is the
+// buffers one sub-group occupies while it is read, stepped, or written; pipelining needs up to
+// three sets (being read, stepping, being written). A released set keeps its sub-group cached
+// until its buffers are needed, so checkpoint access that walks a sub-group in pieces reads it
+// once.
+class SwappedHome final : public StateHome {
+ public:
+  SwappedHome(Optimizer& optimizer, std::vector<int64_t> numels, const OptimizerOffload& o, int rank)
+      : optimizer_(optimizer),
+        numels_(std::move(numels)),
+        tensors_(1 + static_cast<int>(optimizer.state_names().size())),
+        options_(o),
+        host_(make_host_device()),
+        io_(o.aio),
+        dir_(o.nvme_path, offload::swap_job_id_from_env(), rank) {
+    const int64_t max_numel = *std::max_element(numels_.begin(), numels_.end());
+    const SwapFootprint need = swap_footprint(o, max_numel, static_cast<int64_t>(numels_.size()), tensors_ - 1);
+    if (o.buffer_count < need.buffers_needed)
+      fail("{}.buffer_count is {}, but optimizer {} swaps {} tensors per sub-group (the fp32 master and {}) and {} "
+           "holds {} sub-group{} at once: set buffer_count to at least {}",
+           kKey, o.buffer_count, optimizer.name(), tensors_, fmt::join(optimizer.state_names(), ", "),
+           o.pipeline_read || o.pipeline_write ? "pipelining (pipeline_read/pipeline_write)" : "a step",
+           need.buffers_needed / tensors_, need.buffers_needed > tensors_ ? "s" : "", need.buffers_needed);
+    swapper_ = std::make_unique<offload::TensorSwapper>(io_, dir_, "optimizer", max_numel * 4,
+                                                        static_cast<int64_t>(numels_.size()) * tensors_);
+    pool_ = offload::SwapBufferPool(o.buffer_count, max_numel * 4, o.pin_memory, std::string(kKey) + ".buffer_count");
+    sets_.resize(static_cast<size_t>(need.buffers_needed / tensors_));
+    for (Set& s : sets_)
+      for (int t = 0; t < tensors_; ++t) s.bufs.push_back(pool_.acquire());
+    // The initial state of every sub-group, computed by the optimizer and written out.
+    for (size_t sub = 0; sub < numels_.size(); ++sub) {
+      Set& s = take_set();
+      s.sub = static_cast<int>(sub);
+      s.state = State::in_use;
+      SubGroupView v = view(s);
+      std::fill_n(v.master, numels_[sub], 0.0f);
+      optimizer_.bind_state(s.sub, v.state, /*initialise=*/true);
+      release(s.sub, true, true);
+    }
+    flush();
+  }
+
+  ~SwappedHome() override {
+    try {
+      flush();
+    } catch (...) {
+      // The job is failing already (the error that unwinds names the cause); nothing to add.
+    }
+  }
+
+  Device& memory() override { return *host_; }
+
+  void prefetch(int sub) override {
+    if (!options_.pipeline_read || sub < 0 || sub >= static_cast<int>(numels_.size()) || find(sub)) return;
+    start_read(take_set(), sub);
+  }
+
+  SubGroupView acquire(int sub) override {
+    Set* s = find(sub);
+    if (!s) {
+      s = &take_set();
+      start_read(*s, sub);
+    }
+    DSCPP_CHECK(s->state != State::in_use);
+    wait(*s);  // its reads, or (a cached set) the writes still in flight from its buffers
+    s->state = State::in_use;
+    SubGroupView v = view(*s);
+    optimizer_.bind_state(sub, v.state, false);
+    return v;
+  }
+
+  void release(int sub, bool dirty, bool write_now) override {
+    Set* s = find(sub);
+    DSCPP_CHECK(s && s->state == State::in_use);
+    s->dirty = s->dirty || dirty;
+    s->state = State::cached;
+    s->released_at = ++clock_;
+    if (!write_now) return;
+    write(*s);
+    if (!options_.pipeline_write) wait(*s);
+  }
+
+  void flush() override {
+    for (Set& s : sets_)
+      if (s.state == State::cached) {
+        write(s);
+        wait(s);
+      }
+  }
+
+  SwapStats swap_stats() const override {
+    return {swapper_->bytes_read(), swapper_->bytes_written(), wait_s_};
+  }
+  int64_t pool_bytes() const override { return pool_.bytes(); }
+
+ private:
+  enum class State { free, reading, in_use, cached };
+  struct Set {
+    int sub = -1;
+    State state = State::free;
+    std::vector<int> bufs;  // one per tensor
+    std::vector<offload::IoHandle> io;
+    int64_t released_at = 0;
+    bool dirty = false;  // the buffers are newer than the slots
+  };
+
+  void write(Set& s) {
+    if (!s.dirty) return;
+    for (int t = 0; t < tensors_; ++t)
+      s.io.push_back(swapper_->swap_out(slot(s.sub, t), pool_.data(s.bufs[static_cast<size_t>(t)]), bytes(s.sub)));
+    s.dirty = false;
+  }
+
+  int64_t slot(int sub, int t) const { return static_cast<int64_t>(sub) * tensors_ + t; }
+  int64_t bytes(int sub) const { return numels_[static_cast<size_t>(sub)] * 4; }
+
+  SubGroupView view(const Set& s) {
+    SubGroupView v;
+    v.master = reinterpret_cast<float*>(pool_.data(s.bufs[0]));
+    for (int t = 1; t < tensors_; ++t) v.state.push_back(reinterpret_cast<float*>(pool_.data(s.bufs[static_cast<size_t>(t)])));
+    return v;
+  }
+
+  Set* find(int sub) {
+    for (Set& s : sets_)
+      if (s.sub == sub && s.state != State::free) return &s;
+    return nullptr;
+  }
+
+  // A free set, else the one released longest ago (its writes waited for first).
+  Set& take_set() {
+    Set* best = nullptr;
+    for (Set& s : sets_) {
+      if (s.state == State::free) return s;
+      if (s.state == State::cached && (!best || s.released_at < best->released_at)) best = &s;
+    }
+    DSCPP_CHECK(best != nullptr);  // sets_ is sized for the most the step loop holds at once
+    write(*best);
+    wait(*best);
+    best->sub = -1;
+    best->state = State::free;
+    return *best;
+  }
+
+  void start_read(Set& s, int sub) {
+    s.sub = sub;
+    s.state = State::reading;
+    for (int t = 0; t < tensors_; ++t)
+      s.io.push_back(swapper_->swap_in(slot(sub, t), pool_.data(s.bufs[static_cast<size_t>(t)]), bytes(sub)));
+  }
+
+  void wait(Set& s) {
+    if (s.io.empty()) return;
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<offload::IoHandle> io = std::move(s.io);
+    s.io.clear();
+    for (offload::IoHandle& h : io) h.wait();
+    wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  Optimizer& optimizer_;
+  std::vector<int64_t> numels_;
+  int tensors_;
+  OptimizerOffload options_;
+  std::unique_ptr<Device> host_;
+  offload::AsyncIo io_;
+  offload::SwapDir dir_;
+  std::unique_ptr<offload::TensorSwapper> swapper_;
+  offload::SwapBufferPool pool_;
+  std::vector<Set> sets_;
+  int64_t clock_ = 0;
+  double wait_s_ = 0;
+};
+
+}  // namespace
+
+OptimizerOffload optimizer_offload_options(const config::DsConfig& config) {
+  OptimizerOffload out;
+  const auto& z = config.zero_optimization;
+  if (!z.offload_optimizer || z.offload_optimizer->device == "none") return out;
+  const config::OffloadOptimizerConfig& o = *z.offload_optimizer;
+  if (o.device == "cpu")
+    out.device = OffloadDevice::cpu;
+  else if (o.device == "nvme")
+    out.device = OffloadDevice::nvme;
+  else
+    fail("{}.device: expected \"none\", \"cpu\" or \"nvme\", found \"{}\"", kKey, o.device);
+  if (o.ratio < 1.0)
+    fail("{}.ratio is {}: partial optimizer offload (DeepSpeed keeps the last sub-groups' optimizer on the GPU) is "
+         "not implemented by dscpp; set ratio to 1 (everything offloaded) or remove the key",
+         kKey, o.ratio);
+  if (o.buffer_count < 1 || o.buffer_count > 1024)
+    fail("{}.buffer_count must be between 1 and 1024, found {}", kKey, o.buffer_count);
+  out.nvme_path = o.nvme_path.value_or("");
+  out.buffer_count = static_cast<int>(o.buffer_count);
+  out.pin_memory = o.pin_memory;
+  out.pipeline_read = o.pipeline_read;
+  out.pipeline_write = o.pipeline_write;
+  const config::AioConfig& a = config.aio;
+  if (a.use_gds)
+    fail("aio.use_gds is true: GPUDirect Storage moves swap data straight into GPU memory and needs CUDA; dscpp "
+         "swaps through host buffers here: set it to false");
+  out.aio.block_size = a.block_size;
+  out.aio.queue_depth = static_cast<int>(a.queue_depth);
+  out.aio.thread_count = static_cast<int>(a.intra_op_parallelism);
+  out.aio.single_submit = a.single_submit;
+  out.aio.overlap_events = a.overlap_events;
+  if (out.device == OffloadDevice::nvme) offload::validate(out.aio);
+  return out;
+}
+
+SwapFootprint swap_footprint(const OptimizerOffload& options, int64_t max_sub_numel, int64_t sub_count,
+                             int64_t state_count) {
+  SwapFootprint f;
+  const int64_t tensors = 1 + state_count;
+  const int64_t slot = offload::round_up(std::max<int64_t>(max_sub_numel, 1) * 4, offload::kDirectIoAlignment);
+  const int sets = 1 + (options.pipeline_read ? 1 : 0) + (options.pipeline_write ? 1 : 0);
+  f.buffers_needed = sets * static_cast<int>(tensors);
+  f.pool_bytes = static_cast<int64_t>(options.buffer_count) * slot;
+  f.file_bytes = sub_count * tensors * slot;
+  return f;
+}
+
+std::unique_ptr<StateHome> make_resident_home(Device& memory, Optimizer& optimizer, std::vector<float*> master_bases) {
+  return std::make_unique<ResidentHome>(memory, optimizer, std::move(master_bases));
+}
+
+std::unique_ptr<StateHome> make_swapped_home(Optimizer& optimizer, const std::vector<int64_t>& numels,
+                                             const OptimizerOffload& options, int rank) {
+  DSCPP_CHECK(!numels.empty());
+  try {
+    return std::make_unique<SwappedHome>(optimizer, numels, options, rank);
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    // Say which setting led here: the swap layer's message names the path and the remedy.
+    fail("{} (device nvme, nvme_path {}): {}", kKey, options.nvme_path, e.what());
+  }
+}
+
+}  // namespace dscpp::runtime

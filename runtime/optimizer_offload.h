@@ -1,0 +1,95 @@
+// Where the optimizer's sub-groups live: the fp32 master weights and the optimizer state.
+//
+//   resident   one flat master (or the fp32 parameters themselves) and optimizer-owned state
+//              on one Device: the training device (no offload) or the host device
+//              (offload_optimizer device cpu, ZeRO-Offload: engine.md 3.5, 4.7)
+//   swapped    offload_optimizer device nvme (ZeRO-Infinity, engine.md 5.4): each sub-group's
+//              master and state tensors sit in TensorSwapper slots under
+//              <nvme_path>/dscpp-<job>-rank<R>/optimizer.swp and are brought into a pool of
+//              buffer_count host buffers only while that sub-group steps or is checkpointed
+//
+// MasterWeights walks the sub-groups through acquire/release; a home that swaps overlaps the
+// I/O with the step (pipeline_read: the next sub-group is read while this one steps;
+// pipeline_write: this one is written while the next one steps). Pointers from acquire() stay
+// valid until the matching release().
+#pragma once
+
+#include "configs/ds_config.h"
+#include "core/device.h"
+#include "offload/aio_options.h"
+#include "runtime/memory_plan.h"
+#include "runtime/optimizer.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dscpp::runtime {
+
+// zero_optimization.offload_optimizer and the `aio` section, checked.
+struct OptimizerOffload {
+  OffloadDevice device = OffloadDevice::none;
+  std::string nvme_path;
+  int buffer_count = 4;
+  bool pin_memory = true;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  offload::AioOptions aio;
+};
+// Throws naming the key for what dscpp refuses (ratio < 1: partial offload; aio.use_gds).
+OptimizerOffload optimizer_offload_options(const config::DsConfig& config);
+
+// A sub-group's arrays while acquired: numel floats each; state in Optimizer::state_names() order.
+struct SubGroupView {
+  float* master = nullptr;
+  std::vector<float*> state;
+};
+
+// Swap traffic and the time the step spent blocked on it (swapped homes only).
+struct SwapStats {
+  int64_t bytes_read = 0, bytes_written = 0;
+  double wait_s = 0;  // inside acquire/release/flush waiting for reads or writes to finish
+};
+
+class StateHome {
+ public:
+  virtual ~StateHome() = default;
+  // The device whose copies reach the acquired arrays.
+  virtual Device& memory() = 0;
+  // Starts bringing sub-group `sub` in, when the home pipelines reads; else nothing.
+  virtual void prefetch(int sub) { (void)sub; }
+  virtual SubGroupView acquire(int sub) = 0;
+  // `dirty`: the arrays changed and must reach the home's backing store — now (asynchronously
+  // with pipeline_write), or with `write_now` false when the sub-group leaves the cache or at
+  // flush() (checkpoint loading changes a sub-group in many small pieces).
+  virtual void release(int sub, bool dirty, bool write_now = true) = 0;
+  // Every write has reached the backing store (before a checkpoint or at exit).
+  virtual void flush() {}
+  virtual SwapStats swap_stats() const { return {}; }
+  // Host bytes held outside `memory()`'s accounting (the swap buffer pool).
+  virtual int64_t pool_bytes() const { return 0; }
+};
+
+// master_base(sub): where sub-group `sub`'s master starts (a separate copy on `memory`, or the
+// fp32 parameters when they are the master). The optimizer's groups own their state on the
+// device the optimizer was made with, which must be `memory`.
+std::unique_ptr<StateHome> make_resident_home(Device& memory, Optimizer& optimizer,
+                                              std::vector<float*> master_bases);
+
+// Over the optimizer's external groups 0..numels.size()-1 (sizes `numels`): creates the swap
+// directory and file and writes every sub-group's initial state (the master is written by the
+// caller through acquire/release once the parameters exist).
+std::unique_ptr<StateHome> make_swapped_home(Optimizer& optimizer, const std::vector<int64_t>& numels,
+                                             const OptimizerOffload& options, int rank);
+
+// Sizes of the swapped home for a memory plan: the buffer pool (host) and the swap file (NVMe).
+struct SwapFootprint {
+  int64_t pool_bytes = 0;
+  int64_t file_bytes = 0;
+  int buffers_needed = 0;  // sub-group sets the pipelining holds at once × tensors per sub-group
+};
+SwapFootprint swap_footprint(const OptimizerOffload& options, int64_t max_sub_numel, int64_t sub_count,
+                             int64_t state_count);
+
+}  // namespace dscpp::runtime
