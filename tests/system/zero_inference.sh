@@ -6,8 +6,9 @@
 #     run without offload, fp32 and bf16: master weights, Adam moments and the gathered 16-bit
 #     parameters (stage3_gather_16bit_weights_on_model_save, read from the offloaded slices) bit
 #     for bit, and the same loss at every step; resuming from a checkpoint into NVMe-offloaded
-#     parameters likewise. Exact is the right tolerance: offload moves the same bytes, it changes
-#     no arithmetic. Control: fp32 and bf16 runs differ under the same check;
+#     parameters, and with offload_optimizer nvme too, likewise. Exact is the right tolerance:
+#     offload moves the same bytes, it changes no arithmetic. Control: fp32 and bf16 runs differ
+#     under the same check;
 #  2. the device's parameter peak with offload (no prefetch, no reuse) is the one gathered layer
 #     the plan predicts, and without offload it is that plus this rank's partitions;
 #  3. --eval_only at stage 3 with offload_param cpu / nvme under a --device_memory_limit below the
@@ -97,6 +98,16 @@ if [ "$SANITIZED" != 1 ]; then
   out=$(same "$WORK/r-none/global_step$((STEPS + 1))" "$WORK/r-nvme/global_step$((STEPS + 1))") &&
     pass "resume from a checkpoint into NVMe-offloaded parameters: bit for bit after one more step" ||
     fail "resume into NVMe-offloaded parameters differs: $out"
+fi
+# With the optimizer offloaded as well (ZeRO-Infinity: both on NVMe), bf16: still bit for bit.
+if [ "$SANITIZED" != 1 ]; then
+  mkdir -p "$WORK/nvme-opt"
+  config "$WORK/t-inf.json" 3 bf16 nvme \
+    ', "stage3_prefetch_bucket_size": 2000000, "offload_optimizer": {"device": "nvme", "nvme_path": "'"$WORK/nvme-opt"'"}'
+  run 2 "$WORK/t-inf.json" "$WORK/t-inf.log" --steps $STEPS --no_eval --save_dir "$WORK/t-inf" &&
+    out=$(same "$WORK/t-bf16-none/global_step$STEPS" "$WORK/t-inf/global_step$STEPS") &&
+    pass "train bf16, offload_param and offload_optimizer both nvme: bit for bit" ||
+    fail "train bf16, both offloads on nvme: ${out:-$(tail -3 "$WORK/t-inf.log")}"
 fi
 # NVMe really held the slices, and the swap directory went away with the job.
 nv=$(sed -n 's/.*parameters off the device per rank (bytes): host=[0-9]*, nvme=\([0-9]*\),.*/\1/p' "$WORK/t-fp32-nvme.log")
