@@ -68,7 +68,7 @@ same() {  # A B: every tensor of every rank file and the 16-bit weights, bit for
 }
 
 # ---- 1. training with offload == without, fp32 and bf16 ------------------------------------
-STEPS=3
+STEPS=2
 PRECS="fp32 bf16"
 for prec in $PRECS; do
   for off in none cpu nvme; do
