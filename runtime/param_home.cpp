@@ -193,6 +193,9 @@ std::string ParamHome::describe() const {
   if (offload_.device == OffloadDevice::none) return "parameters on the device";
   std::string out = fmt::format("offload_param {}: {} of parameter partitions in host memory", offload_device_name(offload_.device),
                                 format_bytes(host_bytes()));
+  if (offload_.device == OffloadDevice::nvme && !swap_)
+    out += fmt::format(" and none on NVMe: every slice is below the {} swap minimum or fits max_in_cpu ({} elements)",
+                       format_bytes(std::max<int64_t>(int64_t{1} << 20, offload_.aio_block_size)), offload_.max_in_cpu);
   if (swap_)
     out += fmt::format(", {} in {} ({} host buffers of {})", format_bytes(nvme_bytes()), swap_->path(),
                        swap_->buffer_count(), format_bytes(swap_->buffer_bytes() / std::max(1, swap_->buffer_count())));
