@@ -135,6 +135,11 @@ if [ -n "$got" ] && [ -n "$plan" ] && [ "$got" -le "$plan" ] && [ "$got" -ge $((
 else
   fail "offload_param cpu: device params peak '${got:-?}' B, plan '${plan:-?}' B, one layer is $((LARGEST * 4)) B"
 fi
+# The partitions went to the host instead: measured there as planned, half the model per rank.
+hp=$(sed -n 's/.*host memory peak per rank (bytes, measured\/planned): params=\([0-9]*\)\/\([0-9]*\),.*/\1 \2/p' "$WORK/m-off.log")
+[ -n "$hp" ] && [ "${hp% *}" = "${hp#* }" ] && [ "${hp% *}" -ge $((PSI * 4 / 2)) ] &&
+  pass "offload_param cpu: host holds ${hp% *} B of parameters, as planned" ||
+  fail "offload_param cpu: host parameters measured/planned '${hp:-?}', expected equal and ≥ $((PSI * 2)) B"
 [ -n "$base" ] && [ -n "$got" ] && [ "$((base - got))" -ge $((PSI * 4 / 2)) ] &&
   pass "without offload the params peak is $base B: this rank's partitions ($((base - got)) B) more" ||
   fail "without offload the params peak is '${base:-?}' B, with '${got:-?}' B: expected ≥ $((PSI * 2)) B more"
@@ -176,8 +181,11 @@ for c in $CASES; do
   l=$(evloss "$log")
   close "$l" "$REF" && pass "eval_only, offload_param $off, weights from $src, device limit $LIMIT B < model $((PSI * 4)) B: loss $l" ||
     fail "eval_only, offload_param $off, weights from $src: loss '${l:-?}' vs reference '${REF:-?}'"
-  g=$(sed -n 's/.*memory peak per rank (bytes): params=[0-9]*, grads=\([0-9]*\), optimizer_state=\([0-9]*\),.*/\1 \2/p' "$log")
-  [ "$g" = "0 0" ] && pass "eval_only $off/$src: no gradient or optimizer memory" || fail "eval_only $off/$src: grads, optimizer state = '$g'"
+  g=$(sed -n 's/.*memory peak per rank (bytes): params=\([0-9]*\), grads=\([0-9]*\), optimizer_state=\([0-9]*\),.*/\1 \2 \3/p' "$log")
+  read -r pp gg oo <<< "$g"
+  [ "$gg $oo" = "0 0" ] && [ "${pp:-0}" -ge $((LARGEST * 4)) ] && [ "${pp:-0}" -le $(((LARGEST + 64) * 4)) ] &&
+    pass "eval_only $off/$src: device params peak $pp B = one layer; no gradient or optimizer memory" ||
+    fail "eval_only $off/$src: params, grads, optimizer state peaks = '$g' (one layer is $((LARGEST * 4)) B)"
 done
 # bf16 inference: the offloaded stage-3 run rounds the same fp32 weights as a stage-0 bf16 run
 # (no limit: the fp32 view of a bf16 layer plus activations leave no room below the bf16 model size).
