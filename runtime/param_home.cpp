@@ -3,6 +3,7 @@
 #include "configs/ds_config.h"
 #include "core/error.h"
 #include "kernels/cpu/amp/amp_cpu.h"
+#include "runtime/optimizer_offload.h"
 #include "runtime/param_swap.h"
 #include "runtime/train_log.h"
 
@@ -28,11 +29,10 @@ ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const con
   o.buffer_size = c.buffer_size;
   o.max_in_cpu = c.max_in_cpu;
   o.pin_memory = c.pin_memory;
-  o.aio_block_size = aio.block_size;
-  o.aio_queue_depth = aio.queue_depth;
-  o.aio_threads = aio.intra_op_parallelism;
-  o.aio_single_submit = aio.single_submit;
-  o.aio_overlap_events = aio.overlap_events;
+  if (o.device == OffloadDevice::nvme) {
+    o.aio = aio_options_from_config(aio);
+    offload::validate(o.aio);
+  }
   return o;
 }
 
@@ -85,7 +85,7 @@ ParamHome::Placement ParamHome::place(const FlatLayout& layout, DType dtype, con
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
   // DeepSpeed swaps a slice only when its bytes reach max(1 MiB, aio block_size) (engine.md 4.8):
   // smaller requests cost more in latency than they save in memory.
-  const int64_t min_swap = std::max<int64_t>(int64_t{1} << 20, offload.aio_block_size);
+  const int64_t min_swap = std::max<int64_t>(int64_t{1} << 20, offload.aio.block_size);
   int64_t in_cpu = 0;
   for (size_t g = 0; g < layout.groups.size(); ++g) {
     const int64_t part = layout.groups[g].part;
@@ -195,7 +195,7 @@ std::string ParamHome::describe() const {
                                 format_bytes(host_bytes()));
   if (offload_.device == OffloadDevice::nvme && !swap_)
     out += fmt::format(" and none on NVMe: every slice is below the {} swap minimum or fits max_in_cpu ({} elements)",
-                       format_bytes(std::max<int64_t>(int64_t{1} << 20, offload_.aio_block_size)), offload_.max_in_cpu);
+                       format_bytes(std::max<int64_t>(int64_t{1} << 20, offload_.aio.block_size)), offload_.max_in_cpu);
   if (swap_)
     out += fmt::format(", {} in {} ({} host buffers of {})", format_bytes(nvme_bytes()), swap_->path(),
                        swap_->buffer_count(), format_bytes(swap_->buffer_bytes() / std::max(1, swap_->buffer_count())));

@@ -8,19 +8,22 @@
 //     offload_param nvme a slice of at least max(1 MiB, aio.block_size) bytes lives in a swap
 //                        file, the first max_in_cpu elements of such slices (in group order) and
 //                        every smaller slice stay in host memory. A swapped slice is brought into
-//                        one of buffer_count host buffers of buffer_size elements when needed
-//                        (or earlier: prefetch) and written back when it changed.
+//                        one of buffer_count host buffers when needed (or earlier: prefetch) and
+//                        written back when it changed; a buffer holds the largest swapped slice,
+//                        which must not exceed buffer_size elements.
 //
 // Everyone outside (ParamStore's gathers, MasterWeights' step, initialisation, checkpoint
 // loading) goes through open()/copy_to_device()/read_f32()/write_f32(), so none of them knows
 // whether a slice is on the device, in host memory or on disk. The CPU kernels address device
-// and host memory alike (as everywhere in the runtime); the device↔host moves that a GPU needs
-// are the Device copies in copy_to_device() and in the engine's staging.
+// and host memory alike (as everywhere in the runtime: read_f32/write_f32 take such memory);
+// the device↔host moves a GPU needs are the Device copies in copy_to_device() and
+// write_from_host().
 #pragma once
 
 #include "core/device.h"
 #include "core/dtype.h"
 #include "runtime/flat_layout.h"
+#include "offload/aio_options.h"
 #include "runtime/memory_plan.h"
 
 #include <cstdint>
@@ -42,16 +45,11 @@ struct ParamOffload {
   int64_t buffer_size = 100000000;  // elements per buffer
   int64_t max_in_cpu = 1000000000;  // elements of swappable slices kept in host memory
   bool pin_memory = true;
-  // aio section: the swap minimum is max(1 MiB, block_size); the rest configures the I/O engine.
-  int64_t aio_block_size = 1048576;
-  int64_t aio_queue_depth = 8;
-  int64_t aio_threads = 1;
-  bool aio_single_submit = false;
-  bool aio_overlap_events = true;
+  offload::AioOptions aio;  // the swap minimum is max(1 MiB, aio.block_size)
 };
 
 // zero_optimization.offload_param and aio as the runtime uses them. Below stage 3 DeepSpeed
-// ignores offload_param silently; the caller warns (once) and passes stage3 = false.
+// ignores offload_param silently; the config check warns and the caller passes stage3 = false.
 ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const config::AioConfig& aio, bool stage3);
 
 class ParamSwap;  // the NVMe part (param_swap.h)

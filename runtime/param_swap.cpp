@@ -16,13 +16,7 @@ ParamSwap::ParamSwap(const ParamOffload& o, int rank, int64_t slot_bytes, int64_
          o.nvme_path, o.buffer_count);
   try {
     dir_ = std::make_unique<offload::SwapDir>(o.nvme_path, offload::swap_job_id_from_env(), rank);
-    offload::AioOptions aio;
-    aio.block_size = o.aio_block_size;
-    aio.queue_depth = static_cast<int>(o.aio_queue_depth);
-    aio.thread_count = static_cast<int>(o.aio_threads);
-    aio.single_submit = o.aio_single_submit;
-    aio.overlap_events = o.aio_overlap_events;
-    io_ = std::make_unique<offload::AsyncIo>(aio);
+    io_ = std::make_unique<offload::AsyncIo>(o.aio);
     file_ = std::make_unique<offload::TensorSwapper>(*io_, *dir_, "params", slot_bytes, slots);
   } catch (const Error& e) {
     fail("zero_optimization.offload_param: {}", e.what());

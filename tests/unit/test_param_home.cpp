@@ -98,7 +98,7 @@ TEST_CASE("placement: swap minimum max(1 MiB, block_size), then max_in_cpu in gr
   CHECK(p.slots == 2);
   // A larger aio block raises the minimum: 2 MiB leaves only the 2 MiB slice swappable.
   o.max_in_cpu = 0;
-  o.aio_block_size = 2 * mib;
+  o.aio.block_size = 2 * mib;
   p = ParamHome::place(l, DType::f32, o);
   CHECK(p.where == std::vector<W>{W::host, W::host, W::nvme, W::host});
   // cpu: everything in host memory, in order.
