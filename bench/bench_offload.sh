@@ -15,14 +15,15 @@ WORK=$(mktemp -d /tmp/dscpp_bench_offload.XXXXXX)
 mkdir -p "$WORK/swap"
 SWAP=$(mktemp -d "$NVME/dscpp_bench_swap.XXXXXX")
 trap 'rm -rf "$WORK" "$SWAP"' EXIT
-# 4 layers, d_model 256 (the reference shape of bench_train_gpt.sh), micro-batch 8; sub-groups
-# of 1M elements so NVMe swaps several per step.
+# 8 layers of d_model 256 (bench_train_gpt.sh's width, twice its depth), micro-batch 8; one
+# sub-group per layer (sub_group_size 1: a stage-3 sub-group is at least one layer's partition),
+# so NVMe swaps ten per step and pipelining's three cached sub-groups cannot hold them all.
 config() {  # FILE OFFLOAD_JSON
   local off=""
   [ -n "$2" ] && off=", \"offload_optimizer\": $2"
   cat > "$1" <<JSON
 {"train_micro_batch_size_per_gpu": 8, "steps_per_print": $STEPS, "gradient_clipping": 1.0,
- "zero_optimization": {"stage": 3, "sub_group_size": 1000000 $off},
+ "zero_optimization": {"stage": 3, "sub_group_size": 1 $off},
  "aio": {"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}}}
 JSON
@@ -33,12 +34,12 @@ config "$WORK/nvme.json" "{\"device\": \"nvme\", \"nvme_path\": \"$SWAP\"}"
 config "$WORK/pipe.json" "{\"device\": \"nvme\", \"nvme_path\": \"$SWAP\", \"pipeline_read\": true, \"pipeline_write\": true, \"buffer_count\": 9}"
 rate() { grep 'after the first' "$1" | grep -o '[0-9.]* tokens/s' | tail -1 | awk '{print $1}'; }
 swap() { grep -o 'optimizer swap (rank 0): .*' "$1" | tail -1 | sed 's/optimizer swap (rank 0): //'; }
-echo "gpt 4 x 256, ZeRO-3, 1 rank, $STEPS steps (first 2 untimed), swap dir $SWAP ($(df -T "$SWAP" | awk 'NR == 2 {print $2}'));" \
+echo "gpt 8 x 256, ZeRO-3, 1 rank, $STEPS steps (first 2 untimed), swap dir $SWAP ($(df -T "$SWAP" | awk 'NR == 2 {print $2}'));" \
   "$ROUNDS rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= ROUNDS; r++)); do
   for c in mem cpu nvme pipe; do
     "$RUNTIME" --model "$GPT" --deepspeed_config "$WORK/$c.json" --steps "$STEPS" --threads 2 --no_eval \
-      -- --sample_chars 0 > "$WORK/$c.log" 2>&1 || { tail -5 "$WORK/$c.log"; exit 1; }
+      -- --layers 8 --sample_chars 0 > "$WORK/$c.log" 2>&1 || { tail -5 "$WORK/$c.log"; exit 1; }
   done
   m=$(rate "$WORK/mem.log")
   printf 'round %d: in memory %s tokens/s\n' "$r" "$m"

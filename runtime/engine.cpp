@@ -137,7 +137,10 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     for (const SubGroup& sg : subs) mp.max_sub_group = std::max(mp.max_sub_group, sg.numel);
     SwapFootprint f = swap_footprint(offload_, mp.max_sub_group, static_cast<int64_t>(subs.size()),
                                      static_cast<int64_t>(optimizer_->state_names().size()));
-    if (offload_.device == OffloadDevice::nvme && !subs.empty()) mp.swap_pool_bytes = f.pool_bytes, mp.swap_file_bytes = f.file_bytes;
+    if (offload_.device == OffloadDevice::nvme && !subs.empty()) {
+      mp.swap_pool_bytes = f.pool_bytes;
+      mp.swap_file_bytes = f.file_bytes;
+    }
   }
   mp.offload_param = offload.device;
   if (offload.device != OffloadDevice::none) {  // placed as ParamHome will place the slices

@@ -1,6 +1,7 @@
 #include "runtime/optimizer_offload.h"
 
 #include "core/error.h"
+#include "core/log.h"
 #include "offload/aligned_buffer.h"
 #include "offload/async_io.h"
 #include "offload/swap_dir.h"
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 namespace dscpp::runtime {
 
@@ -51,8 +53,8 @@ class SwappedHome final : public StateHome {
         tensors_(1 + static_cast<int>(optimizer.state_names().size())),
         options_(o),
         host_(make_host_device()),
-        io_(o.aio),
-        dir_(o.nvme_path, offload::swap_job_id_from_env(), rank) {
+        dir_(o.nvme_path, offload::swap_job_id_from_env(), rank),
+        io_(o.aio) {
     const int64_t max_numel = *std::max_element(numels_.begin(), numels_.end());
     const SwapFootprint need = swap_footprint(o, max_numel, static_cast<int64_t>(numels_.size()), tensors_ - 1);
     if (o.buffer_count < need.buffers_needed)
@@ -63,7 +65,18 @@ class SwappedHome final : public StateHome {
            need.buffers_needed / tensors_, need.buffers_needed > tensors_ ? "s" : "", need.buffers_needed);
     swapper_ = std::make_unique<offload::TensorSwapper>(io_, dir_, "optimizer", max_numel * 4,
                                                         static_cast<int64_t>(numels_.size()) * tensors_);
-    pool_ = offload::SwapBufferPool(o.buffer_count, max_numel * 4, o.pin_memory, std::string(kKey) + ".buffer_count");
+    const std::string what = std::string(kKey) + ".buffer_count";
+    try {
+      pool_ = offload::SwapBufferPool(o.buffer_count, max_numel * 4, o.pin_memory, what);
+    } catch (const InternalError&) {
+      throw;
+    } catch (const Error& e) {
+      // Pinning is a speed hint (DeepSpeed's default since 0.19.5); a memlock limit below the
+      // pool should not stop the job. A pool that cannot be allocated at all still fails.
+      if (!o.pin_memory) throw;
+      log::warn("{}.pin_memory: {}; the swap buffers stay unpinned (pageable)", kKey, e.what());
+      pool_ = offload::SwapBufferPool(o.buffer_count, max_numel * 4, false, what);
+    }
     sets_.resize(static_cast<size_t>(need.buffers_needed / tensors_));
     for (Set& s : sets_)
       for (int t = 0; t < tensors_; ++t) s.bufs.push_back(pool_.acquire());
@@ -194,8 +207,15 @@ class SwappedHome final : public StateHome {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<offload::IoHandle> io = std::move(s.io);
     s.io.clear();
-    for (offload::IoHandle& h : io) h.wait();
+    // All of them, even after a failure: the buffers must be idle before anyone reuses them.
+    std::exception_ptr first;
+    for (offload::IoHandle& h : io) try {
+        h.wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (first) std::rethrow_exception(first);
   }
 
   Optimizer& optimizer_;
@@ -203,10 +223,12 @@ class SwappedHome final : public StateHome {
   int tensors_;
   OptimizerOffload options_;
   std::unique_ptr<Device> host_;
-  offload::AsyncIo io_;
+  // Declared so that io_ is destroyed first: its destructor drains every request while the
+  // buffers, the swap file and its directory still exist (also when the constructor throws).
+  offload::SwapBufferPool pool_;
   offload::SwapDir dir_;
   std::unique_ptr<offload::TensorSwapper> swapper_;
-  offload::SwapBufferPool pool_;
+  offload::AsyncIo io_;
   std::vector<Set> sets_;
   int64_t clock_ = 0;
   double wait_s_ = 0;
