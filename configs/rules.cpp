@@ -85,11 +85,12 @@ class Rules {
   void offload() {
     const ZeroConfig& z = cfg_.zero_optimization;
     if (z.offload_param && z.offload_param->device != "none") {
+      // DeepSpeed ignores it silently below stage 3; a config that ran there must still run.
       if (stage() != 3)
-        error("zero_optimization.offload_param",
-              fmt::format("parameter offload works only with ZeRO stage 3 (stage is {}); DeepSpeed would ignore it "
-                          "silently. Use stage 3, or offload_optimizer for stages 1-2",
-                          stage()));
+        warning("zero_optimization.offload_param",
+                fmt::format("parameter offload works only with ZeRO stage 3 (stage is {}): ignored, as DeepSpeed "
+                            "ignores it. Use stage 3 to offload parameters, or offload_optimizer at stages 1-2",
+                            stage()));
       if (z.offload_param->device == "nvme" && !z.offload_param->nvme_path)
         error("zero_optimization.offload_param.nvme_path",
               "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");

@@ -35,7 +35,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 LocalPartitions local_partitions(const CheckpointView& v, comm::Communicator& comm) {
-  return LocalPartitions(*v.layout, comm.rank(), *v.master, *v.optimizer);
+  return LocalPartitions(*v.layout, comm.rank(), v.master, v.optimizer, v.params);
 }
 
 // ---- loss scaler <-> JSON (DeepSpeed restores options and state from the checkpoint) ----
@@ -135,12 +135,15 @@ ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalP
 // Every way the checkpoint does not fit the running model and config, in words.
 std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointView& v, const LocalPartitions& local) {
   std::vector<std::string> problems;
-  if (int64_t tb = m.get<int64_t>("train_batch_size"); tb != v.train_batch_size)
+  // Weights only (--eval_only): neither the data position nor the optimizer matter.
+  if (int64_t tb = m.get<int64_t>("train_batch_size"); v.optimizer && tb != v.train_batch_size)
     problems.push_back(
         fmt::format("it was trained with train_batch_size {}, this run has {} (the data position "
                     "would not resume exactly)",
                     tb, v.train_batch_size));
-  if (m.optimizer_type != v.optimizer->name())
+  if (!v.optimizer)
+    ;
+  else if (m.optimizer_type != v.optimizer->name())
     problems.push_back(fmt::format("its optimizer is {}, this run's is {}", m.optimizer_type, v.optimizer->name()));
   else if (m.optimizer_states != local.states())
     problems.push_back(fmt::format("its optimizer state is [{}], this run's {} keeps [{}]",
@@ -211,7 +214,7 @@ void write_manifest(const std::string& path, const ckpt::Manifest& m) {
 
 // After the master weights changed: the 16-bit parameters follow, and every rank sees them.
 void publish_master(const CheckpointView& v) {
-  v.master->write_params();
+  if (v.master) v.master->write_params();  // without a master (--eval_only) the weights went straight in
   v.params->publish();
 }
 
@@ -228,8 +231,7 @@ void write_gathered_weights(const std::string& path, const CheckpointView& v, co
     const PartitionGroup& group = layout.groups[g];
     if (group.numel == 0) continue;
     DeviceBuffer gathered(*v.device, static_cast<size_t>(group.numel) * elem, MemCategory::buffers);
-    comm.allgather(v.params->owned(static_cast<int>(g)), gathered.data(), static_cast<size_t>(group.part),
-                   v.params_dtype);
+    v.params->gather_to(static_cast<int>(g), gathered.data());
     if (comm.rank() != 0) continue;
     host[g].resize(gathered.bytes());
     v.device->copy_to_host(host[g].data(), gathered.data(), gathered.bytes());
@@ -295,6 +297,11 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
   whats.insert(whats.end(), local.states().begin(), local.states().end());
   v.params->settle();
   local.load_owned(*source, whats);
+  if (!v.master) {  // weights only (--eval_only): the fp32 master went into the parameters
+    publish_master(v);
+    comm.barrier();
+    return;
+  }
   for (size_t g = 0; g < v.layout->groups.size(); ++g)
     if (int oi = v.master->optimizer_group(static_cast<int>(g)); oi >= 0)
       v.optimizer->set_step_count(oi, m.optimizer_step);

@@ -43,6 +43,8 @@ struct TrainCounters {
   int64_t micro_steps = 0;
 };
 
+// master, optimizer and schedule are null for a weights-only engine (--eval_only): loading then
+// reads just the fp32 master weights, rounded into the parameters, and saving is not possible.
 struct CheckpointView {
   const FlatLayout* layout = nullptr;
   MasterWeights* master = nullptr;

@@ -7,6 +7,7 @@
 #include "runtime/init.h"
 #include "core/zero_estimate.h"
 #include "kernels/cpu/amp/amp_cpu.h"
+#include "offload/aligned_buffer.h"
 
 #include <fmt/format.h>
 
@@ -98,14 +99,21 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   else if (stage_ > 0)  // a group is one reduce-scatter and one allgather: both bucket sizes bound it
     grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
   layout_ = make_flat_layout(plugin.layers(), grouping);
-  if (!cfg_.optimizer) fail("the config has no optimizer section");
-  offload_ = optimizer_offload_options(cfg_);
-  if (offload_.device != OffloadDevice::none && stage_ == 0)
-    fail("zero_optimization.offload_optimizer.device is \"{}\": optimizer offload needs ZeRO stage 1, 2 or 3 "
-         "(stage is 0), as in DeepSpeed",
-         offload_device_name(offload_.device));
-  // Offloaded to the CPU, the optimizer allocates its state on the host.
-  optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
+  if (!options_.eval_only) {
+    if (!cfg_.optimizer) fail("the config has no optimizer section");
+    offload_ = optimizer_offload_options(cfg_);
+    if (offload_.device != OffloadDevice::none && stage_ == 0)
+      fail("zero_optimization.offload_optimizer.device is \"{}\": optimizer offload needs ZeRO stage 1, 2 or 3 "
+           "(stage is 0), as in DeepSpeed",
+           offload_device_name(offload_.device));
+    // Offloaded to the CPU, the optimizer allocates its state on the host.
+    optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
+  }
+  const ParamOffload offload = param_offload_from_config(z, cfg_.aio, stage_ == 3);
+  if (options_.eval_only && world.rank() == 0 && (stage_ != 3 || offload.device == OffloadDevice::none))
+    log::warn("--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
+              "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
+              stage_, stage_ == 3 ? "its partitions on the device" : "the whole model");
 
   Stage3Options s3;
   s3.prefetch_bucket_size = z.prefetch_bucket_size;
@@ -118,7 +126,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   mp.world = world.size();
   mp.dtype = dtype_;
   mp.grad_dtype = grad_dtype_;
-  mp.optimizer_bytes_per_element = optimizer_->state_bytes_per_element();
+  mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
+  mp.training = !options_.eval_only;
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
   if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
@@ -133,6 +142,16 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
       mp.swap_file_bytes = f.file_bytes;
     }
   }
+  mp.offload_param = offload.device;
+  if (offload.device != OffloadDevice::none) {  // placed as ParamHome will place the slices
+    const int64_t e = static_cast<int64_t>(dtype_size(dtype_));
+    ParamHome::Placement placed = ParamHome::place(layout_, dtype_, offload);
+    mp.param_host_bytes = placed.host_elements * e;
+    mp.param_nvme_bytes = placed.nvme_elements * e;
+    if (placed.slots > 0)
+      mp.param_swap_buffer_bytes =
+          offload.buffer_count * offload::round_up(placed.largest_swapped * e, offload::kDirectIoAlignment);
+  }
   plan_ = plan_memory(plugin.layers(), layout_, mp);
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
@@ -140,18 +159,30 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
               scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
               format_memory_plan(plan_, nullptr, deepspeed_estimate()));
   try {
-    allocate(s3);
+    allocate(s3, offload);
   } catch (const OutOfDeviceMemory& e) {
     out_of_memory(e);
   }
 }
 
-void Engine::allocate(const Stage3Options& s3) {
+void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   const config::ZeroConfig& z = cfg_.zero_optimization;
   comm::Communicator& world = world_;
   Device& device = device_;
   Plugin& plugin = plugin_;
-  params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3);
+  params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_.get(), offload);
+  if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
+  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
+  runner_->set_source([this](int layer, bool backward) {
+    return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
+                                    backward ? grads_->layer_grads(layer) : nullptr};
+  });
+  runner_->after_layer = [this](int layer, bool backward) {
+    params_->layer_done(layer, backward);
+    if (backward) grads_->layer_done(layer);
+  };
+  if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
+
   GradReduceOptions r;
   r.stage = stage_;
   r.bucket_elements = z.reduce_bucket_size;
@@ -165,16 +196,6 @@ void Engine::allocate(const Stage3Options& s3) {
   else if (dtype_ == DType::bf16 && stage_ == 0)
     r.comm_dtype = DType::bf16;  // BF16_Optimizer reduces its fp32 gradients in bf16 by default
   grads_ = std::make_unique<GradReducer>(world, layout_, device, grad_dtype_, r);
-
-  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
-  runner_->set_source([this](int layer, bool backward) {
-    return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
-                                    backward ? grads_->layer_grads(layer) : nullptr};
-  });
-  runner_->after_layer = [this](int layer, bool backward) {
-    params_->layer_done(layer, backward);
-    if (backward) grads_->layer_done(layer);
-  };
 
   DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,
                              cfg_.dataloader_drop_last);
@@ -205,9 +226,10 @@ int64_t Engine::deepspeed_estimate() const {
 }
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
+  if (options_.eval_only) eval_out_of_memory(e);
   // What each stage would hold for this model, so the user can pick one that fits.
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
-  const int64_t optim = optimizer_->state_bytes_per_element() + (dtype_ == DType::f32 ? 0 : 4);
+  const int64_t optim = (optimizer_ ? optimizer_->state_bytes_per_element() : 0) + (dtype_ == DType::f32 ? 0 : 4);
   const int64_t other = plan_.total() - plan_.model_states();  // activations and buffers
   const int64_t limit = device_.stats().limit;
   auto states = [&](int stage, int ranks) { return model_state_bytes(stage, ranks, layout_.total, elem, optim); };
@@ -258,33 +280,37 @@ CheckpointView Engine::checkpoint_view() {
 void Engine::initialise_params() {
   // Only the elements this rank owns (zero.Init: at stage 3 no rank ever holds the whole
   // model), each from (seed, name, index) whatever the layout; below stage 3 every rank holds
-  // everything and owns it all for this purpose. On a non-host device through a host copy.
+  // everything and owns it all for this purpose. Through the parameters' home, wherever the
+  // slices live (device, host, NVMe).
   const int owner = stage_ == 3 ? world_.rank() : 0;
-  const size_t elem = dtype_size(dtype_);
+  ParamHome& home = params_->home();
   std::vector<float> host;
-  std::vector<unsigned char> converted;
   for (size_t gi = 0; gi < layout_.groups.size(); ++gi) {
     const PartitionGroup& g = layout_.groups[gi];
     const int64_t own_begin = stage_ == 3 ? g.owned_begin(owner) : g.begin;
     const int64_t own_end = own_begin + (stage_ == 3 ? g.part : g.numel);
-    char* base = stage_ == 3 ? static_cast<char*>(params_->owned(static_cast<int>(gi)))
-                             : static_cast<char*>(params_->full()) + g.begin * static_cast<int64_t>(elem);
     for (const ParamSlot& s : layout_.params) {
       if (s.layer < g.first_layer || s.layer >= g.end_layer) continue;  // another group's
       int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
       if (hi <= lo) continue;
       host.resize(static_cast<size_t>(hi - lo));
       init_range(options_.seed, s.name, s.init, s.init_a, lo - s.offset, hi - lo, host.data());
-      converted.resize(host.size() * elem);
-      convert(host.data(), DType::f32, converted.data(), dtype_, host.size());
-      device_.copy_from_host(base + (lo - own_begin) * static_cast<int64_t>(elem), converted.data(), converted.size());
+      if (stage_ == 3) {
+        home.write_from_host(static_cast<int>(gi), lo - own_begin, hi - lo, host.data());
+      } else {
+        std::vector<unsigned char> converted(host.size() * dtype_size(dtype_));
+        convert(host.data(), DType::f32, converted.data(), dtype_, host.size());
+        device_.copy_from_host(static_cast<char*>(params_->full()) + lo * static_cast<int64_t>(dtype_size(dtype_)),
+                               converted.data(), converted.size());
+      }
     }
   }
-  master_->refresh_from_params();
+  if (master_) master_->refresh_from_params();
   params_->publish();
 }
 
 void Engine::run() {
+  if (options_.eval_only) return run_eval_only();
   auto t0 = Clock::now();
   initialise_params();
   if (!options_.init_from.empty()) {
@@ -352,29 +378,7 @@ void Engine::run() {
   }
   if (!options_.save_dir.empty()) save(options_.save_dir);
   report();  // collective at stage 3
-  if (world_.rank() == 0) {
-    MemoryStats m = device_.stats();
-    std::string peaks;
-    for (size_t c = 0; c < kMemCategories; ++c)
-    {
-      std::string key = mem_category_name(static_cast<MemCategory>(c));
-      std::replace(key.begin(), key.end(), ' ', '_');
-      peaks += fmt::format("{}={}, ", key, m.peak[c]);
-    }
-    log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
-              m.total_peak, plan_.model_states(), deepspeed_estimate());
-    if (plan_.offloaded()) {
-      MemoryStats h = host_stats();
-      std::string host;
-      for (size_t c = 0; c < kMemCategories; ++c) {
-        std::string key = mem_category_name(static_cast<MemCategory>(c));
-        std::replace(key.begin(), key.end(), ' ', '_');
-        host += fmt::format("{}={}/{}, ", key, h.peak[c], plan_.host[c]);
-      }
-      log::info("host memory peak per rank (bytes, measured/planned): {}total={}/{}; NVMe planned={}", host,
-                h.total_peak, plan_.host_total(), plan_.nvme_total());
-    }
-  }
+  log_memory_peaks();
   if (world_.rank() == 0 && world_.size() > 1) {
     comm::CommStats c = world_.stats();
     log::info("communication (rank 0, whole run): {} collectives, wire_bytes={} sent, {:.1f} s in the engine", c.ops,
@@ -438,6 +442,35 @@ void Engine::train_step() {
   // --check_schedule: a rank that ends the step early is caught here, not left hanging.
   world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
   log_step(loss_sum / static_cast<double>(gas_));
+}
+
+void Engine::log_memory_peaks() {
+  if (world_.rank() != 0) return;
+  MemoryStats m = device_.stats();
+  std::string peaks;
+  for (size_t c = 0; c < kMemCategories; ++c) {
+    std::string key = mem_category_name(static_cast<MemCategory>(c));
+    std::replace(key.begin(), key.end(), ' ', '_');
+    peaks += fmt::format("{}={}, ", key, m.peak[c]);
+  }
+  log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
+            m.total_peak, plan_.model_states(), deepspeed_estimate());
+  if (plan_.offloaded()) {
+    MemoryStats h = host_stats();
+    std::string host;
+    for (size_t c = 0; c < kMemCategories; ++c) {
+      std::string key = mem_category_name(static_cast<MemCategory>(c));
+      std::replace(key.begin(), key.end(), ' ', '_');
+      host += fmt::format("{}={}/{}, ", key, h.peak[c], plan_.host[c]);
+    }
+    log::info("host memory peak per rank (bytes, measured/planned): {}total={}/{}; NVMe planned={}", host,
+              h.total_peak, plan_.host_total(), plan_.nvme_total());
+  }
+  if (!params_->home().all_on_device())
+    log::info("parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; planned device "
+              "params={}",
+              params_->home().host_bytes(), params_->home().nvme_bytes(), params_->home().swap_buffer_bytes(),
+              plan_.bytes[static_cast<size_t>(MemCategory::params)]);
 }
 
 bool Engine::prepare_gradients(float* grad_scale) {
@@ -522,7 +555,9 @@ MemoryStats Engine::host_stats() const {
   MemoryStats h = host_->stats();
   const auto pool = master_ ? master_->swap_pool_bytes() : 0;  // allocated once, before training
   h.peak[static_cast<size_t>(MemCategory::optimizer_state)] += pool;
-  h.total_peak += pool;
+  const int64_t param_pool = params_ ? params_->home().swap_buffer_bytes() : 0;  // offload_param nvme, likewise
+  h.peak[static_cast<size_t>(MemCategory::buffers)] += param_pool;
+  h.total_peak += pool + param_pool;
   return h;
 }
 

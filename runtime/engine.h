@@ -47,6 +47,9 @@ struct TrainOptions {
   uint64_t seed = 42;
   std::string init_from;          // safetensors with initial weights
   bool shuffle = true;
+  // ZeRO-Inference: evaluate the eval split forward-only (weights from load_dir or init_from),
+  // with no gradients, no optimizer state and no training.
+  bool eval_only = false;
 };
 
 struct EvalResult {
@@ -75,14 +78,17 @@ class Engine {
   int zero_stage() const { return stage_; }
 
  private:
-  void allocate(const Stage3Options& s3);
+  void allocate(const Stage3Options& s3, const ParamOffload& offload);
+  void run_eval_only();  // engine_eval.cpp
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);
+  [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;
   void initialise_params();
   // Overflow check, global norm, clip and unscale factor; returns false when the step must be skipped.
   bool prepare_gradients(float* grad_scale);
   void log_step(double loss);
   void report();
+  void log_memory_peaks();
   CheckpointView checkpoint_view();
   MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
   std::string swap_line(double window_s);

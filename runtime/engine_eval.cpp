@@ -1,13 +1,71 @@
 // Evaluation and the plugin's report: forward-only passes over the eval split, and the
 // forward pass the runtime lends the plugin on rank 0. At ZeRO stage 3 a forward pass gathers
 // parameters collectively, so the other ranks follow every pass rank 0 makes.
+//
+// --eval_only (ZeRO-Inference): the engine was built without gradients, optimizer state or
+// training data; the weights come from a checkpoint or a safetensors file, and one evaluation
+// is the whole run. With stage 3 and offload_param the device holds only the gathered layers.
 #include "runtime/engine.h"
 
+#include "checkpoint/checkpoint_dir.h"
 #include "core/error.h"
+#include "core/log.h"
+
+#include <filesystem>
 
 #include <cstdio>
 
 namespace dscpp::runtime {
+
+void Engine::run_eval_only() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!options_.load_dir.empty() && !options_.init_from.empty())
+    fail("--eval_only: give the weights once, with --load_dir ({}) or --init_from ({}), not both", options_.load_dir,
+         options_.init_from);
+  if (options_.load_dir.empty() && options_.init_from.empty()) {
+    if (world_.rank() == 0)
+      log::warn("--eval_only without --load_dir or --init_from: evaluating the freshly initialised weights (seed {})",
+                options_.seed);
+    initialise_params();
+  } else if (!options_.init_from.empty()) {
+    params_->settle();
+    load_initial_weights(options_.init_from, world_, checkpoint_view());
+  } else {
+    auto tag = ckpt::read_latest_tag(options_.load_dir);
+    if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to evaluate", options_.load_dir);
+    load_checkpoint((std::filesystem::path(options_.load_dir) / *tag).string(), world_, checkpoint_view());
+  }
+  if (plugin_.data().eval_size == 0) fail("--eval_only: model {} has no eval split", plugin_.name());
+  EvalResult r;
+  try {
+    r = evaluate();
+  } catch (const OutOfDeviceMemory& e) {
+    out_of_memory(e);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (world_.rank() == 0)
+    log::info("eval only: loss {:.6f}, accuracy {:.2f}% ({} samples) in {:.2f} s, weights from {}", r.loss,
+              100 * r.accuracy, r.counted, secs,
+              !options_.load_dir.empty() ? options_.load_dir
+                                         : !options_.init_from.empty() ? options_.init_from : "initialisation");
+  params_->home().flush();
+  log_memory_peaks();
+}
+
+void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
+  // Training's advice (stages, optimizer state) does not apply: only gathered layers and activations are here.
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
+  fail("{}\n--eval_only: this rank needs its gathered layers (the largest group alone is {}; planned parameters on "
+       "the device: {}) plus activations and buffers for micro-batch {} ({}). Raise --device_memory_limit, lower "
+       "train_micro_batch_size_per_gpu or stage3_prefetch_bucket_size{}.",
+       e.what(), format_bytes(layout_.max_group_numel * elem),
+       format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::params)]), micro_,
+       format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
+                    plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
+       stage_ == 3 && cfg_.zero_optimization.param_offload_device() != "none"
+           ? ""
+           : ", or use zero_optimization stage 3 with offload_param cpu or nvme so that the partitions leave the device");
+}
 
 EvalResult Engine::evaluate() {
   const dscpp_data_desc& d = plugin_.data();

@@ -24,17 +24,21 @@ ckpt::PartitionLayout checkpoint_layout(const FlatLayout& layout) {
   return out;
 }
 
-LocalPartitions::LocalPartitions(const FlatLayout& layout, int rank, MasterWeights& master, Optimizer& optimizer)
+LocalPartitions::LocalPartitions(const FlatLayout& layout, int rank, MasterWeights* master, Optimizer* optimizer,
+                                 ParamStore* params)
     : layout_(checkpoint_layout(layout)),
       rank_(layout.parts == 1 ? 0 : rank),
       master_(master),
-      optimizer_(optimizer) {
+      optimizer_(optimizer),
+      params_(params) {
+  DSCPP_CHECK((master && optimizer) || (!master && !optimizer && params));
+  if (!master_) return;
   bool first = true;
   for (size_t g = 0; g < layout_.groups.size(); ++g) {
-    int oi = master_.optimizer_group(static_cast<int>(g));
+    int oi = master_->optimizer_group(static_cast<int>(g));
     if (oi < 0) continue;
     std::vector<std::string> names;
-    for (const StateTensor& s : optimizer_.state(oi)) names.push_back(s.name);
+    for (const StateTensor& s : optimizer_->state(oi)) names.push_back(s.name);
     if (first) states_ = names;
     // SGD creates its momentum buffer lazily, but for every group in the same step.
     DSCPP_CHECK(names == states_);
@@ -43,24 +47,32 @@ LocalPartitions::LocalPartitions(const FlatLayout& layout, int rank, MasterWeigh
 }
 
 int64_t LocalPartitions::optimizer_step() const {
+  if (!master_) return 0;
   int64_t step = -1;
   for (size_t g = 0; g < layout_.groups.size(); ++g) {
-    int oi = master_.optimizer_group(static_cast<int>(g));
+    int oi = master_->optimizer_group(static_cast<int>(g));
     if (oi < 0) continue;
-    if (step < 0) step = optimizer_.step_count(oi);
-    DSCPP_CHECK_EQ(optimizer_.step_count(oi), step);  // every group steps together
+    if (step < 0) step = optimizer_->step_count(oi);
+    DSCPP_CHECK_EQ(optimizer_->step_count(oi), step);  // every group steps together
   }
   return std::max<int64_t>(step, 0);
 }
 
 void LocalPartitions::copy_out(const std::string& what, int64_t part_at, int64_t count, float* host) const {
+  DSCPP_CHECK(master_);  // a weights-only engine does not save
   for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))
-    master_.copy_out(what, s.group, s.offset, s.count, host + (s.part_at - part_at));
+    master_->copy_out(what, s.group, s.offset, s.count, host + (s.part_at - part_at));
 }
 
 void LocalPartitions::copy_in(const std::string& what, int64_t part_at, int64_t count, const float* host) {
+  if (!master_) {
+    DSCPP_CHECK(what == ckpt::kMasterWeights);
+    for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))
+      params_->home().write_from_host(s.group, s.offset, s.count, host + (s.part_at - part_at));
+    return;
+  }
   for (const ckpt::GroupSpan& s : ckpt::group_spans(layout_, part_at, count))
-    master_.copy_in(what, s.group, s.offset, s.count, host + (s.part_at - part_at));
+    master_->copy_in(what, s.group, s.offset, s.count, host + (s.part_at - part_at));
 }
 
 void LocalPartitions::copy_param_out(size_t param, const std::string& what, int64_t first, int64_t count,
@@ -87,7 +99,7 @@ void LocalPartitions::load_owned(ckpt::TensorSource& source, const std::vector<s
         }
     }
   }
-  master_.flush();
+  if (master_) master_->flush();
 }
 
 }  // namespace dscpp::runtime

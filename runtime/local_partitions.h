@@ -16,6 +16,7 @@
 #include "runtime/flat_layout.h"
 #include "runtime/master_weights.h"
 #include "runtime/optimizer.h"
+#include "runtime/param_store.h"
 
 #include <string>
 #include <vector>
@@ -27,8 +28,12 @@ ckpt::PartitionLayout checkpoint_layout(const FlatLayout& layout);
 
 class LocalPartitions {
  public:
-  // `rank`: this rank in the layout's partitioning (ignored when layout.parts == 1).
-  LocalPartitions(const FlatLayout& layout, int rank, MasterWeights& master, Optimizer& optimizer);
+  // `rank`: this rank in the layout's partitioning (ignored when layout.parts == 1). Without a
+  // master and optimizer (--eval_only) the master weights are the parameters themselves,
+  // written as fp32 through `params` (rounded to their dtype); there are no states, and
+  // nothing can be read out (a weights-only engine does not save).
+  LocalPartitions(const FlatLayout& layout, int rank, MasterWeights* master, Optimizer* optimizer,
+                  ParamStore* params = nullptr);
 
   const ckpt::PartitionLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -52,8 +57,9 @@ class LocalPartitions {
  private:
   ckpt::PartitionLayout layout_;
   int rank_;
-  MasterWeights& master_;
-  Optimizer& optimizer_;
+  MasterWeights* master_;
+  Optimizer* optimizer_;
+  ParamStore* params_;
   std::vector<std::string> states_;
 };
 

@@ -34,7 +34,7 @@ struct Args {
   int local_rank = -1;
   std::string device_memory_limit;
   bool check_schedule = false;
-  bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false;
+  bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
   std::vector<std::string> plugin_args;
 };
 
@@ -125,7 +125,10 @@ int run(const Args& a) {
   }
   if (!loaded.ok()) {
     if (id.rank == 0) std::fputs(loaded.diagnostics.format(loaded.file_name).c_str(), stderr);
-    fail("{}: the config was not accepted (errors above)", a.config);
+    // Another rank's failure may stop rank 0 before its list is out: every rank names the errors.
+    std::string why = loaded.diagnostics.format(loaded.file_name);
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    fail("{}: the config was not accepted{}", a.config, id.rank == 0 ? " (errors above)" : ":\n" + why);
   }
   if (auto unsupported = config::unsupported_features(loaded.config); !unsupported.empty())
     fail("{}: valid for DeepSpeed, but dscpp-runtime does not run: {}", a.config, fmt::join(unsupported, "; "));
@@ -157,6 +160,7 @@ int run(const Args& a) {
   o.seed = a.seed;
   o.init_from = a.init_from;
   o.shuffle = !a.no_shuffle;
+  o.eval_only = a.eval_only;
   if (const char* r = std::getenv("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
   runtime::Engine engine(plugin, loaded, *world.world, *device, ops, o);
   engine.run();
@@ -185,7 +189,13 @@ int main(int argc, char** argv) {
   app.add_option("--save_interval", a.save_interval, "steps between checkpoints (0: only at the end)");
   app.add_option("--load_dir", a.load_dir, "resume from the checkpoint <load_dir>/latest names");
   app.add_option("--eval_interval", a.eval_interval, "steps between evaluations on the eval split (0: only at the end)");
-  app.add_flag("--no_eval", a.no_eval, "skip the final evaluation");
+  auto* no_eval = app.add_flag("--no_eval", a.no_eval, "skip the final evaluation");
+  app.add_flag("--eval_only", a.eval_only,
+               "ZeRO-Inference: evaluate the eval split forward-only with the weights from --load_dir or --init_from "
+               "and exit; no gradients or optimizer state are allocated (the config needs no optimizer). With "
+               "zero_optimization stage 3 and offload_param cpu|nvme the device holds only the layers in use, so "
+               "a model larger than --device_memory_limit evaluates")
+      ->excludes(no_eval);
   app.add_option("--seed", a.seed, "seed of parameter init and data shuffling (default 42)");
   app.add_option("--init_from", a.init_from, "start from the weights in this safetensors file");
   app.add_flag("--no_shuffle", a.no_shuffle, "take training samples in order (every epoch)");

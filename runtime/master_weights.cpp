@@ -66,7 +66,7 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
   } else {
     // Offloaded, the master is always its own copy (DeepSpeed's pinned fp32 partition): the
     // parameters stay on the training device.
-    aliased_ = !offloaded() && params.dtype() == DType::f32;
+    aliased_ = !offloaded() && params.dtype() == DType::f32 && params.home().all_on_device();
     if (!aliased_)
       copy_ = DeviceBuffer(memory_, static_cast<size_t>(layout.part_total) * 4, MemCategory::optimizer_state, true);
     std::vector<float*> bases;
@@ -86,7 +86,23 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
 
 MasterWeights::~MasterWeights() = default;
 
+template <typename F>
+void MasterWeights::for_groups(const SubGroup& sub, F&& f) const {
+  int64_t at = 0;
+  for (size_t g = static_cast<size_t>(sub.first); g < layout_.groups.size() && at < sub.numel; ++g) {
+    if (layout_.groups[g].part == 0) continue;
+    f(static_cast<int>(g), at);
+    at += layout_.groups[g].part;
+  }
+}
+
 void MasterWeights::params_to_master(const SubGroup& sub, float* master) {
+  if (!params_.home().all_on_device()) {  // offload_param: wherever each slice lives
+    for_groups(sub, [&](int g, int64_t at) {
+      params_.home().read_f32(g, 0, layout_.groups[static_cast<size_t>(g)].part, master + at);
+    });
+    return;
+  }
   const void* p = params_.owned(sub.first);
   if (!offloaded()) {
     kernels::load_to_f32(p, params_.dtype(), master, 1.0f, sub.numel);
@@ -99,6 +115,12 @@ void MasterWeights::params_to_master(const SubGroup& sub, float* master) {
 }
 
 void MasterWeights::master_to_params(const SubGroup& sub, const float* master) {
+  if (!params_.home().all_on_device()) {  // offload_param: each slice back to its home
+    for_groups(sub, [&](int g, int64_t at) {
+      params_.home().write_f32(g, 0, layout_.groups[static_cast<size_t>(g)].part, master + at);
+    });
+    return;
+  }
   void* p = params_.owned(sub.first);
   if (!offloaded()) {
     kernels::store_from_f32(p, params_.dtype(), master, sub.numel);

@@ -13,6 +13,10 @@
 // there, the fp32 gradient the optimizer reads is widened into host memory, and the updated
 // parameters go back with Device::copy_from_host); or NVMe (swapped per sub-group).
 //
+// Offloaded parameters (offload_param: the owned slices live in ParamHome's host memory or
+// swap file) are never the master either, and the master ⇄ parameter moves go group by group
+// through ParamHome.
+//
 // LAMB's trust ratio: per parameter at stage 0 (DeepSpeed's FusedLamb), per partition slice
 // at stages 1–3 (DeepSpeed hands its optimizer one flat tensor per partition).
 #pragma once
@@ -80,6 +84,9 @@ class MasterWeights {
 
  private:
   float* array(int sub, const SubGroupView& v, const std::string& what) const;
+  // Calls f(group, offset in the sub-group) for each non-empty partition group of `sub`.
+  template <typename F>
+  void for_groups(const SubGroup& sub, F&& f) const;
   void params_to_master(const SubGroup& sub, float* master);
   void master_to_params(const SubGroup& sub, const float* master);
   const float* fp32_gradient(const SubGroup& sub, void* grad, DType grad_dtype, float grad_scale);

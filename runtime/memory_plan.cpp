@@ -45,8 +45,16 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   MemoryPlan p;
   auto at = [&p](MemCategory c) -> int64_t& { return p.bytes[static_cast<size_t>(c)]; };
   const int64_t e = static_cast<int64_t>(dtype_size(in.dtype));
-  const int64_t master = in.dtype == DType::f32 ? 0 : 4;
-  at(MemCategory::params) = in.stage == 3 ? (layout.part_total + in.stage3_live_elements) * e : layout.total * e;
+  const bool params_off = in.stage == 3 && in.offload_param != OffloadDevice::none;
+  // Offloaded parameters cannot be their own master (MasterWeights): an fp32 copy on the device.
+  const int64_t master = in.dtype == DType::f32 && !params_off ? 0 : 4;
+  at(MemCategory::params) = in.stage == 3 ? ((params_off ? 0 : layout.part_total) + in.stage3_live_elements) * e
+                                          : layout.total * e;
+  if (params_off) {
+    p.host[static_cast<size_t>(MemCategory::params)] = in.param_host_bytes;
+    p.nvme[static_cast<size_t>(MemCategory::params)] = in.param_nvme_bytes;
+    p.host[static_cast<size_t>(MemCategory::buffers)] = in.param_swap_buffer_bytes;
+  }
   const int64_t ge = static_cast<int64_t>(dtype_size(in.grad_dtype));
   at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * ge : layout.total * ge;
   at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master);
@@ -59,6 +67,12 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   at(MemCategory::activations) = acts + 2 * in.micro_batch * max_out * 4;  // + the two backward gradient buffers
   for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
   int64_t buffers = in.micro_batch * max_ws;
+  if (!in.training) {  // forward only: the parameters, activations and the fp32 view of a 16-bit layer
+    at(MemCategory::grads) = at(MemCategory::optimizer_state) = 0;
+    at(MemCategory::activations) = acts;
+    at(MemCategory::buffers) = buffers + (e != 4 ? layout.max_layer_numel * 4 : 0);
+    return p;
+  }
   if (in.stage == 1) buffers += 2 * max_part * ge;
   if (in.stage >= 2) buffers += (in.overlap_comm ? 2 : 1) * (layout.max_group_numel + max_part) * ge;
   if (e != 4) buffers += layout.max_layer_numel * 4;                 // fp32 view of a layer's parameters
@@ -82,7 +96,7 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
     }
     // The sub-group's fp32 gradient moves to the host; so does the step's 16-bit staging.
     if (ge != 4) at(MemCategory::buffers) -= max_part * 4;
-    off(MemCategory::buffers) = in.max_sub_group * (4 + (e != 4 ? e : 0));
+    off(MemCategory::buffers) += in.max_sub_group * (4 + (e != 4 ? e : 0));
   }
   return p;
 }

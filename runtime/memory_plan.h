@@ -18,7 +18,11 @@
 // files). offload_optimizer cpu moves the optimizer row (K = state + an fp32 master, always
 // separate) to the host, and at stages 2–3 the gradient partition too, plus the fp32 gradient
 // and 16-bit staging of one optimizer sub-group; nvme keeps only buffer_count swap buffers of
-// that row on the host and puts the rest in the swap file.
+// that row on the host and puts the rest in the swap file. offload_param (stage 3) moves the
+// owned parameter slices to the host or NVMe (as ParamHome places them: param_host_bytes and
+// param_nvme_bytes, plus its swap buffers on the host); the device keeps the gathered layers
+// and, without offload_optimizer, an fp32 master even for fp32 parameters. --eval_only plans
+// no gradients, no optimizer state and no backward buffers.
 #pragma once
 
 #include "core/device.h"
@@ -48,6 +52,9 @@ struct MemoryPlanInputs {
   int64_t max_sub_group = 0;    // elements of the largest optimizer sub-group (offload scratch)
   int64_t swap_pool_bytes = 0;  // nvme: host buffers the optimizer state is swapped through
   int64_t swap_file_bytes = 0;  // nvme: the optimizer swap file
+  OffloadDevice offload_param = OffloadDevice::none;
+  int64_t param_host_bytes = 0, param_nvme_bytes = 0, param_swap_buffer_bytes = 0;
+  bool training = true;  // false: --eval_only
 };
 
 struct MemoryPlan {

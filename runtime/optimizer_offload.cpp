@@ -258,16 +258,21 @@ OptimizerOffload optimizer_offload_options(const config::DsConfig& config) {
   out.pin_memory = o.pin_memory;
   out.pipeline_read = o.pipeline_read;
   out.pipeline_write = o.pipeline_write;
-  const config::AioConfig& a = config.aio;
+  out.aio = aio_options_from_config(config.aio);
+  if (out.device == OffloadDevice::nvme) offload::validate(out.aio);
+  return out;
+}
+
+offload::AioOptions aio_options_from_config(const config::AioConfig& a) {
   if (a.use_gds)
     fail("aio.use_gds is true: GPUDirect Storage moves swap data straight into GPU memory and needs CUDA; dscpp "
          "swaps through host buffers here: set it to false");
-  out.aio.block_size = a.block_size;
-  out.aio.queue_depth = static_cast<int>(a.queue_depth);
-  out.aio.thread_count = static_cast<int>(a.intra_op_parallelism);
-  out.aio.single_submit = a.single_submit;
-  out.aio.overlap_events = a.overlap_events;
-  if (out.device == OffloadDevice::nvme) offload::validate(out.aio);
+  offload::AioOptions out;
+  out.block_size = a.block_size;
+  out.queue_depth = static_cast<int>(a.queue_depth);
+  out.thread_count = static_cast<int>(a.intra_op_parallelism);
+  out.single_submit = a.single_submit;
+  out.overlap_events = a.overlap_events;
   return out;
 }
 

@@ -39,6 +39,9 @@ struct OptimizerOffload {
 };
 // Throws naming the key for what dscpp refuses (ratio < 1: partial offload; aio.use_gds).
 OptimizerOffload optimizer_offload_options(const config::DsConfig& config);
+// The `aio` section as the I/O engine takes it, for every swapper (optimizer state, parameters);
+// throws for aio.use_gds.
+offload::AioOptions aio_options_from_config(const config::AioConfig& aio);
 
 // A sub-group's arrays while acquired: numel floats each; state in Optimizer::state_names() order.
 struct SubGroupView {

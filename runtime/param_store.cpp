@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+
 namespace dscpp::runtime {
 
 struct ParamStore::Slot {
@@ -10,7 +12,7 @@ struct ParamStore::Slot {
 };
 
 ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Device& device, DType dtype,
-                       bool partitioned, const Stage3Options& stage3)
+                       bool partitioned, const Stage3Options& stage3, Device* host, const ParamOffload& offload)
     : layout_(layout),
       comm_(comm),
       device_(device),
@@ -21,8 +23,8 @@ ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Devic
       slots_(layout.groups.size()),
       persistent_(layout.groups.size(), false) {
   DSCPP_CHECK(layout.parts == 1 || layout.parts == comm.size());
-  int64_t n = partitioned ? layout.part_total : layout.total;
-  data_ = DeviceBuffer(device, static_cast<size_t>(n) * elem_, MemCategory::params, true);
+  DSCPP_CHECK(host || offload.device == OffloadDevice::none);
+  home_ = std::make_unique<ParamHome>(layout, comm.rank(), device, host ? *host : device, dtype, partitioned, offload);
   if (partitioned) {
     persistent_ = persistent_groups(layout, s3_);
     kept_for_reuse_ = kept_for_reuse(layout, s3_);
@@ -66,10 +68,23 @@ ParamStore::~ParamStore() {
       }
 }
 
-void* ParamStore::owned(int group) const {
+comm::WorkHandle ParamStore::start_gather(int group, void* dst) {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
-  int64_t at = partitioned_ ? g.part_offset : g.owned_begin(layout_.parts == 1 ? 0 : comm_.rank());
-  return static_cast<char*>(data_.data()) + at * static_cast<int64_t>(elem_);
+  const void* src = owned(group);
+  if (!src) {
+    // An offloaded slice goes straight to its own place in the gathered buffer, and the
+    // allgather runs in place from there (DeepSpeed's way; every backend supports it: test_comm_shm,
+    // test_comm_gloo and tests/collectives/matrix.cpp check in-place allgather).
+    char* mine = static_cast<char*>(dst) + static_cast<int64_t>(comm_.rank()) * g.part * static_cast<int64_t>(elem_);
+    home_->copy_to_device(group, mine);
+    src = mine;
+  }
+  ++gathers_;
+  return comm_.allgather_async(src, dst, static_cast<size_t>(g.part), dtype_);
+}
+
+void ParamStore::gather_to(int group, void* dst) {
+  start_gather(group, dst)->wait();
 }
 
 void ParamStore::begin_pass(bool backward, bool training) {
@@ -82,9 +97,8 @@ void ParamStore::fetch(int group) {
   Slot& s = slots_[static_cast<size_t>(group)];
   if (g.numel == 0 || s.buffer) return;
   s.buffer = DeviceBuffer(device_, static_cast<size_t>(g.numel) * elem_, MemCategory::params);
-  s.gather = comm_.allgather_async(owned(group), s.buffer.data(), static_cast<size_t>(g.part), dtype_);
+  s.gather = start_gather(group, s.buffer.data());
   live_elements_ += g.numel;
-  ++gathers_;
 }
 
 void ParamStore::wait(int group) {
@@ -106,24 +120,30 @@ void ParamStore::release(int group) {
 void ParamStore::prefetch_after(int layer, bool backward) {
   const int n = static_cast<int>(layout_.layer_range.size());
   const int here = layout_.layer_group[static_cast<size_t>(layer)];
-  int64_t ahead = 0;  // elements gathered for groups not yet reached
+  const bool swap_ahead = home_->offload().device == OffloadDevice::nvme;
+  int64_t ahead = 0;    // elements gathered for groups not yet reached
+  bool gathering = true;
   for (int l = backward ? layer - 1 : layer + 1; l >= 0 && l < n; l += backward ? -1 : 1) {
     int g = layout_.layer_group[static_cast<size_t>(l)];
     if (g == here) continue;
     int64_t numel = layout_.groups[static_cast<size_t>(g)].numel;
     if (numel == 0 || persistent_[static_cast<size_t>(g)]) continue;
-    if (ahead + numel > s3_.prefetch_bucket_size) return;
-    if (!slots_[static_cast<size_t>(g)].buffer) {
-      if (live_elements_ + numel > s3_.max_live_parameters) return;
-      fetch(g);
+    if (gathering && ahead + numel <= s3_.prefetch_bucket_size &&
+        (slots_[static_cast<size_t>(g)].buffer || live_elements_ + numel <= s3_.max_live_parameters)) {
+      fetch(g);  // no-op when already gathered
+      ahead += numel;
+      continue;
     }
-    ahead += numel;
+    // Beyond the gather window NVMe slices start their way into host buffers, as far as free
+    // buffers allow: that costs host memory only, not device memory.
+    gathering = false;
+    if (!swap_ahead || !home_->prefetch(g)) return;
   }
 }
 
 const void* ParamStore::layer_params(int layer, bool backward) {
   int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
-  if (!partitioned_) return static_cast<const char*>(data_.data()) + first * static_cast<int64_t>(elem_);
+  if (!partitioned_) return static_cast<const char*>(full()) + first * static_cast<int64_t>(elem_);
   int group = layout_.layer_group[static_cast<size_t>(layer)];
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   if (g.numel == 0) return nullptr;
@@ -180,7 +200,7 @@ void ParamStore::publish() {
     if (g.numel == 0) continue;
     if (!partitioned_) {
       if (layout_.parts == 1) continue;
-      char* base = static_cast<char*>(data_.data());
+      char* base = static_cast<char*>(full());
       inflight.push_back(comm_.allgather_async(owned(static_cast<int>(i)), base + g.begin * static_cast<int64_t>(elem_),
                                                static_cast<size_t>(g.part), dtype_));
     } else if (persistent_[i]) {
@@ -189,8 +209,7 @@ void ParamStore::publish() {
       if (!s.buffer) {
         fetch(static_cast<int>(i));
       } else {
-        s.gather = comm_.allgather_async(owned(static_cast<int>(i)), s.buffer.data(), static_cast<size_t>(g.part), dtype_);
-        ++gathers_;
+        s.gather = start_gather(static_cast<int>(i), s.buffer.data());
       }
     }
   }

@@ -14,6 +14,12 @@
 //              a group whose next use lies within stage3_max_reuse_distance elements of
 //              parameter traffic is kept instead of released and gathered again.
 //
+// Where the owned slices live between uses (device, host memory, NVMe: offload_param) is
+// ParamHome's business; a stage-3 gather of an offloaded slice first copies it to its own place
+// in the gathered device buffer and allgathers in place from there, as DeepSpeed copies a CPU
+// ds_tensor into its all-gather buffer. With NVMe, the slices of the groups after the
+// gather window are swapped in ahead, as far as free swap buffers allow.
+//
 // The execution order is static (layers 0..L−1 forward, L−1..0 backward), so unlike
 // DeepSpeed's trace-and-replay coordinator the prefetch order is known from the first step.
 #pragma once
@@ -21,8 +27,10 @@
 #include "collectives/communicator.h"
 #include "core/device.h"
 #include "runtime/flat_layout.h"
+#include "runtime/param_home.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dscpp::runtime {
@@ -37,8 +45,9 @@ struct Stage3Options {
 
 class ParamStore {
  public:
+  // `host`: where offloaded slices are counted (required when offload.device is not none).
   ParamStore(const FlatLayout& layout, comm::Communicator& comm, Device& device, DType dtype, bool partitioned,
-             const Stage3Options& stage3 = {});
+             const Stage3Options& stage3 = {}, Device* host = nullptr, const ParamOffload& offload = {});
   ~ParamStore();
 
   // Stage 3: which groups stay gathered (DeepSpeed's persistence walk with the group as the
@@ -49,10 +58,15 @@ class ParamStore {
   DType dtype() const { return dtype_; }
   bool partitioned() const { return partitioned_; }
 
-  // This rank's slice of group g (g.part elements; stage 0: the whole group).
-  void* owned(int group) const;
+  // This rank's slice of group g (g.part elements; stage 0: the whole group) when it lives on the
+  // device; nullptr when offloaded (then only through home()).
+  void* owned(int group) const { return home_->on_device(group); }
   // The whole array (stage 0–2 only).
-  void* full() const { return partitioned_ ? nullptr : data_.data(); }
+  void* full() const { return home_->full(); }
+  ParamHome& home() { return *home_; }
+  const ParamHome& home() const { return *home_; }
+  // Collective: group g gathered whole into device memory `dst` (g.numel elements), now.
+  void gather_to(int group, void* dst);
 
   // A pass over the layers begins: forward (with a backward to follow when `training`) or backward.
   void begin_pass(bool backward, bool training);
@@ -78,6 +92,7 @@ class ParamStore {
  private:
   struct Slot;
   void fetch(int group);
+  comm::WorkHandle start_gather(int group, void* dst);
   void wait(int group);
   void release(int group);
   void prefetch_after(int layer, bool backward);
@@ -91,7 +106,7 @@ class ParamStore {
   size_t elem_;
   bool partitioned_;
   Stage3Options s3_;
-  DeviceBuffer data_;  // full array, or the concatenated owned slices
+  std::unique_ptr<ParamHome> home_;  // the full array (stage 0–2) or the owned slices (stage 3)
   std::vector<Slot> slots_;
   std::vector<bool> persistent_, kept_for_reuse_;
   bool backward_ = false, training_ = false;

@@ -185,6 +185,15 @@ TEST_CASE("deprecated keys map onto their replacements with a warning", "[config
   CHECK(c.config.zero_optimization.allgather_bucket_size == 1000);
 }
 
+TEST_CASE("offload_param below stage 3 is accepted with a warning (DeepSpeed ignores it silently)", "[config]") {
+  LoadedConfig c = load(R"({"train_batch_size": 8, "optimizer": {"type": "Adam"},
+                           "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})");
+  INFO(problems(c));
+  CHECK(c.ok());
+  CHECK(problems(c).find("warning: zero_optimization.offload_param: parameter offload works only with ZeRO stage 3 "
+                         "(stage is 2): ignored") != std::string::npos);
+}
+
 TEST_CASE("quoted booleans are taken with a warning instead of being truthy", "[config]") {
   LoadedConfig c = load(R"({"train_batch_size": 8, "fp16": {"enabled": "false"}})");
   REQUIRE(c.ok());
