@@ -4,7 +4,9 @@
 //   allreduce       in place, sum | avg | max | min
 //   reduce_scatter  input of size()*count elements (callers pad), rank r receives the
 //                   reduction of slice r
-//   allgather       count elements from every rank into one flat size()*count buffer
+//   allgather       count elements from every rank into one flat size()*count buffer;
+//                   in place when input is output + rank()*count (every engine; the
+//                   communicator tests check it, stage 3's offloaded gathers rely on it)
 //   broadcast       in place from `root`
 //   all_to_all      slice j of the input goes to rank j; output slice i came from rank i
 //   barrier
