@@ -110,6 +110,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
   }
   const ParamOffload offload = param_offload_from_config(z, cfg_.aio, stage_ == 3);
+  param_offload_ = offload.device;
   if (options_.eval_only && world.rank() == 0 && (stage_ != 3 || offload.device == OffloadDevice::none))
     log::warn("--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
               "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
@@ -220,8 +221,9 @@ int64_t Engine::deepspeed_estimate() const {
   }
   double P = static_cast<double>(layout_.numel);
   // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
-  const bool off = offload_.device != OffloadDevice::none;
-  return stage_ == 3 ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, false, off, true).gpu_bytes
+  const bool off = offload_.device != OffloadDevice::none, off_params = param_offload_ != OffloadDevice::none;
+  return stage_ == 3
+             ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, off_params, off, true).gpu_bytes
                      : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
 }
 

@@ -116,6 +116,7 @@ class Engine {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
   OptimizerOffload offload_;  // zero_optimization.offload_optimizer
+  OffloadDevice param_offload_ = OffloadDevice::none;  // zero_optimization.offload_param (stage 3)
   SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
   std::unique_ptr<LossScaler> scaler_;
   std::set<int64_t> inject_overflow_;  // DSCPP_INJECT_OVERFLOW: steps whose gradients get an inf (fault injection)

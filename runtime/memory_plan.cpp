@@ -43,6 +43,8 @@ int64_t model_state_bytes(int stage, int world, int64_t elements, int64_t elem_b
 
 MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& layout, const MemoryPlanInputs& in) {
   MemoryPlan p;
+  p.offload_optimizer = in.offload_optimizer;
+  p.params_offloaded = in.stage == 3 && in.offload_param != OffloadDevice::none;
   auto at = [&p](MemCategory c) -> int64_t& { return p.bytes[static_cast<size_t>(c)]; };
   const int64_t e = static_cast<int64_t>(dtype_size(in.dtype));
   const bool params_off = in.stage == 3 && in.offload_param != OffloadDevice::none;
@@ -128,9 +130,16 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measur
            cell(plan.nvme_total());
   else
     out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";
-  if (deepspeed_estimate > 0)
-    out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, {}): {}",
-                       off ? "optimizer offloaded" : "no offload", format_bytes(deepspeed_estimate));
+  if (deepspeed_estimate > 0) {
+    // DeepSpeed's table has no row for parameters offloaded alone: it prices them as no offload.
+    const bool optim = plan.offload_optimizer != OffloadDevice::none;
+    const char* what = optim && plan.params_offloaded ? "parameters and optimizer offloaded"
+                       : optim                        ? "optimizer offloaded"
+                       : plan.params_offloaded        ? "its row for no offload: it has none for parameters alone"
+                                                      : "no offload";
+    out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, {}): {}", what,
+                       format_bytes(deepspeed_estimate));
+  }
   return out;
 }
 

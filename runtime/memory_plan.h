@@ -66,6 +66,8 @@ struct MemoryPlan {
   int64_t host_total() const;
   int64_t nvme_total() const;
   bool offloaded() const { return host_total() + nvme_total() > 0; }
+  OffloadDevice offload_optimizer = OffloadDevice::none;  // as configured, for the estimator's label
+  bool params_offloaded = false;                          // offload_param at stage 3
 };
 
 MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& layout, const MemoryPlanInputs& in);
