@@ -33,6 +33,7 @@
 #include "offload/io_queue.h"
 #include "offload/io_worker.h"
 #include "offload/swap_dir.h"
+#include "tests/unit/offload_fixture.h"
 
 using namespace dscpp::offload;
 namespace fs = std::filesystem;
@@ -40,26 +41,8 @@ using Catch::Contains;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  explicit TempDir(const char* base = "/tmp") {
-    std::string tmpl = std::string(base) + "/dscpp_aio_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-};
-
-std::vector<AioBackend> built_backends() {
-  std::vector<AioBackend> b;
-  if (DSCPP_HAVE_IO_URING) b.push_back(AioBackend::io_uring);
-  if (DSCPP_HAVE_LIBAIO) b.push_back(AioBackend::libaio);
-  return b;
-}
+using dscpp::test::TempDir;
+using dscpp::test::built_backends;
 
 // A pattern no two offsets share within a file: byte i of file position p is f(p + i).
 void fill_pattern(char* dst, int64_t bytes, int64_t file_offset, uint32_t seed) {

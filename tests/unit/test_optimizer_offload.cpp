@@ -18,6 +18,7 @@
 #include "offload/aligned_buffer.h"
 #include "runtime/optimizer.h"
 #include "runtime/optimizer_offload.h"
+#include "tests/unit/offload_fixture.h"
 
 using namespace dscpp;
 using namespace dscpp::runtime;
@@ -26,18 +27,7 @@ using Catch::Contains;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = "/tmp/dscpp_optoff_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using dscpp::test::TempDir;
 
 config::OptimizerConfig adamw() {
   config::OptimizerConfig c;

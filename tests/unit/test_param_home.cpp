@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "runtime/flat_layout.h"
 #include "runtime/param_home.h"
+#include "tests/unit/offload_fixture.h"
 
 using namespace dscpp;
 using namespace dscpp::runtime;
@@ -23,18 +24,7 @@ using Catch::Contains;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = "/tmp/dscpp_param_home_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using dscpp::test::TempDir;
 
 // One parameter per layer of the given sizes, partitioned over `parts` ranks (stage 3).
 FlatLayout layout_of(const std::vector<int64_t>& sizes, int parts) {

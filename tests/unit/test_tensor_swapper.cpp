@@ -18,6 +18,7 @@
 #include "build_config.h"
 #include "core/error.h"
 #include "offload/tensor_swapper.h"
+#include "tests/unit/offload_fixture.h"
 
 using namespace dscpp::offload;
 namespace fs = std::filesystem;
@@ -25,25 +26,8 @@ using Catch::Contains;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = "/tmp/dscpp_swapper_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::vector<AioBackend> built_backends() {
-  std::vector<AioBackend> b;
-  if (DSCPP_HAVE_IO_URING) b.push_back(AioBackend::io_uring);
-  if (DSCPP_HAVE_LIBAIO) b.push_back(AioBackend::libaio);
-  return b;
-}
+using dscpp::test::TempDir;
+using dscpp::test::built_backends;
 
 AioOptions options(AioBackend backend, int threads) {
   AioOptions o;
