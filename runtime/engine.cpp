@@ -116,12 +116,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
               "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
               stage_, stage_ == 3 ? "its partitions on the device" : "the whole model");
 
-  Stage3Options s3;
-  s3.prefetch_bucket_size = z.prefetch_bucket_size;
-  s3.max_live_parameters = z.max_live_parameters;
-  s3.max_reuse_distance = z.max_reuse_distance;
-  s3.param_persistence_threshold = z.param_persistence_threshold;
-  s3.model_persistence_threshold = z.model_persistence_threshold;
+  const Stage3Options s3 = stage3_options(z, world.size(), world.rank() == 0);
   MemoryPlanInputs mp;
   mp.stage = stage_;
   mp.world = world.size();
@@ -131,7 +126,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   mp.training = !options_.eval_only;
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
-  if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
+  if (stage_ == 3)  // gathered groups, plus hpZ's copies (parameters too)
+    mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3) + ParamStore::hpz_secondary_bound(layout_, s3);
   mp.offload_optimizer = offload_.device;
   if (offload_.device != OffloadDevice::none) {
     auto subs = make_sub_groups(layout_, stage_ == 3, stage_ == 3 ? z.sub_group_size : 0);
@@ -382,9 +378,9 @@ void Engine::run() {
   report();  // collective at stage 3
   log_memory_peaks();
   if (world_.rank() == 0 && world_.size() > 1) {
-    comm::CommStats c = world_.stats();
-    log::info("communication (rank 0, whole run): {} collectives, wire_bytes={} sent, {:.1f} s in the engine", c.ops,
-              c.wire_bytes, c.busy_s);
+    log::info("communication (rank 0, whole run): {}", comm::format_traffic(world_.stats()));
+    if (const comm::Communicator* hpz = params_->hpz_group())
+      log::info("hpZ group communication (rank 0, whole run): {}", comm::format_traffic(hpz->stats()));
   }
 }
 
