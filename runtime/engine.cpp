@@ -116,7 +116,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
               "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
               stage_, stage_ == 3 ? "its partitions on the device" : "the whole model");
 
-  const Stage3Options s3 = stage3_options(z, world.size(), world.rank() == 0);
+  const int nodes = options_.ranks_per_node > 0 ? world.size() / options_.ranks_per_node : 1;
+  const Stage3Options s3 = stage3_options(z, world.size(), nodes, world.rank() == 0);
   MemoryPlanInputs mp;
   mp.stage = stage_;
   mp.world = world.size();
@@ -187,6 +188,8 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   r.prescale = cfg_.prescale_gradients;
   r.reduce_scatter = z.reduce_scatter;
   r.overlap = z.overlap();
+  r.quantized_gradients = stage_ == 3 && z.zero_quantized_gradients;
+  r.ranks_per_node = std::max(1, options_.ranks_per_node);
   if (offload_.device != OffloadDevice::none) r.partition_device = host_.get();
   if (cfg_.communication_data_type)
     r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
@@ -379,8 +382,9 @@ void Engine::run() {
   log_memory_peaks();
   if (world_.rank() == 0 && world_.size() > 1) {
     log::info("communication (rank 0, whole run): {}", comm::format_traffic(world_.stats()));
-    if (const comm::Communicator* hpz = params_->hpz_group())
-      log::info("hpZ group communication (rank 0, whole run): {}", comm::format_traffic(hpz->stats()));
+    for (const comm::Communicator* c : {params_->hpz_group(), grads_ ? grads_->qgz_node() : nullptr,
+                                        grads_ ? grads_->qgz_cross() : nullptr})
+      if (c) log::info("{} group communication (rank 0, whole run): {}", c->group_name(), comm::format_traffic(c->stats()));
   }
 }
 

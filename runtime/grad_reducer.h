@@ -27,6 +27,7 @@
 #include "core/device.h"
 #include "runtime/flat_layout.h"
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -45,6 +46,11 @@ struct GradReduceOptions {
   // master.grad). Reductions land in it directly, which needs host-accessible memory for the
   // collective: true of every device dscpp runs training on today.
   Device* partition_device = nullptr;
+  // ZeRO++ qgZ at stage 3 (runtime/zeropp.h): with more than one node of `ranks_per_node` ranks,
+  // each group's reduce-scatter becomes the two-hop int4 all-to-all; on one node it stays a
+  // plain reduce-scatter, as in DeepSpeed.
+  bool quantized_gradients = false;
+  int ranks_per_node = 1;
 };
 
 class GradReducer {
@@ -68,6 +74,9 @@ class GradReducer {
   void zero();
 
   DType dtype() const { return dtype_; }
+  // qgZ's node and cross-node groups (nullptr when qgZ is off or there is one node).
+  const comm::Communicator* qgz_node() const { return qgz_node_.get(); }
+  const comm::Communicator* qgz_cross() const { return qgz_cross_.get(); }
   int64_t reductions_last_micro() const { return reductions_; }
 
  private:
@@ -96,6 +105,7 @@ class GradReducer {
     DeviceBuffer wire;  // the bucket in the communication dtype, when it differs
   };
   std::vector<Bucket> inflight_;
+  std::unique_ptr<comm::Communicator> qgz_node_, qgz_cross_;
 };
 
 }  // namespace dscpp::runtime

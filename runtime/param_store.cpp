@@ -2,13 +2,13 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "runtime/quantized_gather.h"
+#include "runtime/zeropp.h"
 
 #include <algorithm>
 
 namespace dscpp::runtime {
 
-Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, bool log) {
+Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, int nodes, bool log) {
   Stage3Options s3;
   s3.prefetch_bucket_size = z.prefetch_bucket_size;
   s3.max_live_parameters = z.max_live_parameters;
@@ -23,15 +23,18 @@ Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, bool l
          "that many consecutive ranks, normally the ranks of one node",
          h, world_size);
   s3.hpz_partition_size = static_cast<int>(std::max<int64_t>(h, 1));
-  if (z.zero_quantized_gradients)
-    fail("zero_optimization.zero_quantized_gradients is true: ZeRO++ qgZ (quantized gradient reduction) is not "
-         "implemented by dscpp yet; set it to false (qwZ and hpZ are available)");
-  if (log && (s3.quantized_weights || s3.hpz_partition_size > 1))
-    log::info("ZeRO++:{}{}", s3.quantized_weights ? " qwZ (parameter gathers in int8, groups of 8000-16000)" : "",
+  if (log && (s3.quantized_weights || s3.hpz_partition_size > 1 || z.zero_quantized_gradients))
+    log::info("ZeRO++:{}{}{}", s3.quantized_weights ? " qwZ (parameter gathers in int8, groups of 8000-16000)" : "",
               s3.hpz_partition_size > 1
                   ? fmt::format(" hpZ (secondary copies within groups of {} ranks serve the gathers until the step)",
                                 s3.hpz_partition_size)
-                  : std::string());
+                  : std::string(),
+              !z.zero_quantized_gradients ? ""
+              : nodes > 1
+                  ? fmt::format(" qgZ (gradients reduced in int4 by two all-to-alls: inside {} nodes of {} ranks, "
+                                "then across)",
+                                nodes, world_size / nodes)
+                  : " qgZ requested, but one node: a plain reduce-scatter, as DeepSpeed does");
   return s3;
 }
 

@@ -50,15 +50,15 @@ struct Stage3Options {
   int64_t max_reuse_distance = 1000000000;
   int64_t param_persistence_threshold = 100000;
   int64_t model_persistence_threshold = INT64_MAX;
-  // ZeRO++ (runtime/quantized_gather.h, engine.md 6.1–6.2).
+  // ZeRO++ (runtime/zeropp.h, engine.md 6.1–6.2).
   bool quantized_weights = false;  // qwZ: gathers send int8
   int hpz_partition_size = 1;      // hpZ: > 1 keeps a secondary copy per group of that many ranks
 };
 
 // The stage-3 knobs of zero_optimization; throws naming the key when zero_hpz_partition_size
-// does not divide the world, or for zero_quantized_gradients (not implemented). `log`: say
-// which ZeRO++ switches are on.
-Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, bool log);
+// does not divide the world. `log`: say which ZeRO++ switches are on (qgZ lives in GradReducer;
+// `nodes` says whether it applies).
+Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, int nodes, bool log);
 
 class ParamStore {
  public:
