@@ -23,6 +23,9 @@ Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, int no
          "that many consecutive ranks, normally the ranks of one node",
          h, world_size);
   s3.hpz_partition_size = static_cast<int>(std::max<int64_t>(h, 1));
+  if (z.zeropp_loco_param && z.zero_quantized_gradients)
+    fail("zero_optimization.zeropp_loco_param is set: qgZ's LoCo error feedback is not implemented by dscpp; remove "
+         "the section (qgZ then runs without error feedback)");
   if (log && (s3.quantized_weights || s3.hpz_partition_size > 1 || z.zero_quantized_gradients))
     log::info("ZeRO++:{}{}{}", s3.quantized_weights ? " qwZ (parameter gathers in int8, groups of 8000-16000)" : "",
               s3.hpz_partition_size > 1

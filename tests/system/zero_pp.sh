@@ -175,6 +175,9 @@ expect_error() {  # WHAT LOG PATTERN...
 config "$WORK/h3.json" 2 1 ', "zero_hpz_partition_size": 3'
 run 4 "$WORK/h3.json" 1 "$WORK/h3.log" && fail "hpZ 3 on 4 ranks ran" ||
   expect_error "hpZ 3 on 4 ranks" "$WORK/h3.log" "zero_hpz_partition_size is 3" "divide the number of ranks (4)"
+config "$WORK/loco.json" 2 1 ', "zero_quantized_gradients": true, "zeropp_loco_param": {"err_beta": 0.8, "reset_T": 1024}'
+run 4 "$WORK/loco.json" 1 "$WORK/loco.log" && fail "qgZ with LoCo ran" ||
+  expect_error "qgZ with LoCo" "$WORK/loco.log" "zeropp_loco_param" "not implemented"
 sed 's/"stage": 3/"stage": 2/' "$WORK/qwz.json" > "$WORK/q2.json"
 run 2 "$WORK/q2.json" 1 "$WORK/q2.log" && fail "qwZ at stage 2 ran" ||
   expect_error "qwZ at stage 2" "$WORK/q2.log" "zero_quantized_weights" "stage 3"
