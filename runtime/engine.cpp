@@ -170,12 +170,16 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   Plugin& plugin = plugin_;
   params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_.get(), offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
-  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
+  if (cfg_.flops_profiler.enabled) profiler_ = make_profiler();
+  runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, dtype_,
+                                          grad_dtype_);
   runner_->set_source([this](int layer, bool backward) {
-    return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
-                                    backward ? grads_->layer_grads(layer) : nullptr};
+    LayerRunner::LayerMemory m{params_->layer_params(layer, backward), backward ? grads_->layer_grads(layer) : nullptr};
+    if (profiler_) profiler_->enter(layer, backward);  // after the gather: the layer's own time
+    return m;
   });
   runner_->after_layer = [this](int layer, bool backward) {
+    if (profiler_) profiler_->leave();
     params_->layer_done(layer, backward);
     if (backward) grads_->layer_done(layer);
   };
@@ -393,6 +397,8 @@ void Engine::train_step() {
   // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
   // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
   float loss_grad = static_cast<float>(scaler_->scale() / static_cast<double>(gas_ * (stage_ > 0 ? world_.size() : 1)));
+  const auto step_start = Clock::now();
+  if (profiling_step()) profiler_->reset();
   for (int64_t j = 0; j < gas_; ++j) {
     MicroBatch mb;
     {
@@ -443,6 +449,7 @@ void Engine::train_step() {
   if (counters_.global_steps == inject_divergence_ && world_.rank() == world_.size() - 1) world_.barrier();
   // --check_schedule: a rank that ends the step early is caught here, not left hanging.
   world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
+  if (profiler_ && counters_.global_steps == profiler_->profile_step()) report_profile(seconds_since(step_start));
   log_step(loss_sum / static_cast<double>(gas_));
 }
 
@@ -561,20 +568,6 @@ MemoryStats Engine::host_stats() const {
   h.peak[static_cast<size_t>(MemCategory::buffers)] += param_pool;
   h.total_peak += pool + param_pool;
   return h;
-}
-
-// NVMe optimizer swapping since the last print: traffic, and the share of the wall time the
-// step spent blocked on it (what pipeline_read/pipeline_write exist to hide).
-std::string Engine::swap_line(double window_s) {
-  if (offload_.device != OffloadDevice::nvme || !master_) return "";
-  SwapStats now = master_->swap_stats(), d = now;
-  d.bytes_read -= swap_at_print_.bytes_read;
-  d.bytes_written -= swap_at_print_.bytes_written;
-  d.wait_s -= swap_at_print_.wait_s;
-  swap_at_print_ = now;
-  return fmt::format("optimizer swap (rank {}): read {}, wrote {}, io_wait={:.3f} s = {:.1f}% of {:.3f} s of steps",
-                     world_.rank(), format_bytes(d.bytes_read), format_bytes(d.bytes_written), d.wait_s,
-                     100.0 * d.wait_s / std::max(window_s, 1e-9), window_s);
 }
 
 void Engine::save(const std::string& save_dir) {

@@ -17,6 +17,7 @@
 #include "core/device.h"
 #include "runtime/batch_loader.h"
 #include "runtime/checkpoint.h"
+#include "runtime/flops_profiler.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/layer_runner.h"
 #include "runtime/loss_scaler.h"
@@ -93,7 +94,10 @@ class Engine {
   void log_memory_peaks();
   CheckpointView checkpoint_view();
   MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
-  std::string swap_line(double window_s);
+  std::string swap_line(double window_s);                 // engine_report.cpp
+  std::unique_ptr<FlopsProfiler> make_profiler() const;   // engine_report.cpp
+  void report_profile(double step_s);                     // engine_report.cpp
+  bool profiling_step() const { return profiler_ && counters_.global_steps + 1 == profiler_->profile_step(); }
 
   Plugin& plugin_;
   const config::LoadedConfig& loaded_;
@@ -112,6 +116,7 @@ class Engine {
   MemoryPlan plan_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradReducer> grads_;
+  std::unique_ptr<FlopsProfiler> profiler_;  // flops_profiler.enabled; outlives runner_, which uses its ops
   std::unique_ptr<LayerRunner> runner_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<Optimizer> optimizer_;
