@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "runtime/fault_injection.h"
 #include "runtime/init.h"
 #include "core/zero_estimate.h"
 #include "kernels/cpu/amp/amp_cpu.h"
@@ -24,25 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// "3,4,9-12" → {3, 4, 9, 10, 11, 12}.
-std::set<int64_t> parse_step_list(std::string_view text) {
-  std::set<int64_t> out;
-  for (std::string_view rest = text; !rest.empty();) {
-    size_t comma = rest.find(',');
-    std::string item(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item.empty()) continue;
-    size_t dash = item.find('-', 1);
-    try {
-      int64_t lo = std::stoll(item.substr(0, dash)), hi = dash == std::string::npos ? lo : std::stoll(item.substr(dash + 1));
-      for (int64_t v = lo; v <= hi; ++v) out.insert(v);
-    } catch (const std::exception&) {
-      fail("DSCPP_INJECT_OVERFLOW: '{}' is not a step or a range of steps (expected e.g. 3,5,9-12)", item);
-    }
-  }
-  return out;
-}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -99,6 +81,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   else if (stage_ > 0)  // a group is one reduce-scatter and one allgather: both bucket sizes bound it
     grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
   layout_ = make_flat_layout(plugin.layers(), grouping);
+  ckpt_ = checkpointing_options(loaded, static_cast<int>(plugin.layers().size()));
   if (!options_.eval_only) {
     if (!cfg_.optimizer) fail("the config has no optimizer section");
     offload_ = optimizer_offload_options(cfg_);
@@ -131,6 +114,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   mp.training = !options_.eval_only;
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
+  mp.checkpointing = ckpt_;
   if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
   mp.offload_optimizer = offload_.device;
   if (offload_.device != OffloadDevice::none) {
@@ -159,6 +143,11 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
               world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
               scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
               format_memory_plan(plan_, nullptr, deepspeed_estimate()));
+  if (world.rank() == 0) {
+    const auto act = static_cast<size_t>(MemCategory::activations);
+    log::info("{}; planned activations per rank (bytes): device={}, host={}",
+              describe_checkpointing(ckpt_, static_cast<int>(plugin.layers().size())), plan_.bytes[act], plan_.host[act]);
+  }
   try {
     allocate(s3, offload);
   } catch (const OutOfDeviceMemory& e) {
@@ -173,10 +162,10 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   Plugin& plugin = plugin_;
   params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_.get(), offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
-  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
-  runner_->set_source([this](int layer, bool backward) {
-    return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
-                                    backward ? grads_->layer_grads(layer) : nullptr};
+  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_, ckpt_, host_.get());
+  runner_->set_source([this](int layer, LayerPass pass) {  // a recompute gathers in backward's order, no gradients
+    return LayerRunner::LayerMemory{params_->layer_params(layer, pass != LayerPass::forward),
+                                    pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
   });
   runner_->after_layer = [this](int layer, bool backward) {
     params_->layer_done(layer, backward);
@@ -546,6 +535,7 @@ void Engine::log_step(double local_loss) {
   if (world_.rank() == 0) {
     log::info("{}", format_step_line(r));
     if (!swap.empty()) log::info("{}", swap);
+    if (std::string p = runner_->checkpoint_profile(); !p.empty()) log::info("{}", p);
     if (cfg_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
   }
   window_start_ = Clock::now();

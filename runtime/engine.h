@@ -108,6 +108,7 @@ class Engine {
   DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
   FlatLayout layout_;
   MemoryPlan plan_;
+  CheckpointingOptions ckpt_;  // activation_checkpointing
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradReducer> grads_;
   std::unique_ptr<LayerRunner> runner_;
