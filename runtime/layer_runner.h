@@ -82,12 +82,12 @@ class LayerRunner {
   dscpp_ops ops_;
   const FlatLayout& layout_;
   int64_t max_batch_;
+  DType param_dtype_, grad_dtype_;
   CheckpointingOptions ckpt_;
   ActivationLayout act_layout_;
   std::unique_ptr<ActivationMemory> acts_;
   std::optional<CheckpointProfile> profile_;
   std::vector<const void*> segment_input_;  // per segment, on the device, for the micro-batch in flight
-  DType param_dtype_, grad_dtype_;
   MemorySource source_;
   DeviceBuffer workspace_, grad_a_, grad_b_;
   DeviceBuffer param32_, grad32_;  // fp32 views of one layer when storage is 16-bit

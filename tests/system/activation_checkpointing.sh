@@ -9,7 +9,9 @@
 #  2. the activation peak the device measured (category activations) equals the plan the
 #     engine printed before allocating, and both equal a closed form written here from the gpt's
 #     declared sizes (runtime/activation_checkpointing.h's segment rule); with a checkpoint at
-#     every layer boundary the peak is at most 0.55 of the peak without checkpointing;
+#     every layer boundary the peak is at most 0.35 of the peak without checkpointing (measured
+#     119808 / 347392 B = 0.345 for this 4-block gpt, micro-batch 2; number_checkpoints 2: 0.511,
+#     1: 0.596 — fewer checkpoints, larger segments to hold while one is recomputed);
 #  3. cpu_checkpointing: the host's measured activation peak equals the planned checkpoint
 #     bytes and the device's peak is lower by the checkpoints less one staging buffer;
 #  4. a bad key or value in the section fails before training with the key named;
@@ -128,9 +130,9 @@ for name in none every k2 k1cpu cpu; do
   fi
 done
 ratio=$(awk -v a="${DEVICE[every]:-0}" -v b="${DEVICE[none]:-1}" 'BEGIN {printf "%.3f", a / b}')
-awk -v r="$ratio" 'BEGIN {exit !(r > 0 && r <= 0.55)}' &&
+awk -v r="$ratio" 'BEGIN {exit !(r > 0 && r <= 0.35)}' &&
   pass "a checkpoint at every boundary: activation peak ${DEVICE[every]} B = $ratio of ${DEVICE[none]} B without" ||
-  fail "activation peak ratio $ratio (want ≤ 0.55)"
+  fail "activation peak ratio $ratio (want ≤ 0.35)"
 for name in k2 k1cpu; do
   pass "number_checkpoints ${KS[$name]}$([ "${HOST[$name]}" = 1 ] && echo ' (cpu)'): device activation peak ${DEVICE[$name]} B = $(awk -v a="${DEVICE[$name]:-0}" -v b="${DEVICE[none]:-1}" 'BEGIN {printf "%.3f", a / b}') of none"
 done
