@@ -2,10 +2,10 @@
 # Activation checkpointing (the `activation_checkpointing` section) on the gpt example:
 #  1. weights and optimizer state after K steps (GAS 2) are bit for bit those of the run without
 #     checkpointing (tolerance 0: a recompute is the same forward call on the same input with
-#     the same context, so the same values), at stage 0 on 1 rank and at stage 3 on 2 ranks, for
-#     every option: every boundary, number_checkpoints 1 and 2, cpu_checkpointing,
-#     contiguous_memory_optimization, partition_activations, synchronize_checkpoint_boundary,
-#     profile;
+#     the same context, so the same values): at stage 0 on 1 rank for every option (every
+#     boundary, number_checkpoints 1 and 2, cpu_checkpointing, contiguous_memory_optimization,
+#     partition_activations, synchronize_checkpoint_boundary, profile), at stage 3 on 2 ranks
+#     (every boundary; number_checkpoints 1 with cpu_checkpointing) and bf16 at stage 2 on 2 ranks;
 #  2. the activation peak the device measured (category activations) equals the plan the
 #     engine printed before allocating, and both equal a closed form written here from the gpt's
 #     declared sizes (runtime/activation_checkpointing.h's segment rule); with a checkpoint at
@@ -28,10 +28,10 @@ pass() { echo "ok: $*"; }
 L=4 C=32 H=2 T=16 B=2 K=3
 GPT_ARGS=(--layers $L --d_model $C --heads $H --context $T --sample_chars 0)
 
-config() {  # FILE STAGE CKPT_BLOCK (e.g. '"activation_checkpointing": {},' or '')
+config() {  # FILE STAGE CKPT_BLOCK [PRECISION_BLOCK] (e.g. '"activation_checkpointing": {},' or '')
   cat > "$1" <<JSON
 {"train_micro_batch_size_per_gpu": $B, "gradient_accumulation_steps": 2, "steps_per_print": 1,
- "gradient_clipping": 1.0, $3
+ "gradient_clipping": 1.0, $3 ${4:-}
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}}}
 JSON
@@ -89,6 +89,13 @@ for name in none every k1cpu; do
   train 2 "$WORK/s3-$name.json" "$WORK/s3-$name.log" --save_dir "$WORK/s3-$name" ||
     fail "stage 3 $name: $(tail -3 "$WORK/s3-$name.log")"
 done
+# bf16 at stage 2 (16-bit parameters widened per layer, gradients through reduce-scatter staging).
+BF16='"bf16": {"enabled": true},'
+for name in none every; do
+  config "$WORK/s2-$name.json" 2 "${BLOCK[$name]}" "$BF16"
+  train 2 "$WORK/s2-$name.json" "$WORK/s2-$name.log" --save_dir "$WORK/s2-$name" ||
+    fail "stage 2 bf16 $name: $(tail -3 "$WORK/s2-$name.log")"
+done
 V=$(sed -n 's/.*vocabulary \([0-9]*\),.*/\1/p' "$WORK/s0-none.log" | head -1)
 [ -n "$V" ] || fail "no vocabulary size in the gpt's log"
 
@@ -106,12 +113,13 @@ for name in every k2 k1cpu cpu; do
   [ "$(norms "$WORK/s0-none.log")" = "$(norms "$WORK/s0-$name.log")" ] && pass "stage 0 $name: the same grad norms" ||
     fail "stage 0 $name: grad norms $(norms "$WORK/s0-$name.log") vs $(norms "$WORK/s0-none.log")"
 done
-for name in every k1cpu; do
-  for f in "$WORK/s3-none/$step"/*.safetensors; do
-    same "stage 3 $name: $(basename "$f")" "$f" "$WORK/s3-$name/$step/$(basename "$f")"
+for run in s3-every s3-k1cpu s2-every; do
+  ref=${run%-*}-none
+  for f in "$WORK/$ref/$step"/*.safetensors; do
+    same "$run: $(basename "$f")" "$f" "$WORK/$run/$step/$(basename "$f")"
   done
-  [ "$(norms "$WORK/s3-none.log")" = "$(norms "$WORK/s3-$name.log")" ] && pass "stage 3 $name: the same grad norms" ||
-    fail "stage 3 $name: grad norms differ"
+  [ "$(norms "$WORK/$ref.log")" = "$(norms "$WORK/$run.log")" ] && pass "$run: the same grad norms" ||
+    fail "$run: grad norms differ"
 done
 
 # ---- 2./3. memory -----------------------------------------------------------------------------
