@@ -62,6 +62,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     grad_dtype_ = DType::f32;
   }
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
+  comms_log_ = comms_logger_from_config(loaded, world);
   if (const char* inject = std::getenv("DSCPP_INJECT_OVERFLOW")) inject_overflow_ = parse_step_list(inject);
   if (const char* inject = std::getenv("DSCPP_INJECT_DIVERGENCE")) inject_divergence_ = std::atoll(inject);
   micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
@@ -375,6 +376,7 @@ void Engine::run() {
     log::info("communication (rank 0, whole run): {} collectives, wire_bytes={} sent, {:.1f} s in the engine", c.ops,
               c.wire_bytes, c.busy_s);
   }
+  if (comms_log_ && world_.rank() == 0) log::info("{}", comms_log_->summary());
 }
 
 void Engine::train_step() {
