@@ -13,15 +13,22 @@ struct Alias {
   OpKind kind;
 };
 constexpr Alias kAliases[] = {
-    {"all_reduce", OpKind::allreduce},         {"allreduce", OpKind::allreduce},
-    {"all_gather", OpKind::allgather},         {"all_gather_into_tensor", OpKind::allgather},
-    {"allgather", OpKind::allgather},          {"reduce_scatter", OpKind::reduce_scatter},
-    {"reduce_scatter_tensor", OpKind::reduce_scatter}, {"broadcast", OpKind::broadcast},
-    {"all_to_all", OpKind::all_to_all},        {"all_to_all_single", OpKind::all_to_all},
+    {"all_reduce", OpKind::allreduce},
+    {"allreduce", OpKind::allreduce},
+    {"all_gather", OpKind::allgather},
+    {"all_gather_into_tensor", OpKind::allgather},
+    {"allgather", OpKind::allgather},
+    {"reduce_scatter", OpKind::reduce_scatter},
+    {"reduce_scatter_tensor", OpKind::reduce_scatter},
+    {"broadcast", OpKind::broadcast},
+    {"all_to_all", OpKind::all_to_all},
+    {"all_to_all_single", OpKind::all_to_all},
     {"barrier", OpKind::barrier},
 };
 
-double gbps(size_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
+double gbps(size_t bytes, double seconds) {
+  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+}
 
 std::string size_text(size_t bytes) {
   if (bytes >= (1u << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20));
@@ -46,12 +53,16 @@ std::string comm_op_names() {
 double bus_factor(OpKind kind, int ranks) {
   const double n = ranks;
   switch (kind) {
-    case OpKind::allreduce: return ranks > 1 ? 2 * (n - 1) / n : 0;
+    case OpKind::allreduce:
+      return ranks > 1 ? 2 * (n - 1) / n : 0;
     case OpKind::reduce_scatter:
     case OpKind::allgather:
-    case OpKind::all_to_all: return ranks > 1 ? (n - 1) / n : 0;
-    case OpKind::broadcast: return ranks > 1 ? 1 : 0;
-    case OpKind::barrier: return 0;
+    case OpKind::all_to_all:
+      return ranks > 1 ? (n - 1) / n : 0;
+    case OpKind::broadcast:
+      return ranks > 1 ? 1 : 0;
+    case OpKind::barrier:
+      return 0;
   }
   return 0;
 }
@@ -93,22 +104,23 @@ std::vector<CommsLogger::Row> CommsLogger::rows() const {
 }
 
 std::string CommsLogger::summary() const {
-  std::string out = fmt::format("communication summary (rank {} of {}):\n{:<16}{:>14}{:>9}{:>16}{:>14}{:>16}{:>16}",
-                                rank_, ranks_, "op", "message size", "count", "total lat (ms)", "avg lat (ms)",
-                                "algbw (GB/s)", "busbw (GB/s)");
+  std::string out =
+      fmt::format("communication summary (rank {} of {}):\n{:<16}{:>14}{:>9}{:>16}{:>14}{:>16}{:>16}", rank_, ranks_,
+                  "op", "message size", "count", "total lat (ms)", "avg lat (ms)", "algbw (GB/s)", "busbw (GB/s)");
   int64_t ops = 0;
   size_t bytes = 0;
   double seconds = 0;
   for (const Row& r : rows()) {
     const double mean_algbw = r.algbw_sum / static_cast<double>(r.count);
-    out += fmt::format("\n{:<16}{:>14}{:>9}{:>16.3f}{:>14.3f}{:>16.3f}{:>16.3f}", op_kind_name(r.kind), size_text(r.bytes),
-                       r.count, 1e3 * r.total_s, 1e3 * r.total_s / static_cast<double>(r.count), mean_algbw,
-                       mean_algbw * bus_factor(r.kind, ranks_));
+    out += fmt::format("\n{:<16}{:>14}{:>9}{:>16.3f}{:>14.3f}{:>16.3f}{:>16.3f}", op_kind_name(r.kind),
+                       size_text(r.bytes), r.count, 1e3 * r.total_s, 1e3 * r.total_s / static_cast<double>(r.count),
+                       mean_algbw, mean_algbw * bus_factor(r.kind, ranks_));
     ops += r.count;
     bytes += r.bytes * static_cast<size_t>(r.count);
     seconds += r.total_s;
   }
-  out += fmt::format("\ntotal: {} operations, {} payload, {:.3f} ms in the engine", ops, size_text(bytes), 1e3 * seconds);
+  out +=
+      fmt::format("\ntotal: {} operations, {} payload, {:.3f} ms in the engine", ops, size_text(bytes), 1e3 * seconds);
   return out;
 }
 

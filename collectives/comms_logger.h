@@ -22,8 +22,8 @@
 namespace dscpp::comm {
 
 struct CommsLoggerOptions {
-  bool verbose = false;          // log every operation as it finishes
-  bool prof_all = true;          // every kind; else only prof_ops
+  bool verbose = false;  // log every operation as it finishes
+  bool prof_all = true;  // every kind; else only prof_ops
   std::vector<OpKind> prof_ops;
 };
 

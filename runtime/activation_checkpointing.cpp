@@ -10,7 +10,9 @@ namespace dscpp::runtime {
 
 namespace {
 constexpr int64_t kAlign = 64;  // what Device::allocate guarantees; carved pieces keep it
-int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+int64_t aligned(int64_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
 }  // namespace
 
 CheckpointingOptions checkpointing_options(const config::LoadedConfig& loaded, int num_layers) {
@@ -23,9 +25,10 @@ CheckpointingOptions checkpointing_options(const config::LoadedConfig& loaded, i
   const int64_t boundaries = std::max(num_layers - 1, 0);
   if (c.number_checkpoints) {
     if (*c.number_checkpoints < 1 || *c.number_checkpoints > boundaries)
-      fail("{}: activation_checkpointing.number_checkpoints: expected 1 to {} (the model has {} layers, so {} layer "
-           "boundaries to checkpoint), found {}",
-           loaded.file_name, boundaries, num_layers, boundaries, *c.number_checkpoints);
+      fail(
+          "{}: activation_checkpointing.number_checkpoints: expected 1 to {} (the model has {} layers, so {} layer "
+          "boundaries to checkpoint), found {}",
+          loaded.file_name, boundaries, num_layers, boundaries, *c.number_checkpoints);
     o.checkpoints = *c.number_checkpoints;
   } else {
     o.checkpoints = boundaries;
@@ -44,8 +47,7 @@ std::string describe_checkpointing(const CheckpointingOptions& o, int num_layers
       "activation checkpointing: {} checkpoint{} over {} layers ({} segments, the last not recomputed), kept on the "
       "{}{}",
       o.checkpoints, o.checkpoints == 1 ? "" : "s", num_layers, o.checkpoints + 1,
-      o.cpu_checkpointing ? "host (cpu_checkpointing)" : "device",
-      o.contiguous ? " in one contiguous buffer" : "");
+      o.cpu_checkpointing ? "host (cpu_checkpointing)" : "device", o.contiguous ? " in one contiguous buffer" : "");
   if (o.partition_activations)
     out += "; partition_activations: no-op (it splits across the model-parallel group, and dscpp's is 1 rank)";
   if (o.synchronize) out += "; synchronize_checkpoint_boundary on";
@@ -82,7 +84,8 @@ ActivationLayout make_activation_layout(const std::vector<LayerDecl>& layers, co
     }
     a.arena_bytes = std::max(a.arena_bytes, at);
     if (s == 0) continue;
-    const int64_t bytes = micro_batch * layers[static_cast<size_t>(a.segment_begin[static_cast<size_t>(s)]) - 1].output_numel * 4;
+    const int64_t bytes =
+        micro_batch * layers[static_cast<size_t>(a.segment_begin[static_cast<size_t>(s)]) - 1].output_numel * 4;
     a.checkpoint_bytes[static_cast<size_t>(s)] = bytes;
     a.checkpoint_at[static_cast<size_t>(s)] = a.contiguous ? a.checkpoint_total : 0;
     if (a.contiguous) a.checkpoint_total += aligned(bytes);
@@ -114,7 +117,8 @@ ActivationMemory::ActivationMemory(const ActivationLayout& layout, Device& devic
 
 void* ActivationMemory::slot(int segment) const {
   DSCPP_CHECK(segment > 0 && segment < layout_.segments());
-  if (layout_.contiguous) return static_cast<char*>(contiguous_.data()) + layout_.checkpoint_at[static_cast<size_t>(segment)];
+  if (layout_.contiguous)
+    return static_cast<char*>(contiguous_.data()) + layout_.checkpoint_at[static_cast<size_t>(segment)];
   return separate_[static_cast<size_t>(segment)].data();
 }
 

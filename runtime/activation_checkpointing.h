@@ -52,7 +52,7 @@ struct CheckpointingOptions {
   int64_t checkpoints = 0;  // k: layer boundaries kept (resolved)
   bool partition_activations = false;
   bool cpu_checkpointing = false;
-  bool contiguous = false;  // contiguous_memory_optimization
+  bool contiguous = false;   // contiguous_memory_optimization
   bool synchronize = false;  // synchronize_checkpoint_boundary
   bool profile = false;
 };
@@ -66,16 +66,16 @@ std::string describe_checkpointing(const CheckpointingOptions& o, int num_layers
 // Where every activation byte of one micro-batch lives; the memory plan and the runner both
 // read it, so the plan is what the runner allocates.
 struct ActivationLayout {
-  std::vector<int> segment_begin;             // S+1 entries; segment s = [segment_begin[s], segment_begin[s+1])
-  std::vector<int> segment_of;                // per layer
-  std::vector<int64_t> output_at, saved_at;   // per layer: byte offsets in the arena
+  std::vector<int> segment_begin;            // S+1 entries; segment s = [segment_begin[s], segment_begin[s+1])
+  std::vector<int> segment_of;               // per layer
+  std::vector<int64_t> output_at, saved_at;  // per layer: byte offsets in the arena
   int64_t arena_bytes = 0;
-  std::vector<int64_t> checkpoint_bytes;      // per segment (0 for segment 0)
-  std::vector<int64_t> checkpoint_at;         // contiguous: offsets in the one buffer
-  int64_t checkpoint_total = 0;               // as allocated
+  std::vector<int64_t> checkpoint_bytes;  // per segment (0 for segment 0)
+  std::vector<int64_t> checkpoint_at;     // contiguous: offsets in the one buffer
+  int64_t checkpoint_total = 0;           // as allocated
   bool checkpoints_on_host = false;
-  int64_t staging_bytes = 0;                  // cpu_checkpointing: the device copy for recompute
-  int64_t grad_bytes = 0;                     // the two backward gradient buffers together
+  int64_t staging_bytes = 0;  // cpu_checkpointing: the device copy for recompute
+  int64_t grad_bytes = 0;     // the two backward gradient buffers together
   bool contiguous = false;
 
   int segments() const { return static_cast<int>(segment_begin.size()) - 1; }
@@ -115,7 +115,8 @@ class ActivationMemory {
 // profile: per segment, time in forward and in recompute since the last report.
 class CheckpointProfile {
  public:
-  explicit CheckpointProfile(int segments) : fwd_(static_cast<size_t>(segments)), recompute_(static_cast<size_t>(segments)) {}
+  explicit CheckpointProfile(int segments)
+      : fwd_(static_cast<size_t>(segments)), recompute_(static_cast<size_t>(segments)) {}
   void add(int segment, bool recompute, std::chrono::steady_clock::duration d);
   // "segment s [layers a-b]: forward x ms, recompute y ms (mean per micro-batch); ..."; resets.
   std::string report(const ActivationLayout& layout);

@@ -4,7 +4,8 @@
 
 namespace dscpp::runtime {
 
-std::shared_ptr<comm::CommsLogger> comms_logger_from_config(const config::LoadedConfig& loaded, comm::Communicator& world) {
+std::shared_ptr<comm::CommsLogger> comms_logger_from_config(const config::LoadedConfig& loaded,
+                                                            comm::Communicator& world) {
   const config::CommsLoggerConfig& c = loaded.config.comms_logger;
   if (!c.enabled) return nullptr;
   comm::CommsLoggerOptions o;

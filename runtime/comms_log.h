@@ -12,6 +12,7 @@
 namespace dscpp::runtime {
 
 // nullptr unless comms_logger.enabled; fails on an unknown prof_ops name, naming the key.
-std::shared_ptr<comm::CommsLogger> comms_logger_from_config(const config::LoadedConfig& loaded, comm::Communicator& world);
+std::shared_ptr<comm::CommsLogger> comms_logger_from_config(const config::LoadedConfig& loaded,
+                                                            comm::Communicator& world);
 
 }  // namespace dscpp::runtime

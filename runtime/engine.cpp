@@ -147,7 +147,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   if (world.rank() == 0) {
     const auto act = static_cast<size_t>(MemCategory::activations);
     log::info("{}; planned activations per rank (bytes): device={}, host={}",
-              describe_checkpointing(ckpt_, static_cast<int>(plugin.layers().size())), plan_.bytes[act], plan_.host[act]);
+              describe_checkpointing(ckpt_, static_cast<int>(plugin.layers().size())), plan_.bytes[act],
+              plan_.host[act]);
   }
   try {
     allocate(s3, offload);
@@ -163,10 +164,12 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   Plugin& plugin = plugin_;
   params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_.get(), offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
-  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_, ckpt_, host_.get());
-  runner_->set_source([this](int layer, LayerPass pass) {  // a recompute gathers in backward's order, no gradients
-    return LayerRunner::LayerMemory{params_->layer_params(layer, pass != LayerPass::forward),
-                                    pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
+  runner_ =
+      std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_, ckpt_, host_.get());
+  runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
+    return LayerRunner::LayerMemory{
+        params_->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
+        pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
   });
   runner_->after_layer = [this](int layer, bool backward) {
     params_->layer_done(layer, backward);

@@ -9,8 +9,8 @@
 namespace dscpp::runtime {
 
 LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-                         int64_t max_batch, DType param_dtype, DType grad_dtype, const CheckpointingOptions& checkpointing,
-                         Device* host)
+                         int64_t max_batch, DType param_dtype, DType grad_dtype,
+                         const CheckpointingOptions& checkpointing, Device* host)
     : plugin_(plugin),
       device_(device),
       ops_(ops),
@@ -86,9 +86,10 @@ dscpp_layer_ctx LayerRunner::context(int layer) const {
   ctx.params = param_ptrs_[static_cast<size_t>(layer)].data();
   const int segment = act_layout_.segment_of[static_cast<size_t>(layer)];
   // A segment's first layer reads the segment's input: the batch, or its checkpoint.
-  ctx.input = layer == 0                                                       ? input_
-              : layer == act_layout_.segment_begin[static_cast<size_t>(segment)] ? segment_input_[static_cast<size_t>(segment)]
-                                                                                : acts_->output(layer - 1);
+  ctx.input = layer == 0 ? input_
+              : layer == act_layout_.segment_begin[static_cast<size_t>(segment)]
+                  ? segment_input_[static_cast<size_t>(segment)]
+                  : acts_->output(layer - 1);
   ctx.output = acts_->output(layer);
   ctx.saved = acts_->saved(layer);
   ctx.workspace = workspace_.data();

@@ -41,7 +41,8 @@ TEST_CASE("activation_checkpointing: off without the section, every boundary wit
   CheckpointingOptions o = checkpointing_options(load(R"("activation_checkpointing": {})"), 6);
   CHECK(o.enabled);
   CHECK(o.checkpoints == 5);
-  o = checkpointing_options(load(R"("activation_checkpointing": {"number_checkpoints": 2, "cpu_checkpointing": true})"), 6);
+  o = checkpointing_options(load(R"("activation_checkpointing": {"number_checkpoints": 2, "cpu_checkpointing": true})"),
+                            6);
   CHECK(o.checkpoints == 2);
   CHECK(o.cpu_checkpointing);
 }
@@ -49,9 +50,9 @@ TEST_CASE("activation_checkpointing: off without the section, every boundary wit
 TEST_CASE("activation_checkpointing: number_checkpoints beyond the boundaries names the key and both numbers") {
   auto c = load(R"("activation_checkpointing": {"number_checkpoints": 6})");
   REQUIRE(c.ok());
-  CHECK_THROWS_WITH(checkpointing_options(c, 6),
-                    Contains("activation_checkpointing.number_checkpoints") && Contains("expected 1 to 5") &&
-                        Contains("found 6") && Contains("t.json"));
+  CHECK_THROWS_WITH(checkpointing_options(c, 6), Contains("activation_checkpointing.number_checkpoints") &&
+                                                     Contains("expected 1 to 5") && Contains("found 6") &&
+                                                     Contains("t.json"));
   // Keys and types are the config reader's: a misspelling names the closest key.
   auto typo = load(R"("activation_checkpointing": {"number_checkpoint": 2})");
   CHECK_FALSE(typo.ok());
