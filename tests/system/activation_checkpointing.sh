@@ -15,7 +15,8 @@
 #  3. cpu_checkpointing: the host's measured activation peak equals the planned checkpoint
 #     bytes and the device's peak is lower by the checkpoints less one staging buffer;
 #  4. a bad key or value in the section fails before training with the key named;
-#  5. profile prints per-segment forward and recompute times at steps_per_print.
+#  5. profile prints per-segment forward and recompute times at steps_per_print;
+#  6. at stage 3 recomputing does not raise the gathered parameter peak.
 # Usage: activation_checkpointing.sh DSCPP GPT_SO COMPARE
 set -u
 DSCPP=$1 GPT=$2 COMPARE=$3
@@ -147,6 +148,18 @@ done
 [ "${DEVICE[cpu]:-0}" -lt "${DEVICE[every]:-0}" ] &&
   pass "cpu_checkpointing: device peak ${DEVICE[cpu]} B < ${DEVICE[every]} B with the checkpoints on the device" ||
   fail "cpu_checkpointing: device peak ${DEVICE[cpu]:-?} not below ${DEVICE[every]:-?}"
+# Stage 3: a recompute gathers only its own layer, so checkpointing does not raise the gathered
+# parameter peak (with a 20000-element prefetch window and no reuse, so that the windows matter).
+params_peak() { sed -n 's/.*memory peak per rank (bytes): params=\([0-9]*\),.*/\1/p' "$1" | head -1; }
+for name in none k2; do
+  config "$WORK/p3-$name.json" 3 "${BLOCK[$name]}"
+  sed -i 's/"stage": 3,/"stage": 3, "stage3_prefetch_bucket_size": 20000, "stage3_max_reuse_distance": 0,/' "$WORK/p3-$name.json"
+  train 2 "$WORK/p3-$name.json" "$WORK/p3-$name.log" || fail "stage 3 prefetch $name: $(tail -3 "$WORK/p3-$name.log")"
+done
+p_none=$(params_peak "$WORK/p3-none.log") p_k2=$(params_peak "$WORK/p3-k2.log")
+[ -n "$p_k2" ] && [ "$p_k2" -le "${p_none:-0}" ] &&
+  pass "stage 3 gathered parameter peak with number_checkpoints 2: $p_k2 B, without checkpointing: $p_none B" ||
+  fail "stage 3 gathered parameter peak with number_checkpoints 2: ${p_k2:-?} B > ${p_none:-?} B without"
 # Stage 3 logs the same plan/measured pair.
 for name in every k1cpu; do
   log=$WORK/s3-$name.log
