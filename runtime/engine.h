@@ -14,6 +14,7 @@
 
 #include "collectives/communicator.h"
 #include "configs/load.h"
+#include "runtime/comms_log.h"
 #include "core/device.h"
 #include "runtime/batch_loader.h"
 #include "runtime/checkpoint.h"
@@ -114,6 +115,7 @@ class Engine {
   DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
   FlatLayout layout_;
   MemoryPlan plan_;
+  CheckpointingOptions ckpt_;  // activation_checkpointing
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradReducer> grads_;
   std::unique_ptr<FlopsProfiler> profiler_;  // flops_profiler.enabled; outlives runner_, which uses its ops
@@ -130,6 +132,7 @@ class Engine {
   int64_t inject_divergence_ = -1;     // DSCPP_INJECT_DIVERGENCE: the step after which the last rank adds a barrier
   Timers timers_;
   CsvMonitor csv_;
+  std::shared_ptr<comm::CommsLogger> comms_log_;  // comms_logger.enabled
   TrainCounters counters_;
   int64_t total_steps_ = 0;
   double last_grad_norm_ = -1;

@@ -142,6 +142,7 @@ FlopsProfiler::FlopsProfiler(const dscpp_ops& real, std::vector<std::string> lay
 FlopsProfiler::~FlopsProfiler() { active = nullptr; }
 
 void FlopsProfiler::enter(int layer, bool backward) {
+  leave();  // a layer the runner keeps for its backward gets no after_layer call
   current_ = layer;
   backward_ = backward;
   entered_at_ = now_s();
