@@ -10,7 +10,9 @@ namespace {
 constexpr size_t kSmall = size_t(1) << 20;
 constexpr size_t kSmallRound = 512;
 constexpr size_t kLargeRound = size_t(2) << 20;
-size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+size_t round_up(size_t v, size_t m) {
+  return (v + m - 1) / m * m;
+}
 }  // namespace
 
 CachingAllocator::CachingAllocator(std::function<void*(size_t)> raw_alloc, std::function<void(void*)> raw_free)

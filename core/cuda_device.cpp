@@ -154,7 +154,9 @@ std::optional<std::string> env(const char* name) {
 
 }  // namespace
 
-std::unique_ptr<CudaDevice> make_cuda_device(int index) { return std::make_unique<CudaDeviceImpl>(index); }
+std::unique_ptr<CudaDevice> make_cuda_device(int index) {
+  return std::make_unique<CudaDeviceImpl>(index);
+}
 
 std::unique_ptr<CudaDevice> make_cuda_device_from_env() {
   int visible = 0;
@@ -175,6 +177,8 @@ std::unique_ptr<CudaDevice> make_cuda_device_from_env() {
   return make_cuda_device(index);
 }
 
-std::unique_ptr<Device> make_pinned_host_device() { return std::make_unique<PinnedHostDevice>(); }
+std::unique_ptr<Device> make_pinned_host_device() {
+  return std::make_unique<PinnedHostDevice>();
+}
 
 }  // namespace dscpp

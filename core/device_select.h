@@ -11,6 +11,7 @@ namespace dscpp {
 // `local_rank` from LOCAL_RANK (nullopt when unset: 0), `visible` from cudaGetDeviceCount,
 // `cuda_visible_devices` the variable's value for messages (nullopt when unset). Throws
 // dscpp::Error naming the variables and the remedy when no device fits.
-int choose_cuda_device(std::optional<int> local_rank, int visible, const std::optional<std::string>& cuda_visible_devices);
+int choose_cuda_device(std::optional<int> local_rank, int visible,
+                       const std::optional<std::string>& cuda_visible_devices);
 
 }  // namespace dscpp

@@ -65,7 +65,9 @@ DSCPP_HD inline float gelu_grad(float x) {
 
 // Two-pass variance (Σ(x−m)² rather than Σx² − m²): the caller sums these, so there is no
 // cancellation when |mean| ≫ std.
-DSCPP_HD inline float layernorm_sq_dev(float x, float mean) { return (x - mean) * (x - mean); }
+DSCPP_HD inline float layernorm_sq_dev(float x, float mean) {
+  return (x - mean) * (x - mean);
+}
 
 DSCPP_HD inline float layernorm_rstd(float sum_sq_dev, float inv_n, float eps) {
   return 1.0f / hd_sqrt(sum_sq_dev * inv_n + eps);
@@ -76,7 +78,9 @@ DSCPP_HD inline float layernorm_out(float x, float mean, float rstd, float gamma
 }
 
 // x̂ = (x − mean)·rstd: the factor dgamma accumulates (Σ dy·x̂) and the backward's mean(g·x̂).
-DSCPP_HD inline float layernorm_xhat(float x, float mean, float rstd) { return (x - mean) * rstd; }
+DSCPP_HD inline float layernorm_xhat(float x, float mean, float rstd) {
+  return (x - mean) * rstd;
+}
 
 // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·gamma; mean_g and mean_gx are the row means.
 DSCPP_HD inline float layernorm_dx(float dy, float x, float gamma, float mean, float rstd, float mean_g,
@@ -87,10 +91,14 @@ DSCPP_HD inline float layernorm_dx(float dy, float x, float gamma, float mean, f
 // ---- softmax (per row: y = softmax(a·x)) -------------------------------------------------
 
 // e^(a·x − max): the caller sums these and scales by 1/Σ.
-DSCPP_HD inline float softmax_exp(float x, float a, float max) { return exp_f(a * x - max); }
+DSCPP_HD inline float softmax_exp(float x, float a, float max) {
+  return exp_f(a * x - max);
+}
 
 // dx = a·y·(dy − Σ y·dy).
-DSCPP_HD inline float softmax_grad(float y, float dy, float dot, float a) { return a * y * (dy - dot); }
+DSCPP_HD inline float softmax_grad(float y, float dy, float dot, float a) {
+  return a * y * (dy - dot);
+}
 
 // ---- softmax cross-entropy --------------------------------------------------------------
 

@@ -32,7 +32,9 @@ DSCPP_HD inline float quant_absmax_step(float acc, float x) {
 }
 
 // Quantization multiplier s for a group's absmax.
-DSCPP_HD inline float quant_scale(float absmax) { return absmax == 0.0f ? 1.0f : 256.0f / (2.0f * absmax); }
+DSCPP_HD inline float quant_scale(float absmax) {
+  return absmax == 0.0f ? 1.0f : 256.0f / (2.0f * absmax);
+}
 
 DSCPP_HD inline int8_t quantize_int8(float x, float scale) {
   float q = hd_rint(x * scale);
@@ -42,7 +44,9 @@ DSCPP_HD inline int8_t quantize_int8(float x, float scale) {
 }
 
 // `inv_scale` is the stored 1/s.
-DSCPP_HD inline float dequantize_int8(int8_t q, float inv_scale) { return static_cast<float>(q) * inv_scale; }
+DSCPP_HD inline float dequantize_int8(int8_t q, float inv_scale) {
+  return static_cast<float>(q) * inv_scale;
+}
 
 // DeepSpeed's group count for a tensor of n elements (engine.md §6.1): start at ceil(n/8000),
 // increase until n is divisible by 8·groups (or groups = n), then double while n is divisible by 16·groups
@@ -55,6 +59,8 @@ inline int64_t qwz_group_count(int64_t n) {
   while (n % (16 * g) == 0 && n / g > 8000) g *= 2;
   return g;
 }
-inline bool quant_group_size_ok(int64_t n, int64_t groups) { return groups > 0 && n / groups < 16000; }
+inline bool quant_group_size_ok(int64_t n, int64_t groups) {
+  return groups > 0 && n / groups < 16000;
+}
 
 }  // namespace dscpp::hd

@@ -18,7 +18,9 @@ namespace dscpp::launcher {
 namespace {
 
 // CUDA encodes versions as 1000·major + 10·minor.
-std::string cuda_version(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
+std::string cuda_version(int v) {
+  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
 // NCCL: 10000·major + 100·minor + patch since 2.9 (1000·major before).
 std::string nccl_version(int v) {
   const int scale = v >= 10000 ? 10000 : 1000;

@@ -83,7 +83,9 @@ Status unscale_check(void* x, Storage type, float scale, int64_t n, int32_t* ove
 Status any_nonfinite(const void* x, Storage type, int64_t n, int32_t* flag, Stream stream) {
   return launch_elementwise(n, stream, Nonfinite{x, type, flag});
 }
-unsigned sum_squares_blocks(int64_t n) { return reduce_blocks(n); }
+unsigned sum_squares_blocks(int64_t n) {
+  return reduce_blocks(n);
+}
 Status sum_squares_partials(const void* x, Storage type, int64_t n, double* partials, Stream stream) {
   return launch_block_reduce(sum_squares_blocks(n), stream, SumSquares{x, type, n, partials});
 }

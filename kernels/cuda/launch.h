@@ -55,7 +55,9 @@ struct Shape {
   unsigned blocks = 0, threads = 0;
 };
 
-DSCPP_HD constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+DSCPP_HD constexpr int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // The grid for n elements at kVec per thread: enough blocks for one step over all of them,
 // capped; 0 blocks for n ≤ 0 (the caller must not launch: a zero-sized grid is an error).

@@ -5,7 +5,9 @@
 namespace dscpp::cuda {
 namespace detail {
 
-__device__ inline Thread this_thread() { return {blockIdx.x, threadIdx.x, gridDim.x, blockDim.x}; }
+__device__ inline Thread this_thread() {
+  return {blockIdx.x, threadIdx.x, gridDim.x, blockDim.x};
+}
 
 template <class Body>
 __global__ void elementwise_kernel(int64_t n, Body body) {

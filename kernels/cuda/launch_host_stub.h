@@ -54,7 +54,8 @@ Status launch_block_reduce(unsigned blocks, Stream, Body body) {
   for (unsigned b = 0; b < blocks; ++b) {
     double totals[kMaxRounds] = {};
     for (int r = 0; r < Body::kRounds; ++r) {
-      for (unsigned t = 0; t < kReduceThreads; ++t) part[t] = body.partial(Thread{b, t, blocks, kReduceThreads}, r, totals);
+      for (unsigned t = 0; t < kReduceThreads; ++t)
+        part[t] = body.partial(Thread{b, t, blocks, kReduceThreads}, r, totals);
       for (unsigned half = kReduceThreads / 2; half > 0; half /= 2)
         for (unsigned t = 0; t < half; ++t) part[t] = Body::combine(r, part[t], part[t + half]);
       totals[r] = part[0];

@@ -116,17 +116,27 @@ struct CeGrad {
 
 }  // namespace
 
-Status fill(float* x, float v, int64_t n, Stream s) { return launch_elementwise(n, s, Fill{x, v}); }
-Status add(const float* a, const float* b, float* y, int64_t n, Stream s) { return launch_elementwise(n, s, Add{a, b, y}); }
+Status fill(float* x, float v, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Fill{x, v});
+}
+Status add(const float* a, const float* b, float* y, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Add{a, b, y});
+}
 Status axpy(float alpha, const float* x, float* y, int64_t n, Stream s) {
   return launch_elementwise(n, s, Axpy{alpha, x, y});
 }
-Status scale(float alpha, float* x, int64_t n, Stream s) { return launch_elementwise(n, s, Scale{alpha, x}); }
-Status gelu_forward(const float* x, float* y, int64_t n, Stream s) { return launch_elementwise(n, s, Gelu{x, y}); }
+Status scale(float alpha, float* x, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Scale{alpha, x});
+}
+Status gelu_forward(const float* x, float* y, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Gelu{x, y});
+}
 Status gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s) {
   return launch_elementwise(n, s, GeluGrad{x, dy, dx});
 }
-Status relu_forward(const float* x, float* y, int64_t n, Stream s) { return launch_elementwise(n, s, Relu{x, y}); }
+Status relu_forward(const float* x, float* y, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Relu{x, y});
+}
 Status relu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s) {
   return launch_elementwise(n, s, ReluGrad{x, dy, dx});
 }

@@ -14,10 +14,18 @@ using kernels::cpu::fits_int32;
 
 namespace {
 
-OpsContext& ctx(const dscpp_ops* o) { return *static_cast<OpsContext*>(o->device); }
-const float* F(const void* p) { return static_cast<const float*>(p); }
-float* F(void* p) { return static_cast<float*>(p); }
-int status(Status s) { return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL; }
+OpsContext& ctx(const dscpp_ops* o) {
+  return *static_cast<OpsContext*>(o->device);
+}
+const float* F(const void* p) {
+  return static_cast<const float*>(p);
+}
+float* F(void* p) {
+  return static_cast<float*>(p);
+}
+int status(Status s) {
+  return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
+}
 
 bool attention_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
   return batch >= 0 && T >= 0 && heads >= 0 && head_dim >= 0 && fits_int32(3 * heads * head_dim) &&
@@ -38,16 +46,17 @@ int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, v
   for (int64_t b = 0; b < batch; ++b) {
     const float* q = F(qkv) + b * T * 3 * C;
     float* p = F(probs) + b * heads * TT;
-    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, q, 3 * C, head_dim,
-                                        q + C, 3 * C, head_dim, 0.0f, p, T, TT, heads))
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, q, 3 * C, head_dim, q + C,
+                                        3 * C, head_dim, 0.0f, p, T, TT, heads))
       return s;
   }
-  if (int s = status(ops::softmax_forward(F(probs), F(probs), batch * heads * T, T, scale, true, ctx(o).stream))) return s;
+  if (int s = status(ops::softmax_forward(F(probs), F(probs), batch * heads * T, T, scale, true, ctx(o).stream)))
+    return s;
   for (int64_t b = 0; b < batch; ++b) {
     const float* v = F(qkv) + b * T * 3 * C + 2 * C;
-    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f,
-                                        F(probs) + b * heads * TT, T, TT, v, 3 * C, head_dim, 0.0f,
-                                        F(out) + b * T * C, C, head_dim, heads))
+    if (int s =
+            o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, F(probs) + b * heads * TT,
+                                    T, TT, v, 3 * C, head_dim, 0.0f, F(out) + b * T * C, C, head_dim, heads))
       return s;
   }
   return DSCPP_OK;
@@ -56,8 +65,7 @@ int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, v
 //   dprobs = dout·vᵀ;  dscores = causal_softmax_backward(probs, dprobs)·scale (in workspace);
 //   dq = dscores·k;  dk = dscoresᵀ·q;  dv = probsᵀ·dout
 int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* probs, const void* dout, void* dqkv,
-                              void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
-                              float scale) {
+                              void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
   if (int s = check_table(o)) return s;
   const int64_t C = heads * head_dim, TT = T * T;
   if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
@@ -72,7 +80,8 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
                                         head_dim, v, 3 * C, head_dim, 0.0f, ws + b * heads * TT, T, TT, heads))
       return s;
   }
-  if (int s = status(ops::softmax_backward(F(probs), ws, ws, batch * heads * T, T, scale, true, ctx(o).stream))) return s;
+  if (int s = status(ops::softmax_backward(F(probs), ws, ws, batch * heads * T, T, scale, true, ctx(o).stream)))
+    return s;
   for (int64_t b = 0; b < batch; ++b) {
     const float* q = F(qkv) + b * T * 3 * C;
     float* dq = F(dqkv) + b * T * 3 * C;
@@ -101,8 +110,8 @@ int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void*
     return DSCPP_E_INVALID_ARGUMENT;
   if (rows == 0 || out == 0) return DSCPP_OK;
   const bool residual_in_y = residual != nullptr && residual == y;
-  if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, x, in, W, in, residual_in_y ? 1.0f : 0.0f,
-                      y, out))
+  if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, x, in, W, in, residual_in_y ? 1.0f : 0.0f, y,
+                      out))
     return s;
   return status(ops::bias_residual_gelu(F(y), F(bias), residual_in_y ? nullptr : F(residual), F(gelu_out), rows, out,
                                         ctx(o).stream));

@@ -6,7 +6,9 @@
 namespace dscpp::cuda::ops {
 namespace {
 
-DSCPP_HD inline double sum(int, double a, double b) { return a + b; }
+DSCPP_HD inline double sum(int, double a, double b) {
+  return a + b;
+}
 
 // Rounds: Σx, then Σ(x − mean)²; finish writes y, mean, rstd.
 struct LayerNormFwd {
@@ -28,7 +30,8 @@ struct LayerNormFwd {
     const float inv_n = 1.0f / static_cast<float>(cols);
     const float m = static_cast<float>(totals[0] / double(cols));
     const float rs = hd::layernorm_rstd(static_cast<float>(totals[1]), inv_n, eps);
-    for (int64_t c = t.thread; c < cols; c += t.threads) y[off + c] = hd::layernorm_out(x[off + c], m, rs, gamma[c], beta[c]);
+    for (int64_t c = t.thread; c < cols; c += t.threads)
+      y[off + c] = hd::layernorm_out(x[off + c], m, rs, gamma[c], beta[c]);
     if (t.thread == 0) mean[t.block] = m, rstd[t.block] = rs;
   }
 };
@@ -106,7 +109,8 @@ struct SoftmaxFwd {
   DSCPP_HD void finish(const Thread& t, const double* totals) const {
     const int64_t off = int64_t(t.block) * cols, live = live_cols(t.block, cols, causal);
     const float m = static_cast<float>(totals[0]), inv = 1.0f / static_cast<float>(totals[1]);
-    for (int64_t c = t.thread; c < cols; c += t.threads) y[off + c] = c < live ? hd::softmax_exp(x[off + c], a, m) * inv : 0.0f;
+    for (int64_t c = t.thread; c < cols; c += t.threads)
+      y[off + c] = c < live ? hd::softmax_exp(x[off + c], a, m) * inv : 0.0f;
   }
 };
 

@@ -37,10 +37,18 @@ int guarded(F f) {
   }
 }
 
-OpsContext& ctx(const dscpp_ops* o) { return *static_cast<OpsContext*>(o->device); }
-int status(Status s) { return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL; }
-const float* F(const void* p) { return static_cast<const float*>(p); }
-float* F(void* p) { return static_cast<float*>(p); }
+OpsContext& ctx(const dscpp_ops* o) {
+  return *static_cast<OpsContext*>(o->device);
+}
+int status(Status s) {
+  return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
+}
+const float* F(const void* p) {
+  return static_cast<const float*>(p);
+}
+float* F(void* p) {
+  return static_cast<float*>(p);
+}
 
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same memory: swap
 // the operands and M/N, keep the transposes.
@@ -48,8 +56,8 @@ int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int
                  float alpha, const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb,
                  float beta, void* C, int64_t ldc, int64_t sc, int64_t batch) {
   if (int s = check_table(o)) return s;
-  if (!fits_int32(M) || !fits_int32(N) || !fits_int32(K) || !fits_int32(lda) || !fits_int32(ldb) ||
-      !fits_int32(ldc) || !fits_int32(batch))
+  if (!fits_int32(M) || !fits_int32(N) || !fits_int32(K) || !fits_int32(lda) || !fits_int32(ldb) || !fits_int32(ldc) ||
+      !fits_int32(batch))
     return DSCPP_E_INVALID_ARGUMENT;
   if (M == 0 || N == 0 || batch == 0) return DSCPP_OK;
   if (A == nullptr || B == nullptr || C == nullptr) return DSCPP_E_INVALID_ARGUMENT;
@@ -112,8 +120,12 @@ int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int
   if (rows < 0 || cols < 0 || bad_ptr(dy, rows * cols) || bad_ptr(dbias, cols)) return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::bias_grad(F(dy), F(dbias), rows, cols, ctx(o).stream));
 }
-int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) { return unary_op(o, x, y, n, ops::gelu_forward); }
-int relu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) { return unary_op(o, x, y, n, ops::relu_forward); }
+int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
+  return unary_op(o, x, y, n, ops::gelu_forward);
+}
+int relu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
+  return unary_op(o, x, y, n, ops::relu_forward);
+}
 template <class Launch>
 int binary_op(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n, Launch launch) {
   if (int s = check_table(o)) return s;
@@ -160,7 +172,9 @@ int softmax_backward(const dscpp_ops* o, const void* y, const void* dy, void* dx
   return status(ops::softmax_backward(F(y), F(dy), F(dx), rows, cols, 1.0f, false, ctx(o).stream));
 }
 // Causal rows must fit one grid so that row r of the launch is query r mod T (ops_rows.cu).
-bool causal_ok(int64_t groups, int64_t T) { return groups >= 0 && T >= 0 && fits_int32(groups * T); }
+bool causal_ok(int64_t groups, int64_t T) {
+  return groups >= 0 && T >= 0 && fits_int32(groups * T);
+}
 int causal_softmax_forward(const dscpp_ops* o, const void* scores, void* probs, int64_t groups, int64_t T,
                            float scale) {
   if (int s = check_table(o)) return s;
@@ -191,7 +205,8 @@ bool flagged(OpsContext& c, Check check) {
 int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table, void* out, int64_t n, int64_t vocab,
                       int64_t dim) {
   if (int s = check_table(o)) return s;
-  if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(out, n * dim) || bad_ptr(table, n > 0 ? vocab * dim : 0))
+  if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(out, n * dim) ||
+      bad_ptr(table, n > 0 ? vocab * dim : 0))
     return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
   return guarded([&] {
@@ -200,8 +215,8 @@ int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table,
     return status(ops::embedding_forward(ids, F(table), F(out), n, dim, c.stream));
   });
 }
-int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout, void* dtable, int64_t n,
-                       int64_t vocab, int64_t dim) {
+int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout, void* dtable, int64_t n, int64_t vocab,
+                       int64_t dim) {
   if (int s = check_table(o)) return s;
   if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(dout, n * dim) ||
       bad_ptr(dtable, n > 0 ? vocab * dim : 0))
@@ -223,28 +238,32 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
     return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
   return guarded([&] {
-  if (flagged(c, [&](int32_t* f) { return ops::check_targets(targets, rows, cols, f, c.stream); }))
-    return int(DSCPP_E_INVALID_ARGUMENT);
-  c.reserve_rows(rows);
-  DSCPP_CUDA_CHECK(ops::cross_entropy_forward(F(logits), targets, F(probs), c.row_loss, c.row_hit, rows, cols, c.stream));
-  // Per-row results summed on the host in row order, as the CPU table does: the fp64 total
-  // is the same for any launch shape.
-  std::vector<double> loss(static_cast<size_t>(rows));
-  std::vector<int32_t> hit(static_cast<size_t>(rows)), tgt(static_cast<size_t>(rows));
-  DSCPP_CUDA_CHECK(cudaMemcpyAsync(loss.data(), c.row_loss, loss.size() * sizeof(double), cudaMemcpyDeviceToHost, c.stream));
-  DSCPP_CUDA_CHECK(cudaMemcpyAsync(hit.data(), c.row_hit, hit.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
-  DSCPP_CUDA_CHECK(cudaMemcpyAsync(tgt.data(), targets, tgt.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
-  DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
-  double sum = 0;
-  int64_t counted_rows = 0, hits = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (tgt[size_t(r)] < 0) continue;
-    sum += loss[size_t(r)];
-    ++counted_rows;
-    hits += hit[size_t(r)];
-  }
-  *loss_sum = sum, *counted = counted_rows, *correct = hits;
-  return int(DSCPP_OK);
+    if (flagged(c, [&](int32_t* f) { return ops::check_targets(targets, rows, cols, f, c.stream); }))
+      return int(DSCPP_E_INVALID_ARGUMENT);
+    c.reserve_rows(rows);
+    DSCPP_CUDA_CHECK(
+        ops::cross_entropy_forward(F(logits), targets, F(probs), c.row_loss, c.row_hit, rows, cols, c.stream));
+    // Per-row results summed on the host in row order, as the CPU table does: the fp64 total
+    // is the same for any launch shape.
+    std::vector<double> loss(static_cast<size_t>(rows));
+    std::vector<int32_t> hit(static_cast<size_t>(rows)), tgt(static_cast<size_t>(rows));
+    DSCPP_CUDA_CHECK(
+        cudaMemcpyAsync(loss.data(), c.row_loss, loss.size() * sizeof(double), cudaMemcpyDeviceToHost, c.stream));
+    DSCPP_CUDA_CHECK(
+        cudaMemcpyAsync(hit.data(), c.row_hit, hit.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
+    DSCPP_CUDA_CHECK(
+        cudaMemcpyAsync(tgt.data(), targets, tgt.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
+    DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    double sum = 0;
+    int64_t counted_rows = 0, hits = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (tgt[size_t(r)] < 0) continue;
+      sum += loss[size_t(r)];
+      ++counted_rows;
+      hits += hit[size_t(r)];
+    }
+    *loss_sum = sum, *counted = counted_rows, *correct = hits;
+    return int(DSCPP_OK);
   });
 }
 int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t* targets, void* dlogits, int64_t rows,

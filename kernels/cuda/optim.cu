@@ -157,8 +157,8 @@ int64_t lamb_scratch_doubles(const TensorLists& t) {
   return total;
 }
 
-Status lamb_step(const TensorLists& t, const LambCoeffs<float>& c, double step_size, double min_coeff,
-                 double max_coeff, double* scratch, Stream stream) {
+Status lamb_step(const TensorLists& t, const LambCoeffs<float>& c, double step_size, double min_coeff, double max_coeff,
+                 double* scratch, Stream stream) {
   Status s = launch_multi_tensor<4>(t.count, Lists(t).p, t.sizes, stream, LambMoments{c, t.g_type});
   double* ratios = scratch;
   double* partials = scratch + t.count;
@@ -171,8 +171,7 @@ Status lamb_step(const TensorLists& t, const LambCoeffs<float>& c, double step_s
     partials += 2 * blocks;
   }
   if (s != kOk) return s;
-  return launch_multi_tensor<4>(t.count, Lists(t).p, t.sizes, stream,
-                                LambApply{c, -step_size, ratios});
+  return launch_multi_tensor<4>(t.count, Lists(t).p, t.sizes, stream, LambApply{c, -step_size, ratios});
 }
 
 }  // namespace dscpp::cuda

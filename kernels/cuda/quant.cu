@@ -41,7 +41,9 @@ struct Dequantize {
   DSCPP_HD void operator()(int64_t i) const { x[i] = hd::dequantize_int8(q[i], inv_scales[i / per]); }
 };
 
-bool bad_split(int64_t n, int64_t groups) { return n < 0 || groups <= 0 || n % groups != 0 || groups > INT32_MAX; }
+bool bad_split(int64_t n, int64_t groups) {
+  return n < 0 || groups <= 0 || n % groups != 0 || groups > INT32_MAX;
+}
 
 }  // namespace
 

@@ -43,7 +43,8 @@ template <class T>
 struct On {
   DeviceBuffer buf;
   size_t n;
-  explicit On(const std::vector<T>& h) : buf(*dev, std::max<size_t>(h.size(), 1) * sizeof(T), MemCategory::buffers), n(h.size()) {
+  explicit On(const std::vector<T>& h)
+      : buf(*dev, std::max<size_t>(h.size(), 1) * sizeof(T), MemCategory::buffers), n(h.size()) {
     if (n) dev->copy_from_host(buf.data(), h.data(), n * sizeof(T));
   }
   T* p() { return static_cast<T*>(buf.data()); }
@@ -55,7 +56,9 @@ struct On {
   }
 };
 
-std::vector<float> zeros(int64_t n) { return std::vector<float>(static_cast<size_t>(n)); }
+std::vector<float> zeros(int64_t n) {
+  return std::vector<float>(static_cast<size_t>(n));
+}
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
@@ -134,7 +137,8 @@ TEST_CASE("multi-tensor Adam, Lion and LAMB equal the CPU loops", "[gpu]") {
   }
   std::vector<float*> pw, pm, pv;
   std::vector<const void*> pg;
-  for (size_t k = 0; k < sizes.size(); ++k) pw.push_back(w[k]->p()), pg.push_back(g[k]->p()), pm.push_back(m[k]->p()), pv.push_back(v[k]->p());
+  for (size_t k = 0; k < sizes.size(); ++k)
+    pw.push_back(w[k]->p()), pg.push_back(g[k]->p()), pm.push_back(m[k]->p()), pv.push_back(v[k]->p());
   cuda::TensorLists t;
   t.count = int(sizes.size());
   t.sizes = sizes.data();
@@ -183,10 +187,10 @@ TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {
   const dscpp_ops c = kernels::cpu_ops(DSCPP_F32);
   const int64_t rows = 33, cols = 300;
   const auto x = randoms(rows * cols, 60), gamma = randoms(cols, 61), beta = randoms(cols, 62);
-  On<float> dx(x), dgm(gamma), dbt(beta), dy(zeros(x.size())), dmean(zeros(rows)),
-      drstd(zeros(rows));
+  On<float> dx(x), dgm(gamma), dbt(beta), dy(zeros(x.size())), dmean(zeros(rows)), drstd(zeros(rows));
   std::vector<float> y(x.size()), mean(rows), rstd(rows);
-  REQUIRE(g.layernorm_forward(&g, dx.p(), dgm.p(), dbt.p(), dy.p(), dmean.p(), drstd.p(), rows, cols, 1e-5f) == DSCPP_OK);
+  REQUIRE(g.layernorm_forward(&g, dx.p(), dgm.p(), dbt.p(), dy.p(), dmean.p(), drstd.p(), rows, cols, 1e-5f) ==
+          DSCPP_OK);
   REQUIRE(c.layernorm_forward(&c, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, cols,
                               1e-5f) == DSCPP_OK);
   require_close(dy.get(), y, 2e-5f);
@@ -203,7 +207,8 @@ TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {
   On<float> dW(W), dbias(bias), dout(res), dgelu(zeros(M * N));
   std::vector<float> out = res, gelu(M * N);
   REQUIRE(g.linear_forward(&g, dx.p(), dW.p(), dbias.p(), dout.p(), dout.p(), dgelu.p(), M, K, N) == DSCPP_OK);
-  REQUIRE(c.linear_forward(&c, x.data(), W.data(), bias.data(), out.data(), out.data(), gelu.data(), M, K, N) == DSCPP_OK);
+  REQUIRE(c.linear_forward(&c, x.data(), W.data(), bias.data(), out.data(), out.data(), gelu.data(), M, K, N) ==
+          DSCPP_OK);
   require_close(dout.get(), out, 1e-4f);
   require_close(dgelu.get(), gelu, 1e-4f);
 

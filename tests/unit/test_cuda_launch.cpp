@@ -244,23 +244,43 @@ TEST_CASE("multi-tensor optimizers (host stub) equal the CPU loops bit for bit",
         const float* cg = cpu.g[k].data();
         const int64_t n = sizes[k];
         switch (rule) {
-          case 0: kernels::cpu::adam_step(cw, cg, cm, cv, n, kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, false, 3)); break;
-          case 1: kernels::cpu::adam_step(cw, cg, cm, cv, n, kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, true, 3)); break;
-          case 2: kernels::cpu::sgd_step(cw, cg, cm, n, kernels::sgd_coeffs(0.1, 0.9, 0.1, 0.01, true, false, false)); break;
-          case 3: kernels::cpu::adagrad_step(cw, cg, cv, n, kernels::adagrad_coeffs(0.1, 0.01, 1e-10, 0.01, false, 2)); break;
-          case 4: kernels::cpu::lion_step(cw, cg, cm, n, kernels::lion_coeffs(0.01, 0.9, 0.99, 0.1)); break;
+          case 0:
+            kernels::cpu::adam_step(cw, cg, cm, cv, n,
+                                    kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, false, 3));
+            break;
+          case 1:
+            kernels::cpu::adam_step(cw, cg, cm, cv, n,
+                                    kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, true, 3));
+            break;
+          case 2:
+            kernels::cpu::sgd_step(cw, cg, cm, n, kernels::sgd_coeffs(0.1, 0.9, 0.1, 0.01, true, false, false));
+            break;
+          case 3:
+            kernels::cpu::adagrad_step(cw, cg, cv, n, kernels::adagrad_coeffs(0.1, 0.01, 1e-10, 0.01, false, 2));
+            break;
+          case 4:
+            kernels::cpu::lion_step(cw, cg, cm, n, kernels::lion_coeffs(0.01, 0.9, 0.99, 0.1));
+            break;
         }
       }
       TensorLists td = t;
       switch (rule) {
-        case 0: REQUIRE(adam_step(t, kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, false, 3), nullptr) == kOk); break;
-        case 1: REQUIRE(adam_step(t, kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, true, 3), nullptr) == kOk); break;
-        case 2: REQUIRE(sgd_step(t, kernels::sgd_coeffs(0.1, 0.9, 0.1, 0.01, true, false, false), nullptr) == kOk); break;
+        case 0:
+          REQUIRE(adam_step(t, kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, false, 3), nullptr) == kOk);
+          break;
+        case 1:
+          REQUIRE(adam_step(t, kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, true, 3), nullptr) == kOk);
+          break;
+        case 2:
+          REQUIRE(sgd_step(t, kernels::sgd_coeffs(0.1, 0.9, 0.1, 0.01, true, false, false), nullptr) == kOk);
+          break;
         case 3:
           td.s1 = td.s2;  // Adagrad's sum lives in list 3 of the CPU call above (v)
           REQUIRE(adagrad_step(td, kernels::adagrad_coeffs(0.1, 0.01, 1e-10, 0.01, false, 2), nullptr) == kOk);
           break;
-        case 4: REQUIRE(lion_step(t, kernels::lion_coeffs(0.01, 0.9, 0.99, 0.1), nullptr) == kOk); break;
+        case 4:
+          REQUIRE(lion_step(t, kernels::lion_coeffs(0.01, 0.9, 0.99, 0.1), nullptr) == kOk);
+          break;
       }
       CHECK(stub_launches().size() == (rule == 0 || rule == 1 ? 2u : 1u));  // depth 3 holds 48 tensors
       for (size_t k = 0; k < sizes.size(); ++k) {
@@ -291,7 +311,8 @@ TEST_CASE("multi-tensor optimizers (host stub) equal the CPU loops bit for bit",
       // The norms are summed in another order (fp32 blocks on the CPU, a tree of doubles
       // here), so the ratios agree to ~1e-7 and the weights to an ulp of the step.
       CHECK(scratch[k] == Approx(ratio[0]).epsilon(1e-6));
-      for (size_t i = 0; i < dev.w[k].size(); ++i) REQUIRE(dev.w[k][i] == Approx(cpu.w[k][i]).margin(1e-8).epsilon(1e-6));
+      for (size_t i = 0; i < dev.w[k].size(); ++i)
+        REQUIRE(dev.w[k][i] == Approx(cpu.w[k][i]).margin(1e-8).epsilon(1e-6));
     }
   }
 }

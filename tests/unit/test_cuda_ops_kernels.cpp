@@ -85,7 +85,8 @@ TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) e
     for (int64_t r = 0; r < rows; ++r) targets[size_t(r)] = r == 2 ? -1 : int32_t(r % cols);
     const auto probs = randoms(rows * cols, 5, 0.0f, 1.0f);
     std::vector<float> da(probs.size()), db(probs.size());
-    REQUIRE(cops::cross_entropy_backward(probs.data(), targets.data(), da.data(), rows, cols, 0.5f, nullptr) == cuda::kOk);
+    REQUIRE(cops::cross_entropy_backward(probs.data(), targets.data(), da.data(), rows, cols, 0.5f, nullptr) ==
+            cuda::kOk);
     REQUIRE(cpu.cross_entropy_backward(&cpu, probs.data(), targets.data(), db.data(), rows, cols, 0.5f) == DSCPP_OK);
     REQUIRE(da == db);
   }
@@ -97,7 +98,8 @@ TEST_CASE("CUDA row kernels (host stub) match the CPU table", "[cuda_ops]") {
     const int64_t rows = 6;
     const auto x = randoms(rows * cols, 6, -5.0f, 5.0f), dy = randoms(rows * cols, 7), g = randoms(cols, 8),
                b = randoms(cols, 9);
-    std::vector<float> ya(x.size()), yb(x.size()), ma(static_cast<size_t>(rows)), mb(ma.size()), ra(ma.size()), rb(ma.size());
+    std::vector<float> ya(x.size()), yb(x.size()), ma(static_cast<size_t>(rows)), mb(ma.size()), ra(ma.size()),
+        rb(ma.size());
     REQUIRE(cops::layernorm_forward(x.data(), g.data(), b.data(), ya.data(), ma.data(), ra.data(), rows, cols, 1e-5f,
                                     nullptr) == cuda::kOk);
     REQUIRE(cpu.layernorm_forward(&cpu, x.data(), g.data(), b.data(), yb.data(), mb.data(), rb.data(), rows, cols,
@@ -105,7 +107,8 @@ TEST_CASE("CUDA row kernels (host stub) match the CPU table", "[cuda_ops]") {
     require_close(ya, yb, 2e-5f);
     require_close(ma, mb, 1e-5f);
     require_close(ra, rb, 1e-4f);
-    std::vector<float> dxa(x.size()), dxb(x.size()), dga(static_cast<size_t>(cols)), dgb(dga.size()), dba(dga.size()), dbb(dga.size());
+    std::vector<float> dxa(x.size()), dxb(x.size()), dga(static_cast<size_t>(cols)), dgb(dga.size()), dba(dga.size()),
+        dbb(dga.size());
     REQUIRE(cops::layernorm_backward(dy.data(), x.data(), g.data(), mb.data(), rb.data(), dxa.data(), dga.data(),
                                      dba.data(), rows, cols, nullptr) == cuda::kOk);
     REQUIRE(cpu.layernorm_backward(&cpu, dy.data(), x.data(), g.data(), mb.data(), rb.data(), dxb.data(), dgb.data(),

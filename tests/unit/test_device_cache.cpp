@@ -47,7 +47,7 @@ TEST_CASE("CachingAllocator: size classes, reuse, retry after emptying the cache
     for (void*& x : b) x = a.allocate(2 << 20);
     for (void* x : b) a.release(x);
     CHECK(a.reserved_bytes() == (3u * (2 << 20) + 1024));
-    budget = 0;  // the fake device is full; its frees do not give memory back
+    budget = 0;                             // the fake device is full; its frees do not give memory back
     CHECK(a.allocate(6 << 20) == nullptr);  // the cache is emptied before giving up ...
     CHECK(a.cached_bytes() == 0);
     CHECK(raw_frees == 4);

@@ -94,8 +94,8 @@ TEST_CASE("layer norm element formulas reproduce an fp64 row layer norm and its 
       INFO("n = " << n << ", i = " << i);
       const double xh = (x[i] - mref) * rsref;
       CHECK(close(layernorm_out(x[i], m, rs, g[i], b[i]), xh * g[i] + b[i], 1e-5, 1e-5));
-      CHECK(close(layernorm_dx(dy[i], x[i], g[i], m, rs, fmg, fmgx), rsref * (dy[i] * g[i] - mg - xh * mgx), 1e-4,
-                  1e-5));
+      CHECK(
+          close(layernorm_dx(dy[i], x[i], g[i], m, rs, fmg, fmgx), rsref * (dy[i] * g[i] - mg - xh * mgx), 1e-4, 1e-5));
     }
   }
 }

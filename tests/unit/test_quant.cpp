@@ -34,7 +34,7 @@ TEST_CASE("quantize_int8 / dequantize_int8 against an fp64 reference", "[quant]"
     CHECK(err <= (v == absmax ? 2.0 : 1.0) * absmax / 256 + 1e-6);
   }
   CHECK(hd::quantize_int8(-3.5f, s) == -128);
-  CHECK(hd::quant_scale(0.0f) == 1.0f);  // an all-zero group
+  CHECK(hd::quant_scale(0.0f) == 1.0f);       // an all-zero group
   CHECK(hd::quantize_int8(0.5f, 1.0f) == 0);  // ties to even, like rint
   CHECK(hd::quantize_int8(1.5f, 1.0f) == 2);
 }

@@ -15,7 +15,9 @@ int64_t group_size(int64_t n, int64_t groups, const char* what) {
 }
 
 // Groups per parallel chunk: about 64K elements each, so small tensors stay on one thread.
-int64_t group_grain(int64_t per) { return per >= 65536 ? 1 : 65536 / (per > 0 ? per : 1); }
+int64_t group_grain(int64_t per) {
+  return per >= 65536 ? 1 : 65536 / (per > 0 ? per : 1);
+}
 
 }  // namespace
 
