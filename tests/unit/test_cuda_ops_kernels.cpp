@@ -156,3 +156,32 @@ TEST_CASE("CUDA causal softmax (host stub) matches the CPU table, masked entries
   REQUIRE(cpu.causal_softmax_backward(&cpu, pb.data(), dp.data(), db.data(), groups, T, 0.5f) == DSCPP_OK);
   require_close(da, db, 1e-5f);
 }
+
+TEST_CASE("CUDA fill/add/axpy/scale/relu and the linear epilogue (host stub) equal the CPU table", "[cuda_ops]") {
+  const int64_t rows = 3, cols = 333, n = rows * cols;
+  const auto a = randoms(n, 12), b = randoms(n, 13), bias = randoms(cols, 14);
+  std::vector<float> x(a.size()), y(a.size());
+  REQUIRE(cops::fill(x.data(), 0.5f, n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.fill(&cpu, y.data(), 0.5f, n) == DSCPP_OK);
+  REQUIRE(x == y);
+  REQUIRE(cops::add(a.data(), b.data(), x.data(), n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.add(&cpu, a.data(), b.data(), y.data(), n) == DSCPP_OK);
+  REQUIRE(x == y);
+  REQUIRE(cops::axpy(0.3f, a.data(), x.data(), n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.axpy(&cpu, 0.3f, a.data(), y.data(), n) == DSCPP_OK);
+  require_close(x, y, 1e-6f);  // the CPU may contract a·x + y into one FMA
+  REQUIRE(cops::scale(-2.0f, x.data(), n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.scale(&cpu, -2.0f, y.data(), n) == DSCPP_OK);
+  require_close(x, y, 1e-6f);
+  REQUIRE(cops::relu_forward(a.data(), x.data(), n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.relu_forward(&cpu, a.data(), y.data(), n) == DSCPP_OK);
+  REQUIRE(x == y);
+  // Epilogue with bias only equals bias_add; with GELU it equals gelu of the sum.
+  x = a, y = a;
+  std::vector<float> gx(a.size()), gy(a.size());
+  REQUIRE(cops::bias_residual_gelu(x.data(), bias.data(), nullptr, gx.data(), rows, cols, nullptr) == cuda::kOk);
+  REQUIRE(cpu.bias_add(&cpu, y.data(), bias.data(), rows, cols) == DSCPP_OK);
+  REQUIRE(x == y);
+  REQUIRE(cpu.gelu_forward(&cpu, y.data(), gy.data(), n) == DSCPP_OK);
+  require_close(gx, gy, 1e-6f);
+}
