@@ -1,12 +1,9 @@
 // The GPU suite (`meson test --suite gpu`): every CUDA kernel against its CPU twin on a real
-// device, through the CUDA device (core/cuda_device.h). Exits 77 (Meson's "skipped") with the
-// reason when no device is usable, as on the CI machines, which have none: there this suite
-// has never run. Tolerances: bit-identical where the shared element math is evaluated in the
+// device, through the CUDA device (core/cuda_device.h). tests/gpu/gpu_suite.sh runs it only
+// when dscpp-cuda-check finds a usable device and otherwise exits 77 (Meson's "skipped") with
+// the reason, as on the CI machines, which have none: there this suite has never run. Tolerances: bit-identical where the shared element math is evaluated in the
 // same order (casts, amp, Adam/AdamW/SGD/Adagrad/Lion, quantization, elementwise ops), fp32
 // rounding of differently ordered sums otherwise (row ops, GEMMs, LAMB's norms).
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include "core/cuda_device.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 #include "kernels/cpu/ops/cpu_ops.h"
@@ -18,7 +15,8 @@
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/quant.h"
 
-#include <cstdio>
+#include <catch2/catch.hpp>
+
 #include <cstring>
 #include <memory>
 #include <random>
@@ -28,7 +26,11 @@ using namespace dscpp;
 
 namespace {
 
-CudaDevice* dev = nullptr;
+// The rank's device (LOCAL_RANK among the visible ones), created on first use.
+CudaDevice* device() {
+  static std::unique_ptr<CudaDevice> d = make_cuda_device_from_env();
+  return d.get();
+}
 
 std::vector<float> randoms(int64_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
   std::mt19937 rng(seed);
@@ -44,14 +46,14 @@ struct On {
   DeviceBuffer buf;
   size_t n;
   explicit On(const std::vector<T>& h)
-      : buf(*dev, std::max<size_t>(h.size(), 1) * sizeof(T), MemCategory::buffers), n(h.size()) {
-    if (n) dev->copy_from_host(buf.data(), h.data(), n * sizeof(T));
+      : buf(*device(), std::max<size_t>(h.size(), 1) * sizeof(T), MemCategory::buffers), n(h.size()) {
+    if (n) device()->copy_from_host(buf.data(), h.data(), n * sizeof(T));
   }
   T* p() { return static_cast<T*>(buf.data()); }
   std::vector<T> get() {
     std::vector<T> h(n);
-    dev->synchronize();
-    if (n) dev->copy_to_host(h.data(), buf.data(), n * sizeof(T));
+    device()->synchronize();
+    if (n) device()->copy_to_host(h.data(), buf.data(), n * sizeof(T));
     return h;
   }
 };
@@ -77,20 +79,20 @@ const int64_t kSizes[] = {1, 5, 4099, 1 << 20};
 }  // namespace
 
 TEST_CASE("CUDA device: accounting, cache reuse, streams", "[gpu]") {
-  const auto before = dev->stats();
-  void* p = dev->allocate(1000, MemCategory::grads, true);
-  CHECK(dev->stats().current[size_t(MemCategory::grads)] == before.current[size_t(MemCategory::grads)] + 1000);
-  dev->release(p, 1000, MemCategory::grads);
-  CHECK(dev->cached_bytes() >= 1024);
-  void* q = dev->allocate(900, MemCategory::params);
+  const auto before = device()->stats();
+  void* p = device()->allocate(1000, MemCategory::grads, true);
+  CHECK(device()->stats().current[size_t(MemCategory::grads)] == before.current[size_t(MemCategory::grads)] + 1000);
+  device()->release(p, 1000, MemCategory::grads);
+  CHECK(device()->cached_bytes() >= 1024);
+  void* q = device()->allocate(900, MemCategory::params);
   CHECK(q == p);  // the cached block
-  dev->release(q, 900, MemCategory::params);
-  dev->comm_waits_for_compute();
-  dev->compute_waits_for_comm();
-  dev->synchronize();
-  dev->set_limit(dev->stats().total_current + 100);
-  CHECK_THROWS_AS(dev->allocate(1 << 20, MemCategory::activations), OutOfDeviceMemory);
-  dev->set_limit(0);
+  device()->release(q, 900, MemCategory::params);
+  device()->comm_waits_for_compute();
+  device()->compute_waits_for_comm();
+  device()->synchronize();
+  device()->set_limit(device()->stats().total_current + 100);
+  CHECK_THROWS_AS(device()->allocate(1 << 20, MemCategory::activations), OutOfDeviceMemory);
+  device()->set_limit(0);
 }
 
 TEST_CASE("amp kernels equal the CPU loops bit for bit", "[gpu]") {
@@ -102,7 +104,7 @@ TEST_CASE("amp kernels equal the CPU loops bit for bit", "[gpu]") {
     On<float> dx(x), dg(g);
     On<uint16_t> d16(std::vector<uint16_t>(x.size()));
     On<int32_t> flag(std::vector<int32_t>{0});
-    const auto s = dev->compute_stream();
+    const auto s = device()->compute_stream();
     DSCPP_CUDA_CHECK(cuda::convert_into(d16.p(), hd::Storage::bf16, dx.p(), hd::Storage::f32, n, s));
     REQUIRE(d16.get() == cpu);
     kernels::accumulate_into(cpu.data(), DType::bf16, g.data(), n);
@@ -144,9 +146,9 @@ TEST_CASE("multi-tensor Adam, Lion and LAMB equal the CPU loops", "[gpu]") {
   t.sizes = sizes.data();
   t.w = pw.data(), t.g = pg.data(), t.s1 = pm.data(), t.s2 = pv.data();
   const auto adam = kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, true, 3);
-  DSCPP_CUDA_CHECK(cuda::adam_step(t, adam, dev->compute_stream()));
+  DSCPP_CUDA_CHECK(cuda::adam_step(t, adam, device()->compute_stream()));
   const auto lion = kernels::lion_coeffs(0.01, 0.9, 0.99, 0.1);
-  DSCPP_CUDA_CHECK(cuda::lion_step(t, lion, dev->compute_stream()));
+  DSCPP_CUDA_CHECK(cuda::lion_step(t, lion, device()->compute_stream()));
   for (size_t k = 0; k < sizes.size(); ++k) {
     kernels::cpu::adam_step(cw[k].data(), cg[k].data(), cm[k].data(), cv[k].data(), sizes[k], adam);
     kernels::cpu::lion_step(cw[k].data(), cg[k].data(), cm[k].data(), sizes[k], lion);
@@ -157,7 +159,7 @@ TEST_CASE("multi-tensor Adam, Lion and LAMB equal the CPU loops", "[gpu]") {
   const auto lamb = kernels::lamb_coeffs(0.9, 0.999, 1e-6, 0.01, false);
   const double step = kernels::lamb_step_size(0.01, 0.9, 0.999, true, 2);
   On<double> scratch(std::vector<double>(size_t(cuda::lamb_scratch_doubles(t))));
-  DSCPP_CUDA_CHECK(cuda::lamb_step(t, lamb, step, 0.01, 10.0, scratch.p(), dev->compute_stream()));
+  DSCPP_CUDA_CHECK(cuda::lamb_step(t, lamb, step, 0.01, 10.0, scratch.p(), device()->compute_stream()));
   for (size_t k = 0; k < sizes.size(); ++k) {
     kernels::cpu::lamb_step(cw[k].data(), cg[k].data(), cm[k].data(), cv[k].data(), {0, sizes[k]}, lamb, step, 0.01,
                             10.0);
@@ -174,15 +176,15 @@ TEST_CASE("int8 quantization equals the CPU loop bit for bit", "[gpu]") {
   kernels::dequantize_int8_groups(q.data(), s.data(), n, groups, back.data());
   On<float> dx(x), ds(s), dback(back);
   On<int8_t> dq(q);
-  DSCPP_CUDA_CHECK(cuda::quantize_int8_groups(dx.p(), n, groups, dq.p(), ds.p(), dev->compute_stream()));
-  DSCPP_CUDA_CHECK(cuda::dequantize_int8_groups(dq.p(), ds.p(), n, groups, dback.p(), dev->compute_stream()));
+  DSCPP_CUDA_CHECK(cuda::quantize_int8_groups(dx.p(), n, groups, dq.p(), ds.p(), device()->compute_stream()));
+  DSCPP_CUDA_CHECK(cuda::dequantize_int8_groups(dq.p(), ds.p(), n, groups, dback.p(), device()->compute_stream()));
   REQUIRE(dq.get() == q);
   REQUIRE(same_bits(ds.get(), s));
   REQUIRE(same_bits(dback.get(), back));
 }
 
 TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {
-  cuda::OpsContext ctx(dev->compute_stream());
+  cuda::OpsContext ctx(device()->compute_stream());
   const dscpp_ops g = cuda::cuda_ops(DSCPP_F32, &ctx);
   const dscpp_ops c = kernels::cpu_ops(DSCPP_F32);
   const int64_t rows = 33, cols = 300;
@@ -236,23 +238,4 @@ TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {
   REQUIRE(c.causal_attention_forward(&c, qkv.data(), probs.data(), ao.data(), B, T, H, D, 0.35f) == DSCPP_OK);
   require_close(dprobs.get(), probs, 1e-5f);
   require_close(dao.get(), ao, 1e-5f);
-}
-
-int main(int argc, char** argv) {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    std::printf("SKIP: no usable CUDA device (%s); the GPU suite runs only on a machine with one\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0 devices");
-    return 77;
-  }
-  try {
-    std::unique_ptr<CudaDevice> device = make_cuda_device_from_env();
-    dev = device.get();
-    std::printf("GPU suite on %s\n", device->name().c_str());
-    return Catch::Session().run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_parity: %s\n", e.what());
-    return 1;
-  }
 }
