@@ -45,7 +45,8 @@ Fn load(const char* lib, const char* symbol, std::string& why) {
 
 std::string cuda_report() {
 #if !DSCPP_HAVE_CUDA
-  return fmt::format("  {:<10} {}\n", "cuda", "no (not found at build time; reconfigure after installing it)");
+  constexpr const char* absent = "no (not found at build time; reconfigure after installing it)";
+  return fmt::format("  {:<10} {}\n  {:<10} {}\n", "cuda", absent, "nccl", absent);
 #else
   std::string out;
   out += fmt::format("  {:<10} yes: built for sm {} (+ PTX for the newest) with CUDA {} headers\n", "cuda",
