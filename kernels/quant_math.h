@@ -48,6 +48,25 @@ DSCPP_HD inline float dequantize_int8(int8_t q, float inv_scale) {
   return static_cast<float>(q) * inv_scale;
 }
 
+// qgZ's int4 (DeepSpeed's 4-bit symmetric quantizer): s = 2^4/(2·absmax), q in [−8, 7], two
+// values a byte, the even element in the low nibble.
+DSCPP_HD inline float quant_scale_int4(float absmax) {
+  return absmax == 0.0f ? 1.0f : 16.0f / (2.0f * absmax);
+}
+DSCPP_HD inline uint8_t quantize_int4_pair(float x0, float x1, float scale) {
+  auto level = [](float v) {
+    v = v < -8.0f ? -8.0f : v;
+    v = v > 7.0f ? 7.0f : v;
+    return static_cast<unsigned>(static_cast<int>(v)) & 0xFu;
+  };
+  return static_cast<uint8_t>(level(hd_rint(x0 * scale)) | (level(hd_rint(x1 * scale)) << 4));
+}
+// The value of nibble `high` (0 low, 1 high) of a packed byte; `inv_scale` is the stored 1/s.
+DSCPP_HD inline float dequantize_int4(uint8_t pair, int high, float inv_scale) {
+  const int nibble = high ? (pair >> 4) : (pair & 0xF);
+  return static_cast<float>(nibble >= 8 ? nibble - 16 : nibble) * inv_scale;
+}
+
 // DeepSpeed's group count for a tensor of n elements (engine.md §6.1): start at ceil(n/8000),
 // increase until n is divisible by 8·groups (or groups = n), then double while n is divisible by 16·groups
 // and n/groups > 8000. Returns 0 for n ≤ 0. DeepSpeed asserts the group size stays below

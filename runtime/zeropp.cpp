@@ -2,22 +2,15 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "kernels/amp_math.h"
+#include "kernels/cpu/amp/amp_cpu.h"
+#include "kernels/cpu/quant/quant_cpu.h"
+#include "kernels/quant_math.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace dscpp::runtime {
 namespace {
-
-hd::Storage storage(DType t) {
-  switch (t) {
-    case DType::f32: return hd::Storage::f32;
-    case DType::f16: return hd::Storage::f16;
-    case DType::bf16: return hd::Storage::bf16;
-    default: fail("qwZ: parameters in {} cannot be quantized (expected fp32, fp16 or bf16)", dtype_name(t));
-  }
-}
 
 // The allgathers of the int8 data and of the scales, and the dequantization once both arrived.
 class QuantizedGather final : public comm::Work {
@@ -40,11 +33,9 @@ class QuantizedGather final : public comm::Work {
     data_->wait();
     scale_work_->wait();
     const int64_t elem = static_cast<int64_t>(dtype_size(type_));
-    parallel_for(parts_, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p)
-        dequantize_int8(q_.as<int8_t>() + p * count_, scales_.as<float>() + p * groups_, count_, groups_,
-                        static_cast<char*>(dst_) + p * count_ * elem, type_);
-    });
+    for (int p = 0; p < parts_; ++p)  // each a parallel loop over its groups
+      kernels::dequantize_int8_groups(q_.as<int8_t>() + p * count_, scales_.as<float>() + p * groups_, count_,
+                                      groups_, static_cast<char*>(dst_) + p * count_ * elem, type_);
     data_.reset();
     scale_work_.reset();
     q_.reset();
@@ -65,38 +56,6 @@ class QuantizedGather final : public comm::Work {
 
 }  // namespace
 
-int64_t qwz_group_count(int64_t n) {
-  DSCPP_CHECK(n > 0 && n % 8 == 0);
-  int64_t g = (n + 7999) / 8000;
-  while (n % (8 * g) != 0) ++g;
-  while (n % (16 * g) == 0 && n / g > 8000) g *= 2;
-  return g;
-}
-
-void quantize_int8(const void* x, DType type, int64_t n, int64_t groups, int8_t* q, float* scales) {
-  const hd::Storage s = storage(type);
-  const int64_t size = n / groups;
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t b = g * size;
-    float absmax = 0.0f;
-    for (int64_t i = b; i < b + size; ++i) absmax = std::max(absmax, std::fabs(hd::load(x, i, s)));
-    // DeepSpeed's symmetric int8: 2^8 levels across [−absmax, absmax].
-    const float scale = absmax > 0.0f ? 256.0f / (2.0f * absmax) : 1.0f;
-    for (int64_t i = b; i < b + size; ++i) {
-      const float v = std::nearbyint(hd::load(x, i, s) * scale);
-      q[i] = static_cast<int8_t>(std::clamp(v, -128.0f, 127.0f));
-    }
-    scales[g] = 1.0f / scale;
-  }
-}
-
-void dequantize_int8(const int8_t* q, const float* scales, int64_t n, int64_t groups, void* out, DType type) {
-  const hd::Storage s = storage(type);
-  const int64_t size = n / groups;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = g * size; i < (g + 1) * size; ++i) hd::store(out, i, s, static_cast<float>(q[i]) * scales[g]);
-}
-
 int64_t qgz_group_size(int64_t part) {
   DSCPP_CHECK(part > 0 && part % 2 == 0);
   for (int64_t g = std::min<int64_t>(kQgzGroup, part); g >= 2; --g)
@@ -104,44 +63,17 @@ int64_t qgz_group_size(int64_t part) {
   return 2;
 }
 
-void quantize_int4(const void* x, DType type, int64_t n, int64_t group, uint8_t* q, float* scales) {
-  const hd::Storage s = storage(type);
-  for (int64_t g = 0; g < n / group; ++g) {
-    const int64_t b = g * group;
-    float absmax = 0.0f;
-    for (int64_t i = b; i < b + group; ++i) absmax = std::max(absmax, std::fabs(hd::load(x, i, s)));
-    const float scale = absmax > 0.0f ? 16.0f / (2.0f * absmax) : 1.0f;  // 2^4 levels
-    for (int64_t i = b; i < b + group; i += 2) {
-      auto level = [&](int64_t k) {
-        return static_cast<int>(std::clamp(std::nearbyint(hd::load(x, k, s) * scale), -8.0f, 7.0f));
-      };
-      q[i / 2] = static_cast<uint8_t>((level(i) & 0xF) | ((level(i + 1) & 0xF) << 4));
-    }
-    scales[g] = 1.0f / scale;
-  }
-}
-
-void dequantize_int4_add(const uint8_t* q, const float* scales, int64_t n, int64_t group, float* acc) {
-  for (int64_t g = 0; g < n / group; ++g) {
-    const float sc = scales[g];
-    for (int64_t i = g * group; i < (g + 1) * group; i += 2) {
-      const auto byte = static_cast<int8_t>(q[i / 2]);
-      acc[i] += static_cast<float>(static_cast<int8_t>(byte << 4) >> 4) * sc;  // low nibble, sign-extended
-      acc[i + 1] += static_cast<float>(byte >> 4) * sc;
-    }
-  }
-}
-
 comm::WorkHandle quantized_allgather(comm::Communicator& comm, Device& device, const void* src, void* dst,
                                      int64_t count, DType type) {
   const int parts = comm.size(), rank = comm.rank();
-  const int64_t groups = qwz_group_count(count);
+  const int64_t groups = hd::qwz_group_count(count);
+  DSCPP_CHECK(hd::quant_group_size_ok(count, groups));
   DeviceBuffer q(device, static_cast<size_t>(parts * count), MemCategory::buffers);
   DeviceBuffer scales(device, static_cast<size_t>(parts * groups) * sizeof(float), MemCategory::buffers);
   // Quantized straight into this rank's slots, then gathered in place.
   int8_t* my_q = q.as<int8_t>() + rank * count;
   float* my_scales = scales.as<float>() + rank * groups;
-  quantize_int8(src, type, count, groups, my_q, my_scales);
+  kernels::quantize_int8_groups(src, type, count, groups, my_q, my_scales);
   comm::WorkHandle data = comm.allgather_async(my_q, q.data(), static_cast<size_t>(count), DType::i8);
   comm::WorkHandle sc = comm.allgather_async(my_scales, scales.data(), static_cast<size_t>(groups), DType::f32);
   return std::make_shared<QuantizedGather>(std::move(q), std::move(scales), std::move(data), std::move(sc), dst, count,
@@ -156,11 +88,12 @@ struct Packet {
   int64_t data_bytes() const { return part / 2; }
   int64_t bytes() const { return data_bytes() + part / group * static_cast<int64_t>(sizeof(float)); }
   void pack(const void* x, DType type, char* out) const {
-    quantize_int4(x, type, part, group, reinterpret_cast<uint8_t*>(out), reinterpret_cast<float*>(out + data_bytes()));
+    kernels::quantize_int4_groups(x, type, part, group, reinterpret_cast<uint8_t*>(out),
+                                  reinterpret_cast<float*>(out + data_bytes()));
   }
   void add_to(const char* in, float* acc) const {
-    dequantize_int4_add(reinterpret_cast<const uint8_t*>(in), reinterpret_cast<const float*>(in + data_bytes()),
-                        part, group, acc);
+    kernels::dequantize_int4_add(reinterpret_cast<const uint8_t*>(in),
+                                 reinterpret_cast<const float*>(in + data_bytes()), part, group, acc);
   }
 };
 
@@ -211,8 +144,7 @@ class QuantizedReduceScatter final : public comm::Work {
     cross_.all_to_all(send2.data(), recv2.data(), static_cast<size_t>(pkt), DType::u8);
     std::fill(sums, sums + P, 0.0f);
     for (int64_t a = 0; a < N; ++a) packet_.add_to(recv2.as<char>() + a * pkt, sums);
-    const hd::Storage st = storage(type_);
-    for (int64_t i = 0; i < P; ++i) hd::store(out_, i, st, sums[i]);
+    kernels::store_from_f32(out_, type_, sums, P);
     finished_ = true;
   }
   bool done() const override { return finished_; }

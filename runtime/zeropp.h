@@ -28,22 +28,8 @@
 
 namespace dscpp::runtime {
 
-// DeepSpeed's group count for n elements: start at ceil(n/8000), increase until n divides by
-// 8·groups, then double while n divides by 16·groups and groups stay above 8000 elements.
-// n must be a multiple of 8 (stage-3 slices are multiples of 16).
-int64_t qwz_group_count(int64_t n);
-
-// q[i] and scales[group] for n elements of x (f32, f16 or bf16) in `groups` equal groups.
-void quantize_int8(const void* x, DType type, int64_t n, int64_t groups, int8_t* q, float* scales);
-// out[i] = q[i]·scales[group of i], rounded into `type`.
-void dequantize_int8(const int8_t* q, const float* scales, int64_t n, int64_t groups, void* out, DType type);
-
-// qgZ's int4 form: n (even) elements of x (f32, f16 or bf16) in groups of `group` (even, divides
-// n); element 2i in the low nibble of q[i], 2i+1 in the high one.
+// The quantizers are kernels/cpu/quant's over the element math of kernels/quant_math.h.
 inline constexpr int64_t kQgzGroup = 256;
-void quantize_int4(const void* x, DType type, int64_t n, int64_t group, uint8_t* q, float* scales);
-// acc[i] += dequantized element i (fp32).
-void dequantize_int4_add(const uint8_t* q, const float* scales, int64_t n, int64_t group, float* acc);
 // The group size qgZ uses for slices of `part` elements (a multiple of 16): the largest divisor
 // of part that is at most kQgzGroup and even.
 int64_t qgz_group_size(int64_t part);

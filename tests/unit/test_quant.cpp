@@ -43,6 +43,12 @@ TEST_CASE("qwz_group_count follows DeepSpeed's rule", "[quant]") {
   CHECK(hd::qwz_group_count(8000 * 8) == 8);
   CHECK(hd::qwz_group_count(8000) == 1);
   CHECK(hd::qwz_group_count(0) == 0);
+  CHECK(hd::qwz_group_count(16) == 1);
+  CHECK(hd::qwz_group_count(8008) == 7);      // ceil = 2; 8008 = 8·7·11·13: the first g with 8g | n is 7
+  CHECK(hd::qwz_group_count(24000) == 3);     // 48 divides 24000, but 24000/3 is not above 8000
+  CHECK(hd::qwz_group_count(256000) == 32);
+  CHECK(hd::qwz_group_count(262144) == 64);   // ceil = 33 → 64, the first g ≥ 33 with 8g | 2^18
+  CHECK(hd::qwz_group_count(1000000) == 125);
   for (int64_t n : {64, 1000, 8000, 12345 * 8, 1 << 20, 3 * 1024 * 1024, 4096 * 11008}) {
     const int64_t g = hd::qwz_group_count(n);
     INFO("n = " << n << ", groups = " << g);

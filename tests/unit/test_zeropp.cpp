@@ -10,29 +10,15 @@
 #include "collectives/communicator.h"
 #include "core/device.h"
 #include "core/half.h"
+#include "kernels/cpu/quant/quant_cpu.h"
+#include "kernels/quant_math.h"
 #include "runtime/zeropp.h"
 #include "tests/unit/thread_ranks.h"
 
 using namespace dscpp;
-using runtime::dequantize_int8;
-using runtime::quantize_int8;
-using runtime::qwz_group_count;
-
-TEST_CASE("qwZ group count follows DeepSpeed's rule", "[qwz]") {
-  CHECK(qwz_group_count(64000) == 8);   // engine.md's example: 8000·8 → 8 groups
-  CHECK(qwz_group_count(8000) == 1);
-  CHECK(qwz_group_count(16) == 1);      // ceil(16/8000) = 1 and 16 divides by 8
-  CHECK(qwz_group_count(8008) == 7);    // ceil = 2; 8008 = 8·7·11·13, so the first g with 8g | n is 7
-  CHECK(qwz_group_count(24000) == 3);   // ceil = 3, 24000 divides by 24; 48 does not divide it
-  CHECK(qwz_group_count(256000) == 32); // ceil = 32, 8·32 | 256000; 16·32 | 256000 but 256000/32 = 8000
-  CHECK(qwz_group_count(262144) == 64); // ceil = 33 → 64 (first g ≥ 33 with 8g | 2^18), size 4096
-  for (int64_t n : {16, 8000, 8008, 24000, 64000, 98304, 196608, 1000000, 262144}) {
-    const int64_t g = qwz_group_count(n);
-    INFO(n << " → " << g);
-    CHECK(n % (8 * g) == 0);
-    CHECK(n / g < 16000);  // DeepSpeed asserts this
-  }
-}
+using hd::qwz_group_count;
+using kernels::dequantize_int8_groups;
+using kernels::quantize_int8_groups;
 
 TEST_CASE("qwZ int8 error is at most absmax/256 per group (absmax/128 in the top bin)", "[qwz]") {
   std::mt19937 rng(7);
@@ -44,8 +30,8 @@ TEST_CASE("qwZ int8 error is at most absmax/256 per group (absmax/128 in the top
   for (int64_t i = 16000; i < 24000; ++i) x[i] = 0.0f;  // an all-zero group: scale 1, exact zeros
   std::vector<int8_t> q(n);
   std::vector<float> scales(groups), back(n);
-  quantize_int8(x.data(), DType::f32, n, groups, q.data(), scales.data());
-  dequantize_int8(q.data(), scales.data(), n, groups, back.data(), DType::f32);
+  quantize_int8_groups(x.data(), DType::f32, n, groups, q.data(), scales.data());
+  dequantize_int8_groups(q.data(), scales.data(), n, groups, back.data(), DType::f32);
   const int64_t size = n / groups;
   double worst = 0;
   for (int64_t g = 0; g < groups; ++g) {
@@ -66,8 +52,8 @@ TEST_CASE("qwZ int8 error is at most absmax/256 per group (absmax/128 in the top
   // bf16 storage: dequantized values are rounded once into bf16.
   std::vector<uint16_t> xb(n), bb(n);
   for (int64_t i = 0; i < n; ++i) xb[i] = float_to_bf16_bits(x[i]);
-  quantize_int8(xb.data(), DType::bf16, n, groups, q.data(), scales.data());
-  dequantize_int8(q.data(), scales.data(), n, groups, bb.data(), DType::bf16);
+  quantize_int8_groups(xb.data(), DType::bf16, n, groups, q.data(), scales.data());
+  dequantize_int8_groups(q.data(), scales.data(), n, groups, bb.data(), DType::bf16);
   for (int64_t i = 0; i < n; ++i)
     REQUIRE(bb[i] == float_to_bf16_bits(static_cast<float>(q[i]) * scales[static_cast<size_t>(i / size)]));
 }
@@ -99,8 +85,8 @@ TEST_CASE("a quantized allgather delivers every rank's int8 round trip, the same
       std::vector<float> x = slice(r), expect(static_cast<size_t>(count));
       std::vector<int8_t> q(static_cast<size_t>(count));
       std::vector<float> scales(static_cast<size_t>(groups));
-      quantize_int8(x.data(), DType::f32, count, groups, q.data(), scales.data());
-      dequantize_int8(q.data(), scales.data(), count, groups, expect.data(), DType::f32);
+      quantize_int8_groups(x.data(), DType::f32, count, groups, q.data(), scales.data());
+      dequantize_int8_groups(q.data(), scales.data(), count, groups, expect.data(), DType::f32);
       for (int on = 0; on < ranks; ++on)
         REQUIRE(std::equal(expect.begin(), expect.end(), gathered[static_cast<size_t>(on)].begin() + r * count));
     }
@@ -119,8 +105,8 @@ TEST_CASE("qgZ int4: group sizes, error at most absmax/16 per group (absmax/8 in
   for (float& v : x) v = normal(rng);
   std::vector<uint8_t> q(n / 2);
   std::vector<float> scales(n / group);
-  runtime::quantize_int4(x.data(), DType::f32, n, group, q.data(), scales.data());
-  runtime::dequantize_int4_add(q.data(), scales.data(), n, group, back.data());
+  kernels::quantize_int4_groups(x.data(), DType::f32, n, group, q.data(), scales.data());
+  kernels::dequantize_int4_add(q.data(), scales.data(), n, group, back.data());
   double worst = 0;
   for (int64_t g = 0; g < n / group; ++g) {
     float absmax = 0;
@@ -166,8 +152,8 @@ TEST_CASE("qgZ's two-hop reduce-scatter over 2 nodes of 2 sums what its hops qua
   auto round_trip_add = [&](const float* x, float* acc) {
     std::vector<uint8_t> q(static_cast<size_t>(part / 2));
     std::vector<float> sc(static_cast<size_t>(part / gs));
-    runtime::quantize_int4(x, DType::f32, part, gs, q.data(), sc.data());
-    runtime::dequantize_int4_add(q.data(), sc.data(), part, gs, acc);
+    kernels::quantize_int4_groups(x, DType::f32, part, gs, q.data(), sc.data());
+    kernels::dequantize_int4_add(q.data(), sc.data(), part, gs, acc);
   };
   std::vector<std::vector<float>> in(W);
   for (int r = 0; r < W; ++r) in[static_cast<size_t>(r)] = input(r);

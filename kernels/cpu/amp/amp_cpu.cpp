@@ -11,23 +11,23 @@
 
 namespace dscpp::kernels {
 
-namespace {
-
-hd::Storage storage(DType t) {
+hd::Storage storage_of(DType t) {
   switch (t) {
     case DType::f32: return hd::Storage::f32;
     case DType::f16: return hd::Storage::f16;
     case DType::bf16: return hd::Storage::bf16;
-    default: fail("mixed-precision loops: dtype {} is not a floating storage type", dtype_name(t));
+    default: fail("dtype {} is not a floating storage type (expected fp32, fp16 or bf16)", dtype_name(t));
   }
 }
+
+namespace {
 
 constexpr int64_t kGrain = 1 << 14;
 
 // The storage switch hoisted out of the loop, so each body is a plain loop the compiler can vectorise.
 template <typename Body>
 void for_each(int64_t n, DType t, Body body) {
-  hd::Storage s = storage(t);
+  hd::Storage s = storage_of(t);
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
     switch (s) {
       case hd::Storage::f32: body(b, e, std::integral_constant<hd::Storage, hd::Storage::f32>{}); break;
@@ -46,14 +46,14 @@ void accumulate_into(void* dst, DType dst_type, const float* src, int64_t n) {
 }
 
 void add_into(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
-  hd::Storage from = storage(src_type);
+  hd::Storage from = storage_of(src_type);
   for_each(n, dst_type, [&](int64_t b, int64_t e, auto s) {
     for (int64_t i = b; i < e; ++i) hd::accumulate(dst, i, s.value, hd::load(src, i, from));
   });
 }
 
 void convert_into(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
-  hd::Storage from = storage(src_type);
+  hd::Storage from = storage_of(src_type);
   for_each(n, dst_type, [&](int64_t b, int64_t e, auto s) {
     for (int64_t i = b; i < e; ++i) hd::store(dst, i, s.value, hd::load(src, i, from));
   });
@@ -95,7 +95,7 @@ double sum_squares(const void* x, DType type, int64_t n) {
   constexpr int64_t kBlocks = 64;
   int64_t per = (n + kBlocks - 1) / kBlocks;
   std::vector<double> partial(kBlocks, 0.0);
-  hd::Storage st = storage(type);
+  hd::Storage st = storage_of(type);
   parallel_for(kBlocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       double acc = 0;

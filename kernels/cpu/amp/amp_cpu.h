@@ -5,10 +5,14 @@
 #pragma once
 
 #include "core/dtype.h"
+#include "kernels/amp_math.h"
 
 #include <cstdint>
 
 namespace dscpp::kernels {
+
+// The element math's storage code for a floating dtype; throws for the others.
+hd::Storage storage_of(DType t);
 
 // dst[i] = round(dst[i] + src[i]) in dst's dtype (f32, f16 or bf16).
 void accumulate_into(void* dst, DType dst_type, const float* src, int64_t n);
