@@ -184,7 +184,7 @@ std::string FlopsProfiler::report(double step_s, int64_t samples) const {
   auto rate = [](double flops, double s) { return s > 0 ? flops / s : 0.0; };
   std::string out = fmt::format(
       "flops profiler, step {} (rank 0; forward FLOPs counted from the ops, backward = 2x forward):\n"
-      "  params per rank:                                  {}\n"
+      "  model params:                                     {}\n"
       "  fwd flops per rank:                               {}\n"
       "  fwd latency:                                      {:.2f} ms\n"
       "  fwd FLOPS per rank = fwd flops / fwd latency:     {}\n"
