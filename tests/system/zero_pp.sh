@@ -56,18 +56,24 @@ within() { awk -v a="$1" -v lo="$2" -v hi="$3" 'BEGIN {exit !(a >= lo && a <= hi
 losses() { sed -n 's/.*| loss \([0-9.]*\) |.*/\1/p' "$1"; }
 maxdiff() { paste <(losses "$1") <(losses "$2") | awk '{d=$2-$1; if (d<0) d=-d; if (d>m) m=d} END {printf "%.5f", m}'; }
 
+# Under the sanitizers (DSCPP_TEST_SANITIZED=1, processes ~10× slower) the bf16 variants, the
+# one-node qgZ pair and the lr control are left out and curves are 10 steps: the numbers are
+# asserted in the normal build, the code paths are the same.
+SAN=${DSCPP_TEST_SANITIZED:-0}
 # ---- 1. hpZ: exact, and the backward gathers stay inside the groups ------------------------
 K=6
 config "$WORK/base.json" 2 1 ""
 config "$WORK/hpz.json" 2 1 ', "zero_hpz_partition_size": 2'
 config "$WORK/base16.json" 2 2 "" '"bf16": {"enabled": true},'
 config "$WORK/hpz16.json" 2 2 ', "zero_hpz_partition_size": 2' '"bf16": {"enabled": true},'
-for r in base hpz base16 hpz16; do
+PAIRS=("base hpz fp32, 1 micro-step" "base16 hpz16 bf16, 2 micro-steps")
+[ "$SAN" = 1 ] && PAIRS=("base hpz fp32, 1 micro-step")
+for r in $(for p in "${PAIRS[@]}"; do echo "${p%% *}"; p=${p#* }; echo "${p%% *}"; done); do
   run 4 "$WORK/$r.json" $K "$WORK/$r.log" --save_dir "$WORK/$r" || fail "$r run: $(tail -3 "$WORK/$r.log")"
 done
 grep -q "ZeRO++: hpZ" "$WORK/hpz.log" && pass "start-up line: $(grep -o 'ZeRO++:.*' "$WORK/hpz.log" | head -1)" ||
   fail "no ZeRO++ start-up line in the hpZ run"
-for p in "base hpz fp32, 1 micro-step" "base16 hpz16 bf16, 2 micro-steps"; do
+for p in "${PAIRS[@]}"; do
   read -r a b what <<< "$p"
   consolidate "$WORK/$a" "$WORK/$a.st"
   consolidate "$WORK/$b" "$WORK/$b.st"
@@ -86,10 +92,11 @@ if [ -n "$ag" ] && [ -n "$agh" ] && [ -n "$agg" ]; then
   r=$(ratio "$moved" "$agg")
   within "$r" 1.499 1.501 && pass "hpZ: world allgather bytes $ag → $agh; the $moved that left the world went inside the hpZ groups as $agg (ratio $r = 1.5 as a 4-rank vs 2-rank ring implies)" ||
     fail "hpZ traffic: world $ag → $agh, hpZ group $agg, ratio $r (expected 1.5)"
-  b_ag=$(bytes allgather "$WORK/base16.log") h_ag=$(bytes allgather "$WORK/hpz16.log")
-  r=$(ratio "$h_ag" "$b_ag")
-  within "$r" 0 0.4 && pass "hpZ, 2 micro-steps: world allgather bytes fall to $r of the run without it (one forward of the 4 gathers per step stays on the world)" ||
-    fail "hpZ with 2 micro-steps: world allgather bytes ratio $r (expected about 1/4 plus the report)"
+  if [ "$SAN" != 1 ]; then
+    r=$(ratio "$(bytes allgather "$WORK/hpz16.log")" "$(bytes allgather "$WORK/base16.log")")
+    within "$r" 0 0.4 && pass "hpZ, 2 micro-steps: world allgather bytes fall to $r of the run without it (one forward of the 4 gathers per step stays on the world)" ||
+      fail "hpZ with 2 micro-steps: world allgather bytes ratio $r (expected about 1/4 plus the report)"
+  fi
 else
   fail "no allgather byte counts in the logs: $(grep -h 'communication (rank 0' "$WORK/base.log" "$WORK/hpz.log")"
 fi
@@ -107,7 +114,7 @@ config "$WORK/c16.json" 2 1 "" '"bf16": {"enabled": true},'
 config "$WORK/qwzhpz.json" 2 1 ', "zero_quantized_weights": true, "zero_hpz_partition_size": 2'
 sed 's/"lr": 0.002/"lr": 0.003/' "$WORK/c32.json" > "$WORK/ctl.json"
 RUNS="c32 qwz qwz16 c16 qwzhpz ctl"
-[ "${DSCPP_TEST_SANITIZED:-0}" = 1 ] && S=10 RUNS="c32 qwz qwz16 c16 qwzhpz"
+[ "$SAN" = 1 ] && S=10 RUNS="c32 qwz qwzhpz"
 for r in $RUNS; do
   run 4 "$WORK/$r.json" $S "$WORK/$r.log" --save_dir "$WORK/$r" || fail "$r run: $(tail -3 "$WORK/$r.log")"
 done
@@ -125,8 +132,10 @@ fi
 # parameters) would show up as a larger ratio.
 r=$(ratio "$(bytes allgather "$WORK/qwz.log")" "$(bytes allgather "$WORK/c32.log")")
 within "$r" 0.25 0.2505 && pass "qwZ allgather bytes: $r of fp32 (1/4 + scales)" || fail "qwZ allgather bytes ratio $r (expected 0.25 + scales)"
-r=$(ratio "$(bytes allgather "$WORK/qwz16.log")" "$(bytes allgather "$WORK/c16.log")")
-within "$r" 0.5 0.501 && pass "qwZ allgather bytes: $r of bf16 (1/2 + scales)" || fail "qwZ bf16 allgather bytes ratio $r (expected 0.5 + scales)"
+if [ "$SAN" != 1 ]; then
+  r=$(ratio "$(bytes allgather "$WORK/qwz16.log")" "$(bytes allgather "$WORK/c16.log")")
+  within "$r" 0.5 0.501 && pass "qwZ allgather bytes: $r of bf16 (1/2 + scales)" || fail "qwZ bf16 allgather bytes ratio $r (expected 0.5 + scales)"
+fi
 
 # ---- 3. qwZ + hpZ == qwZ -------------------------------------------------------------------
 consolidate "$WORK/qwz" "$WORK/qwz.st"
@@ -158,12 +167,14 @@ r=$(ratio "$((q1 + q2))" "$rs")
 within "$r" 0.125 0.14 && pass "qgZ: all-to-all bytes in the node $q1 + across nodes $q2 = $r of the fp32 reduce-scatter's $rs (int4 + scales: 0.129)" ||
   fail "qgZ bytes: node $q1 + cross $q2 vs reduce-scatter $rs = $r (expected about 0.13)"
 # One node: DeepSpeed keeps the plain reduce-scatter.
-RPN=4 run 4 "$WORK/base.json" $K "$WORK/one.log" --save_dir "$WORK/one" || fail "one-node run: $(tail -3 "$WORK/one.log")"
-RPN=4 run 4 "$WORK/qgz.json" $K "$WORK/qgz1.log" --save_dir "$WORK/qgz1" || fail "one-node qgZ run: $(tail -3 "$WORK/qgz1.log")"
-consolidate "$WORK/one" "$WORK/one.st"
-consolidate "$WORK/qgz1" "$WORK/qgz1.st"
-out=$("$COMPARE" "$WORK/one.st" "$WORK/qgz1.st" --atol 0 2>&1) && grep -q "one node: a plain reduce-scatter" "$WORK/qgz1.log" &&
-  pass "qgZ on one node is the plain reduce-scatter, bit for bit: $out" || fail "qgZ on one node: $out; $(grep -m1 'ZeRO++' "$WORK/qgz1.log")"
+if [ "$SAN" != 1 ]; then
+  RPN=4 run 4 "$WORK/base.json" $K "$WORK/one.log" --save_dir "$WORK/one" || fail "one-node run: $(tail -3 "$WORK/one.log")"
+  RPN=4 run 4 "$WORK/qgz.json" $K "$WORK/qgz1.log" --save_dir "$WORK/qgz1" || fail "one-node qgZ run: $(tail -3 "$WORK/qgz1.log")"
+  consolidate "$WORK/one" "$WORK/one.st"
+  consolidate "$WORK/qgz1" "$WORK/qgz1.st"
+  out=$("$COMPARE" "$WORK/one.st" "$WORK/qgz1.st" --atol 0 2>&1) && grep -q "one node: a plain reduce-scatter" "$WORK/qgz1.log" &&
+    pass "qgZ on one node is the plain reduce-scatter, bit for bit: $out" || fail "qgZ on one node: $out; $(grep -m1 'ZeRO++' "$WORK/qgz1.log")"
+fi
 
 # ---- 5. errors -----------------------------------------------------------------------------
 expect_error() {  # WHAT LOG PATTERN...
