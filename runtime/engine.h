@@ -79,8 +79,9 @@ class Engine {
 
  private:
   void allocate(const Stage3Options& s3, const ParamOffload& offload);
+  MemoryPlan plan_memory_for(const Stage3Options& s3, const ParamOffload& offload) const;  // engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
-  [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);
+  [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);  // engine_memory.cpp, as the reports below
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;
   void initialise_params();

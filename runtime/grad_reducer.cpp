@@ -27,9 +27,17 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
   DSCPP_CHECK_EQ(layout.parts, opt_.stage == 0 ? 1 : comm.size());
   if (opt_.stage <= 1)
     full_ = DeviceBuffer(device, static_cast<size_t>(layout.total) * elem_, MemCategory::grads, true);
-  else
-    partition_ = DeviceBuffer(opt_.partition_device ? *opt_.partition_device : device,
-                              static_cast<size_t>(layout.part_total) * elem_, MemCategory::grads, true);
+  else {
+    if (opt_.partition_device)
+      split_ = opt_.partition_device_elements < 0 ? layout.part_total
+                                                  : std::min(opt_.partition_device_elements, layout.part_total);
+    if (split_ > 0)
+      off_partition_ =
+          DeviceBuffer(*opt_.partition_device, static_cast<size_t>(split_) * elem_, MemCategory::grads, true);
+    if (split_ < layout.part_total)
+      partition_ = DeviceBuffer(device, static_cast<size_t>(layout.part_total - split_) * elem_, MemCategory::grads,
+                                true);
+  }
   if (opt_.stage >= 1) {
     staging_.resize(opt_.stage == 1 || opt_.overlap ? 2 : 1);
     int64_t max_part = 0;
@@ -49,7 +57,7 @@ void* GradReducer::owned(int group) const {
   switch (opt_.stage) {
     case 0: return at(full_, g.begin);
     case 1: return at(full_, g.owned_begin(comm_.rank()));
-    default: return at(partition_, g.part_offset);
+    default: return partition_at(g.part_offset);
   }
 }
 
@@ -124,7 +132,7 @@ void GradReducer::launch_group(int group, void* input) {
   const bool into_partition = opt_.stage >= 2 && first_ && !converted;  // nothing there to add to yet
   if (opt_.reduce_scatter) {
     s.direct = into_partition;
-    s.work = comm_.reduce_scatter_async(input, into_partition ? at(partition_, g.part_offset) : s.out.data(),
+    s.work = comm_.reduce_scatter_async(input, into_partition ? partition_at(g.part_offset) : s.out.data(),
                                         static_cast<size_t>(g.part), wire_);
   } else {
     s.direct = opt_.stage == 1 && !converted;  // in place in the whole array: the own slice is already there
