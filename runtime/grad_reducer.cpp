@@ -35,8 +35,8 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
       off_partition_ =
           DeviceBuffer(*opt_.partition_device, static_cast<size_t>(split_) * elem_, MemCategory::grads, true);
     if (split_ < layout.part_total)
-      partition_ = DeviceBuffer(device, static_cast<size_t>(layout.part_total - split_) * elem_, MemCategory::grads,
-                                true);
+      partition_ =
+          DeviceBuffer(device, static_cast<size_t>(layout.part_total - split_) * elem_, MemCategory::grads, true);
   }
   if (opt_.stage >= 1) {
     staging_.resize(opt_.stage == 1 || opt_.overlap ? 2 : 1);

@@ -78,8 +78,8 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
     if (!swapped && split > 0)
       host_master_ = DeviceBuffer(*options.host, static_cast<size_t>(split) * 4, MemCategory::optimizer_state, true);
     if (split_.resident > 0)
-      device_master_ = DeviceBuffer(device, static_cast<size_t>(layout.part_total - split) * 4,
-                                    MemCategory::optimizer_state, true);
+      device_master_ =
+          DeviceBuffer(device, static_cast<size_t>(layout.part_total - split) * 4, MemCategory::optimizer_state, true);
   }
   std::vector<float*> bases(subs_.size(), nullptr);
   for (int i = 0; i < count; ++i) {
@@ -103,19 +103,22 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
     }
   }
   if (split_.resident > 0 || !off) resident = make_resident_home(device, optimizer, std::move(bases));
-  home_ = !off ? std::move(resident) : !resident ? std::move(off) : make_split_home(std::move(off), split_.offloaded,
-                                                                                      std::move(resident));
+  home_ = !off        ? std::move(resident)
+          : !resident ? std::move(off)
+                      : make_split_home(std::move(off), split_.offloaded, std::move(resident));
   if (split_.offloaded > 0) {
-    host_scratch_ = DeviceBuffer(*options.host, static_cast<size_t>(split_.largest_offloaded) * 4, MemCategory::buffers);
+    host_scratch_ =
+        DeviceBuffer(*options.host, static_cast<size_t>(split_.largest_offloaded) * 4, MemCategory::buffers);
     if (params.dtype() != DType::f32)
       staging_ = DeviceBuffer(*options.host, static_cast<size_t>(split_.largest_offloaded) * dtype_size(params.dtype()),
                               MemCategory::buffers);
   }
   if (options.rank == 0 && offloaded() && options.offload.ratio < 1.0)
-    log::info("offload_optimizer ratio {}: {} of {} sub-groups offloaded to {} ({} elements of this rank's {}), {} "
-              "stay on the training device",
-              options.offload.ratio, split_.offloaded, count, offload_device_name(options.offload.device), split,
-              layout.part_total, split_.resident);
+    log::info(
+        "offload_optimizer ratio {}: {} of {} sub-groups offloaded to {} ({} elements of this rank's {}), {} "
+        "stay on the training device",
+        options.offload.ratio, split_.offloaded, count, offload_device_name(options.offload.device), split,
+        layout.part_total, split_.resident);
 }
 
 MasterWeights::~MasterWeights() = default;
@@ -238,7 +241,8 @@ void MasterWeights::copy_out(const std::string& what, int g, int64_t offset, int
   const int sub = optimizer_group(g);
   DSCPP_CHECK_GE(sub, 0);
   SubGroupView v = home_->acquire(sub);
-  home_->memory(sub).copy_to_host(host, array(sub, v, what) + optimizer_offset(g) + offset, static_cast<size_t>(count) * 4);
+  home_->memory(sub).copy_to_host(host, array(sub, v, what) + optimizer_offset(g) + offset,
+                                  static_cast<size_t>(count) * 4);
   home_->release(sub, false, false);
 }
 
@@ -246,7 +250,8 @@ void MasterWeights::copy_in(const std::string& what, int g, int64_t offset, int6
   const int sub = optimizer_group(g);
   DSCPP_CHECK_GE(sub, 0);
   SubGroupView v = home_->acquire(sub);
-  home_->memory(sub).copy_from_host(array(sub, v, what) + optimizer_offset(g) + offset, host, static_cast<size_t>(count) * 4);
+  home_->memory(sub).copy_from_host(array(sub, v, what) + optimizer_offset(g) + offset, host,
+                                    static_cast<size_t>(count) * 4);
   home_->release(sub, true, false);
 }
 

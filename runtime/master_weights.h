@@ -52,9 +52,9 @@ std::vector<SubGroup> make_sub_groups(const FlatLayout& layout, bool partitioned
 // there too).
 struct OffloadSplit {
   int offloaded = 0;
-  int resident = 0;                 // on the training device
-  int64_t offloaded_elements = 0;   // Σ numel of the offloaded sub-groups
-  int64_t largest_offloaded = 0;    // numel of the largest of them (host scratch, swap slots)
+  int resident = 0;                // on the training device
+  int64_t offloaded_elements = 0;  // Σ numel of the offloaded sub-groups
+  int64_t largest_offloaded = 0;   // numel of the largest of them (host scratch, swap slots)
 };
 OffloadSplit offload_split(const std::vector<SubGroup>& subs, const OptimizerOffload& offload);
 

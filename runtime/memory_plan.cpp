@@ -144,7 +144,8 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measur
     // Nor has it one for partial optimizer offload: it prices the whole optimizer offloaded.
     const std::string partial =
         optim && plan.offload_ratio < 1.0
-            ? fmt::format(" — its row for full offload, while ratio {} keeps part of it on the device", plan.offload_ratio)
+            ? fmt::format(" — its row for full offload, while ratio {} keeps part of it on the device",
+                          plan.offload_ratio)
             : "";
     out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, {}{}): {}", what, partial,
                        format_bytes(deepspeed_estimate));

@@ -51,7 +51,7 @@ struct MemoryPlanInputs {
   bool overlap_comm = false;
   int64_t stage3_live_elements = 0;  // bound on gathered stage-3 elements (ParamStore's policy)
   OffloadDevice offload_optimizer = OffloadDevice::none;
-  int64_t max_sub_group = 0;    // elements of the largest offloaded optimizer sub-group (host scratch)
+  int64_t max_sub_group = 0;  // elements of the largest offloaded optimizer sub-group (host scratch)
   // Partition elements whose optimizer (and at stages 2–3 gradient) is offloaded: all of them
   // unless offload_optimizer ratio < 1 keeps the last sub-groups on the device (stage 3).
   int64_t offloaded_elements = 0;

@@ -179,9 +179,10 @@ TEST_CASE("partial offload: the first int(ratio * n) sub-groups are offloaded, a
   CHECK((split.offloaded == 0 && split.resident == 4 && split.offloaded_elements == 0 && split.largest_offloaded == 0));
 }
 
-TEST_CASE("split home: offloaded sub-groups swapped, the rest on the training device, bit-identical steps", "[offload]") {
+TEST_CASE("split home: offloaded sub-groups swapped, the rest on the training device, bit-identical steps",
+          "[offload]") {
   const std::vector<int64_t> numels{1000, 5003, 64, 3000, 777};
-  const int k = 2;  // ratio 0.5 of 5
+  const int k = 2;                  // ratio 0.5 of 5
   auto device = make_cpu_device();  // the training device
   auto host = make_cpu_device();    // the offloaded state's host memory (offload cpu)
   for (bool swapped : {true, false}) {
