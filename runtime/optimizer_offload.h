@@ -49,6 +49,7 @@ OptimizerOffload optimizer_offload_options(const config::DsConfig& config);
 // `i < int(partial_offload * len(sub_groups))` (the same double product, truncated); 0 without
 // offload.
 int offloaded_sub_groups(const OptimizerOffload& options, int sub_groups);
+
 // The `aio` section as the I/O engine takes it, for every swapper (optimizer state, parameters);
 // throws for aio.use_gds.
 offload::AioOptions aio_options_from_config(const config::AioConfig& aio);
@@ -85,8 +86,8 @@ class StateHome {
 };
 
 // master_bases[sub]: where sub-group `sub`'s master starts (a separate copy on `memory`, or the
-// fp32 parameters when they are the master; null for a sub-group another home holds). The
-// optimizer's groups own their state, on `memory` (Optimizer::add_group_on).
+// fp32 parameters when they are the master; unused, may be null, for the sub-groups another
+// home holds). The optimizer's groups own their state, on `memory` (Optimizer::add_group_on).
 std::unique_ptr<StateHome> make_resident_home(Device& memory, Optimizer& optimizer,
                                               std::vector<float*> master_bases);
 
