@@ -75,6 +75,13 @@ CPU_NONE='{"device": "cpu", "ratio": 0.0}'
 NVME_HALF="{\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\", \"ratio\": 0.5}"
 NVME_ONE="{\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\", \"ratio\": 0.3, \"pipeline_read\": true, \"pipeline_write\": true, \"buffer_count\": 9}"
 
+offload_json() {  # KIND → its offload_optimizer object
+  case $1 in
+    cpu) echo "$CPU" ;; nvme) echo "$NVME" ;; nvme_pipe) echo "$NVME_PIPE" ;;
+    cpuhalf) echo "$CPU_HALF" ;; r0cpu) echo "$CPU_NONE" ;; nvmehalf) echo "$NVME_HALF" ;; nvmeone) echo "$NVME_ONE" ;;
+  esac
+}
+
 # ---- 1. parity ----------------------------------------------------------------------------
 CASES=("1 cpu" "2 cpu" "3 cpu" "3 nvme" "3 nvme_pipe" "3 cpuhalf" "3 nvmehalf" "3 r0cpu" "3 nvmeone")
 [ "$SANITIZED" = 1 ] && CASES=("2 cpu" "3 nvme_pipe" "3 cpuhalf" "3 nvmeone")
@@ -89,10 +96,7 @@ for prec in fp32 bf16; do
   for c in "${CASES[@]}"; do
     read -r stage kind <<< "$c"
     name=$kind$stage$prec
-    case $kind in
-      cpu) off=$CPU ;; nvme) off=$NVME ;; nvme_pipe) off=$NVME_PIPE ;;
-      cpuhalf) off=$CPU_HALF ;; r0cpu) off=$CPU_NONE ;; nvmehalf) off=$NVME_HALF ;; nvmeone) off=$NVME_ONE ;;
-    esac
+    off=$(offload_json "$kind")
     config "$WORK/$name.json" "$stage" "$prec" "$off"
     train 2 "$WORK/$name.json" "$WORK/$name.log" --steps $K --save_dir "$WORK/$name" ||
       { fail "$name: $(tail -3 "$WORK/$name.log")"; continue; }
@@ -303,10 +307,11 @@ done
 if [ -d "$WORK/base3fp32" ]; then
   for pair in "cpuhalf cpu" "nvme nvmehalf"; do
     read -r from to <<< "$pair"
-    [ -f "$WORK/${from}3fp32.json" ] && [ -f "$WORK/${to}3fp32.json" ] || continue
-    train 2 "$WORK/${from}3fp32.json" "$WORK/x_$from.log" --steps $H --save_dir "$WORK/x_$from" ||
+    config "$WORK/x_$from.json" 3 fp32 "$(offload_json "$from")"
+    config "$WORK/x_$to.json" 3 fp32 "$(offload_json "$to")"
+    train 2 "$WORK/x_$from.json" "$WORK/x_$from.log" --steps $H --save_dir "$WORK/x_$from" ||
       { fail "$from $H steps: $(tail -3 "$WORK/x_$from.log")"; continue; }
-    train 2 "$WORK/${to}3fp32.json" "$WORK/x_$to.log" --steps $K --load_dir "$WORK/x_$from" --save_dir "$WORK/x_${from}_$to" ||
+    train 2 "$WORK/x_$to.json" "$WORK/x_$to.log" --steps $K --load_dir "$WORK/x_$from" --save_dir "$WORK/x_${from}_$to" ||
       { fail "$from -> $to resume: $(tail -3 "$WORK/x_$to.log")"; continue; }
     out=$(same_ckpt "$WORK/base3fp32/global_step$K" "$WORK/x_${from}_$to/global_step$K") &&
       pass "saved with $from, resumed with $to: $H + $H steps == $K steps without offload, bit for bit" ||
