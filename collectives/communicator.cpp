@@ -54,6 +54,16 @@ static size_t payload_bytes(const OpDesc& op, int size) {
   return 0;
 }
 
+std::string format_traffic(const CommStats& c) {
+  std::string kinds;
+  for (size_t k = 0; k < c.wire_bytes_by_kind.size(); ++k)
+    if (c.wire_bytes_by_kind[k] > 0)
+      kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", op_kind_name(static_cast<OpKind>(k)),
+                           c.wire_bytes_by_kind[k]);
+  return fmt::format("{} collectives, wire_bytes={} sent, {:.1f} s in the engine ({})", c.ops, c.wire_bytes, c.busy_s,
+                     kinds.empty() ? "nothing sent" : kinds);
+}
+
 // nccl-tests' bus-bandwidth factors: what a ring or pairwise algorithm sends per rank.
 size_t wire_bytes(const OpDesc& op, int size) {
   if (size <= 1) return 0;
@@ -260,7 +270,9 @@ WorkHandle Communicator::submit(const OpDesc& op) {
     if (q.ring.size() > Queue::kRing) q.ring.pop_front();
     q.stats.ops++;
     q.stats.payload_bytes += record.bytes;
-    q.stats.wire_bytes += wire_bytes(op, size());
+    const size_t wire = wire_bytes(op, size());
+    q.stats.wire_bytes += wire;
+    q.stats.wire_bytes_by_kind[static_cast<size_t>(op.kind)] += wire;
     q.pending.push_back(task);
   }
   q.wake.notify_one();

@@ -115,12 +115,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
               "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
               stage_, stage_ == 3 ? "its partitions on the device" : "the whole model");
 
-  Stage3Options s3;
-  s3.prefetch_bucket_size = z.prefetch_bucket_size;
-  s3.max_live_parameters = z.max_live_parameters;
-  s3.max_reuse_distance = z.max_reuse_distance;
-  s3.param_persistence_threshold = z.param_persistence_threshold;
-  s3.model_persistence_threshold = z.model_persistence_threshold;
+  const int nodes = options_.ranks_per_node > 0 ? world.size() / options_.ranks_per_node : 1;
+  const Stage3Options s3 = stage3_options(z, world.size(), nodes, world.rank() == 0);
   plan_ = plan_memory_for(s3, offload);
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
@@ -166,6 +162,8 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   r.prescale = cfg_.prescale_gradients;
   r.reduce_scatter = z.reduce_scatter;
   r.overlap = z.overlap();
+  r.quantized_gradients = stage_ == 3 && z.zero_quantized_gradients;
+  r.ranks_per_node = std::max(1, options_.ranks_per_node);
   if (offload_.device != OffloadDevice::none) {  // the offloaded sub-groups' share (all unless ratio < 1)
     r.partition_device = host_.get();
     r.partition_device_elements = master_->split().offloaded_elements;
@@ -310,9 +308,10 @@ void Engine::run() {
   report();  // collective at stage 3
   log_memory_peaks();
   if (world_.rank() == 0 && world_.size() > 1) {
-    comm::CommStats c = world_.stats();
-    log::info("communication (rank 0, whole run): {} collectives, wire_bytes={} sent, {:.1f} s in the engine", c.ops,
-              c.wire_bytes, c.busy_s);
+    log::info("communication (rank 0, whole run): {}", comm::format_traffic(world_.stats()));
+    for (const comm::Communicator* c : {params_->hpz_group(), grads_ ? grads_->qgz_node() : nullptr,
+                                        grads_ ? grads_->qgz_cross() : nullptr})
+      if (c) log::info("{} group communication (rank 0, whole run): {}", c->group_name(), comm::format_traffic(c->stats()));
   }
 }
 

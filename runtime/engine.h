@@ -50,6 +50,8 @@ struct TrainOptions {
   // ZeRO-Inference: evaluate the eval split forward-only (weights from load_dir or init_from),
   // with no gradients, no optimizer state and no training.
   bool eval_only = false;
+  // Ranks per node when every node holds the same number (else 0): ZeRO++ qgZ's hierarchy.
+  int ranks_per_node = 0;
 };
 
 struct EvalResult {

@@ -23,7 +23,8 @@ MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& 
   mp.training = !options_.eval_only;
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
-  if (stage_ == 3) mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3);
+  if (stage_ == 3)  // gathered groups, plus hpZ's copies (parameters too)
+    mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3) + ParamStore::hpz_secondary_bound(layout_, s3);
   mp.offload_optimizer = offload_.device;
   if (offload_.device != OffloadDevice::none) {
     // As MasterWeights will split them: the first sub-groups offloaded, the rest on the device.

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/amp/amp_cpu.h"
+#include "runtime/zeropp.h"
 
 namespace dscpp::runtime {
 
@@ -37,6 +38,11 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
     if (split_ < layout.part_total)
       partition_ =
           DeviceBuffer(device, static_cast<size_t>(layout.part_total - split_) * elem_, MemCategory::grads, true);
+  }
+  const int per_node = std::max(1, opt_.ranks_per_node);
+  if (opt_.stage == 3 && opt_.quantized_gradients && comm.size() > per_node && comm.size() % per_node == 0) {
+    qgz_node_ = comm.split(comm.rank() / per_node, comm.rank(), "qgz-node");
+    qgz_cross_ = comm.split(comm.rank() % per_node, comm.rank(), "qgz-cross");
   }
   if (opt_.stage >= 1) {
     staging_.resize(opt_.stage == 1 || opt_.overlap ? 2 : 1);
@@ -130,7 +136,10 @@ void GradReducer::launch_group(int group, void* input) {
     input = s.wire.data();
   }
   const bool into_partition = opt_.stage >= 2 && first_ && !converted;  // nothing there to add to yet
-  if (opt_.reduce_scatter) {
+  if (qgz_node_) {
+    s.direct = false;
+    s.work = quantized_reduce_scatter(*qgz_node_, *qgz_cross_, device_, input, s.out.data(), g.part, wire_);
+  } else if (opt_.reduce_scatter) {
     s.direct = into_partition;
     s.work = comm_.reduce_scatter_async(input, into_partition ? partition_at(g.part_offset) : s.out.data(),
                                         static_cast<size_t>(g.part), wire_);
@@ -148,7 +157,7 @@ void GradReducer::finish(Staging& s) {
     // Where the reduced own slice is: the reduce-scatter output, or the rank's slice of the
     // allreduced group (wire buffer when converted, staging buffer otherwise).
     const int64_t mine = g.part * comm_.rank() * static_cast<int64_t>(wire_elem_);
-    const void* src = opt_.reduce_scatter ? s.out.data()
+    const void* src = opt_.reduce_scatter || qgz_node_ ? s.out.data()
                       : wire_ != dtype_   ? static_cast<const void*>(s.wire.as<char>() + mine)
                                           : static_cast<const void*>(s.buffer.as<char>() + mine);
     void* dst = owned(s.group);

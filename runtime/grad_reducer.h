@@ -27,6 +27,7 @@
 #include "core/device.h"
 #include "runtime/flat_layout.h"
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -49,6 +50,11 @@ struct GradReduceOptions {
   // stays on the training device (partial optimizer offload: the gradients of the sub-groups
   // that step on the device). −1: all of them.
   int64_t partition_device_elements = -1;
+  // ZeRO++ qgZ at stage 3 (runtime/zeropp.h): with more than one node of `ranks_per_node` ranks,
+  // each group's reduce-scatter becomes the two-hop int4 all-to-all; on one node it stays a
+  // plain reduce-scatter, as in DeepSpeed.
+  bool quantized_gradients = false;
+  int ranks_per_node = 1;
 };
 
 class GradReducer {
@@ -72,6 +78,9 @@ class GradReducer {
   void zero();
 
   DType dtype() const { return dtype_; }
+  // qgZ's node and cross-node groups (nullptr when qgZ is off or there is one node).
+  const comm::Communicator* qgz_node() const { return qgz_node_.get(); }
+  const comm::Communicator* qgz_cross() const { return qgz_cross_.get(); }
   int64_t reductions_last_micro() const { return reductions_; }
 
  private:
@@ -106,6 +115,7 @@ class GradReducer {
     DeviceBuffer wire;  // the bucket in the communication dtype, when it differs
   };
   std::vector<Bucket> inflight_;
+  std::unique_ptr<comm::Communicator> qgz_node_, qgz_cross_;
 };
 
 }  // namespace dscpp::runtime

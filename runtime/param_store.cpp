@@ -1,10 +1,45 @@
 #include "runtime/param_store.h"
 
 #include "core/error.h"
+#include "core/log.h"
+#include "runtime/zeropp.h"
 
 #include <algorithm>
 
 namespace dscpp::runtime {
+
+Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, int nodes, bool log) {
+  Stage3Options s3;
+  s3.prefetch_bucket_size = z.prefetch_bucket_size;
+  s3.max_live_parameters = z.max_live_parameters;
+  s3.max_reuse_distance = z.max_reuse_distance;
+  s3.param_persistence_threshold = z.param_persistence_threshold;
+  s3.model_persistence_threshold = z.model_persistence_threshold;
+  if (z.stage != 3) return s3;  // the config check already refused ZeRO++ below stage 3
+  s3.quantized_weights = z.zero_quantized_weights;
+  const int64_t h = z.zero_hpz_partition_size;
+  if (h > 1 && (h > world_size || world_size % h != 0))
+    fail("zero_optimization.zero_hpz_partition_size is {}: it must divide the number of ranks ({}); hpZ groups are "
+         "that many consecutive ranks, normally the ranks of one node",
+         h, world_size);
+  s3.hpz_partition_size = static_cast<int>(std::max<int64_t>(h, 1));
+  if (z.zeropp_loco_param && z.zero_quantized_gradients)
+    fail("zero_optimization.zeropp_loco_param is set: qgZ's LoCo error feedback is not implemented by dscpp; remove "
+         "the section (qgZ then runs without error feedback)");
+  if (log && (s3.quantized_weights || s3.hpz_partition_size > 1 || z.zero_quantized_gradients))
+    log::info("ZeRO++:{}{}{}", s3.quantized_weights ? " qwZ (parameter gathers in int8, groups of 8000-16000)" : "",
+              s3.hpz_partition_size > 1
+                  ? fmt::format(" hpZ (secondary copies within groups of {} ranks serve the gathers until the step)",
+                                s3.hpz_partition_size)
+                  : std::string(),
+              !z.zero_quantized_gradients ? ""
+              : nodes > 1
+                  ? fmt::format(" qgZ (gradients reduced in int4 by two all-to-alls: inside {} nodes of {} ranks, "
+                                "then across)",
+                                nodes, world_size / nodes)
+                  : " qgZ requested, but one node: a plain reduce-scatter, as DeepSpeed does");
+  return s3;
+}
 
 struct ParamStore::Slot {
   DeviceBuffer buffer;      // the gathered group (stage 3)
@@ -21,14 +56,36 @@ ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Devic
       partitioned_(partitioned),
       s3_(stage3),
       slots_(layout.groups.size()),
-      persistent_(layout.groups.size(), false) {
+      persistent_(layout.groups.size(), false),
+      secondary_(layout.groups.size()) {
   DSCPP_CHECK(layout.parts == 1 || layout.parts == comm.size());
   DSCPP_CHECK(host || offload.device == OffloadDevice::none);
   home_ = std::make_unique<ParamHome>(layout, comm.rank(), device, host ? *host : device, dtype, partitioned, offload);
   if (partitioned) {
     persistent_ = persistent_groups(layout, s3_);
     kept_for_reuse_ = kept_for_reuse(layout, s3_);
+    const int h = s3_.hpz_partition_size;
+    if (h > 1) {
+      DSCPP_CHECK(comm.size() % h == 0);  // the engine names the key when it is not
+      hpz_ = comm.split(comm.rank() / h, comm.rank(), "hpz");
+    }
   }
+}
+
+std::vector<bool> ParamStore::regathered_in_backward(const FlatLayout& layout, const Stage3Options& s3) {
+  std::vector<bool> persistent = persistent_groups(layout, s3), kept = kept_for_reuse(layout, s3);
+  std::vector<bool> out(layout.groups.size());
+  for (size_t g = 0; g < out.size(); ++g) out[g] = layout.groups[g].numel > 0 && !persistent[g] && !kept[g];
+  return out;
+}
+
+int64_t ParamStore::hpz_secondary_bound(const FlatLayout& layout, const Stage3Options& s3) {
+  if (s3.hpz_partition_size <= 1) return 0;
+  std::vector<bool> again = regathered_in_backward(layout, s3);
+  int64_t n = 0;
+  for (size_t g = 0; g < again.size(); ++g)
+    if (again[g]) n += layout.groups[g].numel / s3.hpz_partition_size;
+  return n;
 }
 
 std::vector<bool> ParamStore::persistent_groups(const FlatLayout& layout, const Stage3Options& s3) {
@@ -68,8 +125,14 @@ ParamStore::~ParamStore() {
       }
 }
 
-comm::WorkHandle ParamStore::start_gather(int group, void* dst) {
+comm::WorkHandle ParamStore::start_gather(int group, void* dst, bool quantize) {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  ++gathers_;
+  // hpZ: every gather between a forward use and the step comes from the copies inside the group.
+  if (const DeviceBuffer& copy = secondary_[static_cast<size_t>(group)]) {
+    const int64_t n = g.numel / hpz_->size();
+    return hpz_->allgather_async(copy.data(), dst, static_cast<size_t>(n), dtype_);
+  }
   const void* src = owned(group);
   if (!src) {
     // An offloaded slice goes straight to its own place in the gathered buffer, and the
@@ -79,12 +142,24 @@ comm::WorkHandle ParamStore::start_gather(int group, void* dst) {
     home_->copy_to_device(group, mine);
     src = mine;
   }
-  ++gathers_;
+  if (quantize) return quantized_allgather(comm_, device_, src, dst, g.part, dtype_);
   return comm_.allgather_async(src, dst, static_cast<size_t>(g.part), dtype_);
 }
 
+void ParamStore::keep_secondary(int group) {
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  DeviceBuffer& copy = secondary_[static_cast<size_t>(group)];
+  if (copy) return;
+  const int64_t n = g.numel / hpz_->size();
+  copy = DeviceBuffer(device_, static_cast<size_t>(n) * elem_, MemCategory::params);
+  wait(group);
+  const char* whole = static_cast<const char*>(slots_[static_cast<size_t>(group)].buffer.data());
+  device_.copy(copy.data(), whole + static_cast<int64_t>(hpz_->rank()) * n * static_cast<int64_t>(elem_),
+               static_cast<size_t>(n) * elem_);
+}
+
 void ParamStore::gather_to(int group, void* dst) {
-  start_gather(group, dst)->wait();
+  start_gather(group, dst, false)->wait();
 }
 
 void ParamStore::begin_pass(bool backward, bool training) {
@@ -92,12 +167,12 @@ void ParamStore::begin_pass(bool backward, bool training) {
   training_ = training;
 }
 
-void ParamStore::fetch(int group) {
+void ParamStore::fetch(int group, bool quantize) {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   Slot& s = slots_[static_cast<size_t>(group)];
   if (g.numel == 0 || s.buffer) return;
   s.buffer = DeviceBuffer(device_, static_cast<size_t>(g.numel) * elem_, MemCategory::params);
-  s.gather = start_gather(group, s.buffer.data());
+  s.gather = start_gather(group, s.buffer.data(), quantize);
   live_elements_ += g.numel;
 }
 
@@ -130,7 +205,7 @@ void ParamStore::prefetch_after(int layer, bool backward) {
     if (numel == 0 || persistent_[static_cast<size_t>(g)]) continue;
     if (gathering && ahead + numel <= s3_.prefetch_bucket_size &&
         (slots_[static_cast<size_t>(g)].buffer || live_elements_ + numel <= s3_.max_live_parameters)) {
-      fetch(g);  // no-op when already gathered
+      fetch(g, s3_.quantized_weights);  // no-op when already gathered
       ahead += numel;
       continue;
     }
@@ -147,7 +222,7 @@ const void* ParamStore::layer_params(int layer, bool backward) {
   int group = layout_.layer_group[static_cast<size_t>(layer)];
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   if (g.numel == 0) return nullptr;
-  fetch(group);
+  fetch(group, s3_.quantized_weights);
   prefetch_after(layer, backward);
   wait(group);
   return static_cast<const char*>(slots_[static_cast<size_t>(group)].buffer.data()) +
@@ -173,6 +248,7 @@ void ParamStore::layer_done(int layer, bool backward) {
   bool group_finished = backward ? layer == g.first_layer : layer == g.end_layer - 1;
   if (!group_finished) return;
   if (!backward && training_ && kept_for_reuse_[static_cast<size_t>(group)]) return;
+  if (hpz_ && !backward && training_ && !persistent_[static_cast<size_t>(group)]) keep_secondary(group);
   release(group);
 }
 
@@ -194,6 +270,7 @@ void ParamStore::settle() {
 }
 
 void ParamStore::publish() {
+  for (DeviceBuffer& copy : secondary_) copy.reset();  // hpZ copies hold the old weights
   std::vector<comm::WorkHandle> inflight;
   for (size_t i = 0; i < layout_.groups.size(); ++i) {
     const PartitionGroup& g = layout_.groups[i];
@@ -207,9 +284,9 @@ void ParamStore::publish() {
       Slot& s = slots_[i];
       wait(static_cast<int>(i));
       if (!s.buffer) {
-        fetch(static_cast<int>(i));
+        fetch(static_cast<int>(i), false);
       } else {
-        s.gather = start_gather(static_cast<int>(i), s.buffer.data());
+        s.gather = start_gather(static_cast<int>(i), s.buffer.data(), false);
       }
     }
   }

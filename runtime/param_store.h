@@ -20,11 +20,20 @@
 // ds_tensor into its all-gather buffer. With NVMe, the slices of the groups after the
 // gather window are swapped in ahead, as far as free swap buffers allow.
 //
+// ZeRO++ hpZ (zero_hpz_partition_size = h): when a group's forward use ends and it will be
+// gathered again in backward, each rank keeps the slice of it that its rank within its group of h
+// consecutive ranks owns (group.numel / h elements, category params), and the backward gather
+// runs over that group's own communicator, so it never leaves a node when a node holds h ranks.
+// The copies are dropped after the optimizer step (publish). They hold the forward's gathered
+// values exactly and are gathered in the storage dtype, also under qwZ, so hpZ on or off
+// trains the same weights bit for bit.
+//
 // The execution order is static (layers 0..L−1 forward, L−1..0 backward), so unlike
 // DeepSpeed's trace-and-replay coordinator the prefetch order is known from the first step.
 #pragma once
 
 #include "collectives/communicator.h"
+#include "configs/ds_config.h"
 #include "core/device.h"
 #include "runtime/flat_layout.h"
 #include "runtime/param_home.h"
@@ -41,7 +50,15 @@ struct Stage3Options {
   int64_t max_reuse_distance = 1000000000;
   int64_t param_persistence_threshold = 100000;
   int64_t model_persistence_threshold = INT64_MAX;
+  // ZeRO++ (runtime/zeropp.h, engine.md 6.1–6.2).
+  bool quantized_weights = false;  // qwZ: gathers send int8
+  int hpz_partition_size = 1;      // hpZ: > 1 keeps a secondary copy per group of that many ranks
 };
+
+// The stage-3 knobs of zero_optimization; throws naming the key when zero_hpz_partition_size
+// does not divide the world. `log`: say which ZeRO++ switches are on (qgZ lives in GradReducer;
+// `nodes` says whether it applies).
+Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, int nodes, bool log);
 
 class ParamStore {
  public:
@@ -88,14 +105,24 @@ class ParamStore {
 
   int64_t gathered_elements() const { return live_elements_; }
   int64_t gathers() const { return gathers_; }  // allgathers issued at stage 3 (for tests)
+  // hpZ's communicator (nullptr when hpZ is off), for its traffic figures.
+  const comm::Communicator* hpz_group() const { return hpz_.get(); }
+  // Elements of the hpZ secondary copies a training step holds at most (0: hpZ off).
+  static int64_t hpz_secondary_bound(const FlatLayout& layout, const Stage3Options& stage3);
 
  private:
   struct Slot;
-  void fetch(int group);
-  comm::WorkHandle start_gather(int group, void* dst);
+  // `quantize`: qwZ applies to the gathers for a layer's use, not to the re-gathers of
+  // persistent groups after the step or to gather_to (DeepSpeed's all_gather_coalesced
+  // quantizes only when the fetch asks for it).
+  void fetch(int group, bool quantize);
+  comm::WorkHandle start_gather(int group, void* dst, bool quantize);
   void wait(int group);
   void release(int group);
   void prefetch_after(int layer, bool backward);
+  void keep_secondary(int group);
+  // Groups whose forward gather is followed by a backward gather (hpZ keeps a copy of those).
+  static std::vector<bool> regathered_in_backward(const FlatLayout& layout, const Stage3Options& stage3);
   // Per group: kept gathered from its forward to its backward (stage3_max_reuse_distance).
   static std::vector<bool> kept_for_reuse(const FlatLayout& layout, const Stage3Options& stage3);
 
@@ -109,6 +136,8 @@ class ParamStore {
   std::unique_ptr<ParamHome> home_;  // the full array (stage 0–2) or the owned slices (stage 3)
   std::vector<Slot> slots_;
   std::vector<bool> persistent_, kept_for_reuse_;
+  std::unique_ptr<comm::Communicator> hpz_;  // this rank's group of hpz_partition_size ranks
+  std::vector<DeviceBuffer> secondary_;      // per group: the hpZ copy, while it exists
   bool backward_ = false, training_ = false;
   int64_t live_elements_ = 0, gathers_ = 0;
 };
