@@ -116,6 +116,7 @@ struct Communicator::Queue {
   uint64_t next_seq = 0;
   std::deque<OpRecord> ring;
   CommStats stats;
+  OpObserver observer;  // written under `mutex`
   std::atomic<uint64_t> last_done{0};
   std::atomic<bool> wedged{false};  // a hang was reported: the engine may never return
   std::atomic<bool> checking{false};  // the schedule check; written under `mutex`
@@ -194,6 +195,7 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
         }
       }
       double end = q.now_s();
+      OpObserver observer;
       {
         std::lock_guard lock(q.mutex);
         q.pending.pop_front();
@@ -201,6 +203,11 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
           for (auto& r : q.ring)
             if (r.seq == task->seq) r.end_s = end;
         q.stats.busy_s += end - start;
+        if (!task->mark && !task->body && !task->error) observer = q.observer;
+      }
+      if (observer) {
+        const OpDesc& op = task->op;
+        observer(OpRecord{task->seq, op.kind, op.dtype, op.reduce, payload_bytes(op, size()), start, end});
       }
       // A mark carries the number of the operation after it, which has not run yet.
       if (!task->error && !task->mark) q.last_done = task->seq;
@@ -428,6 +435,11 @@ void Communicator::schedule_checkpoint(std::string_view label) {
 CommStats Communicator::stats() const {
   std::lock_guard lock(queue_->mutex);
   return queue_->stats;
+}
+
+void Communicator::set_op_observer(OpObserver observer) {
+  std::lock_guard lock(queue_->mutex);
+  queue_->observer = std::move(observer);
 }
 
 std::vector<OpRecord> Communicator::recent_ops() const {

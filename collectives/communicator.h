@@ -132,6 +132,11 @@ class Communicator {
   void schedule_checkpoint(std::string_view label);
 
   CommStats stats() const;
+  // Called on the progress thread when a collective finished without error (not for splits
+  // or schedule marks), with the times it entered and left the engine, before its wait()
+  // returns; applies to operations that finish after the call. Empty: none (comms_logger).
+  using OpObserver = std::function<void(const OpRecord&)>;
+  void set_op_observer(OpObserver observer);
   // The last operations (oldest first), up to the ring's capacity.
   std::vector<OpRecord> recent_ops() const;
 

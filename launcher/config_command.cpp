@@ -8,6 +8,7 @@
 
 #include "build_config.h"
 #include "core/dtype.h"
+#include "launcher/cuda_report.h"
 #include "launcher/commands.h"
 #include "launcher/job_commands.h"
 
@@ -74,10 +75,7 @@ int run_report() {
   out += fmt::format("machine: {} cores online; mpirun: {}; srun: {}\n", sysconf(_SC_NPROCESSORS_ONLN),
                      mpirun.empty() ? "not found" : mpirun, srun.empty() ? "not found" : srun);
   out += "engines found when this build was configured:\n";
-  out += fmt::format("  {:<10} {}\n", "cuda",
-                     DSCPP_HAVE_CUDA ? fmt::format("yes (sm {}; run dscpp-cuda-check for devices)", DSCPP_CUDA_ARCHS)
-                                     : std::string(yes(false)));
-  out += fmt::format("  {:<10} {}\n", "nccl", yes(DSCPP_HAVE_NCCL));
+  out += cuda_report();
   out += fmt::format("  {:<10} {}\n", "gloo", yes(DSCPP_HAVE_GLOO));
   out += fmt::format("  {:<10} {}\n", "mpi", yes(DSCPP_HAVE_MPI));
   out += fmt::format("  {:<10} {}\n", "io_uring", yes(DSCPP_HAVE_IO_URING));

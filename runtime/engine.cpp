@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "runtime/fault_injection.h"
 #include "runtime/init.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 
@@ -22,25 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// "3,4,9-12" → {3, 4, 9, 10, 11, 12}.
-std::set<int64_t> parse_step_list(std::string_view text) {
-  std::set<int64_t> out;
-  for (std::string_view rest = text; !rest.empty();) {
-    size_t comma = rest.find(',');
-    std::string item(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item.empty()) continue;
-    size_t dash = item.find('-', 1);
-    try {
-      int64_t lo = std::stoll(item.substr(0, dash)), hi = dash == std::string::npos ? lo : std::stoll(item.substr(dash + 1));
-      for (int64_t v = lo; v <= hi; ++v) out.insert(v);
-    } catch (const std::exception&) {
-      fail("DSCPP_INJECT_OVERFLOW: '{}' is not a step or a range of steps (expected e.g. 3,5,9-12)", item);
-    }
-  }
-  return out;
-}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -78,6 +60,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     grad_dtype_ = DType::f32;
   }
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
+  comms_log_ = comms_logger_from_config(loaded, world);
   if (const char* inject = std::getenv("DSCPP_INJECT_OVERFLOW")) inject_overflow_ = parse_step_list(inject);
   if (const char* inject = std::getenv("DSCPP_INJECT_DIVERGENCE")) inject_divergence_ = std::atoll(inject);
   micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
@@ -97,6 +80,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   else if (stage_ > 0)  // a group is one reduce-scatter and one allgather: both bucket sizes bound it
     grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
   layout_ = make_flat_layout(plugin.layers(), grouping);
+  ckpt_ = checkpointing_options(loaded, static_cast<int>(plugin.layers().size()));
   if (!options_.eval_only) {
     if (!cfg_.optimizer) fail("the config has no optimizer section");
     offload_ = optimizer_offload_options(cfg_);
@@ -123,6 +107,12 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
               world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
               scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
               format_memory_plan(plan_, nullptr, deepspeed_estimate()));
+  if (world.rank() == 0) {
+    const auto act = static_cast<size_t>(MemCategory::activations);
+    log::info("{}; planned activations per rank (bytes): device={}, host={}",
+              describe_checkpointing(ckpt_, static_cast<int>(plugin.layers().size())), plan_.bytes[act],
+              plan_.host[act]);
+  }
   try {
     allocate(s3, offload);
   } catch (const OutOfDeviceMemory& e) {
@@ -137,12 +127,19 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   Plugin& plugin = plugin_;
   params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_.get(), offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
-  runner_ = std::make_unique<LayerRunner>(plugin, device, ops_, layout_, micro_, dtype_, grad_dtype_);
-  runner_->set_source([this](int layer, bool backward) {
-    return LayerRunner::LayerMemory{params_->layer_params(layer, backward),
-                                    backward ? grads_->layer_grads(layer) : nullptr};
+  if (cfg_.flops_profiler.enabled) profiler_ = make_profiler();
+  runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, dtype_,
+                                          grad_dtype_, ckpt_, host_.get());
+  runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
+    LayerRunner::LayerMemory m{params_->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
+                               pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
+    // After the gather: the layer's own time. A recompute belongs to backward (DeepSpeed profiles
+    // the forward pass; recompute_fwd_factor accounts for recomputation).
+    if (profiler_) profiler_->enter(layer, pass != LayerPass::forward);
+    return m;
   });
   runner_->after_layer = [this](int layer, bool backward) {
+    if (profiler_) profiler_->leave();
     params_->layer_done(layer, backward);
     if (backward) grads_->layer_done(layer);
   };
@@ -313,6 +310,7 @@ void Engine::run() {
                                         grads_ ? grads_->qgz_cross() : nullptr})
       if (c) log::info("{} group communication (rank 0, whole run): {}", c->group_name(), comm::format_traffic(c->stats()));
   }
+  if (comms_log_ && world_.rank() == 0) log::info("{}", comms_log_->summary());
 }
 
 void Engine::train_step() {
@@ -320,6 +318,8 @@ void Engine::train_step() {
   // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
   // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
   float loss_grad = static_cast<float>(scaler_->scale() / static_cast<double>(gas_ * (stage_ > 0 ? world_.size() : 1)));
+  const auto step_start = Clock::now();
+  if (profiling_step()) profiler_->reset();
   for (int64_t j = 0; j < gas_; ++j) {
     MicroBatch mb;
     {
@@ -370,6 +370,7 @@ void Engine::train_step() {
   if (counters_.global_steps == inject_divergence_ && world_.rank() == world_.size() - 1) world_.barrier();
   // --check_schedule: a rank that ends the step early is caught here, not left hanging.
   world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
+  if (profiler_ && counters_.global_steps == profiler_->profile_step()) report_profile(seconds_since(step_start));
   log_step(loss_sum / static_cast<double>(gas_));
 }
 
@@ -444,6 +445,7 @@ void Engine::log_step(double local_loss) {
   if (world_.rank() == 0) {
     log::info("{}", format_step_line(r));
     if (!swap.empty()) log::info("{}", swap);
+    if (std::string p = runner_->checkpoint_profile(); !p.empty()) log::info("{}", p);
     if (cfg_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
   }
   window_start_ = Clock::now();

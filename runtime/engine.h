@@ -14,9 +14,11 @@
 
 #include "collectives/communicator.h"
 #include "configs/load.h"
+#include "runtime/comms_log.h"
 #include "core/device.h"
 #include "runtime/batch_loader.h"
 #include "runtime/checkpoint.h"
+#include "runtime/flops_profiler.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/layer_runner.h"
 #include "runtime/loss_scaler.h"
@@ -94,7 +96,10 @@ class Engine {
   void log_memory_peaks();
   CheckpointView checkpoint_view();
   MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
-  std::string swap_line(double window_s);
+  std::string swap_line(double window_s);                 // engine_report.cpp
+  std::unique_ptr<FlopsProfiler> make_profiler() const;   // engine_report.cpp
+  void report_profile(double step_s);                     // engine_report.cpp
+  bool profiling_step() const { return profiler_ && counters_.global_steps + 1 == profiler_->profile_step(); }
 
   Plugin& plugin_;
   const config::LoadedConfig& loaded_;
@@ -111,8 +116,10 @@ class Engine {
   DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
   FlatLayout layout_;
   MemoryPlan plan_;
+  CheckpointingOptions ckpt_;  // activation_checkpointing
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradReducer> grads_;
+  std::unique_ptr<FlopsProfiler> profiler_;  // flops_profiler.enabled; outlives runner_, which uses its ops
   std::unique_ptr<LayerRunner> runner_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -126,6 +133,7 @@ class Engine {
   int64_t inject_divergence_ = -1;     // DSCPP_INJECT_DIVERGENCE: the step after which the last rank adds a barrier
   Timers timers_;
   CsvMonitor csv_;
+  std::shared_ptr<comm::CommsLogger> comms_log_;  // comms_logger.enabled
   TrainCounters counters_;
   int64_t total_steps_ = 0;
   double last_grad_norm_ = -1;

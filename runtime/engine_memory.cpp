@@ -23,6 +23,7 @@ MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& 
   mp.training = !options_.eval_only;
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
+  mp.checkpointing = ckpt_;
   if (stage_ == 3)  // gathered groups, plus hpZ's copies (parameters too)
     mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3) + ParamStore::hpz_secondary_bound(layout_, s3);
   mp.offload_optimizer = offload_.device;
@@ -143,20 +144,6 @@ MemoryStats Engine::host_stats() const {
   h.peak[static_cast<size_t>(MemCategory::buffers)] += param_pool;
   h.total_peak += pool + param_pool;
   return h;
-}
-
-// NVMe optimizer swapping since the last print: traffic, and the share of the wall time the
-// step spent blocked on it (what pipeline_read/pipeline_write exist to hide).
-std::string Engine::swap_line(double window_s) {
-  if (offload_.device != OffloadDevice::nvme || !master_) return "";
-  SwapStats now = master_->swap_stats(), d = now;
-  d.bytes_read -= swap_at_print_.bytes_read;
-  d.bytes_written -= swap_at_print_.bytes_written;
-  d.wait_s -= swap_at_print_.wait_s;
-  swap_at_print_ = now;
-  return fmt::format("optimizer swap (rank {}): read {}, wrote {}, io_wait={:.3f} s = {:.1f}% of {:.3f} s of steps",
-                     world_.rank(), format_bytes(d.bytes_read), format_bytes(d.bytes_written), d.wait_s,
-                     100.0 * d.wait_s / std::max(window_s, 1e-9), window_s);
 }
 
 }  // namespace dscpp::runtime

@@ -4,30 +4,31 @@
 #include "kernels/cpu/amp/amp_cpu.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace dscpp::runtime {
 
 LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-                         int64_t max_batch, DType param_dtype, DType grad_dtype)
+                         int64_t max_batch, DType param_dtype, DType grad_dtype,
+                         const CheckpointingOptions& checkpointing, Device* host)
     : plugin_(plugin),
       device_(device),
       ops_(ops),
       layout_(layout),
       max_batch_(max_batch),
       param_dtype_(param_dtype),
-      grad_dtype_(grad_dtype) {
+      grad_dtype_(grad_dtype),
+      ckpt_(checkpointing),
+      act_layout_(make_activation_layout(plugin.layers(), checkpointing, max_batch)) {
   const auto& layers = plugin.layers();
-  int64_t max_out = 0, max_ws = 0;
-  for (const LayerDecl& l : layers) {
-    outputs_.emplace_back(device, static_cast<size_t>(max_batch * l.output_numel) * sizeof(float),
-                          MemCategory::activations);
-    saved_.emplace_back(device, static_cast<size_t>(max_batch * l.saved_bytes), MemCategory::activations);
-    max_out = std::max(max_out, l.output_numel);
-    max_ws = std::max(max_ws, l.workspace_bytes);
-  }
+  acts_ = std::make_unique<ActivationMemory>(act_layout_, device, host);
+  segment_input_.assign(static_cast<size_t>(act_layout_.segments()), nullptr);
+  if (ckpt_.enabled && ckpt_.profile) profile_.emplace(act_layout_.segments());
+  int64_t max_ws = 0;
+  for (const LayerDecl& l : layers) max_ws = std::max(max_ws, l.workspace_bytes);
   workspace_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_ws), MemCategory::buffers);
-  grad_a_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_out) * sizeof(float), MemCategory::activations);
-  grad_b_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_out) * sizeof(float), MemCategory::activations);
+  grad_a_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
+  grad_b_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
   if (param_dtype_ != DType::f32)
     param32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
   if (grad_dtype_ != DType::f32)
@@ -45,7 +46,7 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
 
 void LayerRunner::bind(void* params, void* grads) {
   const int64_t pe = static_cast<int64_t>(dtype_size(param_dtype_)), ge = static_cast<int64_t>(dtype_size(grad_dtype_));
-  source_ = [this, params, grads, pe, ge](int layer, bool) {
+  source_ = [this, params, grads, pe, ge](int layer, LayerPass) {
     int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
     return LayerMemory{static_cast<const char*>(params) + first * pe, grads ? static_cast<char*>(grads) + first * ge : nullptr};
   };
@@ -83,9 +84,14 @@ dscpp_layer_ctx LayerRunner::context(int layer) const {
   // Distinct per layer, identical for a layer's forward and backward in one micro-step.
   ctx.rng_seed = rng_seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(layer);
   ctx.params = param_ptrs_[static_cast<size_t>(layer)].data();
-  ctx.input = layer == 0 ? input_ : outputs_[static_cast<size_t>(layer) - 1].data();
-  ctx.output = outputs_[static_cast<size_t>(layer)].data();
-  ctx.saved = saved_[static_cast<size_t>(layer)].data();
+  const int segment = act_layout_.segment_of[static_cast<size_t>(layer)];
+  // A segment's first layer reads the segment's input: the batch, or its checkpoint.
+  ctx.input = layer == 0 ? input_
+              : layer == act_layout_.segment_begin[static_cast<size_t>(segment)]
+                  ? segment_input_[static_cast<size_t>(segment)]
+                  : acts_->output(layer - 1);
+  ctx.output = acts_->output(layer);
+  ctx.saved = acts_->saved(layer);
   ctx.workspace = workspace_.data();
   return ctx;
 }
@@ -99,18 +105,46 @@ dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int
   training_ = training;
   rng_seed_ = rng_seed;
   metrics_ = {};
-  int n = static_cast<int>(plugin_.layers().size());
-  for (int l = 0; l < n; ++l) {
-    point_at(l, source_(l, false), false);
+  for (int s = 0; s < act_layout_.segments(); ++s) forward_segment(s, false);
+  return metrics_;
+}
+
+size_t LayerRunner::checkpoint_bytes(int segment) const {
+  const int before = act_layout_.segment_begin[static_cast<size_t>(segment)] - 1;
+  return static_cast<size_t>(batch_ * plugin_.layers()[static_cast<size_t>(before)].output_numel) * sizeof(float);
+}
+
+// The segment's layers forward, in the arena: in the forward pass after keeping the segment's
+// input as its checkpoint, or in backward (recompute) from that checkpoint, with the same
+// contexts — so the same values, bit for bit.
+void LayerRunner::forward_segment(int segment, bool recompute) {
+  const int begin = act_layout_.segment_begin[static_cast<size_t>(segment)];
+  const int end = act_layout_.segment_begin[static_cast<size_t>(segment) + 1];
+  const int n = static_cast<int>(plugin_.layers().size());
+  if (ckpt_.synchronize) device_.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (segment > 0) {
+    segment_input_[static_cast<size_t>(segment)] =
+        recompute ? acts_->restore(segment, checkpoint_bytes(segment))
+                  : acts_->keep(segment, acts_->output(begin - 1), checkpoint_bytes(segment));
+  }
+  for (int l = begin; l < end; ++l) {
+    point_at(l, source_(l, recompute ? LayerPass::recompute : LayerPass::forward), false);
     dscpp_layer_ctx ctx = context(l);
-    if (l == n - 1) {
-      ctx.target = target;
+    if (l == n - 1) {  // the loss layer is in the last segment, which is never recomputed
+      ctx.target = target_;
       ctx.metrics = &metrics_;
     }
     plugin_.forward(l, ctx);
-    if (after_layer) after_layer(l, false);
+    // A recomputed segment's last layer is backward's next: keep its parameters gathered.
+    if (after_layer && !(recompute && l == end - 1)) after_layer(l, false);
   }
-  return metrics_;
+  if (ckpt_.synchronize) device_.synchronize();
+  if (profile_) profile_->add(segment, recompute, std::chrono::steady_clock::now() - t0);
+}
+
+std::string LayerRunner::checkpoint_profile() {
+  return profile_ ? profile_->report(act_layout_) : std::string();
 }
 
 void LayerRunner::backward(float loss_grad, const std::function<void(int)>& layer_done) {
@@ -118,7 +152,11 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
   int n = static_cast<int>(plugin_.layers().size());
   void* grad_out = nullptr;
   for (int l = n - 1; l >= 0; --l) {
-    LayerMemory mem = source_(l, true);
+    const int segment = act_layout_.segment_of[static_cast<size_t>(l)];
+    // Entering a segment other than the last from above: its activations are gone, run it again.
+    if (segment + 1 < act_layout_.segments() && l == act_layout_.segment_begin[static_cast<size_t>(segment) + 1] - 1)
+      forward_segment(segment, true);
+    LayerMemory mem = source_(l, LayerPass::backward);
     point_at(l, mem, true);
     dscpp_layer_ctx ctx = context(l);
     ctx.grads = grad_ptrs_[static_cast<size_t>(l)].data();

@@ -2,7 +2,9 @@
 //
 // The runner keeps every layer's output of the current micro-batch (the next layer's backward
 // needs its input) plus the bytes each layer asked to save, one shared workspace, and two
-// gradient buffers that backward ping-pongs between. Where a layer's parameters and gradients
+// gradient buffers that backward ping-pongs between. With activation checkpointing it keeps
+// only the segments' inputs and runs each segment's forward again in backward
+// (runtime/activation_checkpointing.h says where every activation byte lives). Where a layer's parameters and gradients
 // are is asked per call from a memory source (the engine's ZeRO stage decides: whole arrays,
 // partition-group staging buffers, gathered stage-3 buffers), addressed by the flat layout.
 //
@@ -16,34 +18,44 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "runtime/activation_checkpointing.h"
 #include "runtime/flat_layout.h"
 #include "runtime/plugin.h"
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace dscpp::runtime {
 
+// Why a layer's memory is asked for: its forward, the forward again from a checkpoint inside
+// backward (parameters only, as in backward's order), or its backward.
+enum class LayerPass { forward, recompute, backward };
+
 class LayerRunner {
  public:
+  // `checkpointing` from the config; `host` holds the checkpoints with cpu_checkpointing.
   LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-              int64_t max_batch, DType param_dtype = DType::f32, DType grad_dtype = DType::f32);
+              int64_t max_batch, DType param_dtype = DType::f32, DType grad_dtype = DType::f32,
+              const CheckpointingOptions& checkpointing = {}, Device* host = nullptr);
 
   // A layer's memory for one call: pointers to the element at the layer's first flat offset
   // (layout.layer_range[layer].first) in the parameter / gradient dtype; grads are asked for in
-  // backward only.
+  // backward only (never for a recompute).
   struct LayerMemory {
     const void* params = nullptr;
     void* grads = nullptr;
   };
-  using MemorySource = std::function<LayerMemory(int layer, bool backward)>;
+  using MemorySource = std::function<LayerMemory(int layer, LayerPass pass)>;
   void set_source(MemorySource source) { source_ = std::move(source); }
   // Whole flat arrays of layout.total elements.
   void bind(void* params, void* grads);
 
-  // Runs after each layer call (ZeRO-3 releases there); may be empty.
+  // Runs after each layer call (ZeRO-3 releases there); may be empty. A recompute counts as a
+  // forward (backward = false), except for a segment's last layer, whose backward comes next.
   std::function<void(int layer, bool backward)> after_layer;
 
   // Forward over all layers. `target` (device, batch × target_numel) may be null (predict).
@@ -52,21 +64,30 @@ class LayerRunner {
   // this micro-step are complete.
   void backward(float loss_grad, const std::function<void(int)>& layer_done = {});
 
-  const void* last_output() const { return outputs_.back().data(); }
+  const void* last_output() const { return acts_->output(static_cast<int>(plugin_.layers().size()) - 1); }
   int64_t last_output_numel() const { return plugin_.layers().back().output_numel; }
   int64_t max_batch() const { return max_batch_; }
+  const ActivationLayout& activation_layout() const { return act_layout_; }
+  // With activation_checkpointing.profile: the per-segment times since the last call; else "".
+  std::string checkpoint_profile();
 
  private:
   dscpp_layer_ctx context(int layer) const;
   void point_at(int layer, const LayerMemory& m, bool backward);
+  void forward_segment(int segment, bool recompute);
+  size_t checkpoint_bytes(int segment) const;
 
   const Plugin& plugin_;
   Device& device_;
   dscpp_ops ops_;
   const FlatLayout& layout_;
   int64_t max_batch_;
-  std::vector<DeviceBuffer> outputs_, saved_;
   DType param_dtype_, grad_dtype_;
+  CheckpointingOptions ckpt_;
+  ActivationLayout act_layout_;
+  std::unique_ptr<ActivationMemory> acts_;
+  std::optional<CheckpointProfile> profile_;
+  std::vector<const void*> segment_input_;  // per segment, on the device, for the micro-batch in flight
   MemorySource source_;
   DeviceBuffer workspace_, grad_a_, grad_b_;
   DeviceBuffer param32_, grad32_;  // fp32 views of one layer when storage is 16-bit

@@ -61,18 +61,15 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   const int64_t ge = static_cast<int64_t>(dtype_size(in.grad_dtype));
   at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * ge : layout.total * ge;
   at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master);
-  int64_t max_out = 0, max_ws = 0, acts = 0, max_part = 0;
-  for (const LayerDecl& l : layers) {
-    acts += in.micro_batch * (l.output_numel * 4 + l.saved_bytes);
-    max_out = std::max(max_out, l.output_numel);
-    max_ws = std::max(max_ws, l.workspace_bytes);
-  }
-  at(MemCategory::activations) = acts + 2 * in.micro_batch * max_out * 4;  // + the two backward gradient buffers
+  int64_t max_ws = 0, max_part = 0;
+  for (const LayerDecl& l : layers) max_ws = std::max(max_ws, l.workspace_bytes);
+  const ActivationLayout acts = make_activation_layout(layers, in.checkpointing, in.micro_batch);
+  at(MemCategory::activations) = acts.device_bytes(in.training);
+  p.host[static_cast<size_t>(MemCategory::activations)] = acts.host_bytes();
   for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
   int64_t buffers = in.micro_batch * max_ws;
   if (!in.training) {  // forward only: the parameters, activations and the fp32 view of a 16-bit layer
     at(MemCategory::grads) = at(MemCategory::optimizer_state) = 0;
-    at(MemCategory::activations) = acts;
     at(MemCategory::buffers) = buffers + (e != 4 ? layout.max_layer_numel * 4 : 0);
     return p;
   }

@@ -12,7 +12,8 @@
 //   stage 3   params eΨ/N + gathered layers   grads eΨ/N   optimizer KΨ/N
 // Bounded extras: stage-3 gathered groups (current layer, prefetch window, reuse and persistent
 // groups), reduction buffers (two groups' staging at stages 2–3, two slices at stage 1), the
-// fp32 views of one layer for 16-bit storage, activations of one micro-batch per layer.
+// fp32 views of one layer for 16-bit storage, activations of one micro-batch as
+// runtime/activation_checkpointing.h lays them out (device, and host with cpu_checkpointing).
 //
 // Each category is planned in three places: the training device, host memory and NVMe (swap
 // files). offload_optimizer cpu moves the optimizer row (K = state + an fp32 master, always
@@ -29,6 +30,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "runtime/activation_checkpointing.h"
 #include "runtime/flat_layout.h"
 #include "runtime/plugin.h"
 
@@ -61,6 +63,7 @@ struct MemoryPlanInputs {
   OffloadDevice offload_param = OffloadDevice::none;
   int64_t param_host_bytes = 0, param_nvme_bytes = 0, param_swap_buffer_bytes = 0;
   bool training = true;  // false: --eval_only
+  CheckpointingOptions checkpointing;  // activations as ActivationLayout places them (device and host)
 };
 
 struct MemoryPlan {

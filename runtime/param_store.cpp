@@ -216,14 +216,14 @@ void ParamStore::prefetch_after(int layer, bool backward) {
   }
 }
 
-const void* ParamStore::layer_params(int layer, bool backward) {
+const void* ParamStore::layer_params(int layer, bool backward, bool prefetch) {
   int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
   if (!partitioned_) return static_cast<const char*>(full()) + first * static_cast<int64_t>(elem_);
   int group = layout_.layer_group[static_cast<size_t>(layer)];
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   if (g.numel == 0) return nullptr;
   fetch(group, s3_.quantized_weights);
-  prefetch_after(layer, backward);
+  if (prefetch) prefetch_after(layer, backward);
   wait(group);
   return static_cast<const char*>(slots_[static_cast<size_t>(group)].buffer.data()) +
          (first - g.begin) * static_cast<int64_t>(elem_);

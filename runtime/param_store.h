@@ -88,7 +88,9 @@ class ParamStore {
   // A pass over the layers begins: forward (with a backward to follow when `training`) or backward.
   void begin_pass(bool backward, bool training);
   // The layer's parameters at element layout.layer_range[layer].first; gathers at stage 3.
-  const void* layer_params(int layer, bool backward);
+  // `prefetch` false: only this layer's group — an activation-checkpointing recompute runs
+  // upwards inside backward, where the backward-order window already holds what comes next.
+  const void* layer_params(int layer, bool backward, bool prefetch = true);
   // After the layer ran (stage 3: release or keep).
   void layer_done(int layer, bool backward);
   // Issues exactly the collectives of a forward pass without computing (stage 3), for a rank that

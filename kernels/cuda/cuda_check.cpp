@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cuda/cast.h"
+#include "kernels/cuda/check.h"
 
 #if DSCPP_HAVE_NCCL
 #include <nccl.h>
@@ -28,14 +29,6 @@ namespace {
 constexpr int exit_skip = 77;
 constexpr size_t check_elements = size_t(1) << 20;
 
-// Names the failing call and CUDA's explanation, as NCCL's CUDACHECK does.
-#define DSCPP_CUDA_CHECK(call)                                                                                      \
-  do {                                                                                                              \
-    const cudaError_t dscpp_err_ = (call);                                                                          \
-    if (dscpp_err_ != cudaSuccess)                                                                                  \
-      ::dscpp::fail("{} failed: {} ({} = {})", #call, cudaGetErrorString(dscpp_err_), cudaGetErrorName(dscpp_err_), \
-                    static_cast<int>(dscpp_err_));                                                                  \
-  } while (0)
 
 // CUDA encodes versions as 1000 * major + 10 * minor.
 std::string cuda_version(int v) {

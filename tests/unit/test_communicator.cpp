@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
+#include "collectives/comms_logger.h"
 #include "collectives/communicator.h"
 #include "tests/collectives/matrix.h"
 #include "tests/unit/thread_ranks.h"
@@ -239,4 +240,54 @@ TEST_CASE("settings from the environment are checked and named when wrong") {
   CHECK(o.ranks_per_node == 3);
   unsetenv("DSCPP_COMM_TIMEOUT");
   unsetenv("DSCPP_RANKS_PER_NODE");
+}
+
+TEST_CASE("comms_logger: every finished collective counted by kind and size, bandwidths by the nccl-tests rules") {
+  test::run_thread_ranks(4, [](int rank, int n, std::shared_ptr<Store> store) {
+    auto comm = store_comm(store, rank, n);
+    auto all = attach_comms_logger(*comm, {});
+    std::vector<float> buf(1000, 1.0f), out(4000);
+    for (int i = 0; i < 3; ++i) comm->allreduce(buf.data(), 1000, DType::f32);
+    comm->allgather(buf.data(), out.data(), 1000, DType::f32);
+    comm->barrier();
+    auto rows = all->rows();  // ordered by kind: allreduce, allgather, barrier
+    REQUIRE(rows.size() == 3);
+    CHECK((rows[0].kind == OpKind::allreduce && rows[0].bytes == 4000 && rows[0].count == 3));
+    CHECK((rows[1].kind == OpKind::allgather && rows[1].bytes == 16000 && rows[1].count == 1));
+    CHECK((rows[2].kind == OpKind::barrier && rows[2].count == 1));
+    CHECK(rows[0].count + rows[1].count + rows[2].count == static_cast<int64_t>(comm->stats().ops));
+    // prof_all false: only the listed kinds.
+    CommsLoggerOptions only;
+    only.prof_all = false;
+    only.prof_ops = {OpKind::allgather};
+    auto gathers = attach_comms_logger(*comm, only);
+    comm->allreduce(buf.data(), 1000, DType::f32);
+    comm->allgather(buf.data(), out.data(), 1000, DType::f32);
+    rows = gathers->rows();
+    REQUIRE(rows.size() == 1);
+    CHECK((rows[0].kind == OpKind::allgather && rows[0].count == 1));
+    comm->set_op_observer({});
+  });
+}
+
+TEST_CASE("comms_logger: algbw = bytes / latency, busbw = algbw × the bus factor, DeepSpeed's op names") {
+  CHECK(bus_factor(OpKind::allreduce, 4) == 1.5);
+  CHECK(bus_factor(OpKind::allgather, 4) == 0.75);
+  CHECK(bus_factor(OpKind::broadcast, 4) == 1.0);
+  CHECK(bus_factor(OpKind::allreduce, 1) == 0.0);
+  CommsLogger log({}, 0, 4);
+  OpRecord r;
+  r.kind = OpKind::allreduce;
+  r.bytes = 1000000000;  // 1 GB in 0.5 s: algbw 2 GB/s, busbw 3 GB/s
+  r.start_s = 1.0;
+  r.end_s = 1.5;
+  log.record(r);
+  log.record(r);
+  std::string s = log.summary();
+  CHECK_THAT(s, Catch::Matchers::Contains("allreduce") && Catch::Matchers::Contains("1000.000") &&
+                    Catch::Matchers::Contains("500.000") && Catch::Matchers::Contains("2.000") &&
+                    Catch::Matchers::Contains("3.000") && Catch::Matchers::Contains("total: 2 operations"));
+  CHECK(comm_op_from_name("all_gather_into_tensor") == OpKind::allgather);
+  CHECK(comm_op_from_name("all_to_all_single") == OpKind::all_to_all);
+  CHECK_FALSE(comm_op_from_name("all_reduce_coalesced"));
 }

@@ -28,9 +28,6 @@
 #include "core/error.h"
 #include "core/half.h"
 
-#define DSCPP_CUDA_CAST_SHAPE_ONLY
-#include "kernels/cuda/cast.h"
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define DSCPP_TEST_X86 1
@@ -631,23 +628,3 @@ TEST_CASE("dtype names round-trip and sizes are right", "[dtype]") {
   CHECK_THROWS_AS(dscpp::dtype_name(static_cast<DType>(200)), dscpp::InternalError);
 }
 
-// ---- CUDA launch shape (no CUDA needed) -------------------------------------------------
-
-TEST_CASE("cast kernels: grid size covers n and stays capped", "[dtype][cuda]") {
-  using dscpp::cuda::cast_grid_blocks;
-  using dscpp::cuda::cast_max_blocks;
-  using dscpp::cuda::cast_threads_per_block;
-  STATIC_REQUIRE(cast_grid_blocks(0) == 0);
-  CHECK(cast_grid_blocks(1) == 1);
-  CHECK(cast_grid_blocks(cast_threads_per_block) == 1);
-  CHECK(cast_grid_blocks(cast_threads_per_block + 1) == 2);
-  CHECK(cast_grid_blocks(size_t(cast_max_blocks) * cast_threads_per_block) == cast_max_blocks);
-  CHECK(cast_grid_blocks(size_t(cast_max_blocks) * cast_threads_per_block + 1) == cast_max_blocks);
-  CHECK(cast_grid_blocks(size_t(1) << 40) == cast_max_blocks);  // > 2^32 elements
-  for (size_t n = 1; n < 10000; n += 37) {
-    CAPTURE(n);
-    const size_t blocks = cast_grid_blocks(n);
-    CHECK(blocks * cast_threads_per_block >= n);       // one pass covers n ...
-    CHECK((blocks - 1) * cast_threads_per_block < n);  // ... with no idle block
-  }
-}

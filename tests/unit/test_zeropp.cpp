@@ -172,8 +172,6 @@ TEST_CASE("qgZ's two-hop reduce-scatter over 2 nodes of 2 sums what its hops qua
   std::vector<std::vector<float>> in(W);
   for (int r = 0; r < W; ++r) in[static_cast<size_t>(r)] = input(r);
   for (int owner = 0; owner < W; ++owner) {
-    const int a = owner / L, j = owner % L;
-    (void)a;
     std::vector<float> expect(static_cast<size_t>(part), 0.0f), exact(static_cast<size_t>(part), 0.0f);
     for (int b = 0; b < N; ++b) {  // node b's partial sum of the owner's slice, at rank b·L + j
       std::vector<float> partial(static_cast<size_t>(part), 0.0f);

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "dscpp/model.h"
+#include "kernels/ops_math.h"
 
-#include <bit>
 #include <cstdint>
 #include <climits>
 
@@ -36,30 +36,8 @@ inline bool fits_int32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 // A pointer must be non-null whenever it covers a non-empty range.
 inline bool bad_ptr(const void* p, int64_t n) { return n > 0 && p == nullptr; }
 
-// exp(x) in float without libm, so that loops calling it vectorise (glibc's vector expf is
-// only reachable with -ffast-math). n = round(x/ln2), r = x − n·ln2 in two parts (|r| ≤ 0.35),
-// e^r by its Taylor polynomial to r^7 (truncation < 6e-9 relative), times 2^n built in the
-// exponent bits. Max relative error ≈ 2 ulp. Inputs are clamped to [−87.3, 88.3], so the
-// result is a normal float: exp of anything below −87.3 comes out as ~1e−38, not 0.
-inline float exp_f(float x) {
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.3f ? 88.3f : x;
-  // Adding and subtracting 1.5·2^23 rounds to the nearest integer (|t| < 2^22 here).
-  float t = x * 1.44269504088896341f;
-  float n = (t + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  auto bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
-}
+// exp_f is the shared element exp (kernels/ops_math.h), the one the CUDA kernels use too.
+using hd::exp_f;
 
 // Row softmax pieces shared by the row ops and the fused attention (row_ops.cpp):
 // y = softmax(a·x) over n entries (y may be x; n = 0 does nothing), and its backward

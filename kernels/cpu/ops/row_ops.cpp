@@ -32,7 +32,7 @@ DSCPP_SIMD float row_exp(const float* x, float a, float m, float* y, int64_t n) 
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) {
-    const float e = exp_f(a * x[i] - m);
+    const float e = hd::softmax_exp(x[i], a, m);
     y[i] = e;
     s += e;
   }
@@ -49,7 +49,7 @@ DSCPP_SIMD float row_dot(const float* a, const float* b, int64_t n) {
 }
 // dx = a·y·(dy − dot): the softmax backward of one row, scaled by a.
 DSCPP_SIMD void row_softmax_bwd(const float* y, const float* dy, float dot, float a, float* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = a * y[i] * (dy[i] - dot);
+  for (int64_t i = 0; i < n; ++i) dx[i] = hd::softmax_grad(y[i], dy[i], dot, a);
 }
 
 
@@ -65,12 +65,11 @@ DSCPP_SIMD void ln_fwd_k(const float* x, const float* g, const float* b, float* 
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < cols; ++c) s += xr[c];
     const float m = s * inv_n;
-    // Two passes (Σ(x−m)² rather than Σx² − m²): no cancellation when |mean| ≫ std.
     float v = 0.0f;
 #pragma omp simd reduction(+ : v)
-    for (int64_t c = 0; c < cols; ++c) v += (xr[c] - m) * (xr[c] - m);
-    const float rs = 1.0f / std::sqrt(v * inv_n + eps);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * rs * g[c] + b[c];
+    for (int64_t c = 0; c < cols; ++c) v += hd::layernorm_sq_dev(xr[c], m);
+    const float rs = hd::layernorm_rstd(v, inv_n, eps);
+    for (int64_t c = 0; c < cols; ++c) yr[c] = hd::layernorm_out(xr[c], m, rs, g[c], b[c]);
     mean[r] = m;
     rstd[r] = rs;
   }
@@ -90,10 +89,10 @@ DSCPP_SIMD void ln_bwd_dx_k(const float* dy, const float* x, const float* gamma,
     for (int64_t c = 0; c < cols; ++c) {
       const float gc = dyr[c] * gamma[c];
       sg += gc;
-      sgx += gc * (xr[c] - m) * rs;
+      sgx += gc * hd::layernorm_xhat(xr[c], m, rs);
     }
     const float a = sg * inv_n, b = sgx * inv_n;
-    for (int64_t c = 0; c < cols; ++c) dxr[c] = rs * (dyr[c] * gamma[c] - a - (xr[c] - m) * rs * b);
+    for (int64_t c = 0; c < cols; ++c) dxr[c] = hd::layernorm_dx(dyr[c], xr[c], gamma[c], m, rs, a, b);
   }
 }
 
@@ -109,7 +108,7 @@ DSCPP_SIMD void ln_bwd_params_k(const float* dy, const float* x, const float* me
       const float* xr = x + r * cols + t0;
       const float m = mean[r], rs = rstd[r];
       for (int64_t j = 0; j < w; ++j) {
-        ag[j] += dyr[j] * ((xr[j] - m) * rs);
+        ag[j] += dyr[j] * hd::layernorm_xhat(xr[j], m, rs);
         ab[j] += dyr[j];
       }
     }
@@ -240,7 +239,7 @@ DSCPP_SIMD void add_to(const float* x, float* y, int64_t n) {
 // Every id is checked before anything is written, so a bad batch leaves the output untouched.
 bool ids_in_range(const int32_t* ids, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= vocab) return false;
+    if (hd::embedding_row(ids[i], vocab, 0) < 0) return false;
   return true;
 }
 
@@ -308,8 +307,7 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
       if (t >= 0) hit[r] = std::find(xr, xr + cols, m) - xr == t;  // ties: the first maximum
       const float s = row_exp(xr, 1.0f, m, pr, cols);
       row_scale(pr, 1.0f / s, cols);
-      // −log p[t] from the logits (log-sum-exp), not from p[t], which can underflow.
-      if (t >= 0) loss[r] = std::log(static_cast<double>(s)) - (static_cast<double>(xt) - m);
+      if (t >= 0) loss[r] = hd::cross_entropy_loss(s, xt, m);
     }
   });
   double sum = 0.0;
@@ -327,7 +325,7 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
 }
 
 DSCPP_SIMD void ce_bwd_row(const float* p, float a, float* d, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = a * p[i];
+  for (int64_t i = 0; i < n; ++i) d[i] = hd::cross_entropy_grad(p[i], false, a);
 }
 
 int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t* targets, void* dlogits, int64_t rows,
@@ -349,7 +347,7 @@ int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t*
       }
       const float pt = pp[r * cols + t];  // read before dlogits (which may be probs) changes
       ce_bwd_row(pp + r * cols, scale, dr, cols);
-      dr[t] = scale * (pt - 1.0f);
+      dr[t] = hd::cross_entropy_grad(pt, true, scale);
     }
   });
   return DSCPP_OK;

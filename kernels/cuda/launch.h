@@ -1,0 +1,234 @@
+// Launch arithmetic of the CUDA kernels, in plain C++ that nvcc and g++ both compile: grid and
+// block sizes, the per-thread element loops (vector width, tails, 32- or 64-bit indices), and
+// the multi-tensor chunk lists of the fused optimizers (engine.md §10).
+//
+// Kernel bodies are functors whose operator() takes an element index (or a Thread for the
+// block reductions); they never read blockIdx/threadIdx themselves. The loops below map a
+// Thread to indices, and the launch layer maps real CUDA threads to Threads: launch_device.cuh
+// under nvcc, launch_host_stub.h (which runs every thread on the host and records the launch)
+// when a .cu source is compiled as C++ for the CPU unit tests. So the tests run exactly the
+// index arithmetic the GPU runs.
+#pragma once
+
+#include "kernels/hd.h"
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+
+#if defined(DSCPP_CUDA_HOST_STUB)
+namespace dscpp::cuda {
+struct StubStream;
+using Stream = StubStream*;  // host stub: no CUDA headers, the tests pass nullptr
+using Status = int;
+constexpr Status kOk = 0;
+}  // namespace dscpp::cuda
+#else
+#include <cuda_runtime_api.h>
+namespace dscpp::cuda {
+using Stream = cudaStream_t;
+using Status = cudaError_t;
+constexpr Status kOk = cudaSuccess;
+}  // namespace dscpp::cuda
+#endif
+
+namespace dscpp::cuda {
+
+// ---- one-dimensional launches ---------------------------------------------------------------
+
+// 256 threads is a full-occupancy block on every architecture we build for; each thread takes
+// kVec consecutive elements per step (16 bytes of fp32). The cap of 4096 blocks (4M elements
+// per grid step) exceeds what the largest current GPU keeps resident (132 SMs × 2048 threads),
+// so capping costs nothing and keeps the grid a 32-bit count for any n.
+constexpr unsigned kThreads = 256;
+constexpr unsigned kMaxBlocks = 4096;
+constexpr int kVec = 4;
+
+// A thread's place in its launch (what blockIdx.x, threadIdx.x, gridDim.x, blockDim.x say).
+struct Thread {
+  unsigned block, thread, blocks, threads;
+  DSCPP_HD int64_t global() const { return int64_t(block) * threads + thread; }
+  DSCPP_HD int64_t stride() const { return int64_t(blocks) * threads; }
+};
+
+struct Shape {
+  unsigned blocks = 0, threads = 0;
+};
+
+DSCPP_HD constexpr int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The grid for n elements at kVec per thread: enough blocks for one step over all of them,
+// capped; 0 blocks for n ≤ 0 (the caller must not launch: a zero-sized grid is an error).
+DSCPP_HD constexpr Shape elementwise_shape(int64_t n) {
+  if (n <= 0) return {0, kThreads};
+  const int64_t blocks = ceil_div(ceil_div(n, kVec), kThreads);
+  return {blocks < kMaxBlocks ? unsigned(blocks) : kMaxBlocks, kThreads};
+}
+
+// 32-bit indices are cheaper on the GPU; they are safe while no index a thread forms, the
+// last one plus one grid step included, passes INT32_MAX. DeepSpeed's fused Adam switches
+// at 2^31 elements for the same reason.
+DSCPP_HD constexpr bool needs_64bit_index(int64_t n, Shape s) {
+  return n + int64_t(s.blocks) * s.threads * kVec > int64_t(INT32_MAX);
+}
+
+namespace detail {
+template <class Index, class Body>
+DSCPP_HD void for_each_element(const Thread& t, Index n, Body& body) {
+  // Whole vectors first: thread g takes vectors g, g + stride, …; then the n mod kVec tail
+  // elements to the first threads of the grid (grid-strided too, for grids under kVec threads).
+  const Index vectors = n / kVec;
+  const Index stride = Index(t.stride());
+  for (Index v = Index(t.global()); v < vectors; v += stride) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < kVec; ++j) body(int64_t(v) * kVec + j);
+  }
+  const Index tail = n - vectors * kVec;
+  for (Index i = Index(t.global()); i < tail; i += stride) body(int64_t(vectors) * kVec + i);
+}
+}  // namespace detail
+
+// Calls body(i) for every i in [0, n) that thread t owns; over all threads of the grid, each
+// index exactly once.
+template <class Body>
+DSCPP_HD void for_each_element(const Thread& t, int64_t n, Body& body) {
+  if (needs_64bit_index(n, {t.blocks, t.threads}))
+    detail::for_each_element<int64_t>(t, n, body);
+  else
+    detail::for_each_element<int32_t>(t, int32_t(n), body);
+}
+
+// ---- block reductions -------------------------------------------------------------------------
+
+// Reductions run one block per item (a row, a quantization group, a slice of a buffer) in
+// Body::kRounds rounds: in round r every thread returns body.partial(t, r, totals) (its share,
+// striding over the item; totals[0..r) are the earlier rounds' results), the partials are
+// combined with Body::combine(r, a, b) in a fixed tree (launch_device.cuh; the host stub runs
+// the same tree), and the result becomes totals[r] for every thread. Then every thread calls
+// body.finish(t, totals). So a layer-norm row is one launch: round 0 the sum, round 1 the
+// squared deviations from the mean, finish writes the row. Results do not depend on
+// scheduling. kReduceThreads must be a power of two.
+constexpr unsigned kReduceThreads = 256;
+constexpr int kMaxRounds = 4;
+// Blocks of a "many partial sums" reduction (global norm, overflow flag): enough to fill any
+// current GPU, few enough that the host sums the partials in microseconds.
+constexpr unsigned kReduceBlocks = 1024;
+
+// The elements [begin, end) of `n` that block b of `blocks` covers (equal slices, the last
+// one shorter): the slice a block of a partial-sum reduction reads.
+struct Range {
+  int64_t begin, end;
+};
+DSCPP_HD constexpr Range block_slice(int64_t n, unsigned b, unsigned blocks) {
+  const int64_t per = ceil_div(n, blocks);
+  const int64_t begin = int64_t(b) * per < n ? int64_t(b) * per : n;
+  const int64_t end = begin + per < n ? begin + per : n;
+  return {begin, end};
+}
+// Blocks for a partial-sum reduction over n elements: one per kReduceThreads·kVec elements,
+// at most kReduceBlocks, at least 1 (so the partials are always written, 0 for n = 0).
+DSCPP_HD constexpr unsigned reduce_blocks(int64_t n) {
+  const int64_t b = ceil_div(n, int64_t(kReduceThreads) * kVec);
+  return b < 1 ? 1u : (b > kMaxBlocks / 4 ? kReduceBlocks : unsigned(b));
+}
+
+// ---- multi-tensor apply (fused optimizers) ------------------------------------------------------
+
+// One block per chunk of 65,536 elements of one tensor, 512 threads × 4 elements per pass,
+// as DeepSpeed's multi_tensor_apply does (engine.md §10).
+constexpr int64_t kChunk = 65536;
+constexpr unsigned kChunkThreads = 512;
+constexpr int kChunkIlp = 4;
+
+// Tensors per launch by list depth (how many arrays per tensor: g, w, m, v …) and blocks per
+// launch: apex/DeepSpeed's values, which keep the kernel argument below the 4 KB that every
+// CUDA version accepts.
+DSCPP_HD constexpr int max_tensors_for_depth(int depth) {
+  return depth == 1 ? 110 : depth == 2 ? 64 : depth == 3 ? 48 : depth == 4 ? 36 : 30;
+}
+constexpr int kMaxChunkBlocks = 320;
+
+// The kernel argument of one multi-tensor launch: per tensor slot, its Depth base pointers,
+// its size and its index in the caller's list; per block, the slot and the chunk it updates.
+template <int Depth>
+struct TensorList {
+  static constexpr int kMaxTensors = max_tensors_for_depth(Depth);
+  void* ptr[Depth][kMaxTensors];
+  int64_t size[kMaxTensors];
+  int32_t tensor[kMaxTensors];
+  uint8_t block_slot[kMaxChunkBlocks];
+  int32_t block_chunk[kMaxChunkBlocks];
+};
+static_assert(sizeof(TensorList<1>) <= 4096 && sizeof(TensorList<4>) <= 4096 && sizeof(TensorList<5>) <= 4096,
+              "a multi-tensor kernel argument must fit CUDA's 4 KB parameter limit");
+
+// Splits `count` tensors (ptrs[d][k] is array d of tensor k, sizes[k] its elements) into
+// launches and calls launch(list, blocks) for each: at most kMaxTensors tensors and
+// kMaxChunkBlocks chunks per launch. A tensor whose chunks do not all fit continues in the
+// next launch (it becomes slot 0 there). Empty tensors are skipped; no launch has 0 blocks.
+template <int Depth, class Launch>
+void plan_multi_tensor(int count, void* const* const* ptrs, const int64_t* sizes, Launch&& launch) {
+  TensorList<Depth> list{};
+  int slot = 0, blocks = 0;
+  for (int k = 0; k < count; ++k) {
+    if (sizes[k] <= 0) continue;
+    for (int d = 0; d < Depth; ++d) list.ptr[d][slot] = ptrs[d][k];
+    list.size[slot] = sizes[k];
+    list.tensor[slot] = k;
+    const int64_t chunks = ceil_div(sizes[k], kChunk);
+    for (int64_t c = 0; c < chunks; ++c) {
+      list.block_slot[blocks] = uint8_t(slot);
+      list.block_chunk[blocks] = int32_t(c);
+      ++blocks;
+      const bool last_chunk = c == chunks - 1;
+      const bool slots_full = slot + 1 == TensorList<Depth>::kMaxTensors && last_chunk;
+      if (blocks == kMaxChunkBlocks || slots_full) {
+        launch(list, blocks);
+        blocks = 0;
+        if (!last_chunk) {  // the tensor goes on in the next launch, as slot 0
+          for (int d = 0; d < Depth; ++d) list.ptr[d][0] = list.ptr[d][slot];
+          list.size[0] = list.size[slot];
+          list.tensor[0] = list.tensor[slot];
+          slot = 0;
+        } else {
+          slot = -1;  // next tensor starts at slot 0
+        }
+      }
+    }
+    ++slot;
+  }
+  if (blocks > 0) launch(list, blocks);
+}
+
+// Calls body(list, slot, i) for every element i of the chunk that thread t's block owns.
+// Thread j takes elements j, j + threads, … (kChunkIlp per pass), so a warp reads
+// consecutive addresses.
+template <int Depth, class Body>
+DSCPP_HD void for_each_chunk_element(const Thread& t, const TensorList<Depth>& list, Body& body) {
+  const int slot = list.block_slot[t.block];
+  const int64_t begin = int64_t(list.block_chunk[t.block]) * kChunk;
+  const int64_t rest = list.size[slot] - begin;
+  const int64_t len = rest < kChunk ? rest : kChunk;
+  for (int64_t base = 0; base < len; base += int64_t(t.threads) * kChunkIlp) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < kChunkIlp; ++j) {
+      const int64_t i = base + t.thread + int64_t(j) * t.threads;
+      if (i < len) body(list, slot, begin + i);
+    }
+  }
+}
+
+}  // namespace dscpp::cuda
+
+// The launch layer proper: real kernels under nvcc, the recording host stub for the CPU tests.
+#if defined(DSCPP_CUDA_HOST_STUB)
+#include "kernels/cuda/launch_host_stub.h"
+#elif defined(__CUDACC__)
+#include "kernels/cuda/launch_device.cuh"
+#endif

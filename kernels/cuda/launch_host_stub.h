@@ -1,0 +1,68 @@
+// The launch layer for the CPU unit tests: a .cu source compiled as C++ with
+// DSCPP_CUDA_HOST_STUB gets these instead of launch_device.cuh. Each launch is recorded (what
+// a test checks: grid, block, tensors per launch) and then every thread of the grid runs on
+// the calling thread, one after another, through the same loops as on the GPU. Reductions
+// combine the per-thread partials with the device's tree. Only for small sizes: a 4096-block
+// grid is a million host calls.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dscpp::cuda {
+
+struct StubLaunch {
+  std::string kind;  // "elementwise", "multi_tensor", "block_reduce"
+  unsigned blocks, threads;
+  int tensors = 0;  // multi-tensor launches: tensor slots in use
+};
+
+// Every launch since the last clear, in order.
+inline std::vector<StubLaunch>& stub_launches() {
+  static std::vector<StubLaunch> log;
+  return log;
+}
+
+template <class Body>
+Status launch_elementwise(int64_t n, Stream, Body body) {
+  const Shape s = elementwise_shape(n);
+  if (s.blocks == 0) return kOk;
+  stub_launches().push_back({"elementwise", s.blocks, s.threads});
+  for (unsigned b = 0; b < s.blocks; ++b)
+    for (unsigned t = 0; t < s.threads; ++t) for_each_element(Thread{b, t, s.blocks, s.threads}, n, body);
+  return kOk;
+}
+
+template <int Depth, class Body>
+Status launch_multi_tensor(int count, void* const* const* ptrs, const int64_t* sizes, Stream, Body body) {
+  plan_multi_tensor<Depth>(count, ptrs, sizes, [&](const TensorList<Depth>& list, int blocks) {
+    int slots = 0;
+    for (int b = 0; b < blocks; ++b) slots = list.block_slot[b] + 1 > slots ? list.block_slot[b] + 1 : slots;
+    stub_launches().push_back({"multi_tensor", unsigned(blocks), kChunkThreads, slots});
+    for (unsigned b = 0; b < unsigned(blocks); ++b)
+      for (unsigned t = 0; t < kChunkThreads; ++t)
+        for_each_chunk_element(Thread{b, t, unsigned(blocks), kChunkThreads}, list, body);
+  });
+  return kOk;
+}
+
+template <class Body>
+Status launch_block_reduce(unsigned blocks, Stream, Body body) {
+  if (blocks == 0) return kOk;
+  stub_launches().push_back({"block_reduce", blocks, kReduceThreads});
+  double part[kReduceThreads];
+  for (unsigned b = 0; b < blocks; ++b) {
+    double totals[kMaxRounds] = {};
+    for (int r = 0; r < Body::kRounds; ++r) {
+      for (unsigned t = 0; t < kReduceThreads; ++t)
+        part[t] = body.partial(Thread{b, t, blocks, kReduceThreads}, r, totals);
+      for (unsigned half = kReduceThreads / 2; half > 0; half /= 2)
+        for (unsigned t = 0; t < half; ++t) part[t] = Body::combine(r, part[t], part[t + half]);
+      totals[r] = part[0];
+    }
+    for (unsigned t = 0; t < kReduceThreads; ++t) body.finish(Thread{b, t, blocks, kReduceThreads}, totals);
+  }
+  return kOk;
+}
+
+}  // namespace dscpp::cuda

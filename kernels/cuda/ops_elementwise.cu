@@ -1,0 +1,170 @@
+// Elementwise and per-column kernels of the CUDA ops table.
+#include "kernels/cuda/ops_kernels.h"
+#include "kernels/ops_math.h"
+
+namespace dscpp::cuda::ops {
+namespace {
+
+struct Fill {
+  float* x;
+  float v;
+  DSCPP_HD void operator()(int64_t i) const { x[i] = v; }
+};
+struct Add {
+  const float *a, *b;
+  float* y;
+  DSCPP_HD void operator()(int64_t i) const { y[i] = a[i] + b[i]; }
+};
+struct Axpy {
+  float alpha;
+  const float* x;
+  float* y;
+  DSCPP_HD void operator()(int64_t i) const { y[i] += alpha * x[i]; }
+};
+struct Scale {
+  float alpha;
+  float* x;
+  DSCPP_HD void operator()(int64_t i) const { x[i] *= alpha; }
+};
+struct Gelu {
+  const float* x;
+  float* y;
+  DSCPP_HD void operator()(int64_t i) const { y[i] = hd::gelu(x[i]); }
+};
+struct GeluGrad {
+  const float *x, *dy;
+  float* dx;
+  DSCPP_HD void operator()(int64_t i) const { dx[i] = dy[i] * hd::gelu_grad(x[i]); }
+};
+struct Relu {
+  const float* x;
+  float* y;
+  DSCPP_HD void operator()(int64_t i) const { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+};
+struct ReluGrad {
+  const float *x, *dy;
+  float* dx;
+  DSCPP_HD void operator()(int64_t i) const { dx[i] = x[i] > 0.0f ? dy[i] : 0.0f; }
+};
+struct Epilogue {
+  float* x;
+  const float *bias, *residual;
+  float* gelu_out;
+  int64_t cols;
+  DSCPP_HD void operator()(int64_t i) const {
+    float v = x[i];
+    if (bias != nullptr) v += bias[i % cols];
+    if (residual != nullptr) v += residual[i];
+    x[i] = v;
+    if (gelu_out != nullptr) gelu_out[i] = hd::gelu(v);
+  }
+};
+// Index c is a column: adjacent threads read adjacent addresses of each row.
+struct ColumnSum {
+  const float* dy;
+  float* dbias;
+  int64_t rows, cols;
+  DSCPP_HD void operator()(int64_t c) const {
+    float acc = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + c];
+    dbias[c] += acc;
+  }
+};
+struct CheckIds {
+  const int32_t* ids;
+  int64_t vocab;
+  int32_t* bad;
+  DSCPP_HD void operator()(int64_t i) const {
+    if (hd::embedding_row(ids[i], vocab, 0) < 0) *bad = 1;
+  }
+};
+struct Gather {
+  const int32_t* ids;
+  const float* table;
+  float* out;
+  int64_t dim;
+  DSCPP_HD void operator()(int64_t i) const { out[i] = table[int64_t{ids[i / dim]} * dim + i % dim]; }
+};
+struct Scatter {
+  const int32_t* ids;
+  const float* dout;
+  float* dtable;
+  int64_t n, dim;
+  DSCPP_HD void operator()(int64_t c) const {
+    for (int64_t i = 0; i < n; ++i) dtable[int64_t{ids[i]} * dim + c] += dout[i * dim + c];
+  }
+};
+struct CheckTargets {
+  const int32_t* targets;
+  int64_t cols;
+  int32_t* bad;
+  DSCPP_HD void operator()(int64_t r) const {
+    if (targets[r] >= cols) *bad = 1;
+  }
+};
+struct CeGrad {
+  const float* probs;
+  const int32_t* targets;
+  float* d;
+  int64_t cols;
+  float scale;
+  DSCPP_HD void operator()(int64_t i) const {
+    const int32_t t = targets[i / cols];
+    d[i] = t < 0 ? 0.0f : hd::cross_entropy_grad(probs[i], i % cols == t, scale);
+  }
+};
+
+}  // namespace
+
+Status fill(float* x, float v, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Fill{x, v});
+}
+Status add(const float* a, const float* b, float* y, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Add{a, b, y});
+}
+Status axpy(float alpha, const float* x, float* y, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Axpy{alpha, x, y});
+}
+Status scale(float alpha, float* x, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Scale{alpha, x});
+}
+Status gelu_forward(const float* x, float* y, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Gelu{x, y});
+}
+Status gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s) {
+  return launch_elementwise(n, s, GeluGrad{x, dy, dx});
+}
+Status relu_forward(const float* x, float* y, int64_t n, Stream s) {
+  return launch_elementwise(n, s, Relu{x, y});
+}
+Status relu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s) {
+  return launch_elementwise(n, s, ReluGrad{x, dy, dx});
+}
+Status bias_residual_gelu(float* x, const float* bias, const float* residual, float* gelu_out, int64_t rows,
+                          int64_t cols, Stream s) {
+  if (bias == nullptr && residual == nullptr && gelu_out == nullptr) return kOk;
+  return launch_elementwise(rows * cols, s, Epilogue{x, bias, residual, gelu_out, cols});
+}
+Status bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, Stream s) {
+  if (rows == 0) return kOk;
+  return launch_elementwise(cols, s, ColumnSum{dy, dbias, rows, cols});
+}
+Status check_ids(const int32_t* ids, int64_t n, int64_t vocab, int32_t* bad, Stream s) {
+  return launch_elementwise(n, s, CheckIds{ids, vocab, bad});
+}
+Status embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n, int64_t dim, Stream s) {
+  return launch_elementwise(n * dim, s, Gather{ids, table, out, dim});
+}
+Status embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n, int64_t dim, Stream s) {
+  if (n == 0) return kOk;
+  return launch_elementwise(dim, s, Scatter{ids, dout, dtable, n, dim});
+}
+Status check_targets(const int32_t* targets, int64_t rows, int64_t cols, int32_t* bad, Stream s) {
+  return launch_elementwise(rows, s, CheckTargets{targets, cols, bad});
+}
+Status cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int64_t cols,
+                              float scale, Stream s) {
+  return launch_elementwise(rows * cols, s, CeGrad{probs, targets, dlogits, cols, scale});
+}
+
+}  // namespace dscpp::cuda::ops

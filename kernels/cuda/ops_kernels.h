@@ -1,0 +1,59 @@
+// Device kernels behind the CUDA ops table (ops_table.cu), one per non-GEMM op of `dscpp_ops`
+// (include/dscpp/model.h), each element through the shared math of kernels/ops_math.h that the
+// CPU table (kernels/cpu/ops) uses. Pointers are device memory, all fp32 unless stated; every
+// call is asynchronous on `stream` and returns the launch status. Argument validation (and the
+// host-visible results of cross-entropy) are the table's job: these assume valid arguments.
+//
+// Reductions are deterministic (fixed trees, per-column loops in row order); nothing uses
+// atomics, so two runs give the same bits.
+#pragma once
+
+#include "kernels/cuda/launch.h"
+
+#include <cstdint>
+
+namespace dscpp::cuda::ops {
+
+// ---- elementwise (ops_elementwise.cu) ----
+Status fill(float* x, float v, int64_t n, Stream s);
+Status add(const float* a, const float* b, float* y, int64_t n, Stream s);
+Status axpy(float alpha, const float* x, float* y, int64_t n, Stream s);
+Status scale(float alpha, float* x, int64_t n, Stream s);
+Status gelu_forward(const float* x, float* y, int64_t n, Stream s);
+Status gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s);  // dx = dy·gelu'(x)
+Status relu_forward(const float* x, float* y, int64_t n, Stream s);
+Status relu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s);
+// x[r,c] += bias[c] (+ residual[r,c] when non-null); then gelu_out = gelu(x) when non-null.
+// The linear layer's epilogue; bias may be null too.
+Status bias_residual_gelu(float* x, const float* bias, const float* residual, float* gelu_out, int64_t rows,
+                          int64_t cols, Stream s);
+// dbias[c] += Σ_r dy[r,c], summed in row order (one thread per column: coalesced, no atomics).
+Status bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, Stream s);
+// *bad = 1 when any id is outside [0, vocab) (never cleared here).
+Status check_ids(const int32_t* ids, int64_t n, int64_t vocab, int32_t* bad, Stream s);
+Status embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n, int64_t dim, Stream s);
+// dtable[ids[i],:] += dout[i,:], ids in order per column (repeated ids add deterministically).
+Status embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n, int64_t dim, Stream s);
+// *bad = 1 when a target is ≥ cols (never cleared here).
+Status check_targets(const int32_t* targets, int64_t rows, int64_t cols, int32_t* bad, Stream s);
+// dlogits = scale·(probs − onehot(target)) for targets ≥ 0, 0 for ignored rows; dlogits may be probs.
+Status cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int64_t cols,
+                              float scale, Stream s);
+
+// ---- row ops, one block per row (ops_rows.cu) ----
+Status layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                         int64_t rows, int64_t cols, float eps, Stream s);
+// dgamma, dbeta accumulate; dx overwritten (may be dy).
+Status layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, Stream s);
+// y = softmax(scale·x) per row over its first `live` entries, 0 beyond: live = cols for a plain
+// softmax; with causal, row r of a [groups·T, T] matrix sees entries 0..(r mod T).
+Status softmax_forward(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal, Stream s);
+Status softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale,
+                        bool causal, Stream s);
+// probs = softmax(logits) per row; per row r with targets[r] ≥ 0: loss[r] = −log p[t] (from
+// log-sum-exp) and hit[r] = (first argmax == t); rows with targets < 0 get loss 0, hit 0.
+Status cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, double* loss, int32_t* hit,
+                             int64_t rows, int64_t cols, Stream s);
+
+}  // namespace dscpp::cuda::ops

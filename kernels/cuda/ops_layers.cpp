@@ -1,0 +1,145 @@
+// The composite ops of the CUDA table (ABI 2): causal attention as per-sequence batched GEMMs
+// over the heads around the causal softmax kernels, and linear layers as one GEMM plus the
+// fused bias/residual/GELU epilogue. The CPU table fuses more (it skips the masked half of the
+// attention GEMMs); the results agree to fp32 rounding, not bit for bit.
+#include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32
+#include "kernels/cuda/ops_kernels.h"
+#include "kernels/cuda/ops_table.h"
+
+namespace dscpp::cuda {
+
+using kernels::cpu::bad_ptr;
+using kernels::cpu::check_table;
+using kernels::cpu::fits_int32;
+
+namespace {
+
+OpsContext& ctx(const dscpp_ops* o) {
+  return *static_cast<OpsContext*>(o->device);
+}
+const float* F(const void* p) {
+  return static_cast<const float*>(p);
+}
+float* F(void* p) {
+  return static_cast<float*>(p);
+}
+int status(Status s) {
+  return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
+}
+
+bool attention_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
+  return batch >= 0 && T >= 0 && heads >= 0 && head_dim >= 0 && fits_int32(3 * heads * head_dim) &&
+         fits_int32(batch * heads * T);
+}
+
+// Per sequence b, over the heads as a strided batch (head h of q/k/v at column h·head_dim of
+// its part of a 3C-wide row):
+//   probs = causal_softmax(scale·q·kᵀ);  out = probs·v
+int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, void* out, int64_t batch, int64_t T,
+                             int64_t heads, int64_t head_dim, float scale) {
+  if (int s = check_table(o)) return s;
+  const int64_t C = heads * head_dim, TT = T * T;
+  if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
+      bad_ptr(probs, batch * heads * TT) || bad_ptr(out, batch * T * C))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (batch == 0 || T == 0 || heads == 0) return DSCPP_OK;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* q = F(qkv) + b * T * 3 * C;
+    float* p = F(probs) + b * heads * TT;
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, q, 3 * C, head_dim, q + C,
+                                        3 * C, head_dim, 0.0f, p, T, TT, heads))
+      return s;
+  }
+  if (int s = status(ops::softmax_forward(F(probs), F(probs), batch * heads * T, T, scale, true, ctx(o).stream)))
+    return s;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* v = F(qkv) + b * T * 3 * C + 2 * C;
+    if (int s =
+            o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, F(probs) + b * heads * TT,
+                                    T, TT, v, 3 * C, head_dim, 0.0f, F(out) + b * T * C, C, head_dim, heads))
+      return s;
+  }
+  return DSCPP_OK;
+}
+
+//   dprobs = dout·vᵀ;  dscores = causal_softmax_backward(probs, dprobs)·scale (in workspace);
+//   dq = dscores·k;  dk = dscoresᵀ·q;  dv = probsᵀ·dout
+int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* probs, const void* dout, void* dqkv,
+                              void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
+  if (int s = check_table(o)) return s;
+  const int64_t C = heads * head_dim, TT = T * T;
+  if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
+      bad_ptr(probs, batch * heads * TT) || bad_ptr(dout, batch * T * C) || bad_ptr(dqkv, batch * T * 3 * C) ||
+      bad_ptr(workspace, batch * heads * TT))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (batch == 0 || T == 0 || heads == 0) return DSCPP_OK;
+  float* ws = F(workspace);
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* v = F(qkv) + b * T * 3 * C + 2 * C;
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, F(dout) + b * T * C, C,
+                                        head_dim, v, 3 * C, head_dim, 0.0f, ws + b * heads * TT, T, TT, heads))
+      return s;
+  }
+  if (int s = status(ops::softmax_backward(F(probs), ws, ws, batch * heads * T, T, scale, true, ctx(o).stream)))
+    return s;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* q = F(qkv) + b * T * 3 * C;
+    float* dq = F(dqkv) + b * T * 3 * C;
+    const float* ds = ws + b * heads * TT;
+    const float* p = F(probs) + b * heads * TT;
+    const float* dy = F(dout) + b * T * C;
+    int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, q + C, 3 * C,
+                                    head_dim, 0.0f, dq, 3 * C, head_dim, heads);
+    if (s == DSCPP_OK)
+      s = o->gemm_strided_batched(o, DSCPP_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, q, 3 * C, head_dim,
+                                  0.0f, dq + C, 3 * C, head_dim, heads);
+    if (s == DSCPP_OK)
+      s = o->gemm_strided_batched(o, DSCPP_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, p, T, TT, dy, C, head_dim, 0.0f,
+                                  dq + 2 * C, 3 * C, head_dim, heads);
+    if (s != DSCPP_OK) return s;
+  }
+  return DSCPP_OK;
+}
+
+// y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the
+// GEMM as β = 1; another residual is added by the epilogue.
+int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual, void* y,
+                   void* gelu_out, int64_t rows, int64_t in, int64_t out) {
+  if (int s = check_table(o)) return s;
+  if (rows < 0 || in < 0 || out < 0 || bad_ptr(x, rows * in) || bad_ptr(W, out * in) || bad_ptr(y, rows * out))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (rows == 0 || out == 0) return DSCPP_OK;
+  const bool residual_in_y = residual != nullptr && residual == y;
+  if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, x, in, W, in, residual_in_y ? 1.0f : 0.0f, y,
+                      out))
+    return s;
+  return status(ops::bias_residual_gelu(F(y), F(bias), residual_in_y ? nullptr : F(residual), F(gelu_out), rows, out,
+                                        ctx(o).stream));
+}
+
+// dW += dyᵀ·x;  dbias += Σ_rows dy;  dx = dy·W, times gelu'(gelu_pre) when given.
+int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const void* W, void* dW, void* dbias, void* dx,
+                    const void* gelu_pre, int64_t rows, int64_t in, int64_t out) {
+  if (int s = check_table(o)) return s;
+  if (rows < 0 || in < 0 || out < 0 || bad_ptr(dy, rows * out) || bad_ptr(x, rows * in) || bad_ptr(W, out * in) ||
+      bad_ptr(dW, out * in))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (int s = o->gemm(o, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dW, in)) return s;
+  if (dbias != nullptr)
+    if (int s = status(ops::bias_grad(F(dy), F(dbias), rows, out, ctx(o).stream))) return s;
+  if (dx == nullptr) return DSCPP_OK;
+  if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in)) return s;
+  if (gelu_pre == nullptr) return DSCPP_OK;
+  return status(ops::gelu_backward(F(gelu_pre), F(dx), F(dx), rows * in, ctx(o).stream));
+}
+
+}  // namespace
+
+void fill_attention_linear_ops(dscpp_ops& t) {
+  t.causal_attention_forward = causal_attention_forward;
+  t.causal_attention_backward = causal_attention_backward;
+  t.linear_forward = linear_forward;
+  t.linear_backward = linear_backward;
+}
+
+}  // namespace dscpp::cuda

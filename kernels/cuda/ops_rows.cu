@@ -1,0 +1,241 @@
+// Row kernels of the CUDA ops table: one block per row, the row statistics as block
+// reductions (launch.h), then every thread writes its strided share of the row.
+#include "kernels/cuda/ops_kernels.h"
+#include "kernels/ops_math.h"
+
+namespace dscpp::cuda::ops {
+namespace {
+
+DSCPP_HD inline double sum(int, double a, double b) {
+  return a + b;
+}
+
+// Rounds: Σx, then Σ(x − mean)²; finish writes y, mean, rstd.
+struct LayerNormFwd {
+  static constexpr int kRounds = 2;
+  const float *x, *gamma, *beta;
+  float *y, *mean, *rstd;
+  int64_t cols;
+  float eps;
+  DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
+    const float* xr = x + int64_t(t.block) * cols;
+    const float m = static_cast<float>(totals[0] / double(cols));
+    double acc = 0;
+    for (int64_t c = t.thread; c < cols; c += t.threads) acc += round == 0 ? xr[c] : hd::layernorm_sq_dev(xr[c], m);
+    return acc;
+  }
+  DSCPP_HD static double combine(int r, double a, double b) { return sum(r, a, b); }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    const int64_t off = int64_t(t.block) * cols;
+    const float inv_n = 1.0f / static_cast<float>(cols);
+    const float m = static_cast<float>(totals[0] / double(cols));
+    const float rs = hd::layernorm_rstd(static_cast<float>(totals[1]), inv_n, eps);
+    for (int64_t c = t.thread; c < cols; c += t.threads)
+      y[off + c] = hd::layernorm_out(x[off + c], m, rs, gamma[c], beta[c]);
+    if (t.thread == 0) mean[t.block] = m, rstd[t.block] = rs;
+  }
+};
+
+// Rounds: Σ dy·γ, then Σ dy·γ·x̂; finish writes dx (which may be dy: every thread reads its
+// elements before it writes them, and the sums are complete before anyone writes).
+struct LayerNormDx {
+  static constexpr int kRounds = 2;
+  const float *dy, *x, *gamma, *mean, *rstd;
+  float* dx;
+  int64_t cols;
+  DSCPP_HD double partial(const Thread& t, int round, const double*) const {
+    const int64_t off = int64_t(t.block) * cols;
+    const float m = mean[t.block], rs = rstd[t.block];
+    double acc = 0;
+    for (int64_t c = t.thread; c < cols; c += t.threads) {
+      const float g = dy[off + c] * gamma[c];
+      acc += round == 0 ? g : g * hd::layernorm_xhat(x[off + c], m, rs);
+    }
+    return acc;
+  }
+  DSCPP_HD static double combine(int r, double a, double b) { return sum(r, a, b); }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    const int64_t off = int64_t(t.block) * cols;
+    const float inv_n = 1.0f / static_cast<float>(cols);
+    const float mg = static_cast<float>(totals[0]) * inv_n, mgx = static_cast<float>(totals[1]) * inv_n;
+    const float m = mean[t.block], rs = rstd[t.block];
+    for (int64_t c = t.thread; c < cols; c += t.threads)
+      dx[off + c] = hd::layernorm_dx(dy[off + c], x[off + c], gamma[c], m, rs, mg, mgx);
+  }
+};
+
+// dgamma[c] += Σ_r dy·x̂, dbeta[c] += Σ_r dy, one thread per column in row order.
+struct LayerNormParams {
+  const float *dy, *x, *mean, *rstd;
+  float *dgamma, *dbeta;
+  int64_t rows, cols;
+  DSCPP_HD void operator()(int64_t c) const {
+    float ag = 0.0f, ab = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      ag += dy[r * cols + c] * hd::layernorm_xhat(x[r * cols + c], mean[r], rstd[r]);
+      ab += dy[r * cols + c];
+    }
+    dgamma[c] += ag;
+    dbeta[c] += ab;
+  }
+};
+
+DSCPP_HD inline int64_t live_cols(unsigned row, int64_t cols, bool causal) {
+  return causal ? int64_t(row) % cols + 1 : cols;
+}
+
+// Rounds: max of a·x, then Σ e^(a·x − max); finish writes y (0 beyond the live entries).
+struct SoftmaxFwd {
+  static constexpr int kRounds = 2;
+  const float* x;
+  float* y;
+  int64_t cols;
+  float a;
+  bool causal;
+  DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
+    const float* xr = x + int64_t(t.block) * cols;
+    const int64_t live = live_cols(t.block, cols, causal);
+    if (round == 0) {
+      float m = -3.402823466e38f;
+      for (int64_t c = t.thread; c < live; c += t.threads) m = a * xr[c] > m ? a * xr[c] : m;
+      return m;
+    }
+    const float m = static_cast<float>(totals[0]);
+    double acc = 0;
+    for (int64_t c = t.thread; c < live; c += t.threads) acc += hd::softmax_exp(xr[c], a, m);
+    return acc;
+  }
+  DSCPP_HD static double combine(int r, double p, double q) { return r == 0 ? (p > q ? p : q) : p + q; }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    const int64_t off = int64_t(t.block) * cols, live = live_cols(t.block, cols, causal);
+    const float m = static_cast<float>(totals[0]), inv = 1.0f / static_cast<float>(totals[1]);
+    for (int64_t c = t.thread; c < cols; c += t.threads)
+      y[off + c] = c < live ? hd::softmax_exp(x[off + c], a, m) * inv : 0.0f;
+  }
+};
+
+struct SoftmaxBwd {
+  static constexpr int kRounds = 1;
+  const float *y, *dy;
+  float* dx;
+  int64_t cols;
+  float a;
+  bool causal;
+  DSCPP_HD double partial(const Thread& t, int, const double*) const {
+    const int64_t off = int64_t(t.block) * cols, live = live_cols(t.block, cols, causal);
+    double acc = 0;
+    for (int64_t c = t.thread; c < live; c += t.threads) acc += y[off + c] * dy[off + c];
+    return acc;
+  }
+  DSCPP_HD static double combine(int r, double p, double q) { return sum(r, p, q); }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    const int64_t off = int64_t(t.block) * cols, live = live_cols(t.block, cols, causal);
+    const float dot = static_cast<float>(totals[0]);
+    for (int64_t c = t.thread; c < cols; c += t.threads)
+      dx[off + c] = c < live ? hd::softmax_grad(y[off + c], dy[off + c], dot, a) : 0.0f;
+  }
+};
+
+// Rounds: max, Σ e^(x − max), the first index holding the max, x[target] (only the owning
+// thread contributes, so the sum is exact). Finish writes probs — which may be the logits,
+// hence x[target] is taken in a round, before anyone writes.
+struct CrossEntropyFwd {
+  static constexpr int kRounds = 4;
+  const float* x;
+  const int32_t* targets;
+  float* probs;
+  double* loss;
+  int32_t* hit;
+  int64_t cols;
+  DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
+    const float* xr = x + int64_t(t.block) * cols;
+    const float m = static_cast<float>(totals[0]);
+    const int32_t target = targets[t.block];
+    double acc = round == 0 ? -3.402823466e38 : (round == 2 ? double(cols) : 0.0);
+    for (int64_t c = t.thread; c < cols; c += t.threads) {
+      if (round == 0) acc = xr[c] > acc ? xr[c] : acc;
+      if (round == 1) acc += hd::softmax_exp(xr[c], 1.0f, m);
+      if (round == 2 && xr[c] == m && double(c) < acc) acc = double(c);
+      if (round == 3 && c == target) acc = xr[c];
+    }
+    return acc;
+  }
+  DSCPP_HD static double combine(int r, double p, double q) {
+    return r == 0 ? (p > q ? p : q) : (r == 2 ? (p < q ? p : q) : p + q);
+  }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    const int64_t off = int64_t(t.block) * cols;
+    const float m = static_cast<float>(totals[0]), s = static_cast<float>(totals[1]), inv = 1.0f / s;
+    for (int64_t c = t.thread; c < cols; c += t.threads) probs[off + c] = hd::softmax_exp(x[off + c], 1.0f, m) * inv;
+    if (t.thread == 0) {
+      const int32_t target = targets[t.block];
+      loss[t.block] = target < 0 ? 0.0 : hd::cross_entropy_loss(s, static_cast<float>(totals[3]), m);
+      hit[t.block] = target >= 0 && int64_t(totals[2]) == target;
+    }
+  }
+};
+
+// Row-wise launches take one block per row; rows beyond the 2^31−1 grid limit go in slices.
+template <class Body, class Shift>
+Status per_row(int64_t rows, Stream s, Body body, Shift shift) {
+  constexpr int64_t kMaxGrid = INT32_MAX;
+  for (int64_t r0 = 0; r0 < rows; r0 += kMaxGrid) {
+    const int64_t n = rows - r0 < kMaxGrid ? rows - r0 : kMaxGrid;
+    if (Status st = launch_block_reduce(unsigned(n), s, shift(body, r0)); st != kOk) return st;
+  }
+  return kOk;
+}
+
+}  // namespace
+
+Status layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                         int64_t rows, int64_t cols, float eps, Stream s) {
+  if (cols == 0) return kOk;
+  return per_row(rows, s, LayerNormFwd{x, gamma, beta, y, mean, rstd, cols, eps}, [](LayerNormFwd b, int64_t r0) {
+    b.x += r0 * b.cols, b.y += r0 * b.cols, b.mean += r0, b.rstd += r0;
+    return b;
+  });
+}
+
+Status layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, Stream s) {
+  if (rows == 0 || cols == 0) return kOk;
+  // Parameter gradients first: dx may overwrite dy.
+  if (Status st = launch_elementwise(cols, s, LayerNormParams{dy, x, mean, rstd, dgamma, dbeta, rows, cols}); st != kOk)
+    return st;
+  return per_row(rows, s, LayerNormDx{dy, x, gamma, mean, rstd, dx, cols}, [](LayerNormDx b, int64_t r0) {
+    b.dy += r0 * b.cols, b.x += r0 * b.cols, b.dx += r0 * b.cols, b.mean += r0, b.rstd += r0;
+    return b;
+  });
+}
+
+Status softmax_forward(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal, Stream s) {
+  if (cols == 0) return kOk;
+  // A causal slice must start on a matrix boundary for r mod T to stay right: the slices
+  // are multiples of cols only when causal rows fit one grid (groups·T < 2^31), which the
+  // table checks.
+  return per_row(rows, s, SoftmaxFwd{x, y, cols, scale, causal}, [](SoftmaxFwd b, int64_t r0) {
+    b.x += r0 * b.cols, b.y += r0 * b.cols;
+    return b;
+  });
+}
+
+Status softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale,
+                        bool causal, Stream s) {
+  if (cols == 0) return kOk;
+  return per_row(rows, s, SoftmaxBwd{y, dy, dx, cols, scale, causal}, [](SoftmaxBwd b, int64_t r0) {
+    b.y += r0 * b.cols, b.dy += r0 * b.cols, b.dx += r0 * b.cols;
+    return b;
+  });
+}
+
+Status cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, double* loss, int32_t* hit,
+                             int64_t rows, int64_t cols, Stream s) {
+  if (cols == 0) return kOk;
+  return per_row(rows, s, CrossEntropyFwd{logits, targets, probs, loss, hit, cols}, [](CrossEntropyFwd b, int64_t r0) {
+    b.x += r0 * b.cols, b.probs += r0 * b.cols, b.targets += r0, b.loss += r0, b.hit += r0;
+    return b;
+  });
+}
+
+}  // namespace dscpp::cuda::ops

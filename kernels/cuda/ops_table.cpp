@@ -1,0 +1,359 @@
+// The CUDA ops table: argument checks as in the CPU table, cuBLAS for the GEMMs (fp32 compute,
+// no TF32, like the CPU's sgemm), the kernels of ops_kernels.h for the rest, all on the
+// context's stream. Ops that must answer on the host (invalid ids or targets, the loss sums,
+// copies) synchronise the stream; everything else returns as soon as it is enqueued.
+#include "kernels/cuda/ops_table.h"
+
+#include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32: the same argument rules
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops_kernels.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace dscpp::cuda {
+
+using kernels::cpu::bad_ptr;
+using kernels::cpu::check_table;
+using kernels::cpu::fits_int32;
+
+namespace {
+
+void blas_check(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("{} failed: {} ({})", call, cublasGetStatusString(s), static_cast<int>(s));
+}
+#define DSCPP_CUBLAS_CHECK(call) blas_check((call), #call)
+
+// The C ABI must not see exceptions: a failed CUDA call inside an op becomes DSCPP_E_INTERNAL
+// (the message goes to the log through the caller's error path; here it is dropped).
+template <class F>
+int guarded(F f) {
+  try {
+    return f();
+  } catch (const Error&) {
+    return DSCPP_E_INTERNAL;
+  }
+}
+
+OpsContext& ctx(const dscpp_ops* o) {
+  return *static_cast<OpsContext*>(o->device);
+}
+int status(Status s) {
+  return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
+}
+const float* F(const void* p) {
+  return static_cast<const float*>(p);
+}
+float* F(void* p) {
+  return static_cast<float*>(p);
+}
+
+// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same memory: swap
+// the operands and M/N, keep the transposes.
+int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K,
+                 float alpha, const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb,
+                 float beta, void* C, int64_t ldc, int64_t sc, int64_t batch) {
+  if (int s = check_table(o)) return s;
+  if (!fits_int32(M) || !fits_int32(N) || !fits_int32(K) || !fits_int32(lda) || !fits_int32(ldb) || !fits_int32(ldc) ||
+      !fits_int32(batch))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (M == 0 || N == 0 || batch == 0) return DSCPP_OK;
+  if (A == nullptr || B == nullptr || C == nullptr) return DSCPP_E_INVALID_ARGUMENT;
+  const cublasOperation_t opa = ta == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = tb == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasStatus_t s =
+      cublasSgemmStridedBatched(ctx(o).blas, opb, opa, int(N), int(M), int(K), &alpha, F(B), int(ldb), sb, F(A),
+                                int(lda), sa, &beta, F(C), int(ldc), sc, int(batch));
+  return s == CUBLAS_STATUS_SUCCESS ? DSCPP_OK : DSCPP_E_INTERNAL;
+}
+
+int gemm(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
+         const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc) {
+  return gemm_batched(o, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+// ---- elementwise -------------------------------------------------------------------------------
+
+template <class Launch>
+int unary_op(const dscpp_ops* o, const void* x, void* y, int64_t n, Launch launch) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(launch(F(x), F(y), n, ctx(o).stream));
+}
+
+int fill(const dscpp_ops* o, void* x, float v, int64_t n) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::fill(F(x), v, n, ctx(o).stream));
+}
+int copy(const dscpp_ops* o, const void* x, void* y, int64_t n) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  if (n == 0 || x == y) return DSCPP_OK;
+  return status(cudaMemcpyAsync(y, x, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, ctx(o).stream));
+}
+int add(const dscpp_ops* o, const void* a, const void* b, void* y, int64_t n) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(a, n) || bad_ptr(b, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::add(F(a), F(b), F(y), n, ctx(o).stream));
+}
+int axpy(const dscpp_ops* o, float alpha, const void* x, void* y, int64_t n) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::axpy(alpha, F(x), F(y), n, ctx(o).stream));
+}
+int scale(const dscpp_ops* o, float alpha, void* x, int64_t n) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::scale(alpha, F(x), n, ctx(o).stream));
+}
+int bias_add(const dscpp_ops* o, void* x, const void* bias, int64_t rows, int64_t cols) {
+  if (int s = check_table(o)) return s;
+  if (rows < 0 || cols < 0 || bad_ptr(x, rows * cols) || bad_ptr(bias, rows > 0 ? cols : 0))
+    return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::bias_residual_gelu(F(x), F(bias), nullptr, nullptr, rows, cols, ctx(o).stream));
+}
+int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int64_t cols) {
+  if (int s = check_table(o)) return s;
+  if (rows < 0 || cols < 0 || bad_ptr(dy, rows * cols) || bad_ptr(dbias, cols)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::bias_grad(F(dy), F(dbias), rows, cols, ctx(o).stream));
+}
+int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
+  return unary_op(o, x, y, n, ops::gelu_forward);
+}
+int relu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
+  return unary_op(o, x, y, n, ops::relu_forward);
+}
+template <class Launch>
+int binary_op(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n, Launch launch) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(launch(F(x), F(dy), F(dx), n, ctx(o).stream));
+}
+int gelu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
+  return binary_op(o, x, dy, dx, n, ops::gelu_backward);
+}
+int relu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
+  return binary_op(o, x, dy, dx, n, ops::relu_backward);
+}
+
+// ---- row ops -----------------------------------------------------------------------------------
+
+int layernorm_forward(const dscpp_ops* o, const void* x, const void* gamma, const void* beta, void* y, float* mean,
+                      float* rstd, int64_t rows, int64_t cols, float eps) {
+  if (int s = check_table(o)) return s;
+  const int64_t n = rows * cols;
+  if (rows < 0 || cols < 0 || (cols == 0 && rows > 0) || bad_ptr(x, n) || bad_ptr(y, n) || bad_ptr(gamma, cols) ||
+      bad_ptr(beta, cols) || bad_ptr(mean, rows) || bad_ptr(rstd, rows) || !(eps >= 0.0f))
+    return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::layernorm_forward(F(x), F(gamma), F(beta), F(y), mean, rstd, rows, cols, eps, ctx(o).stream));
+}
+int layernorm_backward(const dscpp_ops* o, const void* dy, const void* x, const void* gamma, const float* mean,
+                       const float* rstd, void* dx, void* dgamma, void* dbeta, int64_t rows, int64_t cols) {
+  if (int s = check_table(o)) return s;
+  const int64_t n = rows * cols;
+  if (rows < 0 || cols < 0 || bad_ptr(dy, n) || bad_ptr(x, n) || bad_ptr(dx, n) || bad_ptr(gamma, cols) ||
+      bad_ptr(dgamma, cols) || bad_ptr(dbeta, cols) || bad_ptr(mean, rows) || bad_ptr(rstd, rows))
+    return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::layernorm_backward(F(dy), F(x), F(gamma), mean, rstd, F(dx), F(dgamma), F(dbeta), rows, cols,
+                                        ctx(o).stream));
+}
+int softmax_forward(const dscpp_ops* o, const void* x, void* y, int64_t rows, int64_t cols) {
+  if (int s = check_table(o)) return s;
+  if (rows < 0 || cols < 0 || bad_ptr(x, rows * cols) || bad_ptr(y, rows * cols)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::softmax_forward(F(x), F(y), rows, cols, 1.0f, false, ctx(o).stream));
+}
+int softmax_backward(const dscpp_ops* o, const void* y, const void* dy, void* dx, int64_t rows, int64_t cols) {
+  if (int s = check_table(o)) return s;
+  const int64_t n = rows * cols;
+  if (rows < 0 || cols < 0 || bad_ptr(y, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::softmax_backward(F(y), F(dy), F(dx), rows, cols, 1.0f, false, ctx(o).stream));
+}
+// Causal rows must fit one grid so that row r of the launch is query r mod T (ops_rows.cu).
+bool causal_ok(int64_t groups, int64_t T) {
+  return groups >= 0 && T >= 0 && fits_int32(groups * T);
+}
+int causal_softmax_forward(const dscpp_ops* o, const void* scores, void* probs, int64_t groups, int64_t T,
+                           float scale) {
+  if (int s = check_table(o)) return s;
+  if (!causal_ok(groups, T) || bad_ptr(scores, groups * T * T) || bad_ptr(probs, groups * T * T))
+    return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::softmax_forward(F(scores), F(probs), groups * T, T, scale, true, ctx(o).stream));
+}
+int causal_softmax_backward(const dscpp_ops* o, const void* probs, const void* dprobs, void* dscores, int64_t groups,
+                            int64_t T, float scale) {
+  if (int s = check_table(o)) return s;
+  const int64_t n = groups * T * T;
+  if (!causal_ok(groups, T) || bad_ptr(probs, n) || bad_ptr(dprobs, n) || bad_ptr(dscores, n))
+    return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::softmax_backward(F(probs), F(dprobs), F(dscores), groups * T, T, scale, true, ctx(o).stream));
+}
+
+// Runs check(flag) on the stream and reads the flag back: true when the kernel set it.
+template <class Check>
+bool flagged(OpsContext& c, Check check) {
+  DSCPP_CUDA_CHECK(cudaMemsetAsync(c.flag, 0, sizeof(int32_t), c.stream));
+  DSCPP_CUDA_CHECK(check(c.flag));
+  int32_t host = 0;
+  DSCPP_CUDA_CHECK(cudaMemcpyAsync(&host, c.flag, sizeof host, cudaMemcpyDeviceToHost, c.stream));
+  DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+  return host != 0;
+}
+
+int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table, void* out, int64_t n, int64_t vocab,
+                      int64_t dim) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(out, n * dim) ||
+      bad_ptr(table, n > 0 ? vocab * dim : 0))
+    return DSCPP_E_INVALID_ARGUMENT;
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    if (flagged(c, [&](int32_t* f) { return ops::check_ids(ids, n, vocab, f, c.stream); }))
+      return int(DSCPP_E_INVALID_ARGUMENT);
+    return status(ops::embedding_forward(ids, F(table), F(out), n, dim, c.stream));
+  });
+}
+int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout, void* dtable, int64_t n, int64_t vocab,
+                       int64_t dim) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(dout, n * dim) ||
+      bad_ptr(dtable, n > 0 ? vocab * dim : 0))
+    return DSCPP_E_INVALID_ARGUMENT;
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    if (flagged(c, [&](int32_t* f) { return ops::check_ids(ids, n, vocab, f, c.stream); }))
+      return int(DSCPP_E_INVALID_ARGUMENT);
+    return status(ops::embedding_backward(ids, F(dout), F(dtable), n, dim, c.stream));
+  });
+}
+
+int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t* targets, void* probs, int64_t rows,
+                          int64_t cols, double* loss_sum, int64_t* counted, int64_t* correct) {
+  if (int s = check_table(o)) return s;
+  const int64_t n = rows * cols;
+  if (rows < 0 || cols < 0 || (cols == 0 && rows > 0) || bad_ptr(logits, n) || bad_ptr(probs, n) ||
+      bad_ptr(targets, rows) || !loss_sum || !counted || !correct)
+    return DSCPP_E_INVALID_ARGUMENT;
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    if (flagged(c, [&](int32_t* f) { return ops::check_targets(targets, rows, cols, f, c.stream); }))
+      return int(DSCPP_E_INVALID_ARGUMENT);
+    c.reserve_rows(rows);
+    DSCPP_CUDA_CHECK(
+        ops::cross_entropy_forward(F(logits), targets, F(probs), c.row_loss, c.row_hit, rows, cols, c.stream));
+    // Per-row results summed on the host in row order, as the CPU table does: the fp64 total
+    // is the same for any launch shape.
+    std::vector<double> loss(static_cast<size_t>(rows));
+    std::vector<int32_t> hit(static_cast<size_t>(rows)), tgt(static_cast<size_t>(rows));
+    DSCPP_CUDA_CHECK(
+        cudaMemcpyAsync(loss.data(), c.row_loss, loss.size() * sizeof(double), cudaMemcpyDeviceToHost, c.stream));
+    DSCPP_CUDA_CHECK(
+        cudaMemcpyAsync(hit.data(), c.row_hit, hit.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
+    DSCPP_CUDA_CHECK(
+        cudaMemcpyAsync(tgt.data(), targets, tgt.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
+    DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    double sum = 0;
+    int64_t counted_rows = 0, hits = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (tgt[size_t(r)] < 0) continue;
+      sum += loss[size_t(r)];
+      ++counted_rows;
+      hits += hit[size_t(r)];
+    }
+    *loss_sum = sum, *counted = counted_rows, *correct = hits;
+    return int(DSCPP_OK);
+  });
+}
+int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t* targets, void* dlogits, int64_t rows,
+                           int64_t cols, float scale) {
+  if (int s = check_table(o)) return s;
+  const int64_t n = rows * cols;
+  if (rows < 0 || cols < 0 || bad_ptr(probs, n) || bad_ptr(dlogits, n) || bad_ptr(targets, rows))
+    return DSCPP_E_INVALID_ARGUMENT;
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    if (flagged(c, [&](int32_t* f) { return ops::check_targets(targets, rows, cols, f, c.stream); }))
+      return int(DSCPP_E_INVALID_ARGUMENT);
+    return status(ops::cross_entropy_backward(F(probs), targets, F(dlogits), rows, cols, scale, c.stream));
+  });
+}
+
+// ---- copies --------------------------------------------------------------------------------------
+
+int copy_bytes(const dscpp_ops* o, const void* src, void* dst, size_t bytes) {
+  if (int s = check_table(o)) return s;
+  if (bytes > 0 && (src == nullptr || dst == nullptr)) return DSCPP_E_INVALID_ARGUMENT;
+  if (bytes == 0) return DSCPP_OK;
+  if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx(o).stream) != cudaSuccess) return DSCPP_E_INTERNAL;
+  return status(cudaStreamSynchronize(ctx(o).stream));
+}
+
+}  // namespace
+
+void fill_attention_linear_ops(dscpp_ops& t);  // ops_layers.cpp
+
+// ---- context ---------------------------------------------------------------------------------------
+
+OpsContext::OpsContext(cudaStream_t s) : stream(s) {
+  DSCPP_CUBLAS_CHECK(cublasCreate(&blas));
+  DSCPP_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  // Plain fp32 (no TF32 tensor-core rounding), the precision of the CPU table's sgemm.
+  DSCPP_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
+  DSCPP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&flag), sizeof(int32_t)));
+}
+
+OpsContext::~OpsContext() {
+  cudaFree(row_loss);
+  cudaFree(row_hit);
+  cudaFree(flag);
+  cublasDestroy(blas);
+}
+
+void OpsContext::reserve_rows(int64_t rows) {
+  if (rows <= row_capacity) return;
+  DSCPP_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffers may still be in use
+  cudaFree(row_loss);
+  cudaFree(row_hit);
+  row_loss = nullptr, row_hit = nullptr, row_capacity = 0;
+  DSCPP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_loss), size_t(rows) * sizeof(double)));
+  DSCPP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_hit), size_t(rows) * sizeof(int32_t)));
+  row_capacity = rows;
+}
+
+dscpp_ops cuda_ops(dscpp_dtype dtype, OpsContext* context) {
+  dscpp_ops t{};
+  t.struct_size = static_cast<uint32_t>(sizeof(dscpp_ops));
+  t.dtype = dtype;
+  t.device = context;
+  t.gemm = gemm;
+  t.gemm_strided_batched = gemm_batched;
+  t.fill = fill;
+  t.copy = copy;
+  t.add = add;
+  t.axpy = axpy;
+  t.scale = scale;
+  t.bias_add = bias_add;
+  t.bias_grad = bias_grad;
+  t.gelu_forward = gelu_forward;
+  t.gelu_backward = gelu_backward;
+  t.relu_forward = relu_forward;
+  t.relu_backward = relu_backward;
+  t.layernorm_forward = layernorm_forward;
+  t.layernorm_backward = layernorm_backward;
+  t.softmax_forward = softmax_forward;
+  t.softmax_backward = softmax_backward;
+  t.causal_softmax_forward = causal_softmax_forward;
+  t.causal_softmax_backward = causal_softmax_backward;
+  t.embedding_forward = embedding_forward;
+  t.embedding_backward = embedding_backward;
+  t.cross_entropy_forward = cross_entropy_forward;
+  t.cross_entropy_backward = cross_entropy_backward;
+  t.to_host = copy_bytes;
+  t.from_host = copy_bytes;
+  fill_attention_linear_ops(t);
+  return t;
+}
+
+}  // namespace dscpp::cuda

@@ -1,0 +1,36 @@
+// The plugin ops table (include/dscpp/model.h) on a CUDA device: fp32 like the CPU table
+// (kernels/cpu/ops/cpu_ops.h), GEMMs through cuBLAS, the rest through the kernels of
+// ops_kernels.h. The table's `device` is its OpsContext: the stream every op is enqueued on and
+// the cuBLAS handle bound to it. One context per thread that runs layers.
+#pragma once
+
+#include "dscpp/model.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+typedef struct cublasContext* cublasHandle_t;
+
+namespace dscpp::cuda {
+
+struct OpsContext {
+  explicit OpsContext(cudaStream_t stream);  // creates the cuBLAS handle on the current device
+  ~OpsContext();
+  OpsContext(const OpsContext&) = delete;
+  OpsContext& operator=(const OpsContext&) = delete;
+
+  cudaStream_t stream;
+  cublasHandle_t blas = nullptr;
+  int32_t* flag = nullptr;  // device: "a bad id / target was seen"
+  // Device scratch for cross-entropy's per-row results, grown on demand.
+  double* row_loss = nullptr;
+  int32_t* row_hit = nullptr;
+  int64_t row_capacity = 0;
+  void reserve_rows(int64_t rows);
+};
+
+// fp32 is implemented; other dtypes answer DSCPP_E_UNSUPPORTED from every op, as on the CPU.
+dscpp_ops cuda_ops(dscpp_dtype dtype, OpsContext* context);
+
+}  // namespace dscpp::cuda

@@ -1,0 +1,337 @@
+// The launch arithmetic of the CUDA kernels (kernels/cuda/launch.h) and the .cu sources
+// themselves, compiled as C++ against the recording host stub (launch_host_stub.h): every
+// thread of each launch runs on the CPU through the same index loops as on the GPU, so grid
+// sizes, multi-tensor chunking and vector-width tails are exercised for real. Each kernel's
+// result is compared with the CPU implementation (kernels/cpu), which calls the same shared
+// element functions: bit for bit where both evaluate the same operations in the same order.
+#include "core/half.h"
+#include "kernels/cpu/amp/amp_cpu.h"
+#include "kernels/cpu/optim/optim_cpu.h"
+#include "kernels/cpu/quant/quant_cpu.h"
+#include "kernels/cuda/amp.h"
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/optim.h"
+#include "kernels/cuda/quant.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <utility>
+#include <vector>
+
+using namespace dscpp;
+using namespace dscpp::cuda;
+
+namespace {
+
+std::vector<float> randoms(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Sizes around the vector width, the block and the grid cap's edges.
+const int64_t kSizes[] = {1, 3, 4, 5, 255, 1024, 1027, 4099, 70001};
+
+}  // namespace
+
+TEST_CASE("elementwise_shape: one step covers n, no idle block, capped grid", "[cuda_launch]") {
+  STATIC_REQUIRE(elementwise_shape(0).blocks == 0);
+  CHECK(elementwise_shape(1).blocks == 1);
+  CHECK(elementwise_shape(int64_t(kThreads) * kVec).blocks == 1);
+  CHECK(elementwise_shape(int64_t(kThreads) * kVec + 1).blocks == 2);
+  CHECK(elementwise_shape(int64_t(1) << 40).blocks == kMaxBlocks);  // > 2^32 elements
+  for (int64_t n = 1; n < 100000; n += 997) {
+    const Shape s = elementwise_shape(n);
+    REQUIRE(int64_t(s.blocks) * s.threads * kVec >= n);
+    REQUIRE(int64_t(s.blocks - 1) * s.threads * kVec < n);
+  }
+}
+
+TEST_CASE("64-bit indices from the first n whose last grid step would pass INT32_MAX", "[cuda_launch]") {
+  const Shape cap{kMaxBlocks, kThreads};
+  const int64_t edge = int64_t(INT32_MAX) - int64_t(kMaxBlocks) * kThreads * kVec;
+  CHECK_FALSE(needs_64bit_index(edge, cap));
+  CHECK(needs_64bit_index(edge + 1, cap));
+  CHECK(needs_64bit_index(int64_t(1) << 31, elementwise_shape(int64_t(1) << 31)));
+  CHECK_FALSE(needs_64bit_index(1 << 20, elementwise_shape(1 << 20)));
+}
+
+TEST_CASE("for_each_element visits every index once, tails included, for any grid", "[cuda_launch]") {
+  for (int64_t n : kSizes) {
+    for (Shape s : {elementwise_shape(n), Shape{1, 1}, Shape{2, 3}, Shape{7, 32}}) {
+      CAPTURE(n, s.blocks, s.threads);
+      std::vector<int> seen(static_cast<size_t>(n), 0);
+      auto mark = [&](int64_t i) { ++seen[static_cast<size_t>(i)]; };
+      for (unsigned b = 0; b < s.blocks; ++b)
+        for (unsigned t = 0; t < s.threads; ++t) for_each_element(Thread{b, t, s.blocks, s.threads}, n, mark);
+      REQUIRE(std::count(seen.begin(), seen.end(), 1) == n);
+    }
+  }
+}
+
+TEST_CASE("block_slice tiles [0, n) in order", "[cuda_launch]") {
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(1000), int64_t(1) << 33}) {
+    const unsigned blocks = reduce_blocks(n);
+    REQUIRE(blocks >= 1);
+    REQUIRE(blocks <= kReduceBlocks);
+    int64_t next = 0;
+    for (unsigned b = 0; b < blocks; ++b) {
+      const Range r = block_slice(n, b, blocks);
+      REQUIRE(r.begin == next);
+      REQUIRE(r.end >= r.begin);
+      next = r.end;
+    }
+    CHECK(next == n);
+  }
+}
+
+namespace {
+
+// Plans a multi-tensor apply over `sizes` at depth 4 and checks every (tensor, chunk) is
+// launched exactly once within the per-launch limits; returns the launches' block counts.
+std::vector<int> check_plan(const std::vector<int64_t>& sizes) {
+  std::vector<void*> fake(sizes.size());
+  for (size_t k = 0; k < sizes.size(); ++k) fake[k] = reinterpret_cast<void*>(0x1000 * (k + 1));
+  void* const* ptrs[4] = {fake.data(), fake.data(), fake.data(), fake.data()};
+  std::map<std::pair<int, int64_t>, int> chunks;
+  std::vector<int> launches;
+  plan_multi_tensor<4>(int(sizes.size()), ptrs, sizes.data(), [&](const TensorList<4>& l, int blocks) {
+    REQUIRE(blocks > 0);
+    REQUIRE(blocks <= kMaxChunkBlocks);
+    launches.push_back(blocks);
+    for (int b = 0; b < blocks; ++b) {
+      const int slot = l.block_slot[b];
+      REQUIRE(slot < TensorList<4>::kMaxTensors);
+      const int k = l.tensor[slot];
+      REQUIRE(l.ptr[2][slot] == fake[static_cast<size_t>(k)]);
+      REQUIRE(l.size[slot] == sizes[static_cast<size_t>(k)]);
+      ++chunks[{k, l.block_chunk[b]}];
+    }
+  });
+  int64_t expected = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t c = ceil_div(sizes[k], kChunk);
+    expected += c > 0 ? c : 0;
+    for (int64_t j = 0; j < c; ++j) REQUIRE(chunks[{int(k), j}] == 1);
+  }
+  CHECK(int64_t(chunks.size()) == expected);
+  return launches;
+}
+
+}  // namespace
+
+TEST_CASE("plan_multi_tensor: chunks of 65,536, tensor and block limits, split tensors", "[cuda_launch]") {
+  CHECK(check_plan({}).empty());
+  CHECK(check_plan({0, 0}).empty());
+  CHECK(check_plan({1}) == std::vector<int>{1});
+  CHECK(check_plan({kChunk, kChunk + 1}) == std::vector<int>{3});
+  // 100 small tensors at depth 4 (36 per launch): 36 + 36 + 28 blocks.
+  CHECK(check_plan(std::vector<int64_t>(100, 10)) == (std::vector<int>{36, 36, 28}));
+  // One tensor of 700 chunks (and a bit): 320 + 320 + 61, continuing as slot 0.
+  CHECK(check_plan({700 * kChunk + 5}) == (std::vector<int>{320, 320, 61}));
+  // Mixed, with empty tensors in between and a large one straddling a launch boundary.
+  check_plan({5, 0, 300 * kChunk, 3, 0, 50 * kChunk - 1, 17, 0});
+}
+
+TEST_CASE("cast kernels (host stub) equal the CPU conversions bit for bit", "[cuda_launch]") {
+  for (int64_t n : kSizes) {
+    const auto x = randoms(n, 1, -70000.0f, 70000.0f);
+    std::vector<uint16_t> h(x.size()), b(x.size());
+    std::vector<float> back(x.size());
+    stub_launches().clear();
+    REQUIRE(launch_cast_f32_to_f16(x.data(), h.data(), size_t(n), nullptr) == kOk);
+    REQUIRE(launch_cast_f32_to_bf16(x.data(), b.data(), size_t(n), nullptr) == kOk);
+    REQUIRE(stub_launches().size() == 2);
+    CHECK(stub_launches()[0].blocks == elementwise_shape(n).blocks);
+    for (size_t i = 0; i < x.size(); ++i) {
+      REQUIRE(h[i] == float_to_fp16_bits(x[i]));
+      REQUIRE(b[i] == float_to_bf16_bits(x[i]));
+    }
+    REQUIRE(launch_cast_f16_to_f32(h.data(), back.data(), size_t(n), nullptr) == kOk);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = fp16_bits_to_float(h[i]);
+      REQUIRE(std::memcmp(&back[i], &want, sizeof want) == 0);
+    }
+  }
+  stub_launches().clear();
+  CHECK(launch_cast_f32_to_f16(nullptr, nullptr, 0, nullptr) == kOk);
+  CHECK(stub_launches().empty());  // n = 0 launches nothing
+}
+
+TEST_CASE("amp kernels (host stub) equal the CPU amp loops", "[cuda_launch]") {
+  for (int64_t n : kSizes) {
+    CAPTURE(n);
+    const auto g = randoms(n, 2, -3.0f, 3.0f);
+    auto base = randoms(n, 3, -3.0f, 3.0f);
+    std::vector<uint16_t> dev(base.size()), cpu(base.size());
+    kernels::store_from_f32(cpu.data(), DType::f16, base.data(), n);
+    REQUIRE(cuda::convert_into(dev.data(), Storage::f16, base.data(), Storage::f32, n, nullptr) == kOk);
+    REQUIRE(dev == cpu);
+    kernels::accumulate_into(cpu.data(), DType::f16, g.data(), n);
+    REQUIRE(cuda::accumulate_into(dev.data(), Storage::f16, g.data(), n, nullptr) == kOk);
+    REQUIRE(dev == cpu);
+
+    // Unscale with the fused overflow flag: clean, then with an inf in the tail.
+    int32_t flag = 0;
+    kernels::scale_inplace(cpu.data(), DType::f16, 0.5f, n);
+    REQUIRE(cuda::unscale_check(dev.data(), Storage::f16, 0.5f, n, &flag, nullptr) == kOk);
+    REQUIRE(dev == cpu);
+    CHECK(flag == 0);
+    dev.back() = 0x7c00;  // +inf in fp16
+    REQUIRE(cuda::unscale_check(dev.data(), Storage::f16, 0.5f, n, &flag, nullptr) == kOk);
+    CHECK(flag == 1);
+
+    // Global-norm partials: their in-order sum equals the CPU's sum of squares to fp64 rounding.
+    std::vector<double> partials(sum_squares_blocks(n), -1.0);
+    REQUIRE(cuda::sum_squares_partials(g.data(), Storage::f32, n, partials.data(), nullptr) == kOk);
+    double total = 0;
+    for (double p : partials) total += p;
+    CHECK(total == Approx(kernels::sum_squares(g.data(), DType::f32, n)).epsilon(1e-13));
+  }
+}
+
+TEST_CASE("multi-tensor optimizers (host stub) equal the CPU loops bit for bit", "[cuda_launch]") {
+  // 40 tensors (two launches at depth 4) of awkward sizes, one spanning several chunks.
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < 40; ++k) sizes.push_back(k == 7 ? 2 * kChunk + 3 : 1 + 37 * k);
+  struct Set {
+    std::vector<std::vector<float>> w, g, m, v;
+  };
+  auto make = [&](uint32_t seed) {
+    Set s;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      s.w.push_back(randoms(sizes[k], seed + 4 * uint32_t(k)));
+      s.g.push_back(randoms(sizes[k], seed + 4 * uint32_t(k) + 1));
+      s.m.push_back(randoms(sizes[k], seed + 4 * uint32_t(k) + 2, -0.1f, 0.1f));
+      s.v.push_back(randoms(sizes[k], seed + 4 * uint32_t(k) + 3, 0.0f, 0.01f));
+    }
+    return s;
+  };
+  auto lists = [&](Set& s, std::vector<float*>& w, std::vector<const void*>& g, std::vector<float*>& m,
+                   std::vector<float*>& v) {
+    for (size_t k = 0; k < sizes.size(); ++k)
+      w.push_back(s.w[k].data()), g.push_back(s.g[k].data()), m.push_back(s.m[k].data()), v.push_back(s.v[k].data());
+    TensorLists t;
+    t.count = int(sizes.size());
+    t.sizes = sizes.data();
+    t.w = w.data(), t.g = g.data(), t.s1 = m.data(), t.s2 = v.data();
+    return t;
+  };
+  kernels::cpu::set_optimizer_simd_level("scalar");  // the SIMD levels are bit-identical to it (test_optimizers)
+
+  SECTION("Adam, AdamW, SGD, Adagrad, Lion") {
+    for (int rule = 0; rule < 5; ++rule) {
+      CAPTURE(rule);
+      Set dev = make(10), cpu = make(10);
+      std::vector<float*> w, m, v;
+      std::vector<const void*> g;
+      const TensorLists t = lists(dev, w, g, m, v);
+      stub_launches().clear();
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        float *cw = cpu.w[k].data(), *cm = cpu.m[k].data(), *cv = cpu.v[k].data();
+        const float* cg = cpu.g[k].data();
+        const int64_t n = sizes[k];
+        switch (rule) {
+          case 0:
+            kernels::cpu::adam_step(cw, cg, cm, cv, n,
+                                    kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, false, 3));
+            break;
+          case 1:
+            kernels::cpu::adam_step(cw, cg, cm, cv, n,
+                                    kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, true, 3));
+            break;
+          case 2:
+            kernels::cpu::sgd_step(cw, cg, cm, n, kernels::sgd_coeffs(0.1, 0.9, 0.1, 0.01, true, false, false));
+            break;
+          case 3:
+            kernels::cpu::adagrad_step(cw, cg, cv, n, kernels::adagrad_coeffs(0.1, 0.01, 1e-10, 0.01, false, 2));
+            break;
+          case 4:
+            kernels::cpu::lion_step(cw, cg, cm, n, kernels::lion_coeffs(0.01, 0.9, 0.99, 0.1));
+            break;
+        }
+      }
+      TensorLists td = t;
+      switch (rule) {
+        case 0:
+          REQUIRE(adam_step(t, kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, false, 3), nullptr) == kOk);
+          break;
+        case 1:
+          REQUIRE(adam_step(t, kernels::adam_coeffs(0.01, 0.9, 0.999, 1e-8, 0.1, true, true, 3), nullptr) == kOk);
+          break;
+        case 2:
+          REQUIRE(sgd_step(t, kernels::sgd_coeffs(0.1, 0.9, 0.1, 0.01, true, false, false), nullptr) == kOk);
+          break;
+        case 3:
+          td.s1 = td.s2;  // Adagrad's sum lives in list 3 of the CPU call above (v)
+          REQUIRE(adagrad_step(td, kernels::adagrad_coeffs(0.1, 0.01, 1e-10, 0.01, false, 2), nullptr) == kOk);
+          break;
+        case 4:
+          REQUIRE(lion_step(t, kernels::lion_coeffs(0.01, 0.9, 0.99, 0.1), nullptr) == kOk);
+          break;
+      }
+      CHECK(stub_launches().size() == (rule == 0 || rule == 1 ? 2u : 1u));  // depth 3 holds 48 tensors
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        CAPTURE(k);
+        REQUIRE(same_bits(dev.w[k], cpu.w[k]));
+        REQUIRE(same_bits(dev.m[k], cpu.m[k]));
+        REQUIRE(same_bits(dev.v[k], cpu.v[k]));
+      }
+    }
+  }
+
+  SECTION("LAMB: one trust ratio per tensor, as the CPU's per-segment LAMB") {
+    Set dev = make(20), cpu = make(20);
+    std::vector<float*> w, m, v;
+    std::vector<const void*> g;
+    const TensorLists t = lists(dev, w, g, m, v);
+    const auto c = kernels::lamb_coeffs(0.9, 0.999, 1e-6, 0.01, false);
+    const double step = kernels::lamb_step_size(0.01, 0.9, 0.999, true, 2);
+    std::vector<double> scratch(static_cast<size_t>(lamb_scratch_doubles(t)));
+    REQUIRE(lamb_step(t, c, step, 0.01, 10.0, scratch.data(), nullptr) == kOk);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      CAPTURE(k);
+      std::vector<double> ratio;
+      kernels::cpu::lamb_step(cpu.w[k].data(), cpu.g[k].data(), cpu.m[k].data(), cpu.v[k].data(), {0, sizes[k]}, c,
+                              step, 0.01, 10.0, &ratio);
+      REQUIRE(same_bits(dev.m[k], cpu.m[k]));
+      REQUIRE(same_bits(dev.v[k], cpu.v[k]));
+      // The norms are summed in another order (fp32 blocks on the CPU, a tree of doubles
+      // here), so the ratios agree to ~1e-7 and the weights to an ulp of the step.
+      CHECK(scratch[k] == Approx(ratio[0]).epsilon(1e-6));
+      for (size_t i = 0; i < dev.w[k].size(); ++i)
+        REQUIRE(dev.w[k][i] == Approx(cpu.w[k][i]).margin(1e-8).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("quantize kernels (host stub) equal the CPU loops bit for bit", "[cuda_launch]") {
+  for (auto [n, groups] : {std::pair<int64_t, int64_t>{1, 1}, {1000, 8}, {8000 * 8, 8}, {4099, 1}}) {
+    CAPTURE(n, groups);
+    const auto x = randoms(n, 5, -4.0f, 4.0f);
+    std::vector<int8_t> qd(x.size()), qc(x.size());
+    std::vector<float> sd(static_cast<size_t>(groups)), sc(sd.size()), bd(x.size()), bc(x.size());
+    stub_launches().clear();
+    REQUIRE(cuda::quantize_int8_groups(x.data(), n, groups, qd.data(), sd.data(), nullptr) == kOk);
+    REQUIRE(stub_launches().at(0).blocks == unsigned(groups));
+    kernels::quantize_int8_groups(x.data(), n, groups, qc.data(), sc.data());
+    REQUIRE(qd == qc);
+    REQUIRE(same_bits(sd, sc));
+    REQUIRE(cuda::dequantize_int8_groups(qd.data(), sd.data(), n, groups, bd.data(), nullptr) == kOk);
+    kernels::dequantize_int8_groups(qc.data(), sc.data(), n, groups, bc.data());
+    REQUIRE(same_bits(bd, bc));
+  }
+  CHECK(cuda::quantize_int8_groups(nullptr, 10, 3, nullptr, nullptr, nullptr) != kOk);
+}

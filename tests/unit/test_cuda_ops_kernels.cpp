@@ -1,0 +1,187 @@
+// The CUDA ops kernels (kernels/cuda/ops_elementwise.cu, ops_rows.cu) compiled as C++ against
+// the recording host stub, against the CPU ops table (kernels/cpu/ops). Both evaluate the
+// shared element functions of kernels/ops_math.h; elementwise ops agree bit for bit, row ops
+// (whose sums run in another order: a tree of doubles here, SIMD lanes there) to fp32 rounding.
+// Row widths 1, 5, 300 put rows through partial blocks (fewer columns than threads) and
+// strided ones; kernels run for real on the host, so sizes stay small.
+#include "kernels/cpu/ops/cpu_ops.h"
+#include "kernels/cuda/ops_kernels.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace dscpp;
+namespace cops = dscpp::cuda::ops;
+
+namespace {
+
+std::vector<float> randoms(int64_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+void require_close(const std::vector<float>& got, const std::vector<float>& want, float tol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(got[i] == Approx(want[i]).margin(tol).epsilon(tol));
+  }
+}
+
+const dscpp_ops cpu = kernels::cpu_ops(DSCPP_F32);
+const int64_t kCols[] = {1, 5, 300};
+
+}  // namespace
+
+TEST_CASE("CUDA elementwise kernels (host stub) equal the CPU table bit for bit", "[cuda_ops]") {
+  for (int64_t n : {1, 7, 1029}) {
+    const auto x = randoms(n, 1, -8.0f, 8.0f), dy = randoms(n, 2);
+    std::vector<float> a(x.size()), b(x.size());
+    REQUIRE(cops::gelu_forward(x.data(), a.data(), n, nullptr) == cuda::kOk);
+    REQUIRE(cpu.gelu_forward(&cpu, x.data(), b.data(), n) == DSCPP_OK);
+    // The CPU clones are built with FMA contraction allowed; one rounding apart at most.
+    require_close(a, b, 1e-6f);
+    REQUIRE(cops::gelu_backward(x.data(), dy.data(), a.data(), n, nullptr) == cuda::kOk);
+    REQUIRE(cpu.gelu_backward(&cpu, x.data(), dy.data(), b.data(), n) == DSCPP_OK);
+    require_close(a, b, 1e-6f);
+    REQUIRE(cops::relu_backward(x.data(), dy.data(), a.data(), n, nullptr) == cuda::kOk);
+    REQUIRE(cpu.relu_backward(&cpu, x.data(), dy.data(), b.data(), n) == DSCPP_OK);
+    REQUIRE(a == b);
+  }
+}
+
+TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) equal the CPU table", "[cuda_ops]") {
+  for (int64_t cols : kCols) {
+    const int64_t rows = 9;
+    const auto dy = randoms(rows * cols, 3);
+    std::vector<float> ga(static_cast<size_t>(cols), 1.0f), gb = ga;
+    REQUIRE(cops::bias_grad(dy.data(), ga.data(), rows, cols, nullptr) == cuda::kOk);
+    REQUIRE(cpu.bias_grad(&cpu, dy.data(), gb.data(), rows, cols) == DSCPP_OK);
+    require_close(ga, gb, 1e-6f);  // the same row order; the CPU may contract differently
+
+    const int64_t vocab = 4;
+    const std::vector<int32_t> ids = {3, 0, 3, 1, 3, 2, 0, 0, 1};
+    const auto table = randoms(vocab * cols, 4);
+    std::vector<float> ea(static_cast<size_t>(rows * cols)), eb = ea;
+    REQUIRE(cops::embedding_forward(ids.data(), table.data(), ea.data(), rows, cols, nullptr) == cuda::kOk);
+    REQUIRE(cpu.embedding_forward(&cpu, ids.data(), table.data(), eb.data(), rows, vocab, cols) == DSCPP_OK);
+    REQUIRE(ea == eb);
+    std::vector<float> ta = table, tb = table;
+    REQUIRE(cops::embedding_backward(ids.data(), dy.data(), ta.data(), rows, cols, nullptr) == cuda::kOk);
+    REQUIRE(cpu.embedding_backward(&cpu, ids.data(), dy.data(), tb.data(), rows, vocab, cols) == DSCPP_OK);
+    require_close(ta, tb, 1e-6f);
+    int32_t bad = 0;
+    const std::vector<int32_t> wrong = {0, 4};
+    REQUIRE(cops::check_ids(wrong.data(), 2, vocab, &bad, nullptr) == cuda::kOk);
+    CHECK(bad == 1);
+
+    std::vector<int32_t> targets(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) targets[size_t(r)] = r == 2 ? -1 : int32_t(r % cols);
+    const auto probs = randoms(rows * cols, 5, 0.0f, 1.0f);
+    std::vector<float> da(probs.size()), db(probs.size());
+    REQUIRE(cops::cross_entropy_backward(probs.data(), targets.data(), da.data(), rows, cols, 0.5f, nullptr) ==
+            cuda::kOk);
+    REQUIRE(cpu.cross_entropy_backward(&cpu, probs.data(), targets.data(), db.data(), rows, cols, 0.5f) == DSCPP_OK);
+    REQUIRE(da == db);
+  }
+}
+
+TEST_CASE("CUDA row kernels (host stub) match the CPU table", "[cuda_ops]") {
+  for (int64_t cols : kCols) {
+    CAPTURE(cols);
+    const int64_t rows = 6;
+    const auto x = randoms(rows * cols, 6, -5.0f, 5.0f), dy = randoms(rows * cols, 7), g = randoms(cols, 8),
+               b = randoms(cols, 9);
+    std::vector<float> ya(x.size()), yb(x.size()), ma(static_cast<size_t>(rows)), mb(ma.size()), ra(ma.size()),
+        rb(ma.size());
+    REQUIRE(cops::layernorm_forward(x.data(), g.data(), b.data(), ya.data(), ma.data(), ra.data(), rows, cols, 1e-5f,
+                                    nullptr) == cuda::kOk);
+    REQUIRE(cpu.layernorm_forward(&cpu, x.data(), g.data(), b.data(), yb.data(), mb.data(), rb.data(), rows, cols,
+                                  1e-5f) == DSCPP_OK);
+    require_close(ya, yb, 2e-5f);
+    require_close(ma, mb, 1e-5f);
+    require_close(ra, rb, 1e-4f);
+    std::vector<float> dxa(x.size()), dxb(x.size()), dga(static_cast<size_t>(cols)), dgb(dga.size()), dba(dga.size()),
+        dbb(dga.size());
+    REQUIRE(cops::layernorm_backward(dy.data(), x.data(), g.data(), mb.data(), rb.data(), dxa.data(), dga.data(),
+                                     dba.data(), rows, cols, nullptr) == cuda::kOk);
+    REQUIRE(cpu.layernorm_backward(&cpu, dy.data(), x.data(), g.data(), mb.data(), rb.data(), dxb.data(), dgb.data(),
+                                   dbb.data(), rows, cols) == DSCPP_OK);
+    require_close(dxa, dxb, 1e-4f);
+    require_close(dga, dgb, 1e-5f);
+    require_close(dba, dbb, 1e-5f);
+
+    REQUIRE(cops::softmax_forward(x.data(), ya.data(), rows, cols, 1.0f, false, nullptr) == cuda::kOk);
+    REQUIRE(cpu.softmax_forward(&cpu, x.data(), yb.data(), rows, cols) == DSCPP_OK);
+    require_close(ya, yb, 1e-6f);
+    REQUIRE(cops::softmax_backward(yb.data(), dy.data(), dxa.data(), rows, cols, 1.0f, false, nullptr) == cuda::kOk);
+    REQUIRE(cpu.softmax_backward(&cpu, yb.data(), dy.data(), dxb.data(), rows, cols) == DSCPP_OK);
+    require_close(dxa, dxb, 1e-5f);
+
+    std::vector<int32_t> targets(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) targets[size_t(r)] = r == 1 ? -1 : int32_t((r * 7) % cols);
+    std::vector<double> loss(static_cast<size_t>(rows));
+    std::vector<int32_t> hit(static_cast<size_t>(rows));
+    REQUIRE(cops::cross_entropy_forward(x.data(), targets.data(), ya.data(), loss.data(), hit.data(), rows, cols,
+                                        nullptr) == cuda::kOk);
+    double cpu_loss = 0;
+    int64_t counted = 0, correct = 0;
+    REQUIRE(cpu.cross_entropy_forward(&cpu, x.data(), targets.data(), yb.data(), rows, cols, &cpu_loss, &counted,
+                                      &correct) == DSCPP_OK);
+    require_close(ya, yb, 1e-6f);
+    double sum = 0;
+    int64_t hits = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += loss[size_t(r)], hits += hit[size_t(r)];
+    CHECK(sum == Approx(cpu_loss).epsilon(1e-6));
+    CHECK(hits == correct);
+  }
+}
+
+TEST_CASE("CUDA causal softmax (host stub) matches the CPU table, masked entries exactly 0", "[cuda_ops]") {
+  const int64_t groups = 3, T = 7;
+  const auto s = randoms(groups * T * T, 10, -4.0f, 4.0f), dp = randoms(groups * T * T, 11);
+  std::vector<float> pa(s.size()), pb(s.size()), da(s.size()), db(s.size());
+  REQUIRE(cops::softmax_forward(s.data(), pa.data(), groups * T, T, 0.5f, true, nullptr) == cuda::kOk);
+  REQUIRE(cpu.causal_softmax_forward(&cpu, s.data(), pb.data(), groups, T, 0.5f) == DSCPP_OK);
+  require_close(pa, pb, 1e-6f);
+  for (int64_t r = 0; r < groups * T; ++r)
+    for (int64_t c = r % T + 1; c < T; ++c) REQUIRE(pa[size_t(r * T + c)] == 0.0f);
+  REQUIRE(cops::softmax_backward(pb.data(), dp.data(), da.data(), groups * T, T, 0.5f, true, nullptr) == cuda::kOk);
+  REQUIRE(cpu.causal_softmax_backward(&cpu, pb.data(), dp.data(), db.data(), groups, T, 0.5f) == DSCPP_OK);
+  require_close(da, db, 1e-5f);
+}
+
+TEST_CASE("CUDA fill/add/axpy/scale/relu and the linear epilogue (host stub) equal the CPU table", "[cuda_ops]") {
+  const int64_t rows = 3, cols = 333, n = rows * cols;
+  const auto a = randoms(n, 12), b = randoms(n, 13), bias = randoms(cols, 14);
+  std::vector<float> x(a.size()), y(a.size());
+  REQUIRE(cops::fill(x.data(), 0.5f, n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.fill(&cpu, y.data(), 0.5f, n) == DSCPP_OK);
+  REQUIRE(x == y);
+  REQUIRE(cops::add(a.data(), b.data(), x.data(), n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.add(&cpu, a.data(), b.data(), y.data(), n) == DSCPP_OK);
+  REQUIRE(x == y);
+  REQUIRE(cops::axpy(0.3f, a.data(), x.data(), n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.axpy(&cpu, 0.3f, a.data(), y.data(), n) == DSCPP_OK);
+  require_close(x, y, 1e-6f);  // the CPU may contract a·x + y into one FMA
+  REQUIRE(cops::scale(-2.0f, x.data(), n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.scale(&cpu, -2.0f, y.data(), n) == DSCPP_OK);
+  require_close(x, y, 1e-6f);
+  REQUIRE(cops::relu_forward(a.data(), x.data(), n, nullptr) == cuda::kOk);
+  REQUIRE(cpu.relu_forward(&cpu, a.data(), y.data(), n) == DSCPP_OK);
+  REQUIRE(x == y);
+  // Epilogue with bias only equals bias_add; with GELU it equals gelu of the sum.
+  x = a, y = a;
+  std::vector<float> gx(a.size()), gy(a.size());
+  REQUIRE(cops::bias_residual_gelu(x.data(), bias.data(), nullptr, gx.data(), rows, cols, nullptr) == cuda::kOk);
+  REQUIRE(cpu.bias_add(&cpu, y.data(), bias.data(), rows, cols) == DSCPP_OK);
+  REQUIRE(x == y);
+  REQUIRE(cpu.gelu_forward(&cpu, y.data(), gy.data(), n) == DSCPP_OK);
+  require_close(gx, gy, 1e-6f);
+}
