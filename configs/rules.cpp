@@ -118,7 +118,10 @@ class Rules {
       }
     }
     if (z.offload_optimizer && z.offload_optimizer->ratio < 1.0 && stage() != 3)
-      error("zero_optimization.offload_optimizer.ratio", "partial offload (ratio < 1) needs ZeRO stage 3");
+      error("zero_optimization.offload_optimizer.ratio",
+            fmt::format("partial offload (ratio {} < 1) needs ZeRO stage 3, found stage {}; set stage to 3 or ratio "
+                        "to 1",
+                        z.offload_optimizer->ratio, stage()));
   }
 
   void optimizer() {

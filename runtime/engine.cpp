@@ -6,9 +6,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "runtime/fault_injection.h"
 #include "runtime/init.h"
-#include "core/zero_estimate.h"
 #include "kernels/cpu/amp/amp_cpu.h"
-#include "offload/aligned_buffer.h"
 
 #include <fmt/format.h>
 
@@ -90,7 +88,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
       fail("zero_optimization.offload_optimizer.device is \"{}\": optimizer offload needs ZeRO stage 1, 2 or 3 "
            "(stage is 0), as in DeepSpeed",
            offload_device_name(offload_.device));
-    // Offloaded to the CPU, the optimizer allocates its state on the host.
+    // Offloaded to the CPU, the optimizer's loops run on the host (MasterWeights places each
+    // sub-group's state: on the host, or on the device for those a partial offload keeps there).
     optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
   }
   const ParamOffload offload = param_offload_from_config(z, cfg_.aio, stage_ == 3);
@@ -102,40 +101,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
 
   const int nodes = options_.ranks_per_node > 0 ? world.size() / options_.ranks_per_node : 1;
   const Stage3Options s3 = stage3_options(z, world.size(), nodes, world.rank() == 0);
-  MemoryPlanInputs mp;
-  mp.stage = stage_;
-  mp.world = world.size();
-  mp.dtype = dtype_;
-  mp.grad_dtype = grad_dtype_;
-  mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
-  mp.training = !options_.eval_only;
-  mp.micro_batch = micro_;
-  mp.overlap_comm = z.overlap();
-  mp.checkpointing = ckpt_;
-  if (stage_ == 3)  // gathered groups, plus hpZ's copies (parameters too)
-    mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3) + ParamStore::hpz_secondary_bound(layout_, s3);
-  mp.offload_optimizer = offload_.device;
-  if (offload_.device != OffloadDevice::none) {
-    auto subs = make_sub_groups(layout_, stage_ == 3, stage_ == 3 ? z.sub_group_size : 0);
-    for (const SubGroup& sg : subs) mp.max_sub_group = std::max(mp.max_sub_group, sg.numel);
-    SwapFootprint f = swap_footprint(offload_, mp.max_sub_group, static_cast<int64_t>(subs.size()),
-                                     static_cast<int64_t>(optimizer_->state_names().size()));
-    if (offload_.device == OffloadDevice::nvme && !subs.empty()) {
-      mp.swap_pool_bytes = f.pool_bytes;
-      mp.swap_file_bytes = f.file_bytes;
-    }
-  }
-  mp.offload_param = offload.device;
-  if (offload.device != OffloadDevice::none) {  // placed as ParamHome will place the slices
-    const int64_t e = static_cast<int64_t>(dtype_size(dtype_));
-    ParamHome::Placement placed = ParamHome::place(layout_, dtype_, offload);
-    mp.param_host_bytes = placed.host_elements * e;
-    mp.param_nvme_bytes = placed.nvme_elements * e;
-    if (placed.slots > 0)
-      mp.param_swap_buffer_bytes =
-          offload.buffer_count * offload::round_up(placed.largest_swapped * e, offload::kDirectIoAlignment);
-  }
-  plan_ = plan_memory(plugin.layers(), layout_, mp);
+  plan_ = plan_memory_for(s3, offload);
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
               world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
@@ -179,6 +145,13 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   };
   if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
 
+  MasterOptions mo;
+  mo.sub_group_size = stage_ == 3 ? z.sub_group_size : 0;
+  mo.offload = offload_;
+  mo.host = host_.get();
+  mo.rank = world.rank();
+  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
+
   GradReduceOptions r;
   r.stage = stage_;
   r.bucket_elements = z.reduce_bucket_size;
@@ -188,7 +161,10 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   r.overlap = z.overlap();
   r.quantized_gradients = stage_ == 3 && z.zero_quantized_gradients;
   r.ranks_per_node = std::max(1, options_.ranks_per_node);
-  if (offload_.device != OffloadDevice::none) r.partition_device = host_.get();
+  if (offload_.device != OffloadDevice::none) {  // the offloaded sub-groups' share (all unless ratio < 1)
+    r.partition_device = host_.get();
+    r.partition_device_elements = master_->split().offloaded_elements;
+  }
   if (cfg_.communication_data_type)
     r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
   else if (dtype_ == DType::bf16 && stage_ == 0)
@@ -199,58 +175,8 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
                              cfg_.dataloader_drop_last);
   loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, cfg_.dataloader_drop_last);
 
-  MasterOptions mo;
-  mo.sub_group_size = stage_ == 3 ? z.sub_group_size : 0;
-  mo.offload = offload_;
-  mo.host = host_.get();
-  mo.rank = world.rank();
-  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
   schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
 
-}
-
-int64_t Engine::deepspeed_estimate() const {
-  int64_t largest = 0;
-  for (const LayerDecl& l : plugin_.layers()) {
-    int64_t n = 0;
-    for (const ParamDecl& p : l.params) n += p.numel;
-    largest = std::max(largest, n);
-  }
-  double P = static_cast<double>(layout_.numel);
-  // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
-  const bool off = offload_.device != OffloadDevice::none, off_params = param_offload_ != OffloadDevice::none;
-  return stage_ == 3
-             ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, off_params, off, true).gpu_bytes
-                     : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
-}
-
-void Engine::out_of_memory(const OutOfDeviceMemory& e) {
-  if (options_.eval_only) eval_out_of_memory(e);
-  // What each stage would hold for this model, so the user can pick one that fits.
-  const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
-  const int64_t optim = (optimizer_ ? optimizer_->state_bytes_per_element() : 0) + (dtype_ == DType::f32 ? 0 : 4);
-  const int64_t other = plan_.total() - plan_.model_states();  // activations and buffers
-  const int64_t limit = device_.stats().limit;
-  auto states = [&](int stage, int ranks) { return model_state_bytes(stage, ranks, layout_.total, elem, optim); };
-  std::string options;
-  for (int s = stage_ + 1; s <= 3 && world_.size() > 1; ++s)
-    options += fmt::format("{}stage {}: {}", options.empty() ? "" : ", ", s, format_bytes(states(s, world_.size())));
-  std::string ranks_needed;
-  if (limit > 0)
-    for (int n = world_.size() + 1; n <= 4096; n *= 2)
-      if (states(3, n) + other <= limit) {
-        ranks_needed = fmt::format(" At stage 3, {} ranks would hold {} each (with {} of activations and buffers).", n,
-                                   format_bytes(states(3, n)), format_bytes(other));
-        break;
-      }
-  fail("{}\nAt ZeRO stage {} on {} rank{} this rank holds {} of model states; planned in all: {} ({} of it "
-       "activations and buffers for micro-batch {}).{}{} Or offload (zero_optimization.offload_optimizer / "
-       "offload_param), or lower train_micro_batch_size_per_gpu.",
-       e.what(), stage_, world_.size(), world_.size() == 1 ? "" : "s", format_bytes(plan_.model_states()),
-       format_bytes(plan_.total()), format_bytes(other), micro_,
-       options.empty() ? (world_.size() == 1 ? " With one rank ZeRO has nothing to partition across: add ranks." : "")
-                       : fmt::format(" Model states per rank at higher stages: {}.", options),
-       ranks_needed);
 }
 
 Engine::~Engine() = default;
@@ -448,35 +374,6 @@ void Engine::train_step() {
   log_step(loss_sum / static_cast<double>(gas_));
 }
 
-void Engine::log_memory_peaks() {
-  if (world_.rank() != 0) return;
-  MemoryStats m = device_.stats();
-  std::string peaks;
-  for (size_t c = 0; c < kMemCategories; ++c) {
-    std::string key = mem_category_name(static_cast<MemCategory>(c));
-    std::replace(key.begin(), key.end(), ' ', '_');
-    peaks += fmt::format("{}={}, ", key, m.peak[c]);
-  }
-  log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
-            m.total_peak, plan_.model_states(), deepspeed_estimate());
-  if (plan_.offloaded()) {
-    MemoryStats h = host_stats();
-    std::string host;
-    for (size_t c = 0; c < kMemCategories; ++c) {
-      std::string key = mem_category_name(static_cast<MemCategory>(c));
-      std::replace(key.begin(), key.end(), ' ', '_');
-      host += fmt::format("{}={}/{}, ", key, h.peak[c], plan_.host[c]);
-    }
-    log::info("host memory peak per rank (bytes, measured/planned): {}total={}/{}; NVMe planned={}", host,
-              h.total_peak, plan_.host_total(), plan_.nvme_total());
-  }
-  if (!params_->home().all_on_device())
-    log::info("parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; planned device "
-              "params={}",
-              params_->home().host_bytes(), params_->home().nvme_bytes(), params_->home().swap_buffer_bytes(),
-              plan_.bytes[static_cast<size_t>(MemCategory::params)]);
-}
-
 bool Engine::prepare_gradients(float* grad_scale) {
   const double scale = scaler_->scale();
   // Over this rank's gradient slices, group by group in order (thread-count independent).
@@ -554,16 +451,6 @@ void Engine::log_step(double local_loss) {
   window_start_ = Clock::now();
   window_steps_ = 0;
   window_loss_ = 0;
-}
-
-MemoryStats Engine::host_stats() const {
-  MemoryStats h = host_->stats();
-  const auto pool = master_ ? master_->swap_pool_bytes() : 0;  // allocated once, before training
-  h.peak[static_cast<size_t>(MemCategory::optimizer_state)] += pool;
-  const int64_t param_pool = params_ ? params_->home().swap_buffer_bytes() : 0;  // offload_param nvme, likewise
-  h.peak[static_cast<size_t>(MemCategory::buffers)] += param_pool;
-  h.total_peak += pool + param_pool;
-  return h;
 }
 
 void Engine::save(const std::string& save_dir) {

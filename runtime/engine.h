@@ -7,8 +7,8 @@
 // The ZeRO stage decides only where things live, through three parts that share one flat
 // layout (runtime/flat_layout.h): ParamStore (whole or partitioned parameters, stage-3
 // gathers), GradReducer (allreduce or reduce-scatter, when) and MasterWeights (the fp32
-// weights this rank updates and the optimizer over them; offload_optimizer moves them to the
-// host or NVMe, runtime/optimizer_offload.h). The loop, data, logging and checkpoint protocol
+// weights this rank updates and the optimizer over them; offload_optimizer moves them, or with
+// ratio < 1 the first sub-groups of them, to the host or NVMe, runtime/optimizer_offload.h). The loop, data, logging and checkpoint protocol
 // are the same for every stage.
 #pragma once
 
@@ -83,8 +83,9 @@ class Engine {
 
  private:
   void allocate(const Stage3Options& s3, const ParamOffload& offload);
+  MemoryPlan plan_memory_for(const Stage3Options& s3, const ParamOffload& offload) const;  // engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
-  [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);
+  [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);  // engine_memory.cpp, as the reports below
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;
   void initialise_params();

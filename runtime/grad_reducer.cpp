@@ -28,9 +28,17 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
   DSCPP_CHECK_EQ(layout.parts, opt_.stage == 0 ? 1 : comm.size());
   if (opt_.stage <= 1)
     full_ = DeviceBuffer(device, static_cast<size_t>(layout.total) * elem_, MemCategory::grads, true);
-  else
-    partition_ = DeviceBuffer(opt_.partition_device ? *opt_.partition_device : device,
-                              static_cast<size_t>(layout.part_total) * elem_, MemCategory::grads, true);
+  else {
+    if (opt_.partition_device)
+      split_ = opt_.partition_device_elements < 0 ? layout.part_total
+                                                  : std::min(opt_.partition_device_elements, layout.part_total);
+    if (split_ > 0)
+      off_partition_ =
+          DeviceBuffer(*opt_.partition_device, static_cast<size_t>(split_) * elem_, MemCategory::grads, true);
+    if (split_ < layout.part_total)
+      partition_ =
+          DeviceBuffer(device, static_cast<size_t>(layout.part_total - split_) * elem_, MemCategory::grads, true);
+  }
   const int per_node = std::max(1, opt_.ranks_per_node);
   if (opt_.stage == 3 && opt_.quantized_gradients && comm.size() > per_node && comm.size() % per_node == 0) {
     qgz_node_ = comm.split(comm.rank() / per_node, comm.rank(), "qgz-node");
@@ -55,7 +63,7 @@ void* GradReducer::owned(int group) const {
   switch (opt_.stage) {
     case 0: return at(full_, g.begin);
     case 1: return at(full_, g.owned_begin(comm_.rank()));
-    default: return at(partition_, g.part_offset);
+    default: return partition_at(g.part_offset);
   }
 }
 
@@ -133,7 +141,7 @@ void GradReducer::launch_group(int group, void* input) {
     s.work = quantized_reduce_scatter(*qgz_node_, *qgz_cross_, device_, input, s.out.data(), g.part, wire_);
   } else if (opt_.reduce_scatter) {
     s.direct = into_partition;
-    s.work = comm_.reduce_scatter_async(input, into_partition ? at(partition_, g.part_offset) : s.out.data(),
+    s.work = comm_.reduce_scatter_async(input, into_partition ? partition_at(g.part_offset) : s.out.data(),
                                         static_cast<size_t>(g.part), wire_);
   } else {
     s.direct = opt_.stage == 1 && !converted;  // in place in the whole array: the own slice is already there

@@ -46,6 +46,10 @@ struct GradReduceOptions {
   // master.grad). Reductions land in it directly, which needs host-accessible memory for the
   // collective: true of every device dscpp runs training on today.
   Device* partition_device = nullptr;
+  // With partition_device: how many leading elements of the partition live there; the rest
+  // stays on the training device (partial optimizer offload: the gradients of the sub-groups
+  // that step on the device). −1: all of them.
+  int64_t partition_device_elements = -1;
   // ZeRO++ qgZ at stage 3 (runtime/zeropp.h): with more than one node of `ranks_per_node` ranks,
   // each group's reduce-scatter becomes the two-hop int4 all-to-all; on one node it stays a
   // plain reduce-scatter, as in DeepSpeed.
@@ -93,7 +97,13 @@ class GradReducer {
   size_t elem_, wire_elem_;
   GradReduceOptions opt_;
   DeviceBuffer full_;          // stage 0/1: the whole model's gradients
-  DeviceBuffer partition_;     // stages 2–3: this rank's gradient partitions
+  // Stages 2–3: this rank's gradient partitions; elements [0, split_) in off_partition_ (on
+  // partition_device), the rest in partition_ (on the training device).
+  DeviceBuffer off_partition_, partition_;
+  int64_t split_ = 0;
+  char* partition_at(int64_t element) const {
+    return element < split_ ? at(off_partition_, element) : at(partition_, element - split_);
+  }
   std::vector<Staging> staging_;  // stage 1: reduce-scatter results in flight; stages 2–3: staging
   int current_ = -1;              // staging buffer of the group in backward
   bool first_ = true, last_ = true;

@@ -2,6 +2,7 @@
 
 #include "checkpoint/manifest.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 
 #include <fmt/ranges.h>
@@ -25,14 +26,20 @@ std::vector<SubGroup> make_sub_groups(const FlatLayout& layout, bool partitioned
   return subs;
 }
 
+OffloadSplit offload_split(const std::vector<SubGroup>& subs, const OptimizerOffload& offload) {
+  OffloadSplit s;
+  s.offloaded = offloaded_sub_groups(offload, static_cast<int>(subs.size()));
+  s.resident = static_cast<int>(subs.size()) - s.offloaded;
+  for (int i = 0; i < s.offloaded; ++i) {
+    s.offloaded_elements += subs[static_cast<size_t>(i)].numel;
+    s.largest_offloaded = std::max(s.largest_offloaded, subs[static_cast<size_t>(i)].numel);
+  }
+  return s;
+}
+
 MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optimizer& optimizer, Device& device,
                              const MasterOptions& options)
-    : layout_(layout),
-      params_(params),
-      optimizer_(optimizer),
-      device_(device),
-      options_(options),
-      memory_(options.offload.device == OffloadDevice::none ? device : *options.host) {
+    : layout_(layout), params_(params), optimizer_(optimizer), device_(device), options_(options) {
   subs_ = make_sub_groups(layout, params.partitioned(), options.sub_group_size);
   group_index_.assign(layout.groups.size(), -1);
   group_offset_.assign(layout.groups.size(), 0);
@@ -45,8 +52,11 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
       at += layout.groups[g].part;
     }
   }
-  const bool swapped = options.offload.device == OffloadDevice::nvme && !subs_.empty();
-  for (const SubGroup& sub : subs_) {
+  split_ = offload_split(subs_, options.offload);
+  const int count = static_cast<int>(subs_.size());
+  const bool swapped = options.offload.device == OffloadDevice::nvme;
+  for (int i = 0; i < count; ++i) {
+    const SubGroup& sub = subs_[static_cast<size_t>(i)];
     const PartitionGroup& g = layout.groups[static_cast<size_t>(sub.first)];
     std::vector<Segment> segments;
     if (layout.parts == 1) {
@@ -55,33 +65,60 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
     } else {
       segments.push_back({0, sub.numel});
     }
-    int index = swapped ? optimizer.add_external_group(sub.numel, std::move(segments))
-                        : optimizer.add_group(sub.numel, std::move(segments));
-    DSCPP_CHECK_EQ(index, static_cast<int>(&sub - subs_.data()));
+    int index = swapped && offloaded(i) ? optimizer.add_external_group(sub.numel, std::move(segments))
+                                        : optimizer.add_group_on(memory(i), sub.numel, std::move(segments));
+    DSCPP_CHECK_EQ(index, i);
   }
-  if (swapped) {
-    std::vector<int64_t> numels;
-    for (const SubGroup& sub : subs_) numels.push_back(sub.numel);
-    home_ = make_swapped_home(optimizer, numels, options.offload, options.rank);
-  } else {
-    // Offloaded, the master is always its own copy (DeepSpeed's pinned fp32 partition): the
-    // parameters stay on the training device.
-    aliased_ = !offloaded() && params.dtype() == DType::f32 && params.home().all_on_device();
-    if (!aliased_)
-      copy_ = DeviceBuffer(memory_, static_cast<size_t>(layout.part_total) * 4, MemCategory::optimizer_state, true);
-    std::vector<float*> bases;
-    for (const SubGroup& sub : subs_)
-      bases.push_back(aliased_ ? static_cast<float*>(params.owned(sub.first))
-                               : copy_.as<float>() + layout.groups[static_cast<size_t>(sub.first)].part_offset);
-    home_ = make_resident_home(memory_, optimizer, std::move(bases));
+  // Offloaded, the master is always its own copy (DeepSpeed's pinned fp32 partition): the
+  // parameters stay on the training device. DeepSpeed keeps one for the sub-groups a partial
+  // offload leaves on the device too; so does dscpp, which keeps one rule for the plan.
+  aliased_ = !offloaded() && params.dtype() == DType::f32 && params.home().all_on_device();
+  const int64_t split = split_.offloaded_elements;
+  if (!aliased_) {
+    if (!swapped && split > 0)
+      host_master_ = DeviceBuffer(*options.host, static_cast<size_t>(split) * 4, MemCategory::optimizer_state, true);
+    if (split_.resident > 0)
+      device_master_ =
+          DeviceBuffer(device, static_cast<size_t>(layout.part_total - split) * 4, MemCategory::optimizer_state, true);
   }
-  if (offloaded() && !subs_.empty()) {
-    int64_t largest = 0;
-    for (const SubGroup& sub : subs_) largest = std::max(largest, sub.numel);
-    scratch_ = DeviceBuffer(memory_, static_cast<size_t>(largest) * 4, MemCategory::buffers);
+  std::vector<float*> bases(subs_.size(), nullptr);
+  for (int i = 0; i < count; ++i) {
+    const int first = subs_[static_cast<size_t>(i)].first;
+    const int64_t at = layout.groups[static_cast<size_t>(first)].part_offset;
+    if (aliased_)
+      bases[static_cast<size_t>(i)] = static_cast<float*>(params.owned(first));
+    else if (!offloaded(i))
+      bases[static_cast<size_t>(i)] = device_master_.as<float>() + (at - split);
+    else if (!swapped)
+      bases[static_cast<size_t>(i)] = host_master_.as<float>() + at;
+  }
+  std::unique_ptr<StateHome> off, resident;
+  if (split_.offloaded > 0) {
+    if (swapped) {
+      std::vector<int64_t> numels;
+      for (int i = 0; i < split_.offloaded; ++i) numels.push_back(subs_[static_cast<size_t>(i)].numel);
+      off = make_swapped_home(optimizer, numels, options.offload, options.rank);
+    } else {
+      off = make_resident_home(*options.host, optimizer, bases);
+    }
+  }
+  if (split_.resident > 0 || !off) resident = make_resident_home(device, optimizer, std::move(bases));
+  home_ = !off        ? std::move(resident)
+          : !resident ? std::move(off)
+                      : make_split_home(std::move(off), split_.offloaded, std::move(resident));
+  if (split_.offloaded > 0) {
+    host_scratch_ =
+        DeviceBuffer(*options.host, static_cast<size_t>(split_.largest_offloaded) * 4, MemCategory::buffers);
     if (params.dtype() != DType::f32)
-      staging_ = DeviceBuffer(memory_, static_cast<size_t>(largest) * dtype_size(params.dtype()), MemCategory::buffers);
+      staging_ = DeviceBuffer(*options.host, static_cast<size_t>(split_.largest_offloaded) * dtype_size(params.dtype()),
+                              MemCategory::buffers);
   }
+  if (options.rank == 0 && offloaded() && options.offload.ratio < 1.0)
+    log::info(
+        "offload_optimizer ratio {}: {} of {} sub-groups offloaded to {} ({} elements of this rank's {}), {} "
+        "stay on the training device",
+        options.offload.ratio, split_.offloaded, count, offload_device_name(options.offload.device), split,
+        layout.part_total, split_.resident);
 }
 
 MasterWeights::~MasterWeights() = default;
@@ -96,7 +133,8 @@ void MasterWeights::for_groups(const SubGroup& sub, F&& f) const {
   }
 }
 
-void MasterWeights::params_to_master(const SubGroup& sub, float* master) {
+void MasterWeights::params_to_master(int i, float* master) {
+  const SubGroup& sub = subs_[static_cast<size_t>(i)];
   if (!params_.home().all_on_device()) {  // offload_param: wherever each slice lives
     for_groups(sub, [&](int g, int64_t at) {
       params_.home().read_f32(g, 0, layout_.groups[static_cast<size_t>(g)].part, master + at);
@@ -104,7 +142,7 @@ void MasterWeights::params_to_master(const SubGroup& sub, float* master) {
     return;
   }
   const void* p = params_.owned(sub.first);
-  if (!offloaded()) {
+  if (!offloaded(i)) {
     kernels::load_to_f32(p, params_.dtype(), master, 1.0f, sub.numel);
   } else if (params_.dtype() == DType::f32) {
     device_.copy_to_host(master, p, static_cast<size_t>(sub.numel) * 4);
@@ -114,7 +152,8 @@ void MasterWeights::params_to_master(const SubGroup& sub, float* master) {
   }
 }
 
-void MasterWeights::master_to_params(const SubGroup& sub, const float* master) {
+void MasterWeights::master_to_params(int i, const float* master) {
+  const SubGroup& sub = subs_[static_cast<size_t>(i)];
   if (!params_.home().all_on_device()) {  // offload_param: each slice back to its home
     for_groups(sub, [&](int g, int64_t at) {
       params_.home().write_f32(g, 0, layout_.groups[static_cast<size_t>(g)].part, master + at);
@@ -122,7 +161,7 @@ void MasterWeights::master_to_params(const SubGroup& sub, const float* master) {
     return;
   }
   void* p = params_.owned(sub.first);
-  if (!offloaded()) {
+  if (!offloaded(i)) {
     kernels::store_from_f32(p, params_.dtype(), master, sub.numel);
   } else if (params_.dtype() == DType::f32) {
     device_.copy_from_host(p, master, static_cast<size_t>(sub.numel) * 4);
@@ -138,7 +177,7 @@ void MasterWeights::refresh_from_params() {
   if (aliased_) return;
   for (size_t i = 0; i < subs_.size(); ++i) {
     SubGroupView v = home_->acquire(static_cast<int>(i));
-    params_to_master(subs_[i], v.master);
+    params_to_master(static_cast<int>(i), v.master);
     home_->release(static_cast<int>(i), true);
   }
   home_->flush();
@@ -148,14 +187,15 @@ void MasterWeights::write_params() {
   if (aliased_) return;
   for (size_t i = 0; i < subs_.size(); ++i) {
     SubGroupView v = home_->acquire(static_cast<int>(i));
-    master_to_params(subs_[i], v.master);
+    master_to_params(static_cast<int>(i), v.master);
     home_->release(static_cast<int>(i), false);
   }
   home_->flush();
 }
 
-const float* MasterWeights::fp32_gradient(const SubGroup& sub, void* grad, DType grad_dtype, float grad_scale) {
-  if (grad_dtype == DType::f32 && !offloaded()) {
+const float* MasterWeights::fp32_gradient(int i, void* grad, DType grad_dtype, float grad_scale) {
+  const SubGroup& sub = subs_[static_cast<size_t>(i)];
+  if (grad_dtype == DType::f32 && !offloaded(i)) {
     kernels::scale_inplace(grad, DType::f32, grad_scale, sub.numel);
     return static_cast<const float*>(grad);
   }
@@ -163,10 +203,11 @@ const float* MasterWeights::fp32_gradient(const SubGroup& sub, void* grad, DType
   // would flush small gradients to zero. Offloaded, the optimizer reads host memory: the
   // gradient crosses into it here (the same multiplication as scale_inplace, so the result
   // is bit-identical to the resident path).
-  if (scratch_.bytes() < static_cast<size_t>(sub.numel) * 4)
-    scratch_ = DeviceBuffer(memory_, static_cast<size_t>(sub.numel) * 4, MemCategory::buffers);
-  kernels::load_to_f32(grad, grad_dtype, scratch_.as<float>(), grad_scale, sub.numel);
-  return scratch_.as<float>();
+  DeviceBuffer& scratch = offloaded(i) ? host_scratch_ : device_scratch_;
+  if (scratch.bytes() < static_cast<size_t>(sub.numel) * 4)
+    scratch = DeviceBuffer(memory(i), static_cast<size_t>(sub.numel) * 4, MemCategory::buffers);
+  kernels::load_to_f32(grad, grad_dtype, scratch.as<float>(), grad_scale, sub.numel);
+  return scratch.as<float>();
 }
 
 void MasterWeights::step(const std::function<void*(int)>& grads, DType grad_dtype, float grad_scale,
@@ -175,12 +216,12 @@ void MasterWeights::step(const std::function<void*(int)>& grads, DType grad_dtyp
     const SubGroup& sub = subs_[i];
     SubGroupView v = home_->acquire(static_cast<int>(i));
     home_->prefetch(static_cast<int>(i) + 1);  // pipeline_read: in flight while this one steps
-    optimizer_.step(static_cast<int>(i), v.master, fp32_gradient(sub, grads(sub.first), grad_dtype, grad_scale),
-                    overrides);
-    if (!aliased_) master_to_params(sub, v.master);
+    optimizer_.step(static_cast<int>(i), v.master,
+                    fp32_gradient(static_cast<int>(i), grads(sub.first), grad_dtype, grad_scale), overrides);
+    if (!aliased_) master_to_params(static_cast<int>(i), v.master);
     home_->release(static_cast<int>(i), true);  // pipeline_write: written while the next one steps
   }
-  if (!offloaded()) scratch_.reset();  // device memory: held only during the step
+  device_scratch_.reset();  // device memory: held only during the step
   // NVMe: sub-group 0's read overlaps the parameter allgather and the next forward/backward
   // (its slots are not written again before the next step acquires it).
   if (!subs_.empty()) home_->prefetch(0);
@@ -200,7 +241,8 @@ void MasterWeights::copy_out(const std::string& what, int g, int64_t offset, int
   const int sub = optimizer_group(g);
   DSCPP_CHECK_GE(sub, 0);
   SubGroupView v = home_->acquire(sub);
-  home_->memory().copy_to_host(host, array(sub, v, what) + optimizer_offset(g) + offset, static_cast<size_t>(count) * 4);
+  home_->memory(sub).copy_to_host(host, array(sub, v, what) + optimizer_offset(g) + offset,
+                                  static_cast<size_t>(count) * 4);
   home_->release(sub, false, false);
 }
 
@@ -208,7 +250,8 @@ void MasterWeights::copy_in(const std::string& what, int g, int64_t offset, int6
   const int sub = optimizer_group(g);
   DSCPP_CHECK_GE(sub, 0);
   SubGroupView v = home_->acquire(sub);
-  home_->memory().copy_from_host(array(sub, v, what) + optimizer_offset(g) + offset, host, static_cast<size_t>(count) * 4);
+  home_->memory(sub).copy_from_host(array(sub, v, what) + optimizer_offset(g) + offset, host,
+                                    static_cast<size_t>(count) * 4);
   home_->release(sub, true, false);
 }
 

@@ -11,7 +11,11 @@
 // Where the master and the optimizer state live is a StateHome (runtime/optimizer_offload.h):
 // the training device; the host (offload_optimizer cpu: the master is always a separate copy
 // there, the fp32 gradient the optimizer reads is widened into host memory, and the updated
-// parameters go back with Device::copy_from_host); or NVMe (swapped per sub-group).
+// parameters go back with Device::copy_from_host); or NVMe (swapped per sub-group). With
+// offload_optimizer ratio < 1 (stage 3) only the first sub-groups are offloaded (OffloadSplit);
+// the others keep a separate fp32 master, their state and their step scratch on the training
+// device, and step there like sub-groups without offload. Each sub-group's path (scratch,
+// staging, copy-back) follows where it lives.
 //
 // Offloaded parameters (offload_param: the owned slices live in ParamHome's host memory or
 // swap file) are never the master either, and the master ⇄ parameter moves go group by group
@@ -42,6 +46,18 @@ struct SubGroup {
 // 0 = one sub-group per non-empty partition group.
 std::vector<SubGroup> make_sub_groups(const FlatLayout& layout, bool partitioned, int64_t sub_group_size);
 
+// Partial optimizer offload: the first `offloaded` sub-groups are offloaded, the others stay on
+// the training device. Sub-groups are consecutive in the rank's partition, so the offloaded
+// ones hold exactly its first `offloaded_elements` elements (the gradient partition splits
+// there too).
+struct OffloadSplit {
+  int offloaded = 0;
+  int resident = 0;                // on the training device
+  int64_t offloaded_elements = 0;  // Σ numel of the offloaded sub-groups
+  int64_t largest_offloaded = 0;   // numel of the largest of them (host scratch, swap slots)
+};
+OffloadSplit offload_split(const std::vector<SubGroup>& subs, const OptimizerOffload& offload);
+
 struct MasterOptions {
   int64_t sub_group_size = 0;  // stage 3 (partitioned parameters) only
   OptimizerOffload offload;    // device none: everything on the training device
@@ -51,7 +67,8 @@ struct MasterOptions {
 
 class MasterWeights {
  public:
-  // With offload cpu the optimizer must have been made on `*options.host`.
+  // Each sub-group's optimizer state is placed with Optimizer::add_group_on (offloaded: on
+  // `*options.host`, else on `device`), whatever device the optimizer was made with.
   MasterWeights(const FlatLayout& layout, ParamStore& params, Optimizer& optimizer, Device& device,
                 const MasterOptions& options = {});
   ~MasterWeights();
@@ -74,6 +91,7 @@ class MasterWeights {
 
   bool aliased() const { return aliased_; }
   bool offloaded() const { return options_.offload.device != OffloadDevice::none; }
+  const OffloadSplit& split() const { return split_; }
   // The optimizer group holding partition group g's slice (−1: an empty group), and where the
   // slice starts in it.
   int optimizer_group(int g) const { return group_index_[static_cast<size_t>(g)]; }
@@ -87,21 +105,27 @@ class MasterWeights {
   // Calls f(group, offset in the sub-group) for each non-empty partition group of `sub`.
   template <typename F>
   void for_groups(const SubGroup& sub, F&& f) const;
-  void params_to_master(const SubGroup& sub, float* master);
-  void master_to_params(const SubGroup& sub, const float* master);
-  const float* fp32_gradient(const SubGroup& sub, void* grad, DType grad_dtype, float grad_scale);
+  // Sub-group i is offloaded: its master, state and step scratch live on the host (or NVMe).
+  bool offloaded(int i) const { return i < split_.offloaded; }
+  Device& memory(int i) const { return offloaded(i) ? *options_.host : device_; }
+  void params_to_master(int i, float* master);
+  void master_to_params(int i, const float* master);
+  const float* fp32_gradient(int i, void* grad, DType grad_dtype, float grad_scale);
 
   const FlatLayout& layout_;
   ParamStore& params_;
   Optimizer& optimizer_;
   Device& device_;
   MasterOptions options_;
-  Device& memory_;        // where the master, state and step scratch live (device_ or the host)
   bool aliased_ = false;  // the fp32 parameters are the master
-  DeviceBuffer copy_;     // resident homes: the fp32 master when it is not the parameters
-  DeviceBuffer scratch_;  // one sub-group's fp32 gradient (category buffers, on memory_)
+  // Resident homes: the fp32 master when it is not the parameters, split where the partition
+  // splits (offload cpu: the offloaded sub-groups' elements on the host, the rest on the device).
+  DeviceBuffer host_master_, device_master_;
+  DeviceBuffer host_scratch_;    // offloaded sub-groups: one's fp32 gradient (category buffers)
+  DeviceBuffer device_scratch_;  // the others: one's fp32 gradient, held only during the step
   DeviceBuffer staging_;  // offload, 16-bit parameters: one sub-group's parameters on the host
   std::vector<SubGroup> subs_;  // optimizer group i = subs_[i]
+  OffloadSplit split_;
   std::vector<int> group_index_;
   std::vector<int64_t> group_offset_;
   std::unique_ptr<StateHome> home_;

@@ -44,6 +44,7 @@ int64_t model_state_bytes(int stage, int world, int64_t elements, int64_t elem_b
 MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& layout, const MemoryPlanInputs& in) {
   MemoryPlan p;
   p.offload_optimizer = in.offload_optimizer;
+  p.offload_ratio = in.offload_ratio;
   p.params_offloaded = in.stage == 3 && in.offload_param != OffloadDevice::none;
   auto at = [&p](MemCategory c) -> int64_t& { return p.bytes[static_cast<size_t>(c)]; };
   const int64_t e = static_cast<int64_t>(dtype_size(in.dtype));
@@ -80,22 +81,25 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   if (in.offload_optimizer != OffloadDevice::none) {
     auto off = [&p](MemCategory c) -> int64_t& { return p.host[static_cast<size_t>(c)]; };
     const auto optim = static_cast<size_t>(MemCategory::optimizer_state);
-    // Offloaded, the master is always its own fp32 copy, even for fp32 parameters.
-    const int64_t state = layout.part_total * (in.optimizer_bytes_per_element + 4);
-    p.bytes[optim] = 0;
+    // Offloaded, the master is always its own fp32 copy, even for fp32 parameters — also for
+    // the sub-groups a partial offload keeps on the device.
+    const int64_t per_element = in.optimizer_bytes_per_element + 4;
+    const int64_t offloaded = in.offloaded_elements, resident = layout.part_total - in.offloaded_elements;
+    p.bytes[optim] = resident * per_element;
     if (in.offload_optimizer == OffloadDevice::cpu) {
-      p.host[optim] = state;
+      p.host[optim] = offloaded * per_element;
     } else {
       p.host[optim] = in.swap_pool_bytes;
       p.nvme[optim] = in.swap_file_bytes;
     }
     if (in.stage >= 2) {
-      off(MemCategory::grads) = at(MemCategory::grads);
-      at(MemCategory::grads) = 0;
+      off(MemCategory::grads) = offloaded * ge;
+      at(MemCategory::grads) = resident * ge;
     }
-    // The sub-group's fp32 gradient moves to the host; so does the step's 16-bit staging.
-    if (ge != 4) at(MemCategory::buffers) -= max_part * 4;
-    off(MemCategory::buffers) += in.max_sub_group * (4 + (e != 4 ? e : 0));
+    // The offloaded sub-group's fp32 gradient moves to the host; so does the step's 16-bit
+    // staging. The device keeps its unscaled-gradient buffer while sub-groups step there.
+    if (ge != 4 && resident == 0) at(MemCategory::buffers) -= max_part * 4;
+    if (offloaded > 0) off(MemCategory::buffers) += in.max_sub_group * (4 + (e != 4 ? e : 0));
   }
   return p;
 }
@@ -134,7 +138,13 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measur
                        : optim                        ? "optimizer offloaded"
                        : plan.params_offloaded        ? "its row for no offload: it has none for parameters alone"
                                                       : "no offload";
-    out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, {}): {}", what,
+    // Nor has it one for partial optimizer offload: it prices the whole optimizer offloaded.
+    const std::string partial =
+        optim && plan.offload_ratio < 1.0
+            ? fmt::format(" — its row for full offload, while ratio {} keeps part of it on the device",
+                          plan.offload_ratio)
+            : "";
+    out += fmt::format("\nDeepSpeed's estimator (fp16 model states per GPU, {}{}): {}", what, partial,
                        format_bytes(deepspeed_estimate));
   }
   return out;

@@ -19,7 +19,9 @@
 // files). offload_optimizer cpu moves the optimizer row (K = state + an fp32 master, always
 // separate) to the host, and at stages 2–3 the gradient partition too, plus the fp32 gradient
 // and 16-bit staging of one optimizer sub-group; nvme keeps only buffer_count swap buffers of
-// that row on the host and puts the rest in the swap file. offload_param (stage 3) moves the
+// that row on the host and puts the rest in the swap file. With ratio < 1 (stage 3) that holds
+// for the offloaded sub-groups' elements only; the others keep optimizer row and gradients on
+// the device, with the master still a separate copy. offload_param (stage 3) moves the
 // owned parameter slices to the host or NVMe (as ParamHome places them: param_host_bytes and
 // param_nvme_bytes, plus its swap buffers on the host); the device keeps the gathered layers
 // and, without offload_optimizer, an fp32 master even for fp32 parameters. --eval_only plans
@@ -51,7 +53,11 @@ struct MemoryPlanInputs {
   bool overlap_comm = false;
   int64_t stage3_live_elements = 0;  // bound on gathered stage-3 elements (ParamStore's policy)
   OffloadDevice offload_optimizer = OffloadDevice::none;
-  int64_t max_sub_group = 0;    // elements of the largest optimizer sub-group (offload scratch)
+  int64_t max_sub_group = 0;  // elements of the largest offloaded optimizer sub-group (host scratch)
+  // Partition elements whose optimizer (and at stages 2–3 gradient) is offloaded: all of them
+  // unless offload_optimizer ratio < 1 keeps the last sub-groups on the device (stage 3).
+  int64_t offloaded_elements = 0;
+  double offload_ratio = 1.0;   // as configured, for the estimator's label
   int64_t swap_pool_bytes = 0;  // nvme: host buffers the optimizer state is swapped through
   int64_t swap_file_bytes = 0;  // nvme: the optimizer swap file
   OffloadDevice offload_param = OffloadDevice::none;
@@ -70,6 +76,7 @@ struct MemoryPlan {
   int64_t nvme_total() const;
   bool offloaded() const { return host_total() + nvme_total() > 0; }
   OffloadDevice offload_optimizer = OffloadDevice::none;  // as configured, for the estimator's label
+  double offload_ratio = 1.0;                             // likewise
   bool params_offloaded = false;                          // offload_param at stage 3
 };
 

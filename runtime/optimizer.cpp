@@ -24,6 +24,7 @@ struct Group {
   std::vector<int64_t> bounds;  // segments tiling [0, numel) (gaps become segments of their own)
   int64_t steps = 0;
   bool external = false;             // state arrays bound by the caller (bind_state), not owned
+  Device* device = nullptr;          // owned groups: where their state is allocated
   std::vector<std::string> names;    // state names, in order
   std::vector<DeviceBuffer> owned;   // owned groups: the arrays `data` points at
   std::vector<float*> data;          // the state arrays (numel floats each); null until bound
@@ -54,9 +55,7 @@ void check_beta(const char* what, double b) {
 class OptimizerBase : public Optimizer {
  public:
   OptimizerBase(const config::OptimizerConfig& config, Device& device) : p_(config.params), device_(device) {
-    if (!device.is_host())
-      fail("optimizer {}: the optimizer loops run on host memory; device '{}' is not host-accessible", config.type,
-           device.name());
+    check_host(config.type, device);
   }
 
   double base_lr() const override { return p_.lr; }
@@ -65,7 +64,13 @@ class OptimizerBase : public Optimizer {
   }
 
   int add_group(int64_t numel, std::vector<Segment> segments) override {
+    return add_group_on(device_, numel, std::move(segments));
+  }
+
+  int add_group_on(Device& device, int64_t numel, std::vector<Segment> segments) override {
+    check_host(name(), device);
     Group g = new_group(numel, std::move(segments), false);
+    g.device = &device;
     for (const std::string& name : initial_state_names()) add_state(g, name);
     init_state(g);
     groups_.push_back(std::move(g));
@@ -124,6 +129,11 @@ class OptimizerBase : public Optimizer {
   virtual void init_state(Group&) {}
   virtual void update(Group& g, float* w, const float* grad, double lr, double momentum) = 0;
 
+  static void check_host(const std::string& what, Device& device) {
+    if (!device.is_host())
+      fail("optimizer {}: the optimizer loops run on host memory; device '{}' is not host-accessible", what,
+           device.name());
+  }
   Group new_group(int64_t numel, std::vector<Segment> segments, bool external) {
     if (numel < 0) fail("optimizer: group size must be >= 0, got {}", numel);
     Group g;
@@ -139,7 +149,7 @@ class OptimizerBase : public Optimizer {
            "from the start or do not offload the optimizer",
            this->name(), name);
     size_t bytes = static_cast<size_t>(std::max<int64_t>(g.numel, 1)) * sizeof(float);
-    g.owned.emplace_back(device_, bytes, MemCategory::optimizer_state, /*zero=*/true);
+    g.owned.emplace_back(*g.device, bytes, MemCategory::optimizer_state, /*zero=*/true);
     g.names.push_back(name);
     g.data.push_back(g.owned.back().as<float>());
     return g.data.back();

@@ -25,10 +25,11 @@ class ResidentHome final : public StateHome {
  public:
   ResidentHome(Device& memory, Optimizer& optimizer, std::vector<float*> bases)
       : memory_(memory), optimizer_(optimizer), bases_(std::move(bases)) {}
-  Device& memory() override { return memory_; }
+  Device& memory(int) override { return memory_; }
   SubGroupView acquire(int sub) override {
     SubGroupView v;
     v.master = bases_.at(static_cast<size_t>(sub));
+    DSCPP_CHECK(v.master != nullptr);  // a sub-group this home holds
     for (const StateTensor& s : optimizer_.state(sub)) v.state.push_back(s.data);
     return v;
   }
@@ -101,7 +102,7 @@ class SwappedHome final : public StateHome {
     }
   }
 
-  Device& memory() override { return *host_; }
+  Device& memory(int) override { return *host_; }
 
   void prefetch(int sub) override {
     if (!options_.pipeline_read || sub < 0 || sub >= static_cast<int>(numels_.size()) || find(sub)) return;
@@ -234,7 +235,37 @@ class SwappedHome final : public StateHome {
   double wait_s_ = 0;
 };
 
+// Routes each sub-group to the home that holds it. The offloaded ones come first, so the
+// swapped home's pipelining (prefetch of sub-group i+1, and of 0 after the step) sees exactly
+// its own sub-groups: a prefetch past them reaches the resident home, which has nothing to do.
+class SplitHome final : public StateHome {
+ public:
+  SplitHome(std::unique_ptr<StateHome> offloaded, int count, std::unique_ptr<StateHome> resident)
+      : offloaded_(std::move(offloaded)), count_(count), resident_(std::move(resident)) {}
+  Device& memory(int sub) override { return at(sub).memory(sub); }
+  void prefetch(int sub) override { at(sub).prefetch(sub); }
+  SubGroupView acquire(int sub) override { return at(sub).acquire(sub); }
+  void release(int sub, bool dirty, bool write_now) override { at(sub).release(sub, dirty, write_now); }
+  void flush() override {
+    offloaded_->flush();
+    resident_->flush();
+  }
+  SwapStats swap_stats() const override { return offloaded_->swap_stats(); }
+  int64_t pool_bytes() const override { return offloaded_->pool_bytes(); }
+
+ private:
+  StateHome& at(int sub) { return sub < count_ ? *offloaded_ : *resident_; }
+  std::unique_ptr<StateHome> offloaded_;
+  int count_;
+  std::unique_ptr<StateHome> resident_;
+};
+
 }  // namespace
+
+int offloaded_sub_groups(const OptimizerOffload& options, int sub_groups) {
+  if (options.device == OffloadDevice::none) return 0;
+  return std::clamp(static_cast<int>(options.ratio * static_cast<double>(sub_groups)), 0, sub_groups);
+}
 
 OptimizerOffload optimizer_offload_options(const config::DsConfig& config) {
   OptimizerOffload out;
@@ -247,10 +278,7 @@ OptimizerOffload optimizer_offload_options(const config::DsConfig& config) {
     out.device = OffloadDevice::nvme;
   else
     fail("{}.device: expected \"none\", \"cpu\" or \"nvme\", found \"{}\"", kKey, o.device);
-  if (o.ratio < 1.0)
-    fail("{}.ratio is {}: partial optimizer offload (DeepSpeed keeps the last sub-groups' optimizer on the GPU) is "
-         "not implemented by dscpp; set ratio to 1 (everything offloaded) or remove the key",
-         kKey, o.ratio);
+  out.ratio = o.ratio;  // in [0, 1], and < 1 only at stage 3: the config checker refused the rest
   if (o.buffer_count < 1 || o.buffer_count > 1024)
     fail("{}.buffer_count must be between 1 and 1024, found {}", kKey, o.buffer_count);
   out.nvme_path = o.nvme_path.value_or("");
@@ -290,6 +318,11 @@ SwapFootprint swap_footprint(const OptimizerOffload& options, int64_t max_sub_nu
 
 std::unique_ptr<StateHome> make_resident_home(Device& memory, Optimizer& optimizer, std::vector<float*> master_bases) {
   return std::make_unique<ResidentHome>(memory, optimizer, std::move(master_bases));
+}
+
+std::unique_ptr<StateHome> make_split_home(std::unique_ptr<StateHome> offloaded, int offloaded_count,
+                                           std::unique_ptr<StateHome> resident) {
+  return std::make_unique<SplitHome>(std::move(offloaded), offloaded_count, std::move(resident));
 }
 
 std::unique_ptr<StateHome> make_swapped_home(Optimizer& optimizer, const std::vector<int64_t>& numels,

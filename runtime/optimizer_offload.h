@@ -7,6 +7,9 @@
 //              master and state tensors sit in TensorSwapper slots under
 //              <nvme_path>/dscpp-<job>-rank<R>/optimizer.swp and are brought into a pool of
 //              buffer_count host buffers only while that sub-group steps or is checkpointed
+//   split      offload_optimizer ratio < 1 (stage 3, engine.md 4.7): the first
+//              ⌊ratio · #sub-groups⌋ sub-groups in an offloaded home (resident on the host, or
+//              swapped), the rest in a resident home on the training device
 //
 // MasterWeights walks the sub-groups through acquire/release; a home that swaps overlaps the
 // I/O with the step (pipeline_read: the next sub-group is read while this one steps;
@@ -35,10 +38,18 @@ struct OptimizerOffload {
   bool pin_memory = true;
   bool pipeline_read = false;
   bool pipeline_write = false;
+  double ratio = 1.0;  // the share of the sub-groups offloaded (the first ones); < 1 at stage 3 only
   offload::AioOptions aio;
 };
-// Throws naming the key for what dscpp refuses (ratio < 1: partial offload; aio.use_gds).
+// Throws naming the key for what dscpp refuses (aio.use_gds). The config checker has already
+// refused a ratio outside [0, 1] and a ratio < 1 below stage 3.
 OptimizerOffload optimizer_offload_options(const config::DsConfig& config);
+
+// How many of `sub_groups` sub-groups are offloaded — the first ones, as in DeepSpeed's
+// `i < int(partial_offload * len(sub_groups))` (the same double product, truncated); 0 without
+// offload.
+int offloaded_sub_groups(const OptimizerOffload& options, int sub_groups);
+
 // The `aio` section as the I/O engine takes it, for every swapper (optimizer state, parameters);
 // throws for aio.use_gds.
 offload::AioOptions aio_options_from_config(const config::AioConfig& aio);
@@ -58,8 +69,8 @@ struct SwapStats {
 class StateHome {
  public:
   virtual ~StateHome() = default;
-  // The device whose copies reach the acquired arrays.
-  virtual Device& memory() = 0;
+  // The device whose copies reach sub-group `sub`'s acquired arrays.
+  virtual Device& memory(int sub) = 0;
   // Starts bringing sub-group `sub` in, when the home pipelines reads; else nothing.
   virtual void prefetch(int sub) { (void)sub; }
   virtual SubGroupView acquire(int sub) = 0;
@@ -70,13 +81,13 @@ class StateHome {
   // Every write has reached the backing store (before a checkpoint or at exit).
   virtual void flush() {}
   virtual SwapStats swap_stats() const { return {}; }
-  // Host bytes held outside `memory()`'s accounting (the swap buffer pool).
+  // Host bytes held outside `memory(sub)`'s accounting (the swap buffer pool).
   virtual int64_t pool_bytes() const { return 0; }
 };
 
-// master_base(sub): where sub-group `sub`'s master starts (a separate copy on `memory`, or the
-// fp32 parameters when they are the master). The optimizer's groups own their state on the
-// device the optimizer was made with, which must be `memory`.
+// master_bases[sub]: where sub-group `sub`'s master starts (a separate copy on `memory`, or the
+// fp32 parameters when they are the master; unused, may be null, for the sub-groups another
+// home holds). The optimizer's groups own their state, on `memory` (Optimizer::add_group_on).
 std::unique_ptr<StateHome> make_resident_home(Device& memory, Optimizer& optimizer,
                                               std::vector<float*> master_bases);
 
@@ -85,6 +96,11 @@ std::unique_ptr<StateHome> make_resident_home(Device& memory, Optimizer& optimiz
 // caller through acquire/release once the parameters exist).
 std::unique_ptr<StateHome> make_swapped_home(Optimizer& optimizer, const std::vector<int64_t>& numels,
                                              const OptimizerOffload& options, int rank);
+
+// Sub-groups [0, offloaded_count) in `offloaded`, the rest in `resident`; both are addressed
+// by the sub-group's own index (the swapped home holds groups 0..offloaded_count-1).
+std::unique_ptr<StateHome> make_split_home(std::unique_ptr<StateHome> offloaded, int offloaded_count,
+                                           std::unique_ptr<StateHome> resident);
 
 // Sizes of the swapped home for a memory plan: the buffer pool (host) and the swap file (NVMe).
 struct SwapFootprint {

@@ -14,8 +14,13 @@
 #     the optimizer state it keeps on NVMe instead, while that state is ≥ 4× the swap buffers;
 #  4. errors: nvme_path missing, unwritable, on a full disk; the swap file removed during
 #     training (the run stops naming the file, and the last checkpoint loads); offload at
-#     stage 0, NVMe at stage 2, ratio < 1, too few buffers; pin_memory beyond the memlock
-#     limit warns and trains unpinned.
+#     stage 0, NVMe at stage 2, ratio < 1 below stage 3, ratio outside [0, 1], too few buffers;
+#     pin_memory beyond the memlock limit warns and trains unpinned;
+#  5. partial offload (offload_optimizer ratio < 1, stage 3): ratios 0.5, 0 and one giving a
+#     single offloaded sub-group, cpu and nvme, are bit-identical to the run without offload
+#     (in part 1); the device's measured optimizer-state peak equals the plan's device share
+#     and lies strictly between the ratio-0 and the full-offload runs'; a checkpoint saved with
+#     ratio 0.5 resumes with ratio 1 and vice versa, bit for bit.
 # Usage: zero_offload.sh DSCPP RUNTIME GPT_SO COMPARE
 set -u
 DSCPP=$1 RUNTIME=$2 GPT=$3 COMPARE=$4
@@ -62,10 +67,24 @@ mkdir -p "$WORK/nvme"
 CPU='{"device": "cpu"}'
 NVME="{\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\"}"
 NVME_PIPE="{\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\", \"pipeline_read\": true, \"pipeline_write\": true, \"buffer_count\": 9}"
+# Partial offload: the first int(ratio · n) sub-groups offloaded, the rest stepped on the device.
+# The gpt above has 4 sub-groups per rank at stage 3 (the "of 4" lines are checked in part 5),
+# so 0.5 offloads 2 and 0.3 offloads int(1.2) = 1.
+CPU_HALF='{"device": "cpu", "ratio": 0.5}'
+CPU_NONE='{"device": "cpu", "ratio": 0.0}'
+NVME_HALF="{\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\", \"ratio\": 0.5}"
+NVME_ONE="{\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\", \"ratio\": 0.3, \"pipeline_read\": true, \"pipeline_write\": true, \"buffer_count\": 9}"
+
+offload_json() {  # KIND → its offload_optimizer object
+  case $1 in
+    cpu) echo "$CPU" ;; nvme) echo "$NVME" ;; nvme_pipe) echo "$NVME_PIPE" ;;
+    cpuhalf) echo "$CPU_HALF" ;; r0cpu) echo "$CPU_NONE" ;; nvmehalf) echo "$NVME_HALF" ;; nvmeone) echo "$NVME_ONE" ;;
+  esac
+}
 
 # ---- 1. parity ----------------------------------------------------------------------------
-CASES=("1 cpu" "2 cpu" "3 cpu" "3 nvme" "3 nvme_pipe")
-[ "$SANITIZED" = 1 ] && CASES=("2 cpu" "3 nvme_pipe")
+CASES=("1 cpu" "2 cpu" "3 cpu" "3 nvme" "3 nvme_pipe" "3 cpuhalf" "3 nvmehalf" "3 r0cpu" "3 nvmeone")
+[ "$SANITIZED" = 1 ] && CASES=("2 cpu" "3 nvme_pipe" "3 cpuhalf" "3 nvmeone")
 for prec in fp32 bf16; do
   [ "$SANITIZED" = 1 ] && [ "$prec" = bf16 ] && continue
   for stage in 1 2 3; do
@@ -77,7 +96,7 @@ for prec in fp32 bf16; do
   for c in "${CASES[@]}"; do
     read -r stage kind <<< "$c"
     name=$kind$stage$prec
-    case $kind in cpu) off=$CPU ;; nvme) off=$NVME ;; nvme_pipe) off=$NVME_PIPE ;; esac
+    off=$(offload_json "$kind")
     config "$WORK/$name.json" "$stage" "$prec" "$off"
     train 2 "$WORK/$name.json" "$WORK/$name.log" --steps $K --save_dir "$WORK/$name" ||
       { fail "$name: $(tail -3 "$WORK/$name.log")"; continue; }
@@ -196,9 +215,14 @@ run1 "$WORK/s0.json" "$WORK/s0.log" --steps 1 && fail "offload at stage 0 ran" |
 config "$WORK/s2n.json" 2 fp32 "$NVME"
 run1 "$WORK/s2n.json" "$WORK/s2n.log" --steps 1 && fail "nvme at stage 2 ran" ||
   expect_error "nvme at stage 2" "$WORK/s2n.log" "offload_optimizer.device" "needs ZeRO stage 3"
-config "$WORK/ratio.json" 3 fp32 '{"device": "cpu", "ratio": 0.5}'
-run1 "$WORK/ratio.json" "$WORK/ratio.log" --steps 1 && fail "ratio 0.5 ran" ||
-  expect_error "ratio < 1" "$WORK/ratio.log" "offload_optimizer.ratio" "not implemented" "set ratio to 1"
+config "$WORK/ratio2.json" 2 fp32 "$CPU_HALF"
+run1 "$WORK/ratio2.json" "$WORK/ratio2.log" --steps 1 && fail "ratio 0.5 at stage 2 ran" ||
+  expect_error "ratio < 1 at stage 2" "$WORK/ratio2.log" "offload_optimizer.ratio" "needs ZeRO stage 3" "found stage 2"
+for r in 1.5 -0.1; do
+  config "$WORK/ratio_range.json" 3 fp32 "{\"device\": \"cpu\", \"ratio\": $r}"
+  run1 "$WORK/ratio_range.json" "$WORK/ratio_range.log" --steps 1 && fail "ratio $r ran" ||
+    expect_error "ratio $r" "$WORK/ratio_range.log" "offload_optimizer.ratio" "expected a number from 0 to 1"
+done
 config "$WORK/few.json" 3 fp32 "{\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\", \"pipeline_read\": true}"
 run1 "$WORK/few.json" "$WORK/few.log" --steps 1 && fail "pipeline_read with 4 buffers ran" ||
   expect_error "buffer_count too small" "$WORK/few.log" "buffer_count is 4" "at least 6"
@@ -247,5 +271,52 @@ step=${tag#global_step}
 run1 "$WORK/rm.json" "$WORK/rm_resume.log" --steps $((step + 1)) --load_dir "$WORK/rm_ckpt" &&
   grep -q "resumed from .*$tag" "$WORK/rm_resume.log" && pass "after the removal, the last checkpoint ($tag) loads and trains" ||
   fail "the last checkpoint ($tag) after the removal: $(tail -3 "$WORK/rm_resume.log")"
+
+# ---- 5. partial offload: the device keeps the rest; checkpoints cross ratios ---------------
+optim_split() {  # LOG → "device_measured device_planned host_measured host_planned offloaded of" (rank 0)
+  sed -n 's/.*optimizer state per rank (bytes, measured\/planned): device=\([0-9]*\)\/\([0-9]*\), host=\([0-9]*\)\/\([0-9]*\), .*; \([0-9]*\) of \([0-9]*\) sub-groups offloaded.*/\1 \2 \3 \4 \5 \6/p' "$1" | head -1
+}
+for prec in fp32 bf16; do
+  [ -f "$WORK/cpuhalf3$prec.log" ] || continue
+  read -r dh ph hh hph kh nh <<< "$(optim_split "$WORK/cpuhalf3$prec.log")"
+  if [ -z "$dh" ]; then fail "$prec partial offload: no optimizer-state line"; continue; fi
+  [ "$kh" = 2 ] && [ "$nh" = 4 ] && grep -q "offload_optimizer ratio 0.5: 2 of 4 sub-groups offloaded to cpu" "$WORK/cpuhalf3$prec.log" &&
+    pass "$prec ratio 0.5: 2 of 4 sub-groups offloaded (logged at start)" || fail "$prec ratio 0.5: $kh of $nh sub-groups offloaded, expected 2 of 4"
+  [ "$dh" = "$ph" ] && [ "$hh" = "$hph" ] && pass "$prec ratio 0.5: optimizer state device $dh B, host $hh B, both as planned" ||
+    fail "$prec ratio 0.5: optimizer state device $dh/$ph B, host $hh/$hph B (measured/planned)"
+  if [ -f "$WORK/r0cpu3$prec.log" ] && [ -f "$WORK/cpu3$prec.log" ]; then
+    read -r d0 p0 _ _ k0 _ <<< "$(optim_split "$WORK/r0cpu3$prec.log")"
+    read -r d1 _ h1 _ k1 n1 <<< "$(optim_split "$WORK/cpu3$prec.log")"
+    # Offloaded or not, a sub-group's state costs the same 12 bytes per element (Adam's m and v
+    # and the fp32 master): the two shares add up to the whole.
+    [ "$d0" = "$p0" ] && [ "$k0" = 0 ] && [ "$k1" = "$n1" ] && [ "$d1" = 0 ] && [ "$dh" -gt 0 ] && [ "$dh" -lt "$d0" ] &&
+      [ $((dh + hh)) = "$d0" ] && [ "$h1" = "$d0" ] &&
+      pass "$prec device optimizer state: ratio 0 $d0 B > ratio 0.5 $dh B (+ host $hh B = $d0) > ratio 1 $d1 B" ||
+      fail "$prec device optimizer state: ratio 0 $d0/$p0 B ($k0 offloaded), 0.5 $dh B + host $hh B, ratio 1 $d1 B + host $h1 B ($k1 of $n1)"
+  fi
+  if [ -f "$WORK/nvmeone3$prec.log" ]; then
+    read -r d2 p2 _ _ k2 n2 <<< "$(optim_split "$WORK/nvmeone3$prec.log")"
+    [ "$k2" = 1 ] && [ "$n2" = 4 ] && [ "$d2" = "$p2" ] && [ "$d2" -gt "$dh" ] &&
+      pass "$prec nvme ratio 0.3: 1 of 4 sub-groups swapped, device optimizer state $d2 B as planned (> $dh B at 0.5)" ||
+      fail "$prec nvme ratio 0.3: $k2 of $n2 swapped, device optimizer state $d2/$p2 B"
+  fi
+done
+
+# Resume across ratios: saved with 0.5 and loaded with 1 (cpu), saved with 1 and loaded with 0.5
+# (nvme); the checkpoint format is the same, so both continue bit for bit as the unbroken run.
+if [ -d "$WORK/base3fp32" ]; then
+  for pair in "cpuhalf cpu" "nvme nvmehalf"; do
+    read -r from to <<< "$pair"
+    config "$WORK/x_$from.json" 3 fp32 "$(offload_json "$from")"
+    config "$WORK/x_$to.json" 3 fp32 "$(offload_json "$to")"
+    train 2 "$WORK/x_$from.json" "$WORK/x_$from.log" --steps $H --save_dir "$WORK/x_$from" ||
+      { fail "$from $H steps: $(tail -3 "$WORK/x_$from.log")"; continue; }
+    train 2 "$WORK/x_$to.json" "$WORK/x_$to.log" --steps $K --load_dir "$WORK/x_$from" --save_dir "$WORK/x_${from}_$to" ||
+      { fail "$from -> $to resume: $(tail -3 "$WORK/x_$to.log")"; continue; }
+    out=$(same_ckpt "$WORK/base3fp32/global_step$K" "$WORK/x_${from}_$to/global_step$K") &&
+      pass "saved with $from, resumed with $to: $H + $H steps == $K steps without offload, bit for bit" ||
+      fail "saved with $from, resumed with $to differs: $out"
+  done
+fi
 
 exit $FAILED
