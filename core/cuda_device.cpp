@@ -121,14 +121,9 @@ class CudaDeviceImpl final : public CudaDevice {
   CachingAllocator cache_;
 };
 
-class PinnedHostDevice final : public Device {
+class PinnedHostDevice final : public HostMemoryDevice {
  public:
   std::string name() const override { return "pinned host"; }
-  bool is_host() const override { return true; }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
-  void zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
 
  protected:
   // cudaHostAlloc pins pages (slow, a few ms per call): cache the blocks like device memory.

@@ -83,17 +83,17 @@ void Device::reset_peaks() {
   total_peak_ = total_.load();
 }
 
+void HostMemoryDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void HostMemoryDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void HostMemoryDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+void HostMemoryDevice::zero(void* ptr, size_t bytes) { std::memset(ptr, 0, bytes); }
+
 namespace {
 
-class CpuDevice final : public Device {
+class CpuDevice final : public HostMemoryDevice {
  public:
   explicit CpuDevice(std::string name) : name_(std::move(name)) {}
   std::string name() const override { return name_; }
-  bool is_host() const override { return true; }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
-  void zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
 
  protected:
   void* raw_allocate(size_t bytes) override {

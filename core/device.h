@@ -66,6 +66,17 @@ class Device {
   int64_t limit_ = 0;
 };
 
+// A Device whose memory is plain host memory: copies are memcpy. The CPU devices and the pinned
+// host pool of the CUDA build differ only in where their blocks come from.
+class HostMemoryDevice : public Device {
+ public:
+  bool is_host() const override { return true; }
+  void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override;
+  void copy_from_host(void* device_dst, const void* host_src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* ptr, size_t bytes) override;
+};
+
 std::unique_ptr<Device> make_cpu_device();
 // Host memory that offload moves state into (ZeRO-Offload's "CPU"), counted apart from the
 // training device so that a device limit and the device peaks leave it out — on a CPU-only

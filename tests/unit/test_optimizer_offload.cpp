@@ -62,6 +62,20 @@ OptimizerOffload nvme(const std::string& path, bool read, bool write, int buffer
   return o;
 }
 
+// Every sub-group of `home` holds the masters `w` and the state of the same groups of `reference`.
+void check_home_equals(StateHome& home, Optimizer& reference, const std::vector<int64_t>& numels,
+                       const std::vector<std::vector<float>>& w) {
+  for (size_t i = 0; i < numels.size(); ++i) {
+    SubGroupView v = home.acquire(static_cast<int>(i));
+    CHECK(std::vector<float>(v.master, v.master + numels[i]) == w[i]);
+    auto st = reference.state(static_cast<int>(i));
+    for (size_t s = 0; s < st.size(); ++s)
+      CHECK(std::vector<float>(v.state[s], v.state[s] + numels[i]) ==
+            std::vector<float>(st[s].data, st[s].data + numels[i]));
+    home.release(static_cast<int>(i), false);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("swapped optimizer state steps bit-identically to owned state in every pipelining mode", "[offload]") {
@@ -107,15 +121,7 @@ TEST_CASE("swapped optimizer state steps bit-identically to owned state in every
     CHECK(after.bytes_written - before.bytes_written == 3 * 3 * slots);
     CHECK(after.bytes_read - before.bytes_read <= 3 * 3 * slots);
     CHECK(after.bytes_read - before.bytes_read >= 3 * 3 * (slots - offload::round_up(3000 * 4, 4096)));
-    for (size_t i = 0; i < numels.size(); ++i) {
-      SubGroupView v = home->acquire(static_cast<int>(i));
-      CHECK(std::vector<float>(v.master, v.master + numels[i]) == w_owned[i]);
-      auto st = owned->state(static_cast<int>(i));
-      for (size_t s = 0; s < st.size(); ++s)
-        CHECK(std::vector<float>(v.state[s], v.state[s] + numels[i]) ==
-              std::vector<float>(st[s].data, st[s].data + numels[i]));
-      home->release(static_cast<int>(i), false);
-    }
+    check_home_equals(*home, *owned, numels, w_owned);
   }
 }
 
@@ -241,15 +247,7 @@ TEST_CASE("split home: offloaded sub-groups swapped, the rest on the training de
     }
     home->flush();
     CHECK((home->swap_stats().bytes_written > 0) == swapped);
-    for (size_t i = 0; i < numels.size(); ++i) {
-      SubGroupView v = home->acquire(static_cast<int>(i));
-      CHECK(std::vector<float>(v.master, v.master + numels[i]) == w_owned[i]);
-      auto st = owned->state(static_cast<int>(i));
-      for (size_t s = 0; s < st.size(); ++s)
-        CHECK(std::vector<float>(v.state[s], v.state[s] + numels[i]) ==
-              std::vector<float>(st[s].data, st[s].data + numels[i]));
-      home->release(static_cast<int>(i), false);
-    }
+    check_home_equals(*home, *owned, numels, w_owned);
     // The resident share really is the device's: its masters are the device copy.
     CHECK(std::vector<float>(device_master.begin(), device_master.begin() + numels[static_cast<size_t>(k)]) ==
           w_owned[static_cast<size_t>(k)]);
