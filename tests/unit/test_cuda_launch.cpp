@@ -16,6 +16,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/unit/ops_check.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -28,14 +30,6 @@ using namespace dscpp;
 using namespace dscpp::cuda;
 
 namespace {
-
-std::vector<float> randoms(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -147,7 +141,7 @@ TEST_CASE("plan_multi_tensor: chunks of 65,536, tensor and block limits, split t
 
 TEST_CASE("cast kernels (host stub) equal the CPU conversions bit for bit", "[cuda_launch]") {
   for (int64_t n : kSizes) {
-    const auto x = randoms(n, 1, -70000.0f, 70000.0f);
+    const auto x = ops_check::rnd(n, 1, -70000.0f, 70000.0f);
     std::vector<uint16_t> h(x.size()), b(x.size());
     std::vector<float> back(x.size());
     stub_launches().clear();
@@ -173,8 +167,8 @@ TEST_CASE("cast kernels (host stub) equal the CPU conversions bit for bit", "[cu
 TEST_CASE("amp kernels (host stub) equal the CPU amp loops", "[cuda_launch]") {
   for (int64_t n : kSizes) {
     CAPTURE(n);
-    const auto g = randoms(n, 2, -3.0f, 3.0f);
-    auto base = randoms(n, 3, -3.0f, 3.0f);
+    const auto g = ops_check::rnd(n, 2, -3.0f, 3.0f);
+    auto base = ops_check::rnd(n, 3, -3.0f, 3.0f);
     std::vector<uint16_t> dev(base.size()), cpu(base.size());
     kernels::store_from_f32(cpu.data(), DType::f16, base.data(), n);
     REQUIRE(cuda::convert_into(dev.data(), Storage::f16, base.data(), Storage::f32, n, nullptr) == kOk);
@@ -212,10 +206,10 @@ TEST_CASE("multi-tensor optimizers (host stub) equal the CPU loops bit for bit",
   auto make = [&](uint32_t seed) {
     Set s;
     for (size_t k = 0; k < sizes.size(); ++k) {
-      s.w.push_back(randoms(sizes[k], seed + 4 * uint32_t(k)));
-      s.g.push_back(randoms(sizes[k], seed + 4 * uint32_t(k) + 1));
-      s.m.push_back(randoms(sizes[k], seed + 4 * uint32_t(k) + 2, -0.1f, 0.1f));
-      s.v.push_back(randoms(sizes[k], seed + 4 * uint32_t(k) + 3, 0.0f, 0.01f));
+      s.w.push_back(ops_check::rnd(sizes[k], seed + 4 * uint32_t(k)));
+      s.g.push_back(ops_check::rnd(sizes[k], seed + 4 * uint32_t(k) + 1));
+      s.m.push_back(ops_check::rnd(sizes[k], seed + 4 * uint32_t(k) + 2, -0.1f, 0.1f));
+      s.v.push_back(ops_check::rnd(sizes[k], seed + 4 * uint32_t(k) + 3, 0.0f, 0.01f));
     }
     return s;
   };
@@ -320,7 +314,7 @@ TEST_CASE("multi-tensor optimizers (host stub) equal the CPU loops bit for bit",
 TEST_CASE("quantize kernels (host stub) equal the CPU loops bit for bit", "[cuda_launch]") {
   for (auto [n, groups] : {std::pair<int64_t, int64_t>{1, 1}, {1000, 8}, {8000 * 8, 8}, {4099, 1}}) {
     CAPTURE(n, groups);
-    const auto x = randoms(n, 5, -4.0f, 4.0f);
+    const auto x = ops_check::rnd(n, 5, -4.0f, 4.0f);
     std::vector<int8_t> qd(x.size()), qc(x.size());
     std::vector<float> sd(static_cast<size_t>(groups)), sc(sd.size()), bd(x.size()), bc(x.size());
     stub_launches().clear();

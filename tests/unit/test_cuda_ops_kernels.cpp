@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/unit/ops_check.h"
+
 #include <cstring>
 #include <random>
 #include <vector>
@@ -17,14 +19,6 @@ using namespace dscpp;
 namespace cops = dscpp::cuda::ops;
 
 namespace {
-
-std::vector<float> randoms(int64_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 void require_close(const std::vector<float>& got, const std::vector<float>& want, float tol) {
   REQUIRE(got.size() == want.size());
@@ -41,7 +35,7 @@ const int64_t kCols[] = {1, 5, 300};
 
 TEST_CASE("CUDA elementwise kernels (host stub) equal the CPU table bit for bit", "[cuda_ops]") {
   for (int64_t n : {1, 7, 1029}) {
-    const auto x = randoms(n, 1, -8.0f, 8.0f), dy = randoms(n, 2);
+    const auto x = ops_check::rnd(n, 1, -8.0f, 8.0f), dy = ops_check::rnd(n, 2, -2.0f, 2.0f);
     std::vector<float> a(x.size()), b(x.size());
     REQUIRE(cops::gelu_forward(x.data(), a.data(), n, nullptr) == cuda::kOk);
     REQUIRE(cpu.gelu_forward(&cpu, x.data(), b.data(), n) == DSCPP_OK);
@@ -59,7 +53,7 @@ TEST_CASE("CUDA elementwise kernels (host stub) equal the CPU table bit for bit"
 TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) equal the CPU table", "[cuda_ops]") {
   for (int64_t cols : kCols) {
     const int64_t rows = 9;
-    const auto dy = randoms(rows * cols, 3);
+    const auto dy = ops_check::rnd(rows * cols, 3, -2.0f, 2.0f);
     std::vector<float> ga(static_cast<size_t>(cols), 1.0f), gb = ga;
     REQUIRE(cops::bias_grad(dy.data(), ga.data(), rows, cols, nullptr) == cuda::kOk);
     REQUIRE(cpu.bias_grad(&cpu, dy.data(), gb.data(), rows, cols) == DSCPP_OK);
@@ -67,7 +61,7 @@ TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) e
 
     const int64_t vocab = 4;
     const std::vector<int32_t> ids = {3, 0, 3, 1, 3, 2, 0, 0, 1};
-    const auto table = randoms(vocab * cols, 4);
+    const auto table = ops_check::rnd(vocab * cols, 4, -2.0f, 2.0f);
     std::vector<float> ea(static_cast<size_t>(rows * cols)), eb = ea;
     REQUIRE(cops::embedding_forward(ids.data(), table.data(), ea.data(), rows, cols, nullptr) == cuda::kOk);
     REQUIRE(cpu.embedding_forward(&cpu, ids.data(), table.data(), eb.data(), rows, vocab, cols) == DSCPP_OK);
@@ -83,7 +77,7 @@ TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) e
 
     std::vector<int32_t> targets(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) targets[size_t(r)] = r == 2 ? -1 : int32_t(r % cols);
-    const auto probs = randoms(rows * cols, 5, 0.0f, 1.0f);
+    const auto probs = ops_check::rnd(rows * cols, 5, 0.0f, 1.0f);
     std::vector<float> da(probs.size()), db(probs.size());
     REQUIRE(cops::cross_entropy_backward(probs.data(), targets.data(), da.data(), rows, cols, 0.5f, nullptr) ==
             cuda::kOk);
@@ -96,8 +90,8 @@ TEST_CASE("CUDA row kernels (host stub) match the CPU table", "[cuda_ops]") {
   for (int64_t cols : kCols) {
     CAPTURE(cols);
     const int64_t rows = 6;
-    const auto x = randoms(rows * cols, 6, -5.0f, 5.0f), dy = randoms(rows * cols, 7), g = randoms(cols, 8),
-               b = randoms(cols, 9);
+    const auto x = ops_check::rnd(rows * cols, 6, -5.0f, 5.0f), dy = ops_check::rnd(rows * cols, 7, -2.0f, 2.0f), g = ops_check::rnd(cols, 8, -2.0f, 2.0f),
+               b = ops_check::rnd(cols, 9, -2.0f, 2.0f);
     std::vector<float> ya(x.size()), yb(x.size()), ma(static_cast<size_t>(rows)), mb(ma.size()), ra(ma.size()),
         rb(ma.size());
     REQUIRE(cops::layernorm_forward(x.data(), g.data(), b.data(), ya.data(), ma.data(), ra.data(), rows, cols, 1e-5f,
@@ -145,7 +139,7 @@ TEST_CASE("CUDA row kernels (host stub) match the CPU table", "[cuda_ops]") {
 
 TEST_CASE("CUDA causal softmax (host stub) matches the CPU table, masked entries exactly 0", "[cuda_ops]") {
   const int64_t groups = 3, T = 7;
-  const auto s = randoms(groups * T * T, 10, -4.0f, 4.0f), dp = randoms(groups * T * T, 11);
+  const auto s = ops_check::rnd(groups * T * T, 10, -4.0f, 4.0f), dp = ops_check::rnd(groups * T * T, 11, -2.0f, 2.0f);
   std::vector<float> pa(s.size()), pb(s.size()), da(s.size()), db(s.size());
   REQUIRE(cops::softmax_forward(s.data(), pa.data(), groups * T, T, 0.5f, true, nullptr) == cuda::kOk);
   REQUIRE(cpu.causal_softmax_forward(&cpu, s.data(), pb.data(), groups, T, 0.5f) == DSCPP_OK);
@@ -159,7 +153,7 @@ TEST_CASE("CUDA causal softmax (host stub) matches the CPU table, masked entries
 
 TEST_CASE("CUDA fill/add/axpy/scale/relu and the linear epilogue (host stub) equal the CPU table", "[cuda_ops]") {
   const int64_t rows = 3, cols = 333, n = rows * cols;
-  const auto a = randoms(n, 12), b = randoms(n, 13), bias = randoms(cols, 14);
+  const auto a = ops_check::rnd(n, 12, -2.0f, 2.0f), b = ops_check::rnd(n, 13, -2.0f, 2.0f), bias = ops_check::rnd(cols, 14, -2.0f, 2.0f);
   std::vector<float> x(a.size()), y(a.size());
   REQUIRE(cops::fill(x.data(), 0.5f, n, nullptr) == cuda::kOk);
   REQUIRE(cpu.fill(&cpu, y.data(), 0.5f, n) == DSCPP_OK);
