@@ -1,7 +1,7 @@
 // Mixed-precision buffer kernels: each body is one call of the shared element math.
 #include "kernels/cuda/amp.h"
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 namespace {
 
 struct Accumulate {
@@ -90,4 +90,4 @@ Status sum_squares_partials(const void* x, Storage type, int64_t n, double* part
   return launch_block_reduce(sum_squares_blocks(n), stream, SumSquares{x, type, n, partials});
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 using hd::Storage;
 
@@ -33,4 +33,4 @@ Status any_nonfinite(const void* x, Storage type, int64_t n, int32_t* flag, Stre
 unsigned sum_squares_blocks(int64_t n);
 Status sum_squares_partials(const void* x, Storage type, int64_t n, double* partials, Stream stream);
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

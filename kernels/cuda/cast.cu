@@ -3,7 +3,7 @@
 #include "core/half.h"
 #include "kernels/cuda/cast.h"
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 namespace {
 
 struct ToF16 {
@@ -44,4 +44,4 @@ Status launch_cast_bf16_to_f32(const uint16_t* src, float* dst, size_t n, Stream
   return launch_elementwise(int64_t(n), stream, Cast<uint16_t, float, FromBf16>{src, dst});
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

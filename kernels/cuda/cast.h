@@ -7,7 +7,7 @@
 
 #include "kernels/cuda/launch.h"
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 // Element-wise casts of n elements from device (or managed) memory `src` to `dst` on
 // `stream`; asynchronous, like any kernel launch. fp16 and bf16 are passed as their raw
@@ -18,4 +18,4 @@ Status launch_cast_f16_to_f32(const uint16_t* src, float* dst, size_t n, Stream 
 Status launch_cast_f32_to_bf16(const float* src, uint16_t* dst, size_t n, Stream stream);
 Status launch_cast_bf16_to_f32(const uint16_t* src, float* dst, size_t n, Stream stream);
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

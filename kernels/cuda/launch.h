@@ -11,28 +11,29 @@
 #pragma once
 
 #include "kernels/hd.h"
+#include "kernels/cuda/cuda_ns.h"
 
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 
 #if defined(DSCPP_CUDA_HOST_STUB)
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 struct StubStream;
 using Stream = StubStream*;  // host stub: no CUDA headers, the tests pass nullptr
 using Status = int;
 constexpr Status kOk = 0;
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS
 #else
 #include <cuda_runtime_api.h>
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 using Stream = cudaStream_t;
 using Status = cudaError_t;
 constexpr Status kOk = cudaSuccess;
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS
 #endif
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 // ---- one-dimensional launches ---------------------------------------------------------------
 
@@ -224,7 +225,7 @@ DSCPP_HD void for_each_chunk_element(const Thread& t, const TensorList<Depth>& l
   }
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS
 
 // The launch layer proper: real kernels under nvcc, the recording host stub for the CPU tests.
 #if defined(DSCPP_CUDA_HOST_STUB)

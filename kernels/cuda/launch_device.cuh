@@ -2,7 +2,7 @@
 // CUDA built-ins into a Thread and handing it to the shared loops. Included by launch.h only.
 #pragma once
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 namespace detail {
 
 __device__ inline Thread this_thread() {
@@ -69,4 +69,4 @@ Status launch_block_reduce(unsigned blocks, Stream stream, Body body) {
   return cudaGetLastError();
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

@@ -7,9 +7,10 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 struct StubLaunch {
   std::string kind;  // "elementwise", "multi_tensor", "block_reduce"
@@ -17,17 +18,24 @@ struct StubLaunch {
   int tensors = 0;  // multi-tensor launches: tensor slots in use
 };
 
-// Every launch since the last clear, in order.
+// The launches this thread made since the last clear, in order. Per thread, because the
+// cuda-sim device launches from the engine's and the communicator's threads; a long run
+// records only its latest launches (tests clear before the few they check).
 inline std::vector<StubLaunch>& stub_launches() {
-  static std::vector<StubLaunch> log;
+  thread_local std::vector<StubLaunch> log;
   return log;
+}
+inline void record_launch(StubLaunch launch) {
+  std::vector<StubLaunch>& log = stub_launches();
+  if (log.size() >= 1024) log.clear();
+  log.push_back(std::move(launch));
 }
 
 template <class Body>
 Status launch_elementwise(int64_t n, Stream, Body body) {
   const Shape s = elementwise_shape(n);
   if (s.blocks == 0) return kOk;
-  stub_launches().push_back({"elementwise", s.blocks, s.threads});
+  record_launch({"elementwise", s.blocks, s.threads});
   for (unsigned b = 0; b < s.blocks; ++b)
     for (unsigned t = 0; t < s.threads; ++t) for_each_element(Thread{b, t, s.blocks, s.threads}, n, body);
   return kOk;
@@ -38,7 +46,7 @@ Status launch_multi_tensor(int count, void* const* const* ptrs, const int64_t* s
   plan_multi_tensor<Depth>(count, ptrs, sizes, [&](const TensorList<Depth>& list, int blocks) {
     int slots = 0;
     for (int b = 0; b < blocks; ++b) slots = list.block_slot[b] + 1 > slots ? list.block_slot[b] + 1 : slots;
-    stub_launches().push_back({"multi_tensor", unsigned(blocks), kChunkThreads, slots});
+    record_launch({"multi_tensor", unsigned(blocks), kChunkThreads, slots});
     for (unsigned b = 0; b < unsigned(blocks); ++b)
       for (unsigned t = 0; t < kChunkThreads; ++t)
         for_each_chunk_element(Thread{b, t, unsigned(blocks), kChunkThreads}, list, body);
@@ -49,7 +57,7 @@ Status launch_multi_tensor(int count, void* const* const* ptrs, const int64_t* s
 template <class Body>
 Status launch_block_reduce(unsigned blocks, Stream, Body body) {
   if (blocks == 0) return kOk;
-  stub_launches().push_back({"block_reduce", blocks, kReduceThreads});
+  record_launch({"block_reduce", blocks, kReduceThreads});
   double part[kReduceThreads];
   for (unsigned b = 0; b < blocks; ++b) {
     double totals[kMaxRounds] = {};
@@ -65,4 +73,4 @@ Status launch_block_reduce(unsigned blocks, Stream, Body body) {
   return kOk;
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

@@ -2,7 +2,7 @@
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/ops_math.h"
 
-namespace dscpp::cuda::ops {
+namespace dscpp::DSCPP_CUDA_NS::ops {
 namespace {
 
 struct Fill {
@@ -167,4 +167,4 @@ Status cross_entropy_backward(const float* probs, const int32_t* targets, float*
   return launch_elementwise(rows * cols, s, CeGrad{probs, targets, dlogits, cols, scale});
 }
 
-}  // namespace dscpp::cuda::ops
+}  // namespace dscpp::DSCPP_CUDA_NS::ops

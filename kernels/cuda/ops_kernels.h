@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-namespace dscpp::cuda::ops {
+namespace dscpp::DSCPP_CUDA_NS::ops {
 
 // ---- elementwise (ops_elementwise.cu) ----
 Status fill(float* x, float v, int64_t n, Stream s);
@@ -56,4 +56,4 @@ Status softmax_backward(const float* y, const float* dy, float* dx, int64_t rows
 Status cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, double* loss, int32_t* hit,
                              int64_t rows, int64_t cols, Stream s);
 
-}  // namespace dscpp::cuda::ops
+}  // namespace dscpp::DSCPP_CUDA_NS::ops

@@ -6,7 +6,7 @@
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/ops_table.h"
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 using kernels::cpu::bad_ptr;
 using kernels::cpu::check_table;
@@ -142,4 +142,4 @@ void fill_attention_linear_ops(dscpp_ops& t) {
   t.linear_backward = linear_backward;
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

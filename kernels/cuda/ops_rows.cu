@@ -3,7 +3,7 @@
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/ops_math.h"
 
-namespace dscpp::cuda::ops {
+namespace dscpp::DSCPP_CUDA_NS::ops {
 namespace {
 
 DSCPP_HD inline double sum(int, double a, double b) {
@@ -238,4 +238,4 @@ Status cross_entropy_forward(const float* logits, const int32_t* targets, float*
   });
 }
 
-}  // namespace dscpp::cuda::ops
+}  // namespace dscpp::DSCPP_CUDA_NS::ops

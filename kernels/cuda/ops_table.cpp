@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <vector>
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 using kernels::cpu::bad_ptr;
 using kernels::cpu::check_table;
@@ -356,4 +356,4 @@ dscpp_ops cuda_ops(dscpp_dtype dtype, OpsContext* context) {
   return t;
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

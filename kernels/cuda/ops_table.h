@@ -5,6 +5,7 @@
 #pragma once
 
 #include "dscpp/model.h"
+#include "kernels/cuda/cuda_ns.h"
 
 #include <cuda_runtime_api.h>
 
@@ -12,7 +13,7 @@
 
 typedef struct cublasContext* cublasHandle_t;
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 struct OpsContext {
   explicit OpsContext(cudaStream_t stream);  // creates the cuBLAS handle on the current device
@@ -33,4 +34,4 @@ struct OpsContext {
 // fp32 is implemented; other dtypes answer DSCPP_E_UNSUPPORTED from every op, as on the CPU.
 dscpp_ops cuda_ops(dscpp_dtype dtype, OpsContext* context);
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

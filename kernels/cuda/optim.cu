@@ -2,7 +2,7 @@
 // update rule and stores the results.
 #include "kernels/cuda/optim.h"
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 namespace {
 
 using kernels::AdagradCoeffs;
@@ -174,4 +174,4 @@ Status lamb_step(const TensorLists& t, const LambCoeffs<float>& c, double step_s
   return launch_multi_tensor<4>(t.count, Lists(t).p, t.sizes, stream, LambApply{c, -step_size, ratios});
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

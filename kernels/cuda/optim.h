@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 // Host arrays of `count` device pointers each (tensor k: w[k], g[k], … of sizes[k] elements).
 struct TensorLists {
@@ -37,4 +37,4 @@ int64_t lamb_scratch_doubles(const TensorLists& t);
 Status lamb_step(const TensorLists& t, const kernels::LambCoeffs<float>& c, double step_size, double min_coeff,
                  double max_coeff, double* scratch, Stream stream);
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

@@ -3,7 +3,7 @@
 
 #include "kernels/quant_math.h"
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 namespace {
 
 #if defined(DSCPP_CUDA_HOST_STUB)
@@ -58,4 +58,4 @@ Status dequantize_int8_groups(const int8_t* q, const float* inv_scales, int64_t 
   return launch_elementwise(n, stream, Dequantize{q, inv_scales, n / groups, x});
 }
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

@@ -8,11 +8,11 @@
 
 #include <cstdint>
 
-namespace dscpp::cuda {
+namespace dscpp::DSCPP_CUDA_NS {
 
 // One block per group: its absmax, then q and the stored scale 1/s.
 Status quantize_int8_groups(const float* x, int64_t n, int64_t groups, int8_t* q, float* inv_scales, Stream stream);
 Status dequantize_int8_groups(const int8_t* q, const float* inv_scales, int64_t n, int64_t groups, float* x,
                               Stream stream);
 
-}  // namespace dscpp::cuda
+}  // namespace dscpp::DSCPP_CUDA_NS

@@ -1,3 +1,0 @@
-// kernels/cuda/cast.cu compiled as C++ against the recording host launch layer
-// (kernels/cuda/launch_host_stub.h) for the CPU unit tests.
-#include "kernels/cuda/cast.cu"
