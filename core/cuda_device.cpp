@@ -43,6 +43,7 @@ class CudaDeviceImpl final : public CudaDevice {
     DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
   }
   ~CudaDeviceImpl() override {
+    drop_math();
     cudaSetDevice(index_);
     cudaStreamSynchronize(compute_);
     cudaStreamSynchronize(comm_);

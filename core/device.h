@@ -18,6 +18,10 @@
 
 namespace dscpp {
 
+namespace kernels {
+class DeviceMath;
+}
+
 enum class MemCategory : uint8_t { params, grads, optimizer_state, activations, buffers, count };
 constexpr size_t kMemCategories = static_cast<size_t>(MemCategory::count);
 const char* mem_category_name(MemCategory c);
@@ -55,7 +59,16 @@ class Device {
   void set_limit(int64_t bytes) { limit_ = bytes; }
   void reset_peaks();
 
+  // The buffer math that runs on this device's memory (kernels/device_math.h, which finds it
+  // through kernels::math_of). Unset, a host-memory device uses the CPU loops. Held here so
+  // that every part of the engine that has the Device also has its math.
+  void set_math(std::shared_ptr<kernels::DeviceMath> math) { math_ = std::move(math); }
+  kernels::DeviceMath* math() const { return math_.get(); }
+
  protected:
+  // A device whose bound math holds memory of it calls this first in its destructor: the
+  // math's buffers must go back while the device can still take them.
+  void drop_math() { math_.reset(); }
   virtual void* raw_allocate(size_t bytes) = 0;
   virtual void raw_free(void* ptr) = 0;
 
@@ -64,6 +77,7 @@ class Device {
   std::array<std::atomic<int64_t>, kMemCategories> peak_{};
   std::atomic<int64_t> total_{0}, total_peak_{0};
   int64_t limit_ = 0;
+  std::shared_ptr<kernels::DeviceMath> math_;
 };
 
 // A Device whose memory is plain host memory: copies are memcpy. The CPU devices and the pinned
