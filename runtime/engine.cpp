@@ -6,7 +6,8 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "runtime/fault_injection.h"
 #include "runtime/init.h"
-#include "kernels/cpu/amp/amp_cpu.h"
+#include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host
+#include "kernels/device_math.h"
 
 #include <fmt/format.h>
 
@@ -35,6 +36,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
       cfg_(loaded.config),
       world_(world),
       device_(device),
+      math_(kernels::math_of(device)),
       host_(make_host_device()),
       ops_(ops),
       options_(std::move(options)),
@@ -94,6 +96,13 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   }
   const ParamOffload offload = param_offload_from_config(z, cfg_.aio, stage_ == 3);
   param_offload_ = offload.device;
+  // Offload moves reductions and casts across host and device memory in ways only host-memory
+  // devices support so far: GradReducer reduces straight into the host partition, ParamHome
+  // casts between the homes in one loop.
+  if (!device.is_host() && (offload_.device != OffloadDevice::none || offload.device != OffloadDevice::none))
+    fail("device {}: offload_optimizer/offload_param are not wired for a device without host memory yet; remove "
+         "the offload sections from zero_optimization or run on the CPU device (--device cpu)",
+         device.name());
   if (options_.eval_only && world.rank() == 0 && (stage_ != 3 || offload.device == OffloadDevice::none))
     log::warn("--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
               "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
@@ -389,9 +398,13 @@ bool Engine::prepare_gradients(float* grad_scale) {
   // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
   if (scaler_->checks_overflow() || (dtype_ == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
     if (inject_overflow_.count(counters_.global_steps + 1) && world_.rank() == world_.size() - 1)
-      over_groups([&](void* g, int64_t) { kernels::store_from_f32(g, grads_->dtype(), &kInf, 1); });
+      over_groups([&](void* g, int64_t) {
+        unsigned char inf[8];  // kInf in the gradients' dtype, written from the host
+        kernels::store_from_f32(inf, grads_->dtype(), &kInf, 1);
+        device_.copy_from_host(g, inf, dtype_size(grads_->dtype()));
+      });
     double overflow = 0;
-    over_groups([&](void* g, int64_t n) { overflow = overflow != 0 || kernels::any_nonfinite(g, grads_->dtype(), n); });
+    over_groups([&](void* g, int64_t n) { overflow = overflow != 0 || math_.any_nonfinite(g, grads_->dtype(), n); });
     // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
     // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
     if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
@@ -401,7 +414,7 @@ bool Engine::prepare_gradients(float* grad_scale) {
   double max_norm = cfg_.gradient_clipping;
   if (max_norm <= 0 && cfg_.steps_per_print <= 0) return true;
   double sq = 0;
-  over_groups([&](void* g, int64_t n) { sq += kernels::sum_squares(g, grads_->dtype(), n); });
+  over_groups([&](void* g, int64_t n) { sq += math_.sum_squares(g, grads_->dtype(), n); });
   if (partitioned) world_.allreduce(&sq, 1, DType::f64);
   double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
   last_grad_norm_ = std::isfinite(norm) ? norm : -1;

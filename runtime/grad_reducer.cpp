@@ -1,7 +1,7 @@
 #include "runtime/grad_reducer.h"
 
 #include "core/error.h"
-#include "kernels/cpu/amp/amp_cpu.h"
+#include "kernels/device_math.h"
 #include "runtime/zeropp.h"
 
 namespace dscpp::runtime {
@@ -111,10 +111,10 @@ void GradReducer::launch_bucket(int64_t begin, int64_t end) {
   b.begin = begin;
   b.end = end;
   void* send = at(full_, begin);
-  kernels::scale_inplace(send, dtype_, pre, end - begin);
+  kernels::math_of(device_).scale_inplace(send, dtype_, pre, end - begin);
   if (wire_ != dtype_) {
     b.wire = DeviceBuffer(device_, static_cast<size_t>(end - begin) * wire_elem_, MemCategory::buffers);
-    kernels::convert_into(b.wire.data(), wire_, send, dtype_, end - begin);
+    kernels::math_of(device_).convert_into(b.wire.data(), wire_, send, dtype_, end - begin);
     send = b.wire.data();
   }
   b.work = comm_.allreduce_async(send, static_cast<size_t>(end - begin), wire_);
@@ -132,7 +132,7 @@ void GradReducer::launch_group(int group, void* input) {
   Staging& s = staging_[static_cast<size_t>(current_)];
   const bool converted = wire_ != dtype_;
   if (converted) {
-    kernels::convert_into(s.wire.data(), wire_, input, dtype_, g.numel);
+    kernels::math_of(device_).convert_into(s.wire.data(), wire_, input, dtype_, g.numel);
     input = s.wire.data();
   }
   const bool into_partition = opt_.stage >= 2 && first_ && !converted;  // nothing there to add to yet
@@ -162,9 +162,9 @@ void GradReducer::finish(Staging& s) {
                                           : static_cast<const void*>(s.buffer.as<char>() + mine);
     void* dst = owned(s.group);
     if (first_ || opt_.stage == 1)  // stage 1 reduces the accumulated sum once: replace
-      kernels::convert_into(dst, dtype_, src, wire_, g.part);
+      kernels::math_of(device_).convert_into(dst, dtype_, src, wire_, g.part);
     else
-      kernels::add_into(dst, dtype_, src, wire_, g.part);
+      kernels::math_of(device_).add_into(dst, dtype_, src, wire_, g.part);
   }
   s.group = -1;
 }
@@ -201,8 +201,8 @@ void GradReducer::end_micro() {
   for (Bucket& b : inflight_) {
     b.work->wait();
     void* dst = at(full_, b.begin);
-    if (b.wire) kernels::convert_into(dst, dtype_, b.wire.data(), wire_, b.end - b.begin);
-    if (post != 1.0f) kernels::scale_inplace(dst, dtype_, post, b.end - b.begin);
+    if (b.wire) kernels::math_of(device_).convert_into(dst, dtype_, b.wire.data(), wire_, b.end - b.begin);
+    if (post != 1.0f) kernels::math_of(device_).scale_inplace(dst, dtype_, post, b.end - b.begin);
   }
   inflight_.clear();
 }

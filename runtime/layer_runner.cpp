@@ -1,7 +1,7 @@
 #include "runtime/layer_runner.h"
 
 #include "core/error.h"
-#include "kernels/cpu/amp/amp_cpu.h"
+#include "kernels/device_math.h"
 
 #include <algorithm>
 #include <chrono>
@@ -59,7 +59,7 @@ void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward) {
   // fp32 views of the layer: widened 16-bit parameters, and zeroed fp32 gradients that are
   // added into the 16-bit gradient storage after the call.
   if (param_dtype_ != DType::f32) {
-    kernels::load_to_f32(m.params, param_dtype_, param32_.as<float>(), 1.0f, end - first);
+    kernels::math_of(device_).load_to_f32(m.params, param_dtype_, param32_.as<float>(), 1.0f, end - first);
     params = param32_.data();
   }
   if (backward && grad_dtype_ != DType::f32) {
@@ -171,7 +171,7 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
     plugin_.backward(l, ctx);
     if (grad_dtype_ != DType::f32) {
       auto [first, end] = layout_.layer_range[static_cast<size_t>(l)];
-      kernels::accumulate_into(mem.grads, grad_dtype_, grad32_.as<float>(), end - first);
+      kernels::math_of(device_).accumulate_into(mem.grads, grad_dtype_, grad32_.as<float>(), end - first);
     }
     if (after_layer) after_layer(l, true);
     if (layer_done) layer_done(l);

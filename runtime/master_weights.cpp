@@ -3,7 +3,7 @@
 #include "checkpoint/manifest.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "kernels/cpu/amp/amp_cpu.h"
+#include "kernels/device_math.h"
 
 #include <fmt/ranges.h>
 
@@ -143,12 +143,12 @@ void MasterWeights::params_to_master(int i, float* master) {
   }
   const void* p = params_.owned(sub.first);
   if (!offloaded(i)) {
-    kernels::load_to_f32(p, params_.dtype(), master, 1.0f, sub.numel);
+    kernels::math_of(memory(i)).load_to_f32(p, params_.dtype(), master, 1.0f, sub.numel);
   } else if (params_.dtype() == DType::f32) {
     device_.copy_to_host(master, p, static_cast<size_t>(sub.numel) * 4);
   } else {
     device_.copy_to_host(staging_.data(), p, static_cast<size_t>(sub.numel) * dtype_size(params_.dtype()));
-    kernels::load_to_f32(staging_.data(), params_.dtype(), master, 1.0f, sub.numel);
+    kernels::math_of(memory(i)).load_to_f32(staging_.data(), params_.dtype(), master, 1.0f, sub.numel);
   }
 }
 
@@ -162,13 +162,13 @@ void MasterWeights::master_to_params(int i, const float* master) {
   }
   void* p = params_.owned(sub.first);
   if (!offloaded(i)) {
-    kernels::store_from_f32(p, params_.dtype(), master, sub.numel);
+    kernels::math_of(memory(i)).store_from_f32(p, params_.dtype(), master, sub.numel);
   } else if (params_.dtype() == DType::f32) {
     device_.copy_from_host(p, master, static_cast<size_t>(sub.numel) * 4);
   } else {
     // DeepSpeed (since 0.14.3) copies the fp32 partition to the device and casts there; here
     // the cast happens on the host and half the bytes cross.
-    kernels::store_from_f32(staging_.data(), params_.dtype(), master, sub.numel);
+    kernels::math_of(memory(i)).store_from_f32(staging_.data(), params_.dtype(), master, sub.numel);
     device_.copy_from_host(p, staging_.data(), static_cast<size_t>(sub.numel) * dtype_size(params_.dtype()));
   }
 }
@@ -196,7 +196,7 @@ void MasterWeights::write_params() {
 const float* MasterWeights::fp32_gradient(int i, void* grad, DType grad_dtype, float grad_scale) {
   const SubGroup& sub = subs_[static_cast<size_t>(i)];
   if (grad_dtype == DType::f32 && !offloaded(i)) {
-    kernels::scale_inplace(grad, DType::f32, grad_scale, sub.numel);
+    kernels::math_of(memory(i)).scale_inplace(grad, DType::f32, grad_scale, sub.numel);
     return static_cast<const float*>(grad);
   }
   // 16-bit gradients are widened (and unscaled) into fp32 first: unscaling in place in fp16
@@ -206,7 +206,7 @@ const float* MasterWeights::fp32_gradient(int i, void* grad, DType grad_dtype, f
   DeviceBuffer& scratch = offloaded(i) ? host_scratch_ : device_scratch_;
   if (scratch.bytes() < static_cast<size_t>(sub.numel) * 4)
     scratch = DeviceBuffer(memory(i), static_cast<size_t>(sub.numel) * 4, MemCategory::buffers);
-  kernels::load_to_f32(grad, grad_dtype, scratch.as<float>(), grad_scale, sub.numel);
+  kernels::math_of(memory(i)).load_to_f32(grad, grad_dtype, scratch.as<float>(), grad_scale, sub.numel);
   return scratch.as<float>();
 }
 

@@ -1,10 +1,11 @@
 // The optimizers behind runtime/optimizer.h: hyperparameter handling, per-group state and step
-// counts here; the per-element math in kernels/optimizer_math.h, run by the vectorised,
-// threaded loops of kernels/cpu/optim.
+// counts here; the per-element math in kernels/optimizer_math.h, run by the DeviceMath of the
+// memory each group's state lives in (the vectorised loops of kernels/cpu/optim on the host, the
+// multi-tensor kernels of kernels/cuda/optim on a GPU).
 #include "runtime/optimizer.h"
 
 #include "core/error.h"
-#include "kernels/cpu/optim/optim_cpu.h"
+#include "kernels/device_math.h"
 #include "kernels/optimizer_math.h"
 
 #include <algorithm>
@@ -13,7 +14,6 @@
 namespace dscpp::runtime {
 namespace {
 
-namespace kc = dscpp::kernels::cpu;
 using config::OptimizerKind;
 using config::OptimizerParams;
 
@@ -25,6 +25,7 @@ struct Group {
   int64_t steps = 0;
   bool external = false;             // state arrays bound by the caller (bind_state), not owned
   Device* device = nullptr;          // owned groups: where their state is allocated
+  kernels::DeviceMath* math = nullptr;  // runs the update where the state lives
   std::vector<std::string> names;    // state names, in order
   std::vector<DeviceBuffer> owned;   // owned groups: the arrays `data` points at
   std::vector<float*> data;          // the state arrays (numel floats each); null until bound
@@ -54,9 +55,7 @@ void check_beta(const char* what, double b) {
 
 class OptimizerBase : public Optimizer {
  public:
-  OptimizerBase(const config::OptimizerConfig& config, Device& device) : p_(config.params), device_(device) {
-    check_host(config.type, device);
-  }
+  OptimizerBase(const config::OptimizerConfig& config, Device& device) : p_(config.params), device_(device) {}
 
   double base_lr() const override { return p_.lr; }
   int64_t state_bytes_per_element() const override {
@@ -68,9 +67,9 @@ class OptimizerBase : public Optimizer {
   }
 
   int add_group_on(Device& device, int64_t numel, std::vector<Segment> segments) override {
-    check_host(name(), device);
     Group g = new_group(numel, std::move(segments), false);
     g.device = &device;
+    g.math = &kernels::math_of(device);
     for (const std::string& name : initial_state_names()) add_state(g, name);
     init_state(g);
     groups_.push_back(std::move(g));
@@ -81,6 +80,7 @@ class OptimizerBase : public Optimizer {
 
   int add_external_group(int64_t numel, std::vector<Segment> segments) override {
     Group g = new_group(numel, std::move(segments), true);
+    g.math = &kernels::cpu_math();  // the caller's arrays are host memory
     g.names = initial_state_names();
     g.data.assign(g.names.size(), nullptr);
     groups_.push_back(std::move(g));
@@ -93,7 +93,7 @@ class OptimizerBase : public Optimizer {
     DSCPP_CHECK_EQ(state.size(), g.names.size());
     g.data = state;
     if (!initialise) return;
-    for (float* d : g.data) std::fill_n(d, g.numel, 0.0f);
+    for (float* d : g.data) g.math->fill(d, 0.0f, g.numel);
     init_state(g);
   }
 
@@ -129,11 +129,6 @@ class OptimizerBase : public Optimizer {
   virtual void init_state(Group&) {}
   virtual void update(Group& g, float* w, const float* grad, double lr, double momentum) = 0;
 
-  static void check_host(const std::string& what, Device& device) {
-    if (!device.is_host())
-      fail("optimizer {}: the optimizer loops run on host memory; device '{}' is not host-accessible", what,
-           device.name());
-  }
   Group new_group(int64_t numel, std::vector<Segment> segments, bool external) {
     if (numel < 0) fail("optimizer: group size must be >= 0, got {}", numel);
     Group g;
@@ -186,7 +181,7 @@ class Adam final : public OptimizerBase {
     check_beta("beta1", beta1);
     auto c = kernels::adam_coeffs(lr, beta1, beta2_, p_.eps, p_.weight_decay, p_.bias_correction, decoupled_,
                                   g.steps);
-    kc::adam_step(w, grad, g.data[0], g.data[1], g.numel, c);
+    g.math->adam_step(w, grad, g.data[0], g.data[1], g.numel, c);
   }
 
  private:
@@ -206,8 +201,7 @@ class Lamb final : public OptimizerBase {
     check_beta("beta1", beta1);
     auto c = kernels::lamb_coeffs(beta1, beta2_, p_.eps, p_.weight_decay, p_.eps_inside_sqrt);
     double step_size = kernels::lamb_step_size(lr, beta1, beta2_, p_.bias_correction, g.steps);
-    kc::lamb_step(w, grad, g.data[0], g.data[1], g.bounds, c, step_size,
-                  p_.min_coeff, p_.max_coeff);
+    g.math->lamb_step(w, grad, g.data[0], g.data[1], g.bounds, c, step_size, p_.min_coeff, p_.max_coeff);
   }
 };
 
@@ -233,7 +227,7 @@ class Sgd final : public OptimizerBase {
     }
     bool first = momentum != 0 && !g.momentum_started;
     auto c = kernels::sgd_coeffs(lr, momentum, p_.dampening, p_.weight_decay, p_.nesterov, p_.maximize, first);
-    kc::sgd_step(w, grad, buf, g.numel, c);
+    g.math->sgd_step(w, grad, buf, g.numel, c);
     if (momentum != 0) g.momentum_started = true;
   }
 };
@@ -249,11 +243,11 @@ class Adagrad final : public OptimizerBase {
   std::vector<std::string> initial_state_names() const override { return {"sum"}; }
   void init_state(Group& g) override {
     if (p_.initial_accumulator_value != 0)
-      std::fill_n(g.data[0], g.numel, static_cast<float>(p_.initial_accumulator_value));
+      g.math->fill(g.data[0], static_cast<float>(p_.initial_accumulator_value), g.numel);
   }
   void update(Group& g, float* w, const float* grad, double lr, double) override {
     auto c = kernels::adagrad_coeffs(lr, p_.lr_decay, p_.eps, p_.weight_decay, p_.maximize, g.steps);
-    kc::adagrad_step(w, grad, g.data[0], g.numel, c);
+    g.math->adagrad_step(w, grad, g.data[0], g.numel, c);
   }
 };
 
@@ -269,7 +263,7 @@ class Lion final : public OptimizerBase {
   void update(Group& g, float* w, const float* grad, double lr, double beta1) override {
     check_beta("beta1", beta1);
     auto c = kernels::lion_coeffs(lr, beta1, beta2_, p_.weight_decay);
-    kc::lion_step(w, grad, g.data[0], g.numel, c);
+    g.math->lion_step(w, grad, g.data[0], g.numel, c);
   }
 };
 

@@ -58,7 +58,7 @@ class Optimizer {
   // The same with the group's state on `device` instead of the optimizer's (partial optimizer
   // offload: one optimizer steps the offloaded sub-groups on the host and the others on the
   // training device, as DeepSpeed's CPU Adam and GPU Adam pair does). `device` must be
-  // host-accessible, like the optimizer's.
+  // one the engine allocates on (its DeviceMath runs the update).
   virtual int add_group_on(Device& device, int64_t numel, std::vector<Segment> segments) = 0;
 
   // External state (optimizer offload: the state lives in host memory or is swapped through

@@ -2,7 +2,7 @@
 
 #include "configs/ds_config.h"
 #include "core/error.h"
-#include "kernels/cpu/amp/amp_cpu.h"
+#include "kernels/device_math.h"
 #include "runtime/optimizer_offload.h"
 #include "runtime/param_swap.h"
 #include "runtime/train_log.h"
@@ -149,17 +149,23 @@ void ParamHome::copy_to_device(int group, void* device_dst) {
     device_.copy_from_host(device_dst, a.data(), bytes);
 }
 
+kernels::DeviceMath& ParamHome::math_at(int group) const {
+  return kernels::math_of(where_[static_cast<size_t>(group)] == Where::device ? device_ : host_);
+}
+
 void ParamHome::read_f32(int group, int64_t offset, int64_t count, float* dst) {
   if (count == 0) return;
   Access a = open(group, false);
-  kernels::load_to_f32(a.as<char>() + offset * static_cast<int64_t>(elem_), dtype_, dst, 1.0f, count);
+  // The slice's memory decides where the cast runs; the engine refuses offload_param on a
+  // device without host memory (runtime/engine.cpp), so `dst` is reachable from there too.
+  math_at(group).load_to_f32(a.as<char>() + offset * static_cast<int64_t>(elem_), dtype_, dst, 1.0f, count);
 }
 
 void ParamHome::write_f32(int group, int64_t offset, int64_t count, const float* src) {
   if (count == 0) return;
   const bool whole = offset == 0 && count == layout_.groups[static_cast<size_t>(group)].part;
   Access a = open(group, true, whole);
-  kernels::store_from_f32(a.as<char>() + offset * static_cast<int64_t>(elem_), dtype_, src, count);
+  math_at(group).store_from_f32(a.as<char>() + offset * static_cast<int64_t>(elem_), dtype_, src, count);
 }
 
 void ParamHome::write_from_host(int group, int64_t offset, int64_t count, const float* host_src) {

@@ -36,6 +36,10 @@ struct ZeroConfig;
 struct AioConfig;
 }  // namespace dscpp::config
 
+namespace dscpp::kernels {
+class DeviceMath;
+}
+
 namespace dscpp::runtime {
 
 struct ParamOffload {
@@ -134,6 +138,7 @@ class ParamHome {
  private:
   void close(int group, bool write);
   char* slice(int group) const;  // device or host residence
+  kernels::DeviceMath& math_at(int group) const;  // the math of the slice's residence
 
   const FlatLayout& layout_;
   Device& device_;

@@ -2,8 +2,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/amp/amp_cpu.h"
-#include "kernels/cpu/quant/quant_cpu.h"
+#include "kernels/device_math.h"
 #include "kernels/quant_math.h"
 
 #include <algorithm>
@@ -15,9 +14,9 @@ namespace {
 // The allgathers of the int8 data and of the scales, and the dequantization once both arrived.
 class QuantizedGather final : public comm::Work {
  public:
-  QuantizedGather(DeviceBuffer q, DeviceBuffer scales, comm::WorkHandle data, comm::WorkHandle scale_work, void* dst,
+  QuantizedGather(kernels::DeviceMath& math, DeviceBuffer q, DeviceBuffer scales, comm::WorkHandle data, comm::WorkHandle scale_work, void* dst,
                   int64_t count, int64_t groups, int parts, DType type)
-      : q_(std::move(q)), scales_(std::move(scales)), data_(std::move(data)), scale_work_(std::move(scale_work)),
+      : math_(math), q_(std::move(q)), scales_(std::move(scales)), data_(std::move(data)), scale_work_(std::move(scale_work)),
         dst_(dst), count_(count), groups_(groups), parts_(parts), type_(type) {}
   ~QuantizedGather() override {
     // The communicator may still write into q_ and scales_: let it finish before they go.
@@ -34,7 +33,7 @@ class QuantizedGather final : public comm::Work {
     scale_work_->wait();
     const int64_t elem = static_cast<int64_t>(dtype_size(type_));
     for (int p = 0; p < parts_; ++p)  // each a parallel loop over its groups
-      kernels::dequantize_int8_groups(q_.as<int8_t>() + p * count_, scales_.as<float>() + p * groups_, count_,
+      math_.dequantize_int8_groups(q_.as<int8_t>() + p * count_, scales_.as<float>() + p * groups_, count_,
                                       groups_, static_cast<char*>(dst_) + p * count_ * elem, type_);
     data_.reset();
     scale_work_.reset();
@@ -45,6 +44,7 @@ class QuantizedGather final : public comm::Work {
   bool done() const override { return finished_; }
 
  private:
+  kernels::DeviceMath& math_;
   DeviceBuffer q_, scales_;
   comm::WorkHandle data_, scale_work_;
   void* dst_;
@@ -73,10 +73,11 @@ comm::WorkHandle quantized_allgather(comm::Communicator& comm, Device& device, c
   // Quantized straight into this rank's slots, then gathered in place.
   int8_t* my_q = q.as<int8_t>() + rank * count;
   float* my_scales = scales.as<float>() + rank * groups;
-  kernels::quantize_int8_groups(src, type, count, groups, my_q, my_scales);
+  kernels::DeviceMath& math = kernels::math_of(device);
+  math.quantize_int8_groups(src, type, count, groups, my_q, my_scales);
   comm::WorkHandle data = comm.allgather_async(my_q, q.data(), static_cast<size_t>(count), DType::i8);
   comm::WorkHandle sc = comm.allgather_async(my_scales, scales.data(), static_cast<size_t>(groups), DType::f32);
-  return std::make_shared<QuantizedGather>(std::move(q), std::move(scales), std::move(data), std::move(sc), dst, count,
+  return std::make_shared<QuantizedGather>(math, std::move(q), std::move(scales), std::move(data), std::move(sc), dst, count,
                                            groups, parts, type);
 }
 
@@ -84,15 +85,16 @@ namespace {
 
 // One quantized slice on the wire: part/2 bytes of int4 pairs, then its fp32 group scales.
 struct Packet {
+  kernels::DeviceMath* math = nullptr;
   int64_t part = 0, group = 0;
   int64_t data_bytes() const { return part / 2; }
   int64_t bytes() const { return data_bytes() + part / group * static_cast<int64_t>(sizeof(float)); }
   void pack(const void* x, DType type, char* out) const {
-    kernels::quantize_int4_groups(x, type, part, group, reinterpret_cast<uint8_t*>(out),
+    math->quantize_int4_groups(x, type, part, group, reinterpret_cast<uint8_t*>(out),
                                   reinterpret_cast<float*>(out + data_bytes()));
   }
   void add_to(const char* in, float* acc) const {
-    kernels::dequantize_int4_add(reinterpret_cast<const uint8_t*>(in),
+    math->dequantize_int4_add(reinterpret_cast<const uint8_t*>(in),
                                  reinterpret_cast<const float*>(in + data_bytes()), part, group, acc);
   }
 };
@@ -102,7 +104,7 @@ class QuantizedReduceScatter final : public comm::Work {
   QuantizedReduceScatter(comm::Communicator& node, comm::Communicator& cross, Device& device, const void* input,
                          void* out, int64_t part, DType type)
       : cross_(cross), device_(device), out_(out), type_(type), node_size_(node.size()),
-        packet_{part, qgz_group_size(part)} {
+        packet_{&kernels::math_of(device), part, qgz_group_size(part)} {
     const int64_t L = node_size_, N = cross.size(), pkt = packet_.bytes();
     const int64_t elem = static_cast<int64_t>(dtype_size(type));
     send_ = DeviceBuffer(device, static_cast<size_t>(L * N * pkt), MemCategory::buffers);
@@ -142,9 +144,9 @@ class QuantizedReduceScatter final : public comm::Work {
     send_.reset();
     recv_.reset();
     cross_.all_to_all(send2.data(), recv2.data(), static_cast<size_t>(pkt), DType::u8);
-    std::fill(sums, sums + P, 0.0f);
+    packet_.math->fill(sums, 0.0f, P);
     for (int64_t a = 0; a < N; ++a) packet_.add_to(recv2.as<char>() + a * pkt, sums);
-    kernels::store_from_f32(out_, type_, sums, P);
+    packet_.math->store_from_f32(out_, type_, sums, P);
     finished_ = true;
   }
   bool done() const override { return finished_; }
