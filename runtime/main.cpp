@@ -9,6 +9,7 @@
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "runtime/describe_model.h"
 #include "runtime/engine.h"
+#include "runtime/rank_device.h"
 #include "runtime/plugin.h"
 #include "runtime/sampler.h"
 
@@ -33,6 +34,7 @@ struct Args {
   int threads = 0;
   int local_rank = -1;
   std::string device_memory_limit;
+  std::string device = "auto";
   bool check_schedule = false;
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
   std::vector<std::string> plugin_args;
@@ -92,6 +94,10 @@ int run(const Args& a) {
                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, id.local_size));
   kernels::set_cpu_threads(threads);
 
+  runtime::RankDevice rank_device = runtime::make_rank_device(runtime::parse_device_choice(a.device));
+  Device& device = *rank_device.device;
+  const std::string device_name = device.name();
+
   // The plugin first: with --epochs, the number of optimizer steps (which "auto" in the
   // scheduler may need) follows from its train split and the batch sizes.
   runtime::Plugin plugin(a.model);
@@ -102,7 +108,7 @@ int run(const Args& a) {
   host_info.local_rank = id.local_rank;
   host_info.compute_dtype = DSCPP_F32;
   host_info.seed = a.seed;
-  host_info.device_name = "cpu";
+  host_info.device_name = device_name.c_str();
   host_info.log = plugin_log;
   plugin.create(a.plugin_args, host_info);
 
@@ -138,15 +144,16 @@ int run(const Args& a) {
   if (a.check_schedule) setenv("DSCPP_CHECK_SCHEDULE", "1", 1);  // read by comm_options_from_env
   comm::CommOptions copts = comm::comm_options_from_env();
   if (!a.comm_backend.empty()) copts.backend = comm::parse_backend_choice(a.comm_backend);
+  copts.cuda_device = rank_device.cuda;
+  copts.device = rank_device.cuda_index;
   comm::World world = comm::create_world(copts);
 
-  auto device = make_cpu_device();
-  if (!a.device_memory_limit.empty()) device->set_limit(parse_byte_size(a.device_memory_limit, "--device_memory_limit"));
-  dscpp_ops ops = kernels::cpu_ops(DSCPP_F32, device.get());
+  if (!a.device_memory_limit.empty()) device.set_limit(parse_byte_size(a.device_memory_limit, "--device_memory_limit"));
+  const dscpp_ops& ops = rank_device.ops;
   if (id.rank == 0) {
-    log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device cpu, {} thread{} per rank, {}", DSCPP_VERSION,
+    log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device {}, {} thread{} per rank, {}", DSCPP_VERSION,
               id.world_size, id.world_size == 1 ? "" : "s", id.source.empty() ? "single process" : id.source,
-              world.description, threads, threads == 1 ? "" : "s", kernels::blas_description());
+              world.description, device.name(), threads, threads == 1 ? "" : "s", kernels::blas_description());
     log::info("effective config ({}):\n{}", loaded.file_name, non_default_rows(config::format_effective_config_table(loaded)));
   }
 
@@ -163,7 +170,7 @@ int run(const Args& a) {
   o.eval_only = a.eval_only;
   if (world.node_count * world.local_size == id.world_size) o.ranks_per_node = world.local_size;
   if (const char* r = std::getenv("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
-  runtime::Engine engine(plugin, loaded, *world.world, *device, ops, o);
+  runtime::Engine engine(plugin, loaded, *world.world, device, ops, o);
   engine.run();
   return 0;
 }
@@ -201,6 +208,12 @@ int main(int argc, char** argv) {
   app.add_option("--init_from", a.init_from, "start from the weights in this safetensors file");
   app.add_flag("--no_shuffle", a.no_shuffle, "take training samples in order (every epoch)");
   app.add_option("--comm_backend", a.comm_backend, "shm|gloo|mpi|nccl|hierarchical (default: chosen per job)");
+  app.add_option("--device", a.device,
+                 "where the rank trains: cuda (the GPU LOCAL_RANK selects among the visible ones; NCCL between "
+                 "ranks), cpu, or cuda-sim (the CUDA code path run on the CPU, for testing without a GPU: slow, "
+                 "checks every buffer handed to a kernel is device memory). auto: cuda when this build has CUDA and "
+                 "a GPU is visible, else cpu")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda", "cuda-sim"}));
   app.add_option("--device_memory_limit", a.device_memory_limit,
                  "cap this rank's device memory (e.g. 2GiB): the CPU device then fails like a GPU of that size, "
                  "with advice on the ZeRO stage or offload that would fit");

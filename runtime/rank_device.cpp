@@ -1,0 +1,72 @@
+#include "runtime/rank_device.h"
+
+#include "build_config.h"
+#include "core/error.h"
+#include "kernels/cpu/ops/cpu_ops.h"
+#include "kernels/cuda/sim/sim_device.h"
+
+#if DSCPP_HAVE_CUDA
+#include "core/cuda_device.h"
+#include "kernels/cuda/cuda_math.h"
+#include "kernels/cuda/ops_table.h"
+
+#include <cuda_runtime_api.h>
+#endif
+
+namespace dscpp::runtime {
+
+DeviceChoice parse_device_choice(std::string_view text) {
+  if (text == "auto") return DeviceChoice::automatic;
+  if (text == "cpu") return DeviceChoice::cpu;
+  if (text == "cuda") return DeviceChoice::cuda;
+  if (text == "cuda-sim") return DeviceChoice::cuda_sim;
+  fail("--device {}: expected auto, cpu, cuda or cuda-sim", text);
+}
+
+namespace {
+
+#if DSCPP_HAVE_CUDA
+bool cuda_visible() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+RankDevice make_cuda() {
+  RankDevice r;
+  std::unique_ptr<CudaDevice> device = make_cuda_device_from_env();
+  cuda::bind_cuda_math(*device);
+  auto context = std::make_shared<cuda::OpsContext>(device->compute_stream());
+  r.ops = cuda::cuda_ops(DSCPP_F32, context.get());
+  r.ops_context = context;
+  r.cuda = true;
+  r.cuda_index = device->index();
+  r.cuda_compute_stream = device->compute_stream();
+  r.device = std::move(device);
+  return r;
+}
+#else
+bool cuda_visible() { return false; }
+
+RankDevice make_cuda() {
+  fail("--device cuda: this dscpp-runtime was built without CUDA (nvcc was not found when it was configured; "
+       "`dscpp report` shows the build); rebuild with the CUDA toolkit or use --device cpu");
+}
+#endif
+
+}  // namespace
+
+RankDevice make_rank_device(DeviceChoice choice) {
+  if (choice == DeviceChoice::automatic) choice = cuda_visible() ? DeviceChoice::cuda : DeviceChoice::cpu;
+  if (choice == DeviceChoice::cuda) return make_cuda();
+  RankDevice r;
+  if (choice == DeviceChoice::cuda_sim) {
+    r.device = make_sim_cuda_device();
+    r.ops = kernels::cpu_ops(DSCPP_F32, r.device.get());
+  } else {
+    r.device = make_cpu_device();
+    r.ops = kernels::cpu_ops(DSCPP_F32, r.device.get());
+  }
+  return r;
+}
+
+}  // namespace dscpp::runtime

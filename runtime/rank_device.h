@@ -1,0 +1,35 @@
+// The device a rank trains on, chosen by --device: its ops table for the plugin, its buffer math
+// (bound to the Device) and what the communicators must know about it.
+//   cpu       host memory, the CPU ops table and loops (kernels/cpu)
+//   cuda      the GPU LOCAL_RANK names among the visible ones (core/cuda_device.h): cuBLAS ops
+//             table and CUDA kernels on its compute stream, NCCL between ranks (CUDA builds)
+//   cuda-sim  the CUDA code path run on the CPU, for testing it where there is no GPU
+//             (kernels/cuda/sim/sim_device.h): the CUDA kernels' own code through the host
+//             launch layer, every pointer checked to be device memory
+//   auto      cuda when this build has CUDA and a device is visible, else cpu
+#pragma once
+
+#include "core/device.h"
+#include "dscpp/model.h"
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace dscpp::runtime {
+
+enum class DeviceChoice { automatic, cpu, cuda, cuda_sim };
+DeviceChoice parse_device_choice(std::string_view text);  // throws, listing the choices
+
+struct RankDevice {
+  std::unique_ptr<Device> device;
+  dscpp_ops ops{};
+  std::shared_ptr<void> ops_context;  // what `ops` is bound to (the CUDA ops context), kept alive with it
+  bool cuda = false;                  // a real CUDA device: the communicators use NCCL
+  int cuda_index = -1;
+  void* cuda_compute_stream = nullptr;  // cudaStream_t of the compute stream
+};
+
+RankDevice make_rank_device(DeviceChoice choice);
+
+}  // namespace dscpp::runtime
