@@ -30,14 +30,14 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communicator& world, Device& device,
-               const dscpp_ops& ops, TrainOptions options)
+               const dscpp_ops& ops, TrainOptions options, std::unique_ptr<Device> host)
     : plugin_(plugin),
       loaded_(loaded),
       cfg_(loaded.config),
       world_(world),
       device_(device),
       math_(kernels::math_of(device)),
-      host_(make_host_device()),
+      host_(host ? std::move(host) : make_host_device()),
       ops_(ops),
       options_(std::move(options)),
       csv_(world.rank() == 0 ? loaded.config.csv_monitor : config::TensorboardConfig{}) {

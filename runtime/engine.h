@@ -68,8 +68,10 @@ struct EvalResult {
 
 class Engine {
  public:
+  // `host`: the host memory offload and cpu_checkpointing use (pinned next to a GPU); null:
+  // make_host_device().
   Engine(Plugin& plugin, const config::LoadedConfig& config, comm::Communicator& world, Device& device,
-         const dscpp_ops& ops, TrainOptions options);
+         const dscpp_ops& ops, TrainOptions options, std::unique_ptr<Device> host = nullptr);
   ~Engine();
 
   // Initialise (or load), train to the target, evaluate, save — everything the CLI asks for.

@@ -170,7 +170,7 @@ int run(const Args& a) {
   o.eval_only = a.eval_only;
   if (world.node_count * world.local_size == id.world_size) o.ranks_per_node = world.local_size;
   if (const char* r = std::getenv("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
-  runtime::Engine engine(plugin, loaded, *world.world, device, ops, o);
+  runtime::Engine engine(plugin, loaded, *world.world, device, ops, o, std::move(rank_device.host));
   engine.run();
   return 0;
 }

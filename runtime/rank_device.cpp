@@ -42,6 +42,7 @@ RankDevice make_cuda() {
   r.cuda_index = device->index();
   r.cuda_compute_stream = device->compute_stream();
   r.device = std::move(device);
+  r.host = make_pinned_host_device();
   return r;
 }
 #else
@@ -59,6 +60,7 @@ RankDevice make_rank_device(DeviceChoice choice) {
   if (choice == DeviceChoice::automatic) choice = cuda_visible() ? DeviceChoice::cuda : DeviceChoice::cpu;
   if (choice == DeviceChoice::cuda) return make_cuda();
   RankDevice r;
+  r.host = make_host_device();
   if (choice == DeviceChoice::cuda_sim) {
     r.device = make_sim_cuda_device();
     r.ops = kernels::cpu_ops(DSCPP_F32, r.device.get());

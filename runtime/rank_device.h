@@ -23,6 +23,7 @@ DeviceChoice parse_device_choice(std::string_view text);  // throws, listing the
 
 struct RankDevice {
   std::unique_ptr<Device> device;
+  std::unique_ptr<Device> host;  // host memory for offload and cpu_checkpointing (pinned next to a GPU)
   dscpp_ops ops{};
   std::shared_ptr<void> ops_context;  // what `ops` is bound to (the CUDA ops context), kept alive with it
   bool cuda = false;                  // a real CUDA device: the communicators use NCCL
