@@ -147,6 +147,8 @@ void gemm_f32(const GemmArgs& g) {
   // thread, along the longer side in whole tiles (12 rows or 32 columns), so no two threads write
   // one tile and each packs only the operand parts it reads.
   if (backend != GemmBackend::avx512 || threads <= 1 || flops < kParallelFlops) return gemm_serial(g, backend);
+  GemmArgs whole = g;
+  if (whole.depth_block == 0) whole.depth_block = gemm_avx512_depth_block(g);
   const bool split_rows = g.M >= g.N;
   const int64_t extent = split_rows ? g.M : g.N, tile = split_rows ? kGemmTileRows : kGemmTileCols;
   const int64_t tiles = (extent + tile - 1) / tile;
@@ -155,7 +157,7 @@ void gemm_f32(const GemmArgs& g) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t b = std::min(extent, tiles * p / parts * tile), e = std::min(extent, tiles * (p + 1) / parts * tile);
       if (b >= e) continue;
-      gemm_serial(split_rows ? sub_gemm(g, b, e, 0, g.N) : sub_gemm(g, 0, g.M, b, e), backend);
+      gemm_serial(split_rows ? sub_gemm(whole, b, e, 0, g.N) : sub_gemm(whole, 0, g.M, b, e), backend);
     }
   });
 }

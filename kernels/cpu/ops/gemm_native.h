@@ -33,6 +33,10 @@ struct GemmArgs {
   float* act_out = nullptr;
   const float* act_in = nullptr;
   float* a_row_sums = nullptr;  // [M] or null
+  // The AVX-512 kernel's depth blocking, which decides where partial sums round into C: set
+  // for the whole GEMM before threads split it, so every split sums in the same order (0: from
+  // this GEMM's own shape, gemm_avx512_depth_block).
+  int64_t depth_block = 0;
 };
 
 // C[M×N] = alpha·op(A)·op(B) + beta·C with no epilogue: the fields every GEMM sets; callers
@@ -44,6 +48,7 @@ GemmArgs make_args(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N,
 bool gemm_avx512_available();
 // One thread, any shape with M, N ≥ 1 and K ≥ 1 (callers handle the empty cases).
 void gemm_avx512_serial(const GemmArgs& g);
+int64_t gemm_avx512_depth_block(const GemmArgs& g);
 
 // Any shape (empty ones included), with the active backend (cpu_ops.h: gemm_backend()), split
 // over the core thread pool when large enough. Arguments are not checked here.
