@@ -56,8 +56,8 @@ struct GroupContext {
   // collectives' buffers run; nullptr: none. NCCL runs on a stream of its own, so without this
   // nothing orders a collective after the compute work still in flight on its buffers: the
   // nccl engine makes its stream wait for everything enqueued here when each operation starts
-  // (one event, no host block). Sub-groups made by split inherit it. Other engines ignore it
-  // (their buffers are host memory, which the runtime has already synchronized).
+  // (one event, no host block). Sub-groups made by split inherit it. Other engines ignore it:
+  // they read host memory, which no stream writes behind the caller's back.
   void* cuda_compute_stream = nullptr;
 };
 
