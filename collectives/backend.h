@@ -52,6 +52,13 @@ struct GroupContext {
   Millis timeout{std::chrono::minutes(30)};
   std::string address = "127.0.0.1";  // this rank's reachable address (for TCP engines)
   int device = -1;                    // CUDA device ordinal for nccl
+  // The cudaStream_t (void* keeps this header CUDA-free) on which the kernels that write the
+  // collectives' buffers run; nullptr: none. NCCL runs on a stream of its own, so without this
+  // nothing orders a collective after the compute work still in flight on its buffers: the
+  // nccl engine makes its stream wait for everything enqueued here when each operation starts
+  // (one event, no host block). Sub-groups made by split inherit it. Other engines ignore it:
+  // they read host memory, which no stream writes behind the caller's back.
+  void* cuda_compute_stream = nullptr;
 };
 
 // A sub-group to create, decided collectively by the Communicator before calling split():

@@ -19,6 +19,11 @@
 // the synchronous one returns. Buffers of an async operation belong to the Communicator until
 // wait() returns. Different Communicators (sub-groups) progress independently.
 //
+// Device buffers (nccl): an operation runs on the engine's own CUDA stream. It starts after the
+// work enqueued on CommOptions::cuda_compute_stream when that is set; otherwise the caller
+// must synchronize its device before handing over buffers that kernels are still writing.
+// wait() returns once the engine's stream drained, so compute issued after it sees the results.
+//
 // Failure: an operation that cannot finish within the group's timeout (a peer died, or is
 // stuck or behind) fails with dscpp::Error on every rank that waits for it; the message names
 // the ranks that are behind and the last operation they finished (hang forensics below).
@@ -173,6 +178,11 @@ struct CommOptions {
   int master_port = 29500;
   BackendChoice backend = BackendChoice::automatic;
   bool cuda_device = false;      // buffers live on a CUDA device (→ nccl)
+  // With cuda_device: the runtime's compute stream (CudaDevice::compute_stream(), a
+  // cudaStream_t). Every NCCL collective of the world and of its sub-groups then starts after
+  // the work enqueued on it before the operation runs, so the runtime need not synchronize the
+  // device before reducing what its kernels wrote (GroupContext::cuda_compute_stream).
+  void* cuda_compute_stream = nullptr;
   int device = -1;
   bool started_by_mpi = false;   // OMPI_* / PMIx variables present (→ mpi between hosts)
   int ranks_per_node = 0;        // 0: group ranks by host name; >0 forces node = rank / n

@@ -1,5 +1,7 @@
 // The NCCL engine: buffers live on context.device, collectives run on a dedicated stream of
-// that device, and run() blocks until the stream drained.
+// that device, and run() blocks until the stream drained. With context.cuda_compute_stream set,
+// each operation's stream first waits (on the device, through one reused event) for the work
+// enqueued on that producer stream, so a collective never reads buffers that kernels still write.
 //
 // Communicators are created non-blocking (ncclConfig_t.blocking = 0) so that nothing NCCL does
 // can wait forever: initialisation, every enqueue and the wait for the stream all poll
@@ -95,14 +97,19 @@ class NcclBackend final : public Backend {
     if (device_ >= 0) cudaSetDevice(device_);
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (control_ != nullptr) cudaFree(control_);
+    if (producer_done_ != nullptr) cudaEventDestroy(producer_done_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  // Allocates the stream and the barrier word; the communicator is created by the caller.
+  // Allocates the stream, the barrier word and the producer event; the communicator is created
+  // by the caller.
   void prepare() {
     check_cuda(cudaSetDevice(device_), context_.name, fmt::format("cudaSetDevice({})", device_));
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), context_.name, "cudaStreamCreate");
     check_cuda(cudaMalloc(&scratch_, sizeof(float)), context_.name, "cudaMalloc of the barrier word");
+    if (context_.cuda_compute_stream != nullptr)  // timing off: the cheapest event to record and wait on
+      check_cuda(cudaEventCreateWithFlags(&producer_done_, cudaEventDisableTiming), context_.name,
+                 "cudaEventCreate for the compute stream");
   }
 
   void init_from_store() {
@@ -143,6 +150,7 @@ class NcclBackend final : public Backend {
     if (aborted_)
       fail("nccl group '{}': {} after the communicator was aborted by an earlier failure", context_.name, what);
     check_cuda(cudaSetDevice(device_), context_.name, fmt::format("cudaSetDevice({})", device_));
+    wait_for_producer(what);
     const auto until = deadline();
     const ncclDataType_t type = nccl_type(op.dtype);
     const size_t elem = dtype_size(op.dtype);
@@ -223,6 +231,7 @@ class NcclBackend final : public Backend {
     if (plan.color < 0 || sub == nullptr) return nullptr;
     GroupContext context = plan.context;
     context.device = device_;
+    context.cuda_compute_stream = context_.cuda_compute_stream;
     auto child = std::make_unique<NcclBackend>(std::move(context), device_);
     child->prepare();
     child->adopt_split(sub);
@@ -275,6 +284,17 @@ class NcclBackend final : public Backend {
     }
   }
 
+  // The event is re-recorded per operation: a stream wait binds to the recording made before
+  // it, so one event serves every operation of this backend in turn.
+  void wait_for_producer(std::string_view what) {
+    if (producer_done_ == nullptr) return;
+    auto* producer = static_cast<cudaStream_t>(context_.cuda_compute_stream);
+    check_cuda(cudaEventRecord(producer_done_, producer), context_.name,
+               fmt::format("{}: recording an event on the compute stream", what));
+    check_cuda(cudaStreamWaitEvent(stream_, producer_done_, 0), context_.name,
+               fmt::format("{}: making the nccl stream wait for the compute stream", what));
+  }
+
   void enqueue(ncclResult_t rc, Clock::time_point until, std::string_view what, std::string_view call) {
     if (rc == ncclInProgress) return settle(until, what, call);
     if (rc != ncclSuccess) abort_and_fail(what, fmt::format("{}: {}", call, ncclGetErrorString(rc)));
@@ -313,6 +333,7 @@ class NcclBackend final : public Backend {
   int device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t producer_done_ = nullptr;  // set when context_.cuda_compute_stream is
   void* scratch_ = nullptr;
   void* control_ = nullptr;  // device staging for allgather_host
   size_t control_bytes_ = 0;

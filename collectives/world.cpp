@@ -84,6 +84,7 @@ GroupContext group(const CommOptions& o, const std::shared_ptr<Store>& store, co
   c.timeout = o.timeout;
   c.address = address;
   c.device = o.device;
+  c.cuda_compute_stream = o.cuda_compute_stream;
   return c;
 }
 

@@ -146,6 +146,7 @@ int run(const Args& a) {
   if (!a.comm_backend.empty()) copts.backend = comm::parse_backend_choice(a.comm_backend);
   copts.cuda_device = rank_device.cuda;
   copts.device = rank_device.cuda_index;
+  copts.cuda_compute_stream = rank_device.cuda_compute_stream;
   comm::World world = comm::create_world(copts);
 
   if (!a.device_memory_limit.empty()) device.set_limit(parse_byte_size(a.device_memory_limit, "--device_memory_limit"));

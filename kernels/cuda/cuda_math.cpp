@@ -102,11 +102,17 @@ class CudaMath final : public kernels::DeviceMath {
     ok(cuda::dequantize_int8_groups(q, s, n, groups, staged.as<float>(), stream()), "dequantize_int8_groups");
     convert_into(x, t, staged.data(), DType::f32, n);
   }
-  void quantize_int4_groups(const void*, DType, int64_t, int64_t, uint8_t*, float*) override {
-    fail("{}: ZeRO++ qgZ (zero_quantized_gradients) has no CUDA int4 kernel in this build", device_.name());
+  void quantize_int4_groups(const void* x, DType t, int64_t n, int64_t group, uint8_t* q, float* s) override {
+    on_device(x, t, n, "quantize_int4_groups");
+    on_device(q, DType::u8, n / 2, "quantize_int4_groups");
+    on_device(s, DType::f32, group > 0 ? n / group : 0, "quantize_int4_groups");
+    ok(cuda::quantize_int4_groups(x, storage_of(t), n, group, q, s, stream()), "quantize_int4_groups");
   }
-  void dequantize_int4_add(const uint8_t*, const float*, int64_t, int64_t, float*) override {
-    fail("{}: ZeRO++ qgZ (zero_quantized_gradients) has no CUDA int4 kernel in this build", device_.name());
+  void dequantize_int4_add(const uint8_t* q, const float* s, int64_t n, int64_t group, float* acc) override {
+    on_device(q, DType::u8, n / 2, "dequantize_int4_add");
+    on_device(s, DType::f32, group > 0 ? n / group : 0, "dequantize_int4_add");
+    on_device(acc, DType::f32, n, "dequantize_int4_add");
+    ok(cuda::dequantize_int4_add(q, s, n, group, acc, stream()), "dequantize_int4_add");
   }
 
   void adam_step(float* w, const float* g, float* m, float* v, int64_t n, const kernels::AdamCoeffs<float>& c) override {

@@ -36,17 +36,6 @@ double decode(const std::vector<char>& b, DType t, size_t i) {
   return d;
 }
 
-// Relative tolerance for averages, which are inexact: a couple of units in the last place
-// of the result type (fp16/bf16 averages may be rounded twice when an engine stages via fp32).
-double avg_tolerance(DType t) {
-  switch (t) {
-    case DType::f16: return 2.0 / 1024;
-    case DType::bf16: return 2.0 / 128;
-    case DType::f32: return 2.0 / (1 << 23);
-    default: return 1e-14;
-  }
-}
-
 double reduce(ReduceOp op, const std::function<double(int)>& of_rank, int size) {
   double acc = of_rank(0);
   for (int r = 1; r < size; ++r) {
@@ -158,6 +147,15 @@ struct Checker {
 };
 
 }  // namespace
+
+double avg_tolerance(DType t) {
+  switch (t) {
+    case DType::f16: return 2.0 / 1024;
+    case DType::bf16: return 2.0 / 128;
+    case DType::f32: return 2.0 / (1 << 23);
+    default: return 1e-14;
+  }
+}
 
 size_t check_collectives(comm::Communicator& comm, const MatrixOptions& options) {
   Checker c{comm};

@@ -22,4 +22,8 @@ struct MatrixOptions {
 // Returns the number of checks made.
 size_t check_collectives(comm::Communicator& comm, const MatrixOptions& options = {});
 
+// Relative tolerance for averages, which are inexact: a couple of units in the last place
+// of the result type (fp16/bf16 averages may be rounded twice when an engine stages via fp32).
+double avg_tolerance(DType t);
+
 }  // namespace dscpp::test

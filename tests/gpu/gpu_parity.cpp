@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 using namespace dscpp;
@@ -181,6 +182,29 @@ TEST_CASE("int8 quantization equals the CPU loop bit for bit", "[gpu]") {
   REQUIRE(dq.get() == q);
   REQUIRE(same_bits(ds.get(), s));
   REQUIRE(same_bits(dback.get(), back));
+}
+
+TEST_CASE("qgZ int4 quantization equals the CPU loop bit for bit", "[gpu]") {
+  // qgZ's group of 256, and a group of an odd number of pairs wider than the block.
+  for (auto [n, group] : {std::pair<int64_t, int64_t>{256 * 4099, 256}, {2 * 1027 * 5, 2 * 1027}}) {
+    CAPTURE(n, group);
+    const auto x = randoms(n, 51, -4.0f, 4.0f), acc = randoms(n, 52);
+    std::vector<uint16_t> x16(x.size());
+    kernels::store_from_f32(x16.data(), DType::bf16, x.data(), n);
+    std::vector<uint8_t> q(static_cast<size_t>(n / 2));
+    std::vector<float> s(static_cast<size_t>(n / group)), sum = acc;
+    kernels::quantize_int4_groups(x16.data(), DType::bf16, n, group, q.data(), s.data());
+    kernels::dequantize_int4_add(q.data(), s.data(), n, group, sum.data());
+    On<uint16_t> dx(x16);
+    On<uint8_t> dq(std::vector<uint8_t>(q.size()));
+    On<float> ds(zeros(n / group)), dsum(acc);
+    const auto st = device()->compute_stream();
+    DSCPP_CUDA_CHECK(cuda::quantize_int4_groups(dx.p(), hd::Storage::bf16, n, group, dq.p(), ds.p(), st));
+    DSCPP_CUDA_CHECK(cuda::dequantize_int4_add(dq.p(), ds.p(), n, group, dsum.p(), st));
+    REQUIRE(dq.get() == q);
+    REQUIRE(same_bits(ds.get(), s));
+    REQUIRE(same_bits(dsum.get(), sum));
+  }
 }
 
 TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {

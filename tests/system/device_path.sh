@@ -10,7 +10,7 @@
 #   DEVICE=cuda (gpu suite): the same on a GPU, cuBLAS GEMMs and NCCL; GEMM sums reorder, so
 #     ATOL=1e-4. Skipped (77) without a visible GPU — never run so far.
 # Covered: stages 0-3 on 2 ranks with GAS 2; bf16 and fp16 (dynamic loss scale with overflows);
-# Adam, LAMB, SGD with Nesterov momentum, Adagrad, Lion; ZeRO++ qwZ + hpZ; activation
+# Adam, LAMB, SGD with Nesterov momentum, Adagrad, Lion; ZeRO++ qwZ + hpZ, qgZ; activation
 # checkpointing with cpu_checkpointing; ZeRO stage 3 on 2 ranks of DEVICE vs stage 0 on 1 rank
 # of DEVICE; an injected fp16 overflow skipped on every rank; offload refused with its reason. Usage: device_path.sh DSCPP GPT_SO COMPARE DEVICE
 set -u
@@ -86,6 +86,13 @@ CASES="s0 s1 s2bf16 s3fp16 lamb0 sgd2 adagrad3 lion1 zeropp ckpt"
 for c in $CASES; do
   run "$c-cpu" "$c" cpu 2 && run "$c-dev" "$c" "$DEVICE" 2 && same "$c-cpu" "$c-dev" "$c: 2 ranks, $DEVICE = cpu"
 done
+# qgZ needs more than one node: 4 ranks as 2 nodes of 2.
+config qgz 3 1 "" ', "zero_quantized_gradients": true' "$ADAMW"
+DSCPP_RANKS_PER_NODE=2 run qgz-cpu qgz cpu 4 && DSCPP_RANKS_PER_NODE=2 run qgz-dev qgz "$DEVICE" 4 &&
+  same qgz-cpu qgz-dev "qgZ (int4 two-hop reduce-scatter), 4 ranks as 2 nodes"
+grep -q "qgz-cross" "$WORK/qgz-dev.log" && pass "qgZ's cross-node hop ran" ||
+  fail "qgZ: no qgz-cross traffic line in the log: the quantized path did not run"
+
 # An injected overflow: the last rank writes inf into its gradients from the host; every rank
 # skips that step (the flag read back from the device, agreed across ranks).
 DSCPP_INJECT_OVERFLOW=3 run inject-cpu s3fp16 cpu 2 && DSCPP_INJECT_OVERFLOW=3 run inject-dev s3fp16 "$DEVICE" 2 &&

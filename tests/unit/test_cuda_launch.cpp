@@ -329,3 +329,47 @@ TEST_CASE("quantize kernels (host stub) equal the CPU loops bit for bit", "[cuda
   }
   CHECK(cuda::quantize_int8_groups(nullptr, 10, 3, nullptr, nullptr, nullptr) != kOk);
 }
+
+TEST_CASE("int4 quantize kernels (host stub) equal the CPU loops bit for bit", "[cuda_launch]") {
+  // (n, group): one pair; groups of an odd number of pairs; pair counts off the vector width;
+  // qgZ's 256; a group wider than the block (strided pairs), with n/2 ≡ 3 mod kVec.
+  const std::pair<int64_t, int64_t> shapes[] = {{2, 2}, {6, 6}, {30, 6}, {4106, 2}, {1290, 10},
+                                                {256 * 7, 256}, {2 * 1027 * 3, 2 * 1027}};
+  for (DType type : {DType::f32, DType::f16, DType::bf16}) {
+    for (auto [n, group] : shapes) {
+      CAPTURE(dtype_name(type), n, group);
+      const auto values = ops_check::rnd(n, 6, -4.0f, 4.0f);
+      std::vector<char> x(static_cast<size_t>(n) * dtype_size(type));
+      kernels::store_from_f32(x.data(), type, values.data(), n);
+      const size_t groups = static_cast<size_t>(n / group);
+      std::vector<uint8_t> qd(static_cast<size_t>(n / 2), 0xAA), qc(qd.size(), 0x55);
+      std::vector<float> sd(groups), sc(groups);
+      stub_launches().clear();
+      REQUIRE(cuda::quantize_int4_groups(x.data(), kernels::storage_of(type), n, group, qd.data(), sd.data(),
+                                         nullptr) == kOk);
+      REQUIRE(stub_launches().at(0).blocks == unsigned(groups));
+      kernels::quantize_int4_groups(x.data(), type, n, group, qc.data(), sc.data());
+      REQUIRE(qd == qc);
+      REQUIRE(same_bits(sd, sc));
+
+      // Two peers' packets summed into one accumulator, as qgZ's receiving side does.
+      auto acc_d = ops_check::rnd(n, 7), acc_c = acc_d;
+      const auto other = ops_check::rnd(n, 8, -1.0f, 1.0f);
+      std::vector<uint8_t> q2(qd.size());
+      std::vector<float> s2(groups);
+      kernels::quantize_int4_groups(other.data(), DType::f32, n, group, q2.data(), s2.data());
+      for (auto [q, s] : {std::pair{&qd, &sd}, std::pair{&q2, &s2}}) {
+        REQUIRE(cuda::dequantize_int4_add(q->data(), s->data(), n, group, acc_d.data(), nullptr) == kOk);
+        kernels::dequantize_int4_add(q->data(), s->data(), n, group, acc_c.data());
+      }
+      REQUIRE(same_bits(acc_d, acc_c));
+    }
+  }
+  // The CPU's contract: groups hold whole pairs and tile n.
+  CHECK(cuda::quantize_int4_groups(nullptr, Storage::f32, 14, 7, nullptr, nullptr, nullptr) != kOk);
+  CHECK(cuda::quantize_int4_groups(nullptr, Storage::f32, 10, 4, nullptr, nullptr, nullptr) != kOk);
+  CHECK(cuda::dequantize_int4_add(nullptr, nullptr, 10, 0, nullptr, nullptr) != kOk);
+  stub_launches().clear();
+  CHECK(cuda::quantize_int4_groups(nullptr, Storage::f32, 0, 2, nullptr, nullptr, nullptr) == kOk);
+  CHECK(stub_launches().empty());
+}

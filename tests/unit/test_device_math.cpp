@@ -194,6 +194,30 @@ TEST_CASE("cuda-sim DeviceMath: int8 quantization equals the CPU loops, 16-bit p
   }
 }
 
+TEST_CASE("cuda-sim DeviceMath: qgZ's int4 quantizer equals the CPU loops") {
+  auto dev = make_sim_cuda_device();
+  DeviceMath& gpu = kernels::math_of(*dev);
+  DeviceMath& cpu = kernels::cpu_math();
+  const int64_t n = 256 * 9, group = 256;
+  const std::vector<float> x = random_floats(n, 8);
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    CAPTURE(dtype_name(t));
+    std::vector<unsigned char> xs(static_cast<size_t>(n) * dtype_size(t));
+    cpu.store_from_f32(xs.data(), t, x.data(), n);
+    SimArray xd(*dev, xs.data(), xs.size());
+    std::vector<uint8_t> q(static_cast<size_t>(n / 2));
+    std::vector<float> s(static_cast<size_t>(n / group)), acc = random_floats(n, 9);
+    SimArray qd = put(*dev, q), sd = put(*dev, s), ad = put(*dev, acc);
+    cpu.quantize_int4_groups(xs.data(), t, n, group, q.data(), s.data());
+    gpu.quantize_int4_groups(xd.as<void>(), t, n, group, qd.as<uint8_t>(), sd.as<float>());
+    CHECK(qd.read<uint8_t>() == q);
+    CHECK(sd.read<float>() == s);
+    cpu.dequantize_int4_add(q.data(), s.data(), n, group, acc.data());
+    gpu.dequantize_int4_add(qd.as<uint8_t>(), sd.as<float>(), n, group, ad.as<float>());
+    CHECK(ad.read<float>() == acc);
+  }
+}
+
 TEST_CASE("cuda-sim refuses host memory where a GPU needs device memory") {
   auto dev = make_sim_cuda_device();
   DeviceMath& gpu = kernels::math_of(*dev);
