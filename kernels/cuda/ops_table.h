@@ -5,23 +5,25 @@
 #pragma once
 
 #include "dscpp/model.h"
-#include "kernels/cuda/cuda_ns.h"
-
-#include <cuda_runtime_api.h>
+#include "kernels/cuda/launch.h"  // Stream: cudaStream_t, or the host stub's stream
 
 #include <cstdint>
 
+#if defined(DSCPP_CUDA_HOST_STUB)
+#include "kernels/cuda/sim/cuda_runtime_stub.h"  // cublasHandle_t
+#else
 typedef struct cublasContext* cublasHandle_t;
+#endif
 
 namespace dscpp::DSCPP_CUDA_NS {
 
 struct OpsContext {
-  explicit OpsContext(cudaStream_t stream);  // creates the cuBLAS handle on the current device
+  explicit OpsContext(Stream stream);  // creates the cuBLAS handle on the current device
   ~OpsContext();
   OpsContext(const OpsContext&) = delete;
   OpsContext& operator=(const OpsContext&) = delete;
 
-  cudaStream_t stream;
+  Stream stream;
   cublasHandle_t blas = nullptr;
   int32_t* flag = nullptr;  // device: "a bad id / target was seen"
   // Device scratch for cross-entropy's per-row results, grown on demand.
