@@ -2,6 +2,10 @@
 // (kernels/cpu/ops/cpu_ops.h), GEMMs through cuBLAS, the rest through the kernels of
 // ops_kernels.h. The table's `device` is its OpsContext: the stream every op is enqueued on and
 // the cuBLAS handle bound to it. One context per thread that runs layers.
+//
+// Built with DSCPP_CUDA_HOST_STUB (kernels/cuda/sim), the same table runs on the CPU: kernels
+// on the host launch layer, runtime and cuBLAS calls on kernels/cuda/sim/cuda_runtime_stub.h,
+// symbols in dscpp::cuda_host; the stream is then the launch layer's stub stream (nullptr).
 #pragma once
 
 #include "dscpp/model.h"
