@@ -5,6 +5,8 @@
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "kernels/cuda/sim/sim_device.h"
 
+#include <cstdlib>
+
 #if DSCPP_HAVE_CUDA
 #include "core/cuda_device.h"
 #include "kernels/cuda/cuda_math.h"
@@ -63,7 +65,12 @@ RankDevice make_rank_device(DeviceChoice choice) {
   r.host = make_host_device();
   if (choice == DeviceChoice::cuda_sim) {
     r.device = make_sim_cuda_device();
-    r.ops = kernels::cpu_ops(DSCPP_F32, r.device.get());
+    // DSCPP_SIM_OPS=cpu keeps the CPU ops table (the memory is host memory either way): the
+    // engine's device math alone is then compared with the CPU device bit for bit, while the
+    // CUDA table reorders the row ops' sums (tests/system/device_path.sh runs both).
+    const char* table = std::getenv("DSCPP_SIM_OPS");
+    r.ops = table != nullptr && std::string_view(table) == "cpu" ? kernels::cpu_ops(DSCPP_F32, r.device.get())
+                                                                 : make_sim_cuda_ops(r.ops_context);
   } else {
     r.device = make_cpu_device();
     r.ops = kernels::cpu_ops(DSCPP_F32, r.device.get());

@@ -5,7 +5,8 @@
 //             table and CUDA kernels on its compute stream, NCCL between ranks (CUDA builds)
 //   cuda-sim  the CUDA code path run on the CPU, for testing it where there is no GPU
 //             (kernels/cuda/sim/sim_device.h): the CUDA kernels' own code through the host
-//             launch layer, every pointer checked to be device memory
+//             launch layer, every pointer checked to be device memory; the CUDA ops table in
+//             its host-stub build (DSCPP_SIM_OPS=cpu: the CPU table)
 //   auto      cuda when this build has CUDA and a device is visible, else cpu
 #pragma once
 

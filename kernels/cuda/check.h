@@ -4,7 +4,11 @@
 
 #include "core/error.h"
 
+#if defined(DSCPP_CUDA_HOST_STUB)
+#include "kernels/cuda/sim/cuda_runtime_stub.h"
+#else
 #include <cuda_runtime_api.h>
+#endif
 
 #define DSCPP_CUDA_CHECK(call)                                                                                      \
   do {                                                                                                              \

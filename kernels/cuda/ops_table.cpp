@@ -8,7 +8,11 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops_kernels.h"
 
+#if defined(DSCPP_CUDA_HOST_STUB)
+#include "kernels/cuda/sim/cuda_runtime_stub.h"  // the CPU table's GEMM behind cuBLAS's interface
+#else
 #include <cublas_v2.h>
+#endif
 
 #include <algorithm>
 #include <vector>
@@ -296,7 +300,7 @@ void fill_attention_linear_ops(dscpp_ops& t);  // ops_layers.cpp
 
 // ---- context ---------------------------------------------------------------------------------------
 
-OpsContext::OpsContext(cudaStream_t s) : stream(s) {
+OpsContext::OpsContext(Stream s) : stream(s) {
   DSCPP_CUBLAS_CHECK(cublasCreate(&blas));
   DSCPP_CUBLAS_CHECK(cublasSetStream(blas, stream));
   // Plain fp32 (no TF32 tensor-core rounding), the precision of the CPU table's sgemm.

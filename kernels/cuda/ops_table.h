@@ -2,26 +2,32 @@
 // (kernels/cpu/ops/cpu_ops.h), GEMMs through cuBLAS, the rest through the kernels of
 // ops_kernels.h. The table's `device` is its OpsContext: the stream every op is enqueued on and
 // the cuBLAS handle bound to it. One context per thread that runs layers.
+//
+// Built with DSCPP_CUDA_HOST_STUB (kernels/cuda/sim), the same table runs on the CPU: kernels
+// on the host launch layer, runtime and cuBLAS calls on kernels/cuda/sim/cuda_runtime_stub.h,
+// symbols in dscpp::cuda_host; the stream is then the launch layer's stub stream (nullptr).
 #pragma once
 
 #include "dscpp/model.h"
-#include "kernels/cuda/cuda_ns.h"
-
-#include <cuda_runtime_api.h>
+#include "kernels/cuda/launch.h"  // Stream: cudaStream_t, or the host stub's stream
 
 #include <cstdint>
 
+#if defined(DSCPP_CUDA_HOST_STUB)
+#include "kernels/cuda/sim/cuda_runtime_stub.h"  // cublasHandle_t
+#else
 typedef struct cublasContext* cublasHandle_t;
+#endif
 
 namespace dscpp::DSCPP_CUDA_NS {
 
 struct OpsContext {
-  explicit OpsContext(cudaStream_t stream);  // creates the cuBLAS handle on the current device
+  explicit OpsContext(Stream stream);  // creates the cuBLAS handle on the current device
   ~OpsContext();
   OpsContext(const OpsContext&) = delete;
   OpsContext& operator=(const OpsContext&) = delete;
 
-  cudaStream_t stream;
+  Stream stream;
   cublasHandle_t blas = nullptr;
   int32_t* flag = nullptr;  // device: "a bad id / target was seen"
   // Device scratch for cross-entropy's per-row results, grown on demand.

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_math.h"
+#include "kernels/cuda/ops_table.h"
 
 #include <cstdlib>
 
@@ -74,6 +75,12 @@ std::unique_ptr<SimCudaDevice> make_sim_cuda_device() {
   auto device = std::make_unique<SimCudaDevice>();
   cuda::bind_cuda_math(*device);
   return device;
+}
+
+dscpp_ops make_sim_cuda_ops(std::shared_ptr<void>& context) {
+  auto ops_context = std::make_shared<cuda::OpsContext>(nullptr);
+  context = ops_context;
+  return cuda::cuda_ops(DSCPP_F32, ops_context.get());
 }
 
 }  // namespace dscpp

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "core/device.h"
+#include "dscpp/model.h"
 
 #include <cstdint>
 #include <map>
@@ -46,5 +47,8 @@ class SimCudaDevice final : public HostMemoryDevice {
 
 // A cuda-sim device with its CUDA DeviceMath bound.
 std::unique_ptr<SimCudaDevice> make_sim_cuda_device();
+// The CUDA ops table (kernels/cuda/ops_table.h) in its host-stub build, fp32, bound to an ops
+// context that `context` keeps alive (one per thread that runs layers, as on a GPU).
+dscpp_ops make_sim_cuda_ops(std::shared_ptr<void>& context);
 
 }  // namespace dscpp

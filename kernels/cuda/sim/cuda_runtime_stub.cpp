@@ -1,0 +1,145 @@
+// The host stub of the CUDA runtime and cuBLAS calls of the ops table (cuda_runtime_stub.h).
+#include "kernels/cuda/sim/cuda_runtime_stub.h"
+
+#include "kernels/cpu/ops/cpu_ops.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace dscpp::DSCPP_CUDA_NS {
+
+// ---- runtime ----
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;  // as CUDA: success and a null pointer
+  // 64 bytes: a cache line and an AVX-512 vector, so the CPU kernels see what cudaMalloc's
+  // 256-byte alignment guarantees them on a GPU (at least that of any vector load).
+  constexpr size_t kAlign = 64;
+  if (bytes > SIZE_MAX - kAlign) return cudaErrorMemoryAllocation;
+  *ptr = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  return *ptr != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+// Every kind is one host copy: host and "device" memory are the same memory here. memmove,
+// because the table's to_host/from_host may be handed one buffer as source and destination.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+// Nothing is ever pending: every stub call and kernel launch finishes before it returns.
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  return cudaSuccess;
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    default: return "unrecognized error code";
+  }
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+// ---- cuBLAS ----
+
+// The handle carries the CPU table whose GEMM does the work. The stream and math mode are kept
+// only so that the calls behave as cuBLAS's do; fp32 on the CPU has no TF32 mode to honour.
+struct cublasContext {
+  dscpp_ops cpu = kernels::cpu_ops(DSCPP_F32);
+  cudaStream_t stream = nullptr;
+  cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = new (std::nothrow) cublasContext;
+  return *handle != nullptr ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->mode = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    default: return "unknown error";
+  }
+}
+
+namespace {
+dscpp_transpose row_major_op(cublasOperation_t op) {
+  return op == CUBLAS_OP_N ? DSCPP_NO_TRANS : DSCPP_TRANS;  // real data: conjugate-transpose is transpose
+}
+}  // namespace
+
+// A column-major matrix is the row-major transpose over the same memory and leading dimension,
+// so column-major C = op(A)·op(B) is row-major Cᵀ = op(B)ᵀ·op(A)ᵀ: the CPU table's row-major
+// GEMM with the operands and m/n swapped and the transposes kept. Its checks of the leading
+// dimensions (≥ the stored row length, at least 1) are then cuBLAS's lda ≥ max(1, m or k),
+// ldb ≥ max(1, k or n), ldc ≥ max(1, m); what it refuses besides (negative strides, null
+// matrices) is undefined for cuBLAS and an INVALID_VALUE here.
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long strideA, const float* B, int ldb, long long strideB,
+                                         const float* beta, float* C, int ldc, long long strideC, int batchCount) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const auto op_ok = [](cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; };
+  if (!op_ok(transa) || !op_ok(transb) || m < 0 || n < 0 || k < 0 || batchCount < 0 || alpha == nullptr ||
+      beta == nullptr)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const dscpp_ops& cpu = handle->cpu;
+  const int s = cpu.gemm_strided_batched(&cpu, row_major_op(transb), row_major_op(transa), n, m, k, *alpha, B, ldb,
+                                         strideB, A, lda, strideA, *beta, C, ldc, strideC, batchCount);
+  return s == DSCPP_OK ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+}  // namespace dscpp::DSCPP_CUDA_NS
