@@ -36,7 +36,6 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
       cfg_(loaded.config),
       world_(world),
       device_(device),
-      math_(kernels::math_of(device)),
       host_(host ? std::move(host) : make_host_device()),
       ops_(ops),
       options_(std::move(options)),
@@ -96,12 +95,11 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   }
   const ParamOffload offload = param_offload_from_config(z, cfg_.aio, stage_ == 3);
   param_offload_ = offload.device;
-  // Offload moves reductions and casts across host and device memory in ways only host-memory
-  // devices support so far: GradReducer reduces straight into the host partition, ParamHome
-  // casts between the homes in one loop.
-  if (!device.is_host() && (offload_.device != OffloadDevice::none || offload.device != OffloadDevice::none))
-    fail("device {}: offload_optimizer/offload_param are not wired for a device without host memory yet; remove "
-         "the offload sections from zero_optimization or run on the CPU device (--device cpu)",
+  // ParamHome casts between a slice's home and the fp32 master in one loop, which needs both
+  // in memory one processor reaches: not yet so with a GPU.
+  if (!device.is_host() && offload.device != OffloadDevice::none)
+    fail("device {}: offload_param is not wired for a device without host memory yet; remove "
+         "zero_optimization.offload_param (offload_optimizer works) or run on the CPU device (--device cpu)",
          device.name());
   if (options_.eval_only && world.rank() == 0 && (stage_ != 3 || offload.device == OffloadDevice::none))
     log::warn("--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
@@ -385,10 +383,12 @@ void Engine::train_step() {
 
 bool Engine::prepare_gradients(float* grad_scale) {
   const double scale = scaler_->scale();
-  // Over this rank's gradient slices, group by group in order (thread-count independent).
+  // Over this rank's gradient slices, group by group in order (thread-count independent), each
+  // with the device it lives on (offloaded slices: the host).
   auto over_groups = [this](auto&& f) {
     for (size_t g = 0; g < layout_.groups.size(); ++g)
-      if (layout_.groups[g].part > 0) f(grads_->owned(static_cast<int>(g)), layout_.groups[g].part);
+      if (layout_.groups[g].part > 0)
+        f(grads_->owned(static_cast<int>(g)), layout_.groups[g].part, grads_->owned_device(static_cast<int>(g)));
   };
   *grad_scale = static_cast<float>(1.0 / scale);
   last_grad_norm_ = -1;
@@ -398,13 +398,15 @@ bool Engine::prepare_gradients(float* grad_scale) {
   // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
   if (scaler_->checks_overflow() || (dtype_ == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
     if (inject_overflow_.count(counters_.global_steps + 1) && world_.rank() == world_.size() - 1)
-      over_groups([&](void* g, int64_t) {
+      over_groups([&](void* g, int64_t, Device& where) {
         unsigned char inf[8];  // kInf in the gradients' dtype, written from the host
         kernels::store_from_f32(inf, grads_->dtype(), &kInf, 1);
-        device_.copy_from_host(g, inf, dtype_size(grads_->dtype()));
+        where.copy_from_host(g, inf, dtype_size(grads_->dtype()));
       });
     double overflow = 0;
-    over_groups([&](void* g, int64_t n) { overflow = overflow != 0 || math_.any_nonfinite(g, grads_->dtype(), n); });
+    over_groups([&](void* g, int64_t n, Device& where) {
+      overflow = overflow != 0 || kernels::math_of(where).any_nonfinite(g, grads_->dtype(), n);
+    });
     // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
     // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
     if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
@@ -414,7 +416,7 @@ bool Engine::prepare_gradients(float* grad_scale) {
   double max_norm = cfg_.gradient_clipping;
   if (max_norm <= 0 && cfg_.steps_per_print <= 0) return true;
   double sq = 0;
-  over_groups([&](void* g, int64_t n) { sq += math_.sum_squares(g, grads_->dtype(), n); });
+  over_groups([&](void* g, int64_t n, Device& where) { sq += kernels::math_of(where).sum_squares(g, grads_->dtype(), n); });
   if (partitioned) world_.allreduce(&sq, 1, DType::f64);
   double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
   last_grad_norm_ = std::isfinite(norm) ? norm : -1;

@@ -35,10 +35,6 @@
 #include <set>
 #include <string>
 
-namespace dscpp::kernels {
-class DeviceMath;
-}
-
 namespace dscpp::runtime {
 
 struct TrainOptions {
@@ -112,7 +108,6 @@ class Engine {
   const config::DsConfig& cfg_;
   comm::Communicator& world_;
   Device& device_;
-  kernels::DeviceMath& math_;     // device_'s buffer math
   std::unique_ptr<Device> host_;  // offloaded state (offload_optimizer / offload_param device cpu or nvme buffers)
   dscpp_ops ops_;
   TrainOptions options_;

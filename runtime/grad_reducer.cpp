@@ -39,6 +39,13 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
       partition_ =
           DeviceBuffer(device, static_cast<size_t>(layout.part_total - split_) * elem_, MemCategory::grads, true);
   }
+  if (split_ > 0 && !device.is_host()) {
+    int64_t max_off = 0;
+    for (const PartitionGroup& g : layout.groups)
+      if (g.part_offset < split_) max_off = std::max(max_off, g.part);
+    host_staging_ =
+        DeviceBuffer(*opt_.partition_device, static_cast<size_t>(max_off) * wire_elem_, MemCategory::buffers);
+  }
   const int per_node = std::max(1, opt_.ranks_per_node);
   if (opt_.stage == 3 && opt_.quantized_gradients && comm.size() > per_node && comm.size() % per_node == 0) {
     qgz_node_ = comm.split(comm.rank() / per_node, comm.rank(), "qgz-node");
@@ -65,6 +72,15 @@ void* GradReducer::owned(int group) const {
     case 1: return at(full_, g.owned_begin(comm_.rank()));
     default: return partition_at(g.part_offset);
   }
+}
+
+Device& GradReducer::owned_device(int group) const {
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  return opt_.stage >= 2 && g.part_offset < split_ ? *opt_.partition_device : device_;
+}
+
+bool GradReducer::crosses(int group) const {
+  return !device_.is_host() && &owned_device(group) != &device_;
 }
 
 GradReducer::~GradReducer() {
@@ -135,7 +151,8 @@ void GradReducer::launch_group(int group, void* input) {
     kernels::math_of(device_).convert_into(s.wire.data(), wire_, input, dtype_, g.numel);
     input = s.wire.data();
   }
-  const bool into_partition = opt_.stage >= 2 && first_ && !converted;  // nothing there to add to yet
+  // Nothing there to add to yet; and the collective can write there.
+  const bool into_partition = opt_.stage >= 2 && first_ && !converted && !crosses(group);
   if (qgz_node_) {
     s.direct = false;
     s.work = quantized_reduce_scatter(*qgz_node_, *qgz_cross_, device_, input, s.out.data(), g.part, wire_);
@@ -161,10 +178,17 @@ void GradReducer::finish(Staging& s) {
                       : wire_ != dtype_   ? static_cast<const void*>(s.wire.as<char>() + mine)
                                           : static_cast<const void*>(s.buffer.as<char>() + mine);
     void* dst = owned(s.group);
+    Device* where = &device_;
+    if (crosses(s.group)) {  // the reduced slice crosses to the host, where it is summed
+      device_.copy_to_host(host_staging_.data(), src, static_cast<size_t>(g.part) * wire_elem_);
+      src = host_staging_.data();
+      where = opt_.partition_device;
+    }
+    kernels::DeviceMath& math = kernels::math_of(*where);
     if (first_ || opt_.stage == 1)  // stage 1 reduces the accumulated sum once: replace
-      kernels::math_of(device_).convert_into(dst, dtype_, src, wire_, g.part);
+      math.convert_into(dst, dtype_, src, wire_, g.part);
     else
-      kernels::math_of(device_).add_into(dst, dtype_, src, wire_, g.part);
+      math.add_into(dst, dtype_, src, wire_, g.part);
   }
   s.group = -1;
 }

@@ -43,8 +43,8 @@ struct GradReduceOptions {
   std::optional<DType> comm_dtype;      // communication_data_type; unset: the gradients' dtype
   // Stages 2–3: where the gradient partition lives; null = the training device. Optimizer
   // offload puts it on the host, where the offloaded optimizer reads it (DeepSpeed's CPU
-  // master.grad). Reductions land in it directly, which needs host-accessible memory for the
-  // collective: true of every device dscpp runs training on today.
+  // master.grad). With a host-memory training device reductions land in it directly; with a
+  // GPU they land in device staging and cross with one copy per group, summed on the host.
   Device* partition_device = nullptr;
   // With partition_device: how many leading elements of the partition live there; the rest
   // stays on the training device (partial optimizer offload: the gradients of the sub-groups
@@ -74,6 +74,9 @@ class GradReducer {
   // The gradients this rank steps on for group g, in `dtype`: g.part elements (stage 0: the
   // whole group).
   void* owned(int group) const;
+  // The memory owned(group) lies in: the partition device for the offloaded part, else the
+  // training device.
+  Device& owned_device(int group) const;
   // After the optimizer step.
   void zero();
 
@@ -104,6 +107,10 @@ class GradReducer {
   char* partition_at(int64_t element) const {
     return element < split_ ? at(off_partition_, element) : at(partition_, element - split_);
   }
+  // Group g's partition slice is off the training device, which cannot reach it (a GPU and the
+  // host): collectives cannot write into it, and results cross through host_staging_.
+  bool crosses(int group) const;
+  DeviceBuffer host_staging_;  // one group's reduced slice in the wire dtype, on the partition device
   std::vector<Staging> staging_;  // stage 1: reduce-scatter results in flight; stages 2–3: staging
   int current_ = -1;              // staging buffer of the group in backward
   bool first_ = true, last_ = true;

@@ -11,7 +11,8 @@
 #     0, bit for bit, in every case). Stages 0-3 on 2 ranks with GAS 2; bf16, fp16 with an
 #     injected overflow skipped on every rank; Adam, LAMB, SGD with Nesterov momentum, Adagrad,
 #     Lion; ZeRO++ qwZ + hpZ, qgZ (4 ranks as 2 nodes); activation checkpointing with
-#     cpu_checkpointing; ZeRO stage 3 on 2 ranks vs stage 0 on 1 rank on the device.
+#     cpu_checkpointing; offload_optimizer cpu (stage 2), cpu with ratio 0.5 (stage 3, bf16) and
+#     nvme (stage 3, fp16); ZeRO stage 3 on 2 ranks vs stage 0 on 1 rank on the device.
 #  B. The whole device path (the CUDA ops table too): its GEMMs are the CPU's bit for bit
 #     (tests/unit/test_cuda_ops_table.cpp) but layer norm, softmax, attention and cross-entropy
 #     sum in the GPU's order (≤ 6 u per op), which Adam amplifies where a gradient is near zero:
@@ -20,7 +21,7 @@
 #     agree to 1e-3 (measured: identical at 4 decimals over 30 steps).
 # DEVICE=cuda (gpu suite) runs B on a GPU (cuBLAS, NCCL) at 1e-3; skipped (77) without a
 # visible GPU — never run so far. Both: a control with another learning rate must exceed the
-# tolerance; offload is refused with its reason.
+# tolerance; offload_param is refused with its reason.
 # Usage: device_path.sh DSCPP GPT_SO COMPARE DEVICE
 set -u
 DSCPP=$1 GPT=$2 COMPARE=$3 DEVICE=$4
@@ -101,16 +102,22 @@ config zeropp 3 1 "" ', "zero_quantized_weights": true, "zero_hpz_partition_size
 config ckpt 2 1 '"activation_checkpointing": {"cpu_checkpointing": true, "contiguous_memory_optimization": true},' \
   "" "$ADAMW"
 config qgz 3 1 "" ', "zero_quantized_gradients": true' "$ADAMW"
+# ZeRO-Offload: the reduced gradients cross to the host partition; the parameters come back.
+config off2 2 2 "" ', "offload_optimizer": {"device": "cpu"}' "$ADAMW"
+config off3r 3 2 '"bf16": {"enabled": true},' \
+  ', "sub_group_size": 5000, "offload_optimizer": {"device": "cpu", "ratio": 0.5}' "$ADAMW"
+mkdir -p "$WORK/nvme"
+config off3n 3 2 "$F16" ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\"}" "$ADAMW"
 config z0 0 4 "" "" "$ADAMW"
 config z3 3 2 "" "" "$ADAMW"
 
 # ---- A: engine and device math alone (cuda-sim with the CPU ops table) -----------------------
 if [ "$DEVICE" = cuda-sim ]; then
   export DSCPP_SIM_OPS=cpu
-  CASES="s0 s1 s2bf16 s3fp16 lamb0 sgd2 adagrad3 lion1 zeropp ckpt"
+  CASES="s0 s1 s2bf16 s3fp16 lamb0 sgd2 adagrad3 lion1 zeropp ckpt off2 off3r off3n"
   # Under the sanitizers (slow processes) a subset still runs every DeviceMath entry point the
-  # others use: bf16 casts, LAMB, Lion, int8 quantization, host copies.
-  [ "${DSCPP_TEST_SANITIZED:-0}" = 1 ] && CASES="s2bf16 lamb0 lion1 zeropp ckpt"
+  # others use: bf16 casts, LAMB, Lion, int8 quantization, host copies, the offload crossing.
+  [ "${DSCPP_TEST_SANITIZED:-0}" = 1 ] && CASES="s2bf16 lamb0 lion1 zeropp ckpt off3r"
   for c in $CASES; do
     run "$c-cpu" "$c" cpu 2 && run "$c-A" "$c" "$DEVICE" 2 && same "$c-cpu" "$c-A" "A $c: 2 ranks, $DEVICE = cpu"
   done
@@ -130,7 +137,7 @@ fi
 
 # ---- B: the whole device path ---------------------------------------------------------------
 SKIP_BIAS=(--skip c_attn.bias)
-for c in s1 s3fp16 zeropp ckpt; do
+for c in s1 s3fp16 zeropp ckpt off3r; do
   [ -e "$WORK/$c-cpu.safetensors" ] || run "$c-cpu" "$c" cpu 2 || continue
   run "$c-B" "$c" "$DEVICE" 2 && same "$c-cpu" "$c-B" "B $c: 2 ranks, $DEVICE = cpu" "$BTOL" "${SKIP_BIAS[@]}" &&
     losses "$c-cpu" "$c-B" "B $c"
@@ -155,15 +162,15 @@ if run ctl-B ctl "$DEVICE" 2; then
   fi
 fi
 
-# Offload is refused on a device without host memory, naming the way out.
-config off 2 1 "" ', "offload_optimizer": {"device": "cpu"}' "$ADAMW"
+# Parameter offload is refused on a device without host memory, naming the way out.
+config off 3 1 "" ', "offload_param": {"device": "cpu"}' "$ADAMW"
 if "$DSCPP" --num_procs 1 --master_port "$(port)" "$GPT" --deepspeed_config "$WORK/off.json" --steps 1 --no_eval \
   --device "$DEVICE" -- "${GPT_ARGS[@]}" > "$WORK/off.log" 2>&1; then
-  fail "offload_optimizer on $DEVICE trained instead of being refused"
-elif grep -q "offload_optimizer/offload_param are not wired for a device without host memory" "$WORK/off.log"; then
-  pass "offload on $DEVICE is refused with the reason"
+  fail "offload_param on $DEVICE trained instead of being refused"
+elif grep -q "offload_param is not wired for a device without host memory" "$WORK/off.log"; then
+  pass "offload_param on $DEVICE is refused with the reason"
 else
-  fail "offload on $DEVICE failed without the expected message: $(grep -m2 -i error "$WORK/off.log")"
+  fail "offload_param on $DEVICE failed without the expected message: $(grep -m2 -i error "$WORK/off.log")"
 fi
 
 exit $FAILED
