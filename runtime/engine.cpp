@@ -95,12 +95,6 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   }
   const ParamOffload offload = param_offload_from_config(z, cfg_.aio, stage_ == 3);
   param_offload_ = offload.device;
-  // ParamHome casts between a slice's home and the fp32 master in one loop, which needs both
-  // in memory one processor reaches: not yet so with a GPU.
-  if (!device.is_host() && offload.device != OffloadDevice::none)
-    fail("device {}: offload_param is not wired for a device without host memory yet; remove "
-         "zero_optimization.offload_param (offload_optimizer works) or run on the CPU device (--device cpu)",
-         device.name());
   if (options_.eval_only && world.rank() == 0 && (stage_ != 3 || offload.device == OffloadDevice::none))
     log::warn("--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
               "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",

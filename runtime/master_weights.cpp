@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace dscpp::runtime {
 
@@ -137,7 +138,12 @@ void MasterWeights::params_to_master(int i, float* master) {
   const SubGroup& sub = subs_[static_cast<size_t>(i)];
   if (!params_.home().all_on_device()) {  // offload_param: wherever each slice lives
     for_groups(sub, [&](int g, int64_t at) {
-      params_.home().read_f32(g, 0, layout_.groups[static_cast<size_t>(g)].part, master + at);
+      const int64_t part = layout_.groups[static_cast<size_t>(g)].part;
+      if (memory(i).is_host()) return params_.home().read_f32(g, 0, part, master + at);
+      // The homes are host memory, the master is on a GPU: widen on the host, then one copy.
+      std::vector<float> staged(static_cast<size_t>(part));
+      params_.home().read_f32(g, 0, part, staged.data());
+      memory(i).copy_from_host(master + at, staged.data(), static_cast<size_t>(part) * 4);
     });
     return;
   }
@@ -156,7 +162,11 @@ void MasterWeights::master_to_params(int i, const float* master) {
   const SubGroup& sub = subs_[static_cast<size_t>(i)];
   if (!params_.home().all_on_device()) {  // offload_param: each slice back to its home
     for_groups(sub, [&](int g, int64_t at) {
-      params_.home().write_f32(g, 0, layout_.groups[static_cast<size_t>(g)].part, master + at);
+      const int64_t part = layout_.groups[static_cast<size_t>(g)].part;
+      if (memory(i).is_host()) return params_.home().write_f32(g, 0, part, master + at);
+      std::vector<float> staged(static_cast<size_t>(part));  // GPU master → host home, as above
+      memory(i).copy_to_host(staged.data(), master + at, static_cast<size_t>(part) * 4);
+      params_.home().write_f32(g, 0, part, staged.data());
     });
     return;
   }

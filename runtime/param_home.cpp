@@ -156,8 +156,8 @@ kernels::DeviceMath& ParamHome::math_at(int group) const {
 void ParamHome::read_f32(int group, int64_t offset, int64_t count, float* dst) {
   if (count == 0) return;
   Access a = open(group, false);
-  // The slice's memory decides where the cast runs; the engine refuses offload_param on a
-  // device without host memory (runtime/engine.cpp), so `dst` is reachable from there too.
+  // The slice's memory decides where the cast runs; `dst` must be reachable from there
+  // (MasterWeights stages a GPU master through the host).
   math_at(group).load_to_f32(a.as<char>() + offset * static_cast<int64_t>(elem_), dtype_, dst, 1.0f, count);
 }
 

@@ -12,7 +12,8 @@
 #     injected overflow skipped on every rank; Adam, LAMB, SGD with Nesterov momentum, Adagrad,
 #     Lion; ZeRO++ qwZ + hpZ, qgZ (4 ranks as 2 nodes); activation checkpointing with
 #     cpu_checkpointing; offload_optimizer cpu (stage 2), cpu with ratio 0.5 (stage 3, bf16) and
-#     nvme (stage 3, fp16); ZeRO stage 3 on 2 ranks vs stage 0 on 1 rank on the device.
+#     nvme (stage 3, fp16); offload_param cpu, alone and with offload_optimizer (bf16); ZeRO
+#     stage 3 on 2 ranks vs stage 0 on 1 rank on the device.
 #  B. The whole device path (the CUDA ops table too): its GEMMs are the CPU's bit for bit
 #     (tests/unit/test_cuda_ops_table.cpp) but layer norm, softmax, attention and cross-entropy
 #     sum in the GPU's order (≤ 6 u per op), which Adam amplifies where a gradient is near zero:
@@ -21,7 +22,7 @@
 #     agree to 1e-3 (measured: identical at 4 decimals over 30 steps).
 # DEVICE=cuda (gpu suite) runs B on a GPU (cuBLAS, NCCL) at 1e-3; skipped (77) without a
 # visible GPU — never run so far. Both: a control with another learning rate must exceed the
-# tolerance; offload_param is refused with its reason.
+# tolerance; --eval_only with offload_param gives the CPU's eval loss.
 # Usage: device_path.sh DSCPP GPT_SO COMPARE DEVICE
 set -u
 DSCPP=$1 GPT=$2 COMPARE=$3 DEVICE=$4
@@ -83,13 +84,15 @@ losses() {
 # The device must exist here; for cuda, a machine without a GPU skips the whole test.
 config probe 0 1 "" "" "$ADAMW"
 if ! "$DSCPP" --num_procs 1 --master_port "$(port)" "$GPT" --deepspeed_config "$WORK/probe.json" --steps 1 --no_eval \
-  --device "$DEVICE" -- "${GPT_ARGS[@]}" > "$WORK/probe.log" 2>&1; then
+  --device "$DEVICE" --save_dir "$WORK/probe" -- "${GPT_ARGS[@]}" > "$WORK/probe.log" 2>&1; then
   if [ "$DEVICE" = cuda ] && grep -q -e "no CUDA device is visible" -e "built without CUDA" "$WORK/probe.log"; then
     echo "SKIP: --device cuda: $(grep -m1 -o -e 'no CUDA device is visible[^;]*' -e 'built without CUDA' "$WORK/probe.log")"
     exit 77
   fi
   echo "FAIL: --device $DEVICE does not start:"; tail -5 "$WORK/probe.log"; exit 1
 fi
+cp "$WORK/probe/global_step1/model.safetensors" "$WORK/probe-init.safetensors" 2> /dev/null ||
+  fail "the probe run saved no model.safetensors"
 grep -q "device $DEVICE" "$WORK/probe.log" && pass "the start-up line names device $DEVICE" ||
   fail "the start-up line does not name device $DEVICE: $(grep -m1 'dscpp-runtime' "$WORK/probe.log")"
 
@@ -112,16 +115,20 @@ config off3r 3 2 '"bf16": {"enabled": true},' \
   ', "sub_group_size": 5000, "offload_optimizer": {"device": "cpu", "ratio": 0.5}' "$ADAMW"
 mkdir -p "$WORK/nvme"
 config off3n 3 2 "$F16" ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\"}" "$ADAMW"
+# ZeRO-Infinity's parameter side: the homes are host memory, a GPU master is staged through it.
+config par3 3 2 "" ', "offload_param": {"device": "cpu"}' "$ADAMW"
+config par3b 3 2 '"bf16": {"enabled": true},' ', "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}' \
+  "$ADAMW"
 config z0 0 4 "" "" "$ADAMW"
 config z3 3 2 "" "" "$ADAMW"
 
 # ---- A: engine and device math alone (cuda-sim with the CPU ops table) -----------------------
 if [ "$DEVICE" = cuda-sim ]; then
   export DSCPP_SIM_OPS=cpu
-  CASES="s0 s1 s2bf16 s3fp16 lamb0 sgd2 adagrad3 lion1 zeropp ckpt off2 off3r off3n"
+  CASES="s0 s1 s2bf16 s3fp16 lamb0 sgd2 adagrad3 lion1 zeropp ckpt off2 off3r off3n par3 par3b"
   # The subset: bf16 casts, Lion, int8 quantization, host copies, the offload crossing (+ qgZ's
   # int4 and the fp16 overflow below).
-  [ "$SANITIZED" = 1 ] && CASES="s2bf16 lion1 zeropp off3r"
+  [ "$SANITIZED" = 1 ] && CASES="s2bf16 lion1 zeropp off3r par3"
   for c in $CASES; do
     run "$c-cpu" "$c" cpu 2 && run "$c-A" "$c" "$DEVICE" 2 && same "$c-cpu" "$c-A" "A $c: 2 ranks, $DEVICE = cpu"
   done
@@ -172,15 +179,17 @@ else
   fi
 fi
 
-# Parameter offload is refused on a device without host memory, naming the way out.
-config off 3 1 "" ', "offload_param": {"device": "cpu"}' "$ADAMW"
-if "$DSCPP" --num_procs 1 --master_port "$(port)" "$GPT" --deepspeed_config "$WORK/off.json" --steps 1 --no_eval \
-  --device "$DEVICE" -- "${GPT_ARGS[@]}" > "$WORK/off.log" 2>&1; then
-  fail "offload_param on $DEVICE trained instead of being refused"
-elif grep -q "offload_param is not wired for a device without host memory" "$WORK/off.log"; then
-  pass "offload_param on $DEVICE is refused with the reason"
-else
-  fail "offload_param on $DEVICE failed without the expected message: $(grep -m2 -i error "$WORK/off.log")"
-fi
+# ZeRO-Inference on the device: stage 3 with offload_param, forward only, the same eval loss.
+cat > "$WORK/inf.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}
+JSON
+for d in cpu "$DEVICE"; do
+  "$DSCPP" --num_procs 2 --master_port "$(port)" "$GPT" --deepspeed_config "$WORK/inf.json" --eval_only \
+    --init_from "$WORK/probe-init.safetensors" --device "$d" -- "${GPT_ARGS[@]}" > "$WORK/inf-$d.log" 2>&1 ||
+    fail "eval_only on $d: $(grep -m2 -i error "$WORK/inf-$d.log")"
+done
+a=$(grep -o 'eval only: loss [0-9.]*' "$WORK/inf-cpu.log") b=$(grep -o 'eval only: loss [0-9.]*' "$WORK/inf-$DEVICE.log")
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "ZeRO-Inference with offload_param on $DEVICE: $b, as on cpu" ||
+  fail "ZeRO-Inference: cpu '$a', $DEVICE '$b'"
 
 exit $FAILED
