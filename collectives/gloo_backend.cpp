@@ -30,8 +30,10 @@
 #include <gloo/types.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -190,16 +192,22 @@ class GlooBackend final : public Backend {
       std::string detail = gloo_message(e);
       bool hung_up =
           detail.find("closed by peer") != std::string::npos || detail.find("reset by peer") != std::string::npos;
-      if (peer_ >= 0 && hung_up)
-        detail = fmt::format("rank {} closed the connection; it exited or crashed ({}){}", peer_, detail,
-                             earlier_failure(peer_));
-      else if (peer_ >= 0 && detail.find("Timed out") != std::string::npos)
-        detail = fmt::format("nothing from rank {} within {:.1f} s, it is stuck, behind or gone ({})", peer_,
-                             static_cast<double>(context_.timeout.count()) / 1000.0, detail);
-      else if (peer_ >= 0)
-        detail = fmt::format("while exchanging with rank {}: {}", peer_, detail);
+      if (peer_ >= 0 && hung_up) {
+        detail = fmt::format("rank {} closed the connection; it exited or crashed ({})", peer_, detail);
+        record_failure(detail);
+        // The group is dead. Hanging up on every peer now wakes those still waiting on this
+        // rank, so they record their reasons while this rank (maybe the store's host) lives.
+        gloo_.reset();
+        detail += hang_up_diagnosis(peer_);
+      } else {
+        if (peer_ >= 0 && detail.find("Timed out") != std::string::npos)
+          detail = fmt::format("nothing from rank {} within {:.1f} s, it is stuck, behind or gone ({})", peer_,
+                               static_cast<double>(context_.timeout.count()) / 1000.0, detail);
+        else if (peer_ >= 0)
+          detail = fmt::format("while exchanging with rank {}: {}", peer_, detail);
+        record_failure(detail);
+      }
       broken_ = detail;
-      record_failure(detail);
       fail("gloo group '{}': {} failed on rank {} of {}: {}", context_.name, op_kind_name(op.kind), context_.rank,
            context_.size, detail);
     }
@@ -225,9 +233,11 @@ class GlooBackend final : public Backend {
   uint32_t next_tag() { return tag_++; }
 
   // A ring rank only hears from its two neighbours, so when rank 2 dies, rank 0 may first see
-  // rank 1 hang up (rank 1 failed on rank 2 and exited). Each failing rank leaves its reason in
-  // the group's store before it can exit, and a rank that saw a peer hang up reads it, so the
-  // message leads back to the rank that failed first.
+  // rank 1 hang up (rank 1 failed on rank 2 and exited), and gloo may close rank 1's other
+  // sockets before rank 1's own wait reports, so two survivors can even name each other. Each
+  // failing rank leaves its reason in the group's store before it exits; a rank that saw a peer
+  // hang up gives the others a moment to do so, then names the ranks that left without a word
+  // (exited or crashed) and what its peer reported.
   static std::string failure_key(int rank) { return fmt::format("failed/{}", rank); }
   void record_failure(const std::string& detail) {
     try {
@@ -235,14 +245,31 @@ class GlooBackend final : public Backend {
     } catch (const std::exception&) {  // the store's host may be the rank that died
     }
   }
-  std::string earlier_failure(int peer) {
+  std::string hang_up_diagnosis(int peer) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start +
+                          std::min<std::chrono::milliseconds>(context_.timeout, std::chrono::seconds(2));
+    std::vector<int> silent;
     try {
+      for (;;) {
+        silent.clear();
+        for (int r = 0; r < context_.size; ++r)
+          if (r != context_.rank && !context_.store->check(failure_key(r))) silent.push_back(r);
+        if (silent.empty() || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      std::string out;
+      if (!silent.empty())
+        out = fmt::format("; no failure recorded by {} {} within {:.1f} s: exited, crashed or not communicating",
+                          silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "),
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (context_.store->check(failure_key(peer)))
-        return fmt::format("; rank {} had failed before: {}", peer,
+        out += fmt::format("; rank {} had failed: {}", peer,
                            context_.store->get(failure_key(peer), std::chrono::seconds(5)));
-    } catch (const std::exception&) {
+      return out;
+    } catch (const std::exception&) {  // the store went with its host
+      return "";
     }
-    return "";
   }
 
   GroupContext context_;
