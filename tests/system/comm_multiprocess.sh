@@ -117,17 +117,28 @@ expect_named() {  # mode backend ranks-that-must-fail pattern-for-rank-0
   echo "ok  $mode/$backend: $(grep -h 'FAILED AS EXPECTED' "$WORK/$mode.$backend.0" | cut -c1-400)"
 }
 
-start_ranks arrive 4 3 auto
-expect_named arrive auto 3 "rank 3 of 4 did not arrive within"
-
-for backend in shm gloo; do
-  start_ranks behind 4 4 $backend
-  expect_named behind $backend 3 "Behind: rank 3 last finished #[0-9]+ \(allreduce\)"
-  kill "${PIDS[3]}" 2>/dev/null; wait "${PIDS[3]}" 2>/dev/null
-
-  start_ranks die 3 3 $backend
-  expect_named die $backend 2 "rank 2"
-  wait "${PIDS[2]}" 2>/dev/null
+# The scenarios wait out 3-4 s timeouts with idle ranks: run side by side, each in a subshell
+# with its own PIDS and log files, reported in order.
+scenario() {  # label mode nprocs started backend must-fail pattern
+  local label=$1
+  shift
+  (
+    start_ranks "$1" "$2" "$3" "$4"
+    expect_named "$1" "$4" "$5" "$6"
+    # The ranks past those that must fail (the one that stopped communicating, the one that
+    # died) are still unreaped children: killing their pids cannot hit a stranger.
+    for ((r = $5; r < $3; r++)); do kill "${PIDS[$r]}" 2>/dev/null; wait "${PIDS[$r]}" 2>/dev/null; done
+  ) > "$WORK/scenario.$label" 2>&1 &
+}
+scenario 1 arrive 4 3 auto 3 "rank 3 of 4 did not arrive within"
+scenario 2 behind 4 4 shm 3 "Behind: rank 3 last finished #[0-9]+ \(allreduce\)"
+scenario 3 die 3 3 shm 2 "rank 2"
+scenario 4 behind 4 4 gloo 3 "Behind: rank 3 last finished #[0-9]+ \(allreduce\)"
+scenario 5 die 3 3 gloo 2 "rank 2"
+wait
+for label in 1 2 3 4 5; do
+  cat "$WORK/scenario.$label"
+  grep -q "^FAIL" "$WORK/scenario.$label" && FAILED=1
 done
 
 # Only this test's session: meson starts each test in its own, and comm_mpi runs comm_check too.
