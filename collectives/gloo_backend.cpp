@@ -197,7 +197,7 @@ class GlooBackend final : public Backend {
         record_failure(detail);
         // The group is dead. Hanging up on every peer now wakes those still waiting on this
         // rank, so they record their reasons while this rank (maybe the store's host) lives.
-        gloo_.reset();
+        hang_up_on_all();
         detail += hang_up_diagnosis(peer_);
       } else {
         if (peer_ >= 0 && detail.find("Timed out") != std::string::npos)
@@ -232,12 +232,11 @@ class GlooBackend final : public Backend {
   void trim(std::vector<char>& buffer);
   uint32_t next_tag() { return tag_++; }
 
-  // A ring rank only hears from its two neighbours, so when rank 2 dies, rank 0 may first see
-  // rank 1 hang up (rank 1 failed on rank 2 and exited), and gloo may close rank 1's other
-  // sockets before rank 1's own wait reports, so two survivors can even name each other. Each
-  // failing rank leaves its reason in the group's store before it exits; a rank that saw a peer
-  // hang up gives the others a moment to do so, then names the ranks that left without a word
-  // (exited or crashed) and what its peer reported.
+  // A ring rank only hears from the peer it waits on, and gloo does not pass one pair's error to
+  // the others: when rank 2 dies, rank 1 may sit waiting on rank 0 until rank 0 exits, then name
+  // rank 0 (which had named rank 2), or rank 0 may first see rank 1 hang up. Each failing rank
+  // leaves its reason in the group's store; a rank that saw a peer hang up gives the others a
+  // moment to do so, then names the ranks that recorded nothing and what its peer recorded.
   static std::string failure_key(int rank) { return fmt::format("failed/{}", rank); }
   void record_failure(const std::string& detail) {
     try {
@@ -245,31 +244,43 @@ class GlooBackend final : public Backend {
     } catch (const std::exception&) {  // the store's host may be the rank that died
     }
   }
+  void hang_up_on_all() {
+    for (int r = 0; r < context_.size; ++r) {
+      if (r == context_.rank) continue;
+      try {
+        gloo_->getPair(r)->close();
+      } catch (const std::exception&) {  // already closed by its own error
+      }
+    }
+    gloo_.reset();
+  }
   std::string hang_up_diagnosis(int peer) {
     const auto start = std::chrono::steady_clock::now();
-    const auto deadline = start +
-                          std::min<std::chrono::milliseconds>(context_.timeout, std::chrono::seconds(2));
-    std::vector<int> silent;
+    std::string told;  // first: the peer's record, while its store's host may still be up
     try {
-      for (;;) {
-        silent.clear();
-        for (int r = 0; r < context_.size; ++r)
-          if (r != context_.rank && !context_.store->check(failure_key(r))) silent.push_back(r);
-        if (silent.empty() || std::chrono::steady_clock::now() >= deadline) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      std::string out;
-      if (!silent.empty())
-        out = fmt::format("; no failure recorded by {} {} within {:.1f} s: exited, crashed or not communicating",
-                          silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "),
-                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (context_.store->check(failure_key(peer)))
-        out += fmt::format("; rank {} had failed: {}", peer,
+        told = fmt::format("; rank {} had failed: {}", peer,
                            context_.store->get(failure_key(peer), std::chrono::seconds(5)));
-      return out;
     } catch (const std::exception&) {  // the store went with its host
       return "";
     }
+    std::vector<std::string> keys;
+    for (int r = 0; r < context_.size; ++r)
+      if (r != context_.rank) keys.push_back(failure_key(r));
+    std::vector<std::string> missing;
+    try {
+      // One parked request, not a poll: every survivor of a large group asks at once.
+      missing = context_.store->wait(keys, std::min<std::chrono::milliseconds>(context_.timeout, std::chrono::seconds(2)));
+    } catch (const std::exception&) {
+      return told;
+    }
+    std::vector<int> silent;
+    for (int r = 0; r < context_.size; ++r)
+      if (std::find(missing.begin(), missing.end(), failure_key(r)) != missing.end()) silent.push_back(r);
+    if (silent.empty()) return told;
+    return fmt::format("; no failure recorded by {} {} within {:.1f} s: exited, crashed or not communicating{}",
+                       silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "),
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), told);
   }
 
   GroupContext context_;
