@@ -40,11 +40,11 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
           DeviceBuffer(device, static_cast<size_t>(layout.part_total - split_) * elem_, MemCategory::grads, true);
   }
   if (split_ > 0 && !device.is_host()) {
-    int64_t max_off = 0;
+    int64_t widest = 0;  // of the groups whose slices cross
     for (const PartitionGroup& g : layout.groups)
-      if (g.part_offset < split_) max_off = std::max(max_off, g.part);
+      if (g.part_offset < split_) widest = std::max(widest, g.part);
     host_staging_ =
-        DeviceBuffer(*opt_.partition_device, static_cast<size_t>(max_off) * wire_elem_, MemCategory::buffers);
+        DeviceBuffer(*opt_.partition_device, static_cast<size_t>(widest) * wire_elem_, MemCategory::buffers);
   }
   const int per_node = std::max(1, opt_.ranks_per_node);
   if (opt_.stage == 3 && opt_.quantized_gradients && comm.size() > per_node && comm.size() % per_node == 0) {

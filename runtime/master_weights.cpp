@@ -8,7 +8,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <vector>
 
 namespace dscpp::runtime {
 
@@ -114,6 +113,11 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
       staging_ = DeviceBuffer(*options.host, static_cast<size_t>(split_.largest_offloaded) * dtype_size(params.dtype()),
                               MemCategory::buffers);
   }
+  if (!params.home().all_on_device() && !device.is_host()) {  // offload_param with a GPU master
+    int64_t widest = 0;
+    for (const PartitionGroup& g : layout.groups) widest = std::max(widest, g.part);
+    home_staging_ = DeviceBuffer(*options.host, static_cast<size_t>(widest) * 4, MemCategory::buffers);
+  }
   if (options.rank == 0 && offloaded() && options.offload.ratio < 1.0)
     log::info(
         "offload_optimizer ratio {}: {} of {} sub-groups offloaded to {} ({} elements of this rank's {}), {} "
@@ -141,9 +145,8 @@ void MasterWeights::params_to_master(int i, float* master) {
       const int64_t part = layout_.groups[static_cast<size_t>(g)].part;
       if (memory(i).is_host()) return params_.home().read_f32(g, 0, part, master + at);
       // The homes are host memory, the master is on a GPU: widen on the host, then one copy.
-      std::vector<float> staged(static_cast<size_t>(part));
-      params_.home().read_f32(g, 0, part, staged.data());
-      memory(i).copy_from_host(master + at, staged.data(), static_cast<size_t>(part) * 4);
+      params_.home().read_f32(g, 0, part, home_staging_.as<float>());
+      memory(i).copy_from_host(master + at, home_staging_.data(), static_cast<size_t>(part) * 4);
     });
     return;
   }
@@ -164,9 +167,8 @@ void MasterWeights::master_to_params(int i, const float* master) {
     for_groups(sub, [&](int g, int64_t at) {
       const int64_t part = layout_.groups[static_cast<size_t>(g)].part;
       if (memory(i).is_host()) return params_.home().write_f32(g, 0, part, master + at);
-      std::vector<float> staged(static_cast<size_t>(part));  // GPU master → host home, as above
-      memory(i).copy_to_host(staged.data(), master + at, static_cast<size_t>(part) * 4);
-      params_.home().write_f32(g, 0, part, staged.data());
+      memory(i).copy_to_host(home_staging_.data(), master + at, static_cast<size_t>(part) * 4);  // as above
+      params_.home().write_f32(g, 0, part, home_staging_.as<float>());
     });
     return;
   }

@@ -124,6 +124,7 @@ class MasterWeights {
   DeviceBuffer host_scratch_;    // offloaded sub-groups: one's fp32 gradient (category buffers)
   DeviceBuffer device_scratch_;  // the others: one's fp32 gradient, held only during the step
   DeviceBuffer staging_;  // offload, 16-bit parameters: one sub-group's parameters on the host
+  DeviceBuffer home_staging_;  // offload_param with a GPU master: one group's fp32 slice on the host
   std::vector<SubGroup> subs_;  // optimizer group i = subs_[i]
   OffloadSplit split_;
   std::vector<int> group_index_;
