@@ -27,9 +27,9 @@
 set -u
 DSCPP=$1 GPT=$2 COMPARE=$3 DEVICE=$4
 # Under the sanitizers (DSCPP_TEST_SANITIZED=1: slow processes) the runs are for memory safety:
-# only the device runs, of an A subset that still reaches every DeviceMath entry point and of one
-# B case (the CUDA ops table's memory safety is the unit test's under the sanitizers). The CPU
-# twins, every comparison, the ZeRO equivalence and the control are the normal build's.
+# only the device runs, of an A subset (listed at A) and of one B case (the CUDA ops table's
+# memory safety is the unit test's under the sanitizers). The CPU twins, every comparison, the
+# ZeRO equivalence and the control are the normal build's.
 SANITIZED=${DSCPP_TEST_SANITIZED:-0}
 ATOL=1e-6                      # A
 BTOL=1e-4                      # B
