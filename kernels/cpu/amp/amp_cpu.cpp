@@ -91,6 +91,33 @@ bool any_nonfinite(const void* x, DType type, int64_t n) {
   return found.load();
 }
 
+namespace {
+
+// Σ x[i]² over [b, e) in double, in kLanes running sums (element i into lane (i − b) mod
+// kLanes) added in lane order at the end: a fixed order, like one running sum, but not a chain
+// of dependent adds, which held the grad norm of a 3M-parameter model to one element per add
+// latency (4.6 ms of a 500 ms training step).
+template <hd::Storage S>
+double block_sum_squares(const void* x, int64_t b, int64_t e) {
+  constexpr int64_t kLanes = 8;
+  double lane[kLanes] = {};
+  int64_t i = b;
+  for (; i + kLanes <= e; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const double v = hd::load(x, i + l, S);
+      lane[l] += v * v;
+    }
+  for (int64_t l = 0; i < e; ++i, ++l) {
+    const double v = hd::load(x, i, S);
+    lane[l] += v * v;
+  }
+  double acc = 0;
+  for (double l : lane) acc += l;
+  return acc;
+}
+
+}  // namespace
+
 double sum_squares(const void* x, DType type, int64_t n) {
   constexpr int64_t kBlocks = 64;
   int64_t per = (n + kBlocks - 1) / kBlocks;
@@ -98,12 +125,13 @@ double sum_squares(const void* x, DType type, int64_t n) {
   hd::Storage st = storage_of(type);
   parallel_for(kBlocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
-      double acc = 0;
-      for (int64_t i = blk * per, e = std::min(n, (blk + 1) * per); i < e; ++i) {
-        double v = hd::load(x, i, st);
-        acc += v * v;
+      const int64_t b = std::min(n, blk * per), e = std::min(n, (blk + 1) * per);
+      double& out = partial[static_cast<size_t>(blk)];
+      switch (st) {
+        case hd::Storage::f32: out = block_sum_squares<hd::Storage::f32>(x, b, e); break;
+        case hd::Storage::f16: out = block_sum_squares<hd::Storage::f16>(x, b, e); break;
+        case hd::Storage::bf16: out = block_sum_squares<hd::Storage::bf16>(x, b, e); break;
       }
-      partial[static_cast<size_t>(blk)] = acc;
     }
   });
   double sum = 0;
