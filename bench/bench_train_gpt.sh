@@ -22,6 +22,12 @@
 #   same build, BENCH_RT=1 while two builds ran on the machine, 2 and 5 rounds:
 #     1 rank 1.80x / 1.90x; 2 ranks 1.57x / 1.54x (5-round run: 8608 vs 5694 tokens/s,
 #     per-round 2-rank ratios 1.42–1.79)
+#   after the grad-norm fix (sum_squares, ~2.5 ms per step), BENCH_RT=1, idle machine, 3 and 5
+#     rounds: 1 rank 1.84x / 1.93x; 2 ranks 1.52x / 1.53x (7798 vs 5124 and 7737 vs 5090
+#     tokens/s; per-round 2-rank ratios 1.49–1.87 / 1.36–1.54). Before it, same day: 1.86x / 1.47x.
+#   Where 2-rank scaling goes: two independent 1-rank runs side by side (taskset, one per core)
+#     each ran 5–15% slower than one alone, and their sum (7.6k–8.0k tokens/s) is the 2-rank
+#     figure; allreduce is ~5 ms of a ~530 ms step. The loss is shared-cache/memory contention.
 # BENCH_RT=1 (root) runs everything at real-time round-robin priority (chrt -r 50): other jobs
 # on a shared machine wait while a run holds the cores. Both sides get the same treatment.
 # Usage: bench_train_gpt.sh DSCPP RUNTIME GPT_SO SOURCE_ROOT [STEPS]
