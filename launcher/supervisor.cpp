@@ -12,15 +12,16 @@
 // - Between fork and exec the child calls only async-signal-safe functions; everything it
 //   needs (argv, envp, PATH candidates, messages) is prepared before fork.
 // - Should this process die anyway, a forked watchdog kills the ranks' process groups.
+//
+// This file holds the Supervisor (starting ranks, relaying their output, noticing exits,
+// stopping and reaping); signal handling is in supervisor_signals.cpp, and everything that runs
+// after fork() in supervisor_fork.cpp (supervisor_internal.h).
 #include "launcher/supervisor.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,8 +32,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <map>
 #include <optional>
 #include <set>
 #include <utility>
@@ -40,34 +39,26 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-
-extern char** environ;
+#include "launcher/supervisor_internal.h"
 
 namespace dscpp::launcher {
+
+using supervisor_internal::build_plan;
+using supervisor_internal::exec_child;
+using supervisor_internal::ExecPlan;
+using supervisor_internal::fail_errno;
+using supervisor_internal::fork_blocked;
+using supervisor_internal::SignalScope;
+using supervisor_internal::Watchdog;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kHandledSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 constexpr size_t kMaxPartialLine = 64 * 1024;  // a longer line without '\n' is emitted in pieces
 constexpr double kKillWaitSeconds = 5.0;       // after SIGKILL, how long before we stop waiting
 
-int g_wake_write_fd = -1;
-volatile sig_atomic_t g_pending[NSIG];
 std::atomic<bool> g_running{false};
-
-extern "C" void on_signal(int sig) {
-  int saved = errno;
-  g_pending[sig] = 1;
-  char byte = static_cast<char>(sig);
-  [[maybe_unused]] ssize_t n = write(g_wake_write_fd, &byte, 1);
-  errno = saved;
-}
-
-[[noreturn]] void fail_errno(const char* what) {
-  fail("{}: {}", what, std::strerror(errno));
-}
 
 Clock::time_point after(double seconds) {
   return Clock::now() +
@@ -78,233 +69,6 @@ std::string signal_name(int sig) {
   const char* name = sigabbrev_np(sig);
   return name ? name : std::to_string(sig);
 }
-
-// Installs the self-pipe handlers, ignores SIGPIPE (a vanished reader of our output must not
-// kill the supervisor before it stops the ranks) and becomes a child subreaper; undoes all
-// of it on destruction.
-class SignalScope {
- public:
-  SignalScope() {
-    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) fail_errno("supervisor: pipe");
-    g_wake_write_fd = wake_[1];
-    for (int sig : kHandledSignals) g_pending[sig] = 0;
-    struct sigaction action {};
-    sigemptyset(&action.sa_mask);
-    for (size_t i = 0; i < std::size(kHandledSignals); ++i) {
-      int sig = kHandledSignals[i];
-      sigaction(sig, nullptr, &old_[i]);
-      // An ignored SIGINT/SIGHUP stays ignored: `nohup dscpp ...`, `dscpp ... &` in a script.
-      if ((sig == SIGINT || sig == SIGHUP) && old_[i].sa_handler == SIG_IGN) continue;
-      action.sa_handler = sig == SIGPIPE ? SIG_IGN : on_signal;
-      action.sa_flags = SA_RESTART | (sig == SIGCHLD ? SA_NOCLDSTOP : 0);
-      sigaction(sig, &action, nullptr);
-    }
-    prctl(PR_GET_CHILD_SUBREAPER, &old_subreaper_);
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-  }
-  ~SignalScope() {
-    prctl(PR_SET_CHILD_SUBREAPER, old_subreaper_);
-    for (size_t i = 0; i < std::size(kHandledSignals); ++i) sigaction(kHandledSignals[i], &old_[i], nullptr);
-    g_wake_write_fd = -1;
-    close(wake_[0]);
-    close(wake_[1]);
-  }
-  SignalScope(const SignalScope&) = delete;
-  SignalScope& operator=(const SignalScope&) = delete;
-
-  int read_fd() const { return wake_[0]; }
-  // In a forked child, before exec: what exec would make of the caller's dispositions — a
-  // handler becomes SIG_DFL, an ignored signal stays ignored (but SIGPIPE is always reset, as
-  // Python's subprocess does). Never the caller's handler itself: a TERM arriving before exec
-  // would run it in the child. Async-signal-safe.
-  void restore_in_child() const {
-    for (size_t i = 0; i < std::size(kHandledSignals); ++i) {
-      struct sigaction action = old_[i];
-      if (action.sa_handler != SIG_IGN || kHandledSignals[i] == SIGPIPE) action.sa_handler = SIG_DFL;
-      action.sa_flags &= ~SA_SIGINFO;
-      sigaction(kHandledSignals[i], &action, nullptr);
-    }
-  }
-  void drain() const {
-    char buffer[256];
-    while (read(wake_[0], buffer, sizeof buffer) > 0) continue;
-  }
-  static bool take(int sig) { return g_pending[sig] ? (g_pending[sig] = 0, true) : false; }
-
- private:
-  int wake_[2] = {-1, -1};
-  struct sigaction old_[std::size(kHandledSignals)]{};
-  int old_subreaper_ = 0;
-};
-
-// Everything a forked child needs, built before fork.
-struct ExecPlan {
-  std::vector<std::string> strings;  // owns what the pointers below point into
-  std::vector<char*> argv, envp;
-  std::vector<std::string> candidates;  // full paths to try in order
-  std::string cannot_run;               // "cannot run PROGRAM: "
-  std::string cannot_pin;               // "cannot pin to cores ...: "
-  cpu_set_t cpus;
-  bool pin = false;
-  int log_fd = -1;  // owned until the rank is started
-  ExecPlan() = default;
-  ExecPlan(const ExecPlan&) = delete;
-  ExecPlan& operator=(const ExecPlan&) = delete;
-  ~ExecPlan() {
-    if (log_fd >= 0) close(log_fd);
-  }
-};
-
-void build_plan(const RankLaunch& launch, ExecPlan& plan) {
-  if (launch.argv.empty() || launch.argv[0].empty()) fail("rank {}: no program to run", launch.rank);
-  for (const auto& arg : launch.argv) plan.strings.push_back(arg);
-  // Inherited variables, then the rank's own; a key given twice keeps its last value.
-  std::map<std::string, std::string> overridden;
-  for (const auto& [key, value] : launch.env) overridden[key] = value;
-  for (char** e = environ; *e; ++e) {
-    std::string entry = *e;
-    if (!overridden.count(entry.substr(0, entry.find('=')))) plan.strings.push_back(entry);
-  }
-  std::set<std::string> seen;
-  for (const auto& [key, value] : launch.env)
-    if (seen.insert(key).second) plan.strings.push_back(key + "=" + overridden[key]);
-  for (size_t i = 0; i < plan.strings.size(); ++i)
-    (i < launch.argv.size() ? plan.argv : plan.envp).push_back(plan.strings[i].data());
-  plan.argv.push_back(nullptr);
-  plan.envp.push_back(nullptr);
-
-  const std::string& program = launch.argv[0];
-  if (program.find('/') != std::string::npos) {
-    plan.candidates.push_back(program);
-  } else {  // execvp's rules: PATH (the rank's own if it sets one), empty element = cwd
-    const char* inherited = std::getenv("PATH");
-    std::string path = overridden.count("PATH") ? overridden["PATH"] : inherited ? inherited : "/bin:/usr/bin";
-    for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
-      end = path.find(':', begin);
-      std::string dir = path.substr(begin, end - begin);  // end == npos: the rest
-      plan.candidates.push_back(dir.empty() ? program : dir + "/" + program);
-    }
-  }
-  plan.cannot_run = "cannot run " + program + ": ";
-  CPU_ZERO(&plan.cpus);
-  for (int cpu : launch.cpus) {
-    if (cpu < 0 || cpu >= CPU_SETSIZE) fail("rank {}: core {} is out of range", launch.rank, cpu);
-    CPU_SET(cpu, &plan.cpus);
-  }
-  plan.pin = !launch.cpus.empty();
-  plan.cannot_pin = fmt::format("cannot pin rank {} to cores {}: ", launch.rank, fmt::join(launch.cpus, ","));
-  if (!launch.log_file.empty()) {
-    plan.log_fd = open(launch.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (plan.log_fd < 0)
-      fail("cannot open the log file of rank {}, {}: {}", launch.rank, launch.log_file, std::strerror(errno));
-  }
-}
-
-void child_message(const std::string& prefix, int err) {
-  const char* text = strerrordesc_np(err);
-  struct iovec parts[3] = {{const_cast<char*>(prefix.data()), prefix.size()},
-                           {const_cast<char*>(text), std::strlen(text)},
-                           {const_cast<char*>("\n"), 1}};
-  [[maybe_unused]] ssize_t n = writev(2, parts, 3);
-}
-
-// Runs in the forked child: async-signal-safe calls only.
-[[noreturn]] void exec_child(const ExecPlan& plan, int in_fd, int out_fd, int err_fd, pid_t parent,
-                             const SignalScope& signals) {
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);  // the supervisor died before prctl took effect
-  signals.restore_in_child();
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  // Through fds >= 3 first, so that a source that already is 0, 1 or 2 is not clobbered.
-  int in = fcntl(in_fd, F_DUPFD, 3), out = fcntl(out_fd, F_DUPFD, 3), err = fcntl(err_fd, F_DUPFD, 3);
-  if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(127);
-  for (int fd : {in, out, err}) close(fd);
-  if (plan.pin && sched_setaffinity(0, sizeof plan.cpus, &plan.cpus) != 0) {
-    child_message(plan.cannot_pin, errno);
-    _exit(127);
-  }
-  int error = ENOENT;
-  bool denied = false;
-  for (const auto& candidate : plan.candidates) {
-    execve(candidate.c_str(), plan.argv.data(), plan.envp.data());
-    error = errno;
-    if (error == EACCES)
-      denied = true;
-    else if (error != ENOENT && error != ENOTDIR)
-      break;
-  }
-  if (denied && (error == ENOENT || error == ENOTDIR)) error = EACCES;
-  child_message(plan.cannot_run, error);
-  _exit(127);
-}
-
-// fork() with every signal blocked, so that the child runs none of our handlers before it set
-// up its own; the parent's mask comes back, the child's stays blocked.
-pid_t fork_blocked() {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid = fork();
-  int error = errno;
-  if (pid != 0) pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  errno = error;
-  return pid;
-}
-
-// For the one failure the supervisor cannot handle itself, its own death (crash, SIGKILL):
-// PR_SET_PDEATHSIG kills the rank leaders but not their children. This helper, forked once the
-// ranks run, waits on a pipe: EOF without the "done" byte means the supervisor died, and it
-// SIGKILLs every rank's process group. Only async-signal-safe calls in the helper.
-class Watchdog {
- public:
-  explicit Watchdog(const std::vector<pid_t>& groups) {
-    int fds[2];
-    if (groups.empty() || pipe2(fds, O_CLOEXEC) != 0) return;  // no helper: no protection
-    pid_ = fork_blocked();
-    if (pid_ == 0) watch(fds[0], groups);
-    close(fds[0]);
-    if (pid_ > 0)
-      fd_ = fds[1];
-    else
-      close(fds[1]);
-  }
-  // Unwinding from an exception counts as dying: the helper kills the groups.
-  ~Watchdog() {
-    if (fd_ < 0) return;
-    if (std::uncaught_exceptions() == 0) {
-      [[maybe_unused]] ssize_t n = write(fd_, "d", 1);
-    }
-    close(fd_);
-    waitpid(pid_, nullptr, 0);
-  }
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-  pid_t pid() const { return pid_; }
-
- private:
-  [[noreturn]] static void watch(int fd, const std::vector<pid_t>& groups) {
-    setpgid(0, 0);  // out of the terminal's foreground group: Ctrl-C is for the supervisor
-    struct sigaction action {};
-    action.sa_handler = SIG_IGN;  // it leaves when the pipe closes, not on a stray signal
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD}) sigaction(sig, &action, nullptr);
-    if (fd > 0) close_range(0, fd - 1, 0);
-    close_range(fd + 1, ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    char byte;
-    ssize_t n;
-    while ((n = read(fd, &byte, 1)) < 0 && errno == EINTR) continue;
-    if (n != 1)  // the supervisor died before saying "done"
-      for (pid_t group : groups) killpg(group, SIGKILL);
-    _exit(0);
-  }
-  int fd_ = -1;
-  pid_t pid_ = -1;
-};
 
 struct Stream {
   int fd = -1;  // read end of the rank's pipe, -1 once closed

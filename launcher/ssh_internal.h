@@ -1,0 +1,159 @@
+// What the SSH starter's files share, private to launcher/ssh*.cpp. The per-host state machine
+// is declared here because its login half (ssh_login.cpp) and its command half (ssh_channel.cpp)
+// are separate files, and the poll() loop that drives all hosts (ssh.cpp) is a third.
+#pragma once
+
+#include <libssh2.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "launcher/ssh.h"
+
+namespace dscpp::launcher::ssh_internal {
+
+using Clock = std::chrono::steady_clock;
+
+inline Clock::time_point after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+inline std::string last_error(LIBSSH2_SESSION* s) {
+  char* message = nullptr;
+  libssh2_session_last_error(s, &message, nullptr, 0);
+  return message && *message ? message : "unknown libssh2 error";
+}
+
+// Writes all of `text`, waiting while `fd` is full; output is dropped once its reader is gone.
+void write_all(int fd, std::string_view text);
+
+// SshOptions with the defaults filled in.
+struct Login {
+  SshOptions o;
+  std::string passphrase;
+  bool have_passphrase = false;
+};
+
+Login resolve(const SshOptions& options);
+
+// The server's host key against known_hosts: "" when it matches, else the error and remedy.
+// Lines are fed one by one (libssh2's readfile stops at the first line it cannot parse, e.g. a
+// key type it does not know); "@revoked" lines are honoured, "@cert-authority" ones skipped.
+std::string check_host_key(LIBSSH2_SESSION* s, const std::string& host, int port, const std::string& file);
+
+enum class Phase { kConnect, kHandshake, kAuth, kChannel, kExec, kRunning, kClosing, kDone };
+
+// One host: its session, its command, its partial output lines, and how it ended.
+// Connect, handshake and authentication are in ssh_login.cpp; step(), the command's channel,
+// the output relay and release() in ssh_channel.cpp.
+class HostSession {
+ public:
+  HostSession(const RemoteCommand& command, std::string wire, const Login& login, const RemoteRunOptions* relay,
+              RemoteCapture* capture);
+  ~HostSession() { release(false); }
+  HostSession(const HostSession&) = delete;
+  HostSession& operator=(const HostSession&) = delete;
+
+  bool done() const { return phase_ == Phase::kDone; }
+  bool running() const { return phase_ == Phase::kRunning || phase_ == Phase::kClosing; }
+  const RemoteExit& exit() const { return exit_; }
+  int fd() const { return fd_; }
+  short poll_events() const {
+    if (phase_ == Phase::kConnect) return POLLOUT;
+    int dir = session_ ? libssh2_session_block_directions(session_) : 0;
+    return static_cast<short>(POLLIN | (dir & LIBSSH2_SESSION_BLOCK_OUTBOUND ? POLLOUT : 0));
+  }
+  Clock::time_point deadline() const {
+    if (phase_ == Phase::kConnect) return connect_deadline_;
+    return running() ? Clock::time_point::max() : login_deadline_;
+  }
+
+  // Advances as far as possible without blocking; true when anything happened.
+  bool step();
+
+  // Stop: a running command gets EOF on its stdin (the watchdog TERMs its group); a host that
+  // has not started its command is simply disconnected.
+  void stop(const std::string& reason) {
+    if (phase_ == Phase::kRunning)
+      stop_wanted_ = true;
+    else if (!running() && !done())
+      finish_with("not started: " + reason);
+  }
+  void drop(const std::string& reason) {
+    if (!done()) finish_with(reason);
+  }
+
+ private:
+  struct Address {
+    sockaddr_storage sa;
+    socklen_t len;
+  };
+  struct AuthKey {
+    std::string label, file;
+    libssh2_agent_publickey* agent_key = nullptr;
+    std::string unreadable;  // why the file cannot be read; empty when it can
+  };
+
+  // ssh_login.cpp
+  std::string addr_text(const Address& a) const;
+  bool connect_failed(int err);
+  bool step_connect();
+  bool connected();
+  bool step_handshake();
+  void list_keys();
+  bool step_auth();
+
+  // ssh_channel.cpp
+  bool step_channel();
+  bool step_exec();
+  bool lost(long rc);
+  bool step_running();
+  bool step_closing();
+  // Relays whole lines (one write each batch, so hosts never interleave inside a line).
+  void output(int stream, std::string_view data);
+
+  // Ends this host with `error`; returns true (progress) for the step functions.
+  bool finish_with(std::string error) {
+    exit_.error = std::move(error);
+    exit_.exit_code = 255;
+    release(false);
+    phase_ = Phase::kDone;
+    return true;
+  }
+  bool advance(Phase next) {
+    phase_ = next;
+    return true;
+  }
+
+  // polite: the channel is closed, say goodbye. Otherwise the socket is shut down first so
+  // that libssh2 cannot wait on it; the remote watchdog sees the connection drop.
+  void release(bool polite);
+
+  std::string wire_;
+  const Login& login_;
+  const RemoteRunOptions* relay_;
+  RemoteCapture* capture_;  // non-null: keep the output here instead of relaying it
+  RemoteExit exit_;
+  Phase phase_ = Phase::kConnect;
+  std::vector<Address> addrs_;
+  size_t next_addr_ = 0;
+  std::string connect_error_;
+  int fd_ = -1;
+  Clock::time_point connect_deadline_, login_deadline_;
+  LIBSSH2_SESSION* session_ = nullptr;
+  LIBSSH2_CHANNEL* channel_ = nullptr;
+  LIBSSH2_AGENT* agent_ = nullptr;
+  bool listed_ = false;
+  std::vector<AuthKey> keys_;
+  size_t next_key_ = 0;
+  std::vector<std::string> tried_;
+  bool stop_wanted_ = false, eof_sent_ = false, close_sent_ = false;
+  std::string partial_[2];
+};
+
+}  // namespace dscpp::launcher::ssh_internal

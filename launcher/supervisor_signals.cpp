@@ -1,0 +1,76 @@
+// The supervisor's signal handling: a self-pipe that turns SIGCHLD, SIGINT, SIGTERM and SIGHUP
+// into poll() wake-ups, and the scope that installs it (with SIGPIPE ignored and the subreaper
+// flag) and undoes it. Separate because it is process-wide state behind a handler, while the
+// rest of the supervisor is ordinary code.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <iterator>
+
+#include "launcher/supervisor_internal.h"
+
+namespace dscpp::launcher::supervisor_internal {
+namespace {
+
+int g_wake_write_fd = -1;
+volatile sig_atomic_t g_pending[NSIG];
+
+extern "C" void on_signal(int sig) {
+  int saved = errno;
+  g_pending[sig] = 1;
+  char byte = static_cast<char>(sig);
+  [[maybe_unused]] ssize_t n = write(g_wake_write_fd, &byte, 1);
+  errno = saved;
+}
+
+}  // namespace
+
+SignalScope::SignalScope() {
+  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) fail_errno("supervisor: pipe");
+  g_wake_write_fd = wake_[1];
+  for (int sig : kHandledSignals) g_pending[sig] = 0;
+  struct sigaction action {};
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < std::size(kHandledSignals); ++i) {
+    int sig = kHandledSignals[i];
+    sigaction(sig, nullptr, &old_[i]);
+    // An ignored SIGINT/SIGHUP stays ignored: `nohup dscpp ...`, `dscpp ... &` in a script.
+    if ((sig == SIGINT || sig == SIGHUP) && old_[i].sa_handler == SIG_IGN) continue;
+    action.sa_handler = sig == SIGPIPE ? SIG_IGN : on_signal;
+    action.sa_flags = SA_RESTART | (sig == SIGCHLD ? SA_NOCLDSTOP : 0);
+    sigaction(sig, &action, nullptr);
+  }
+  prctl(PR_GET_CHILD_SUBREAPER, &old_subreaper_);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+SignalScope::~SignalScope() {
+  prctl(PR_SET_CHILD_SUBREAPER, old_subreaper_);
+  for (size_t i = 0; i < std::size(kHandledSignals); ++i) sigaction(kHandledSignals[i], &old_[i], nullptr);
+  g_wake_write_fd = -1;
+  close(wake_[0]);
+  close(wake_[1]);
+}
+
+void SignalScope::restore_in_child() const {
+  for (size_t i = 0; i < std::size(kHandledSignals); ++i) {
+    struct sigaction action = old_[i];
+    if (action.sa_handler != SIG_IGN || kHandledSignals[i] == SIGPIPE) action.sa_handler = SIG_DFL;
+    action.sa_flags &= ~SA_SIGINFO;
+    sigaction(kHandledSignals[i], &action, nullptr);
+  }
+}
+
+void SignalScope::drain() const {
+  char buffer[256];
+  while (read(wake_[0], buffer, sizeof buffer) > 0) continue;
+}
+
+bool SignalScope::take(int sig) {
+  return g_pending[sig] ? (g_pending[sig] = 0, true) : false;
+}
+
+}  // namespace dscpp::launcher::supervisor_internal
