@@ -48,7 +48,7 @@ measured() { sed -n 's/.*memory peak per rank (bytes):.* activations=\([0-9]*\),
 host_measured() { sed -n 's/.*host memory peak per rank.* activations=\([0-9]*\)\/.*/\1/p' "$1" | head -1; }
 norms() { grep -o 'grad norm [0-9.]*' "$1" | tr '\n' ' '; }
 
-# The gpt's declared sizes per sample (examples/gpt/gpt.cpp, fp32): outputs 4TC (embed, blocks)
+# The gpt's declared sizes per sample (examples/gpt/layers.cpp, fp32): outputs 4TC (embed, blocks)
 # and 4TV (head); saved 0 (embed), 4(15TC + HT²) + 16T (block), 4TC + 8T + 4TV (head).
 # expected V CKPTS HOST → "device host": the layout rule restated (segments of ⌊s·n/(k+1)⌋,
 # 64-aligned pieces, the last segment not recomputed, two gradient buffers of the largest output).
