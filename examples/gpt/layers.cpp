@@ -107,11 +107,6 @@ namespace {
 struct Ctx {
   const dscpp_ops* ops;
   size_t elem;
-  // Element offset into a compute-dtype buffer.
-  void* at(void* p, int64_t elems) const { return static_cast<char*>(p) + elems * static_cast<int64_t>(elem); }
-  const void* at(const void* p, int64_t elems) const {
-    return static_cast<const char*>(p) + elems * static_cast<int64_t>(elem);
-  }
 
   // y[N,out] = x[N,in]·Wᵀ (+ b) (+ residual); gelu_out = gelu(y) when given.
   void linear_forward(const void* x, const void* W, const void* b, void* y, int64_t N, int64_t in, int64_t out,
