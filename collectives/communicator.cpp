@@ -474,9 +474,19 @@ void Communicator::report_hang(uint64_t seq, double waited_s, const std::string&
   try {
     store.set(fmt::format("progress/{}", rank()), fmt::format("{}", q.last_done.load()));
     store.set(fmt::format("hang/{}", rank()), fmt::format("{}", seq));
-    // Peers publish progress within a second of finishing an operation, and a hang record when
-    // they time out in the same operation; give them that long.
+    // Peers publish progress within a second of finishing an operation; give them that long.
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // A peer stuck in this same operation writes its hang record when its own engine gives up,
+    // which can be seconds after ours (a ring neighbour whose receive started later, or that
+    // failed only when another rank's exit closed its connection: seen 2 s late under load).
+    // Wait for the missing records up to the group timeout in all, capped at 5 s; a rank that
+    // is really behind never writes one, so that case costs the whole window.
+    std::vector<std::string> hang_keys;
+    for (int r = 0; r < size(); ++r)
+      if (r != rank()) hang_keys.push_back(fmt::format("hang/{}", r));
+    const Millis extra = std::clamp(std::chrono::duration_cast<Millis>(context_.timeout) - Millis(1500), Millis(0),
+                                    Millis(3500));
+    if (extra > Millis(0)) store.wait(hang_keys, extra);
     auto read = [&](const std::string& key) { return store.check(key) ? store.get(key, Millis(1000)) : std::string(); };
     for (int r = 0; r < size(); ++r)
       if (r != rank()) peers.push_back({r, read(fmt::format("progress/{}", r)), read(fmt::format("hang/{}", r))});
