@@ -1,4 +1,5 @@
-// fp16/bf16 conversions (core/half.h), bulk `convert` and dtype names (core/dtype.h).
+// fp16/bf16 conversions (core/half.h); test_dtype_convert.cpp has bulk `convert` and the dtype
+// names (core/dtype.h).
 //
 // Every result is compared bit for bit with references that share no code with the
 // implementation:
@@ -8,8 +9,10 @@
 //     (ldexp, frexp, nearbyint), parameterised only by the exponent and mantissa widths.
 // Each check counts mismatches and REQUIREs the count to be 0, printing the first few bit
 // patterns in hex, so 65536-pattern sweeps stay fast and a failure stays readable.
-#include <fmt/core.h>
+#include "tests/unit/dtype_refs.h"
+
 #include <catch2/catch.hpp>
+#include <fmt/core.h>
 
 #include <algorithm>
 #include <bit>
@@ -35,37 +38,9 @@
 #define DSCPP_TEST_X86 0
 #endif
 
+using namespace dtype_test;
+
 namespace {
-
-using dscpp::bf16_bits_to_float;
-using dscpp::float_to_bf16_bits;
-using dscpp::float_to_fp16_bits;
-using dscpp::fp16_bits_to_float;
-
-uint32_t bits_of(float f) {
-  return std::bit_cast<uint32_t>(f);
-}
-float float_of(uint32_t u) {
-  return std::bit_cast<float>(u);
-}
-std::string hex(uint32_t v, int digits) {
-  return fmt::format("0x{:0{}x}", v, digits);
-}
-
-// Counts mismatches and keeps the first few descriptions for the failure report.
-struct Mismatches {
-  size_t count = 0;
-  std::string first;
-  void add(const std::string& what) {
-    if (count++ < 8) first += "\n  " + what;
-  }
-};
-
-#define REQUIRE_NONE(m)                                                       \
-  do {                                                                        \
-    INFO(#m << ": " << (m).count << " mismatches, first ones:" << (m).first); \
-    REQUIRE((m).count == 0);                                                  \
-  } while (0)
 
 // ---- hardware references ----------------------------------------------------------------
 
@@ -105,87 +80,6 @@ bool have_avx512_bf16() {
   return false;
 }
 #endif
-
-// ---- IEEE-754 references ----------------------------------------------------------------
-
-// A binary interchange format: 1 sign bit, `exp_bits` biased exponent, `man_bits` trailing
-// significand (IEEE 754-2019, 3.4). fp16 is {5, 10}, bf16 is {8, 7}.
-struct Format {
-  int exp_bits;
-  int man_bits;
-  int bias() const { return (1 << (exp_bits - 1)) - 1; }
-  int emin() const { return 1 - bias(); }
-  uint32_t sign_bit() const { return 1u << (exp_bits + man_bits); }
-  uint32_t inf() const { return ((1u << exp_bits) - 1) << man_bits; }
-  uint32_t quiet_bit() const { return 1u << (man_bits - 1); }
-  double max_finite() const { return std::ldexp(2.0 - std::ldexp(1.0, -man_bits), bias()); }
-};
-constexpr Format fp16_format{5, 10};
-constexpr Format bf16_format{8, 7};
-
-bool ref_is_nan(uint32_t bits, Format f) {
-  return (bits & ~f.sign_bit()) > f.inf();
-}
-
-// The value of a non-NaN encoding: (-1)^s 2^(E-bias) (1 + T 2^-p) for normal E, and
-// (-1)^s 2^emin (0 + T 2^-p) for E == 0.
-double ref_value(uint32_t bits, Format f) {
-  const bool negative = (bits & f.sign_bit()) != 0;
-  const int biased = static_cast<int>((bits >> f.man_bits) & ((1u << f.exp_bits) - 1));
-  const double t = static_cast<double>(bits & ((1u << f.man_bits) - 1));
-  double magnitude;
-  if (biased == (1 << f.exp_bits) - 1)
-    magnitude = std::numeric_limits<double>::infinity();
-  else if (biased == 0)
-    magnitude = std::ldexp(t, f.emin() - f.man_bits);
-  else
-    magnitude = std::ldexp(std::ldexp(1.0, f.man_bits) + t, biased - f.bias() - f.man_bits);
-  return negative ? -magnitude : magnitude;
-}
-
-// The float a decoder must return, from the contract: the exact value, or for NaN the same
-// sign, the quiet bit, and the payload in the top mantissa bits.
-uint32_t ref_decode(uint32_t bits, Format f) {
-  if (ref_is_nan(bits, f)) {
-    const uint32_t sign = (bits & f.sign_bit()) != 0 ? 0x80000000u : 0u;
-    const uint32_t payload = bits & ((1u << f.man_bits) - 1);
-    return sign | 0x7f800000u | 0x00400000u | (payload << (23 - f.man_bits));
-  }
-  return bits_of(static_cast<float>(ref_value(bits, f)));  // exact: every value fits a float
-}
-
-// Rounds x as IEEE 754 defines it for round-to-nearest-even: the exact value is rounded to the
-// quantum of its binade (binades below the smallest normal share the subnormal quantum), and a
-// result above the largest finite value becomes Inf. Every step is exact in double except
-// nearbyint, which rounds with the default (nearest, ties to even) mode.
-uint32_t ref_encode(double x, Format f) {
-  const uint32_t sign = std::signbit(x) ? f.sign_bit() : 0u;
-  const double a = std::fabs(x);
-  if (std::isinf(a)) return sign | f.inf();
-  if (a == 0) return sign;
-  int e = 0;
-  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
-  const int exponent = std::max(e - 1, f.emin());
-  const double quantum = std::ldexp(1.0, exponent - f.man_bits);
-  const double rounded = std::nearbyint(a / quantum) * quantum;
-  if (rounded > f.max_finite()) return sign | f.inf();
-  if (rounded < std::ldexp(1.0, f.emin()))  // subnormal (or zero): E = 0, T = r / 2^(emin-p)
-    return sign | static_cast<uint32_t>(rounded / std::ldexp(1.0, f.emin() - f.man_bits));
-  std::frexp(rounded, &e);
-  const int biased = e - 1 + f.bias();
-  const uint32_t t = static_cast<uint32_t>(rounded / std::ldexp(1.0, e - 1 - f.man_bits)) - (1u << f.man_bits);
-  return sign | (static_cast<uint32_t>(biased) << f.man_bits) | t;
-}
-
-// The encoding a float must get, NaN included: same sign, quiet bit, top payload bits.
-uint32_t ref_encode_float(float x, Format f) {
-  if (std::isnan(x)) {
-    const uint32_t b = bits_of(x);
-    const uint32_t sign = (b & 0x80000000u) != 0 ? f.sign_bit() : 0u;
-    return sign | f.inf() | f.quiet_bit() | ((b & 0x7fffffu) >> (23 - f.man_bits));
-  }
-  return ref_encode(static_cast<double>(x), f);
-}
 
 // Compares float -> fp16 for one input against every available reference.
 struct Fp16EncodeCheck {
@@ -441,190 +335,3 @@ TEST_CASE("fp16_t and bf16_t are 16-bit, trivially copyable, explicit", "[dtype]
   CHECK(static_cast<float>(fp16_t::from_bits(0x3555)) == 0x1.554p-2f);
   CHECK(static_cast<float>(bf16_t::from_bits(0x3f80)) == 1.0f);
 }
-
-// ---- convert ----------------------------------------------------------------------------
-
-namespace {
-
-template <typename T>
-std::vector<T> random_values(size_t n, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<T> v(n);
-  for (auto& x : v) {
-    const uint64_t r = rng();
-    std::memcpy(&x, &r, sizeof(T));
-  }
-  return v;
-}
-
-}  // namespace
-
-TEST_CASE("convert: the bulk loop equals the scalar conversions at every length", "[dtype][convert]") {
-  using dscpp::DType;
-  // Lengths around the 64-element blocks of the vectorised loop, and empty.
-  for (const size_t n : {0, 1, 3, 63, 64, 65, 127, 1000, 4099}) {
-    CAPTURE(n);
-    const auto f32 = random_values<uint32_t>(n, 1);
-    const auto u16 = random_values<uint16_t>(n, 2);
-    std::vector<uint16_t> out16(n + 1, 0xabcd);  // one guard element past the end
-    std::vector<uint32_t> out32(n + 1, 0xabcdef01u);
-    Mismatches m;
-    const auto compare = [&](const char* what, auto got, auto want, size_t i, uint32_t in) {
-      if (got != want)
-        m.add(fmt::format("{} [{}] {} -> {}, scalar {}", what, i, hex(in, 8), hex(got, 8), hex(want, 8)));
-    };
-    dscpp::convert(f32.data(), DType::f32, out16.data(), DType::f16, n);
-    for (size_t i = 0; i < n; ++i) compare("f32->f16", out16[i], float_to_fp16_bits(float_of(f32[i])), i, f32[i]);
-    dscpp::convert(f32.data(), DType::f32, out16.data(), DType::bf16, n);
-    for (size_t i = 0; i < n; ++i) compare("f32->bf16", out16[i], float_to_bf16_bits(float_of(f32[i])), i, f32[i]);
-    dscpp::convert(u16.data(), DType::f16, out32.data(), DType::f32, n);
-    for (size_t i = 0; i < n; ++i) compare("f16->f32", out32[i], bits_of(fp16_bits_to_float(u16[i])), i, u16[i]);
-    dscpp::convert(u16.data(), DType::bf16, out32.data(), DType::f32, n);
-    for (size_t i = 0; i < n; ++i) compare("bf16->f32", out32[i], bits_of(bf16_bits_to_float(u16[i])), i, u16[i]);
-    dscpp::convert(u16.data(), DType::f16, out16.data(), DType::bf16, n);
-    for (size_t i = 0; i < n; ++i)
-      compare("f16->bf16", out16[i], ref_encode_float(fp16_bits_to_float(u16[i]), bf16_format), i, u16[i]);
-    dscpp::convert(u16.data(), DType::bf16, out16.data(), DType::f16, n);
-    for (size_t i = 0; i < n; ++i)
-      compare("bf16->f16", out16[i], ref_encode_float(bf16_bits_to_float(u16[i]), fp16_format), i, u16[i]);
-    dscpp::convert(u16.data(), DType::f16, out16.data(), DType::f16, n);  // a copy
-    for (size_t i = 0; i < n; ++i) compare("f16->f16", out16[i], u16[i], i, u16[i]);
-    REQUIRE_NONE(m);
-    CHECK(out16[n] == 0xabcd);
-    CHECK(out32[n] == 0xabcdef01u);
-  }
-}
-
-TEST_CASE("convert: the dispatched fp16 path equals the scalar one on every pattern", "[dtype][convert]") {
-  using dscpp::DType;
-  CAPTURE(dscpp::cpu_has_f16c());
-  std::vector<uint16_t> all(65536);
-  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
-  std::vector<float> wide(all.size());
-  std::vector<uint16_t> narrow(all.size());
-  dscpp::convert(all.data(), DType::f16, wide.data(), DType::f32, all.size());
-  dscpp::convert(wide.data(), DType::f32, narrow.data(), DType::f16, wide.size());
-  Mismatches m;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (bits_of(wide[i]) != bits_of(fp16_bits_to_float(all[i])))
-      m.add(fmt::format("f16->f32 {} -> {}", hex(all[i], 4), hex(bits_of(wide[i]), 8)));
-    if (narrow[i] != float_to_fp16_bits(wide[i]))
-      m.add(fmt::format("f32->f16 {} -> {}", hex(bits_of(wide[i]), 8), hex(narrow[i], 4)));
-  }
-  REQUIRE_NONE(m);
-}
-
-TEST_CASE("convert: fp32 -> fp16/bf16 -> fp32 round trips representable values", "[dtype][convert]") {
-  using dscpp::DType;
-  std::vector<float> values;
-  for (uint32_t h = 0; h <= 0xffff; ++h)
-    if (!ref_is_nan(h, fp16_format)) values.push_back(float_of(ref_decode(h, fp16_format)));
-  std::vector<uint16_t> half(values.size());
-  std::vector<float> back(values.size());
-  dscpp::convert(values.data(), DType::f32, half.data(), DType::f16, values.size());
-  dscpp::convert(half.data(), DType::f16, back.data(), DType::f32, values.size());
-  Mismatches m;
-  for (size_t i = 0; i < values.size(); ++i)
-    if (bits_of(back[i]) != bits_of(values[i]))
-      m.add(fmt::format("{} -> {} -> {}", hex(bits_of(values[i]), 8), hex(half[i], 4), hex(bits_of(back[i]), 8)));
-  REQUIRE_NONE(m);
-}
-
-TEST_CASE("convert: fp64 -> fp16/bf16 rounds once, not via fp32", "[dtype][convert]") {
-  using dscpp::DType;
-  // Just above and below every tie by far less than a float ulp: a double -> float -> half
-  // path would first round onto the tie and then break it toward even, which is wrong.
-  for (const Format f : {fp16_format, bf16_format}) {
-    const DType type = f.man_bits == 10 ? DType::f16 : DType::bf16;
-    CAPTURE(dscpp::dtype_name(type));
-    std::vector<double> inputs;
-    for (uint32_t lo = 0; lo + 1 < f.inf(); ++lo) {
-      const double mid = (ref_value(lo, f) + ref_value(lo + 1, f)) / 2;
-      for (const double x : {mid * (1 + 0x1p-40), mid * (1 - 0x1p-40), -mid * (1 + 0x1p-40)}) inputs.push_back(x);
-    }
-    // Beyond float: huge (overflow to Inf) and tiny (below every subnormal) doubles.
-    for (const double x : {1e300, -1e300, 1e-300, -1e-300, 0x1p-200, 3e38 * 1.2}) inputs.push_back(x);
-    std::vector<uint16_t> out(inputs.size());
-    dscpp::convert(inputs.data(), DType::f64, out.data(), type, inputs.size());
-    Mismatches m;
-    size_t naive_wrong = 0;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const uint32_t want = ref_encode(inputs[i], f);
-      if (out[i] != want) m.add(fmt::format("{:a} -> {}, IEEE {}", inputs[i], hex(out[i], 4), hex(want, 4)));
-      if (std::fabs(inputs[i]) <= std::numeric_limits<float>::max())  // else float is Inf
-        naive_wrong += ref_encode(static_cast<float>(inputs[i]), f) != want;
-    }
-    REQUIRE_NONE(m);
-    CHECK(naive_wrong > 0);  // the inputs really do distinguish single from double rounding
-  }
-}
-
-TEST_CASE("convert: other fp64 pairs are exact or rounded once", "[dtype][convert]") {
-  using dscpp::DType;
-  // Rounding to float, checked with the same IEEE encoder (float is {8, 23}).
-  const std::vector<double> d = {1.0, -0.0, 0x1.fffffffp0, 1e-40, 0x1.000001p-140, 1e39, -INFINITY};
-  std::vector<float> f(d.size());
-  dscpp::convert(d.data(), DType::f64, f.data(), DType::f32, d.size());
-  for (size_t i = 0; i < d.size(); ++i) {
-    CAPTURE(d[i]);
-    CHECK(bits_of(f[i]) == ref_encode(d[i], Format{8, 23}));
-  }
-  const std::vector<uint16_t> h = {0x0001, 0x3c00, 0xfbff, 0x7c00};
-  std::vector<double> back(h.size());
-  dscpp::convert(h.data(), DType::f16, back.data(), DType::f64, h.size());
-  for (size_t i = 0; i < h.size(); ++i) CHECK(back[i] == ref_value(h[i], fp16_format));
-  dscpp::convert(h.data(), DType::bf16, back.data(), DType::f64, h.size());
-  for (size_t i = 0; i < h.size(); ++i) CHECK(back[i] == ref_value(h[i], bf16_format));
-}
-
-TEST_CASE("convert: unsupported pairs throw naming both types", "[dtype][convert]") {
-  using Catch::Matchers::Contains;
-  using dscpp::DType;
-  float src[2] = {1, 2};
-  int8_t dst[2] = {};
-  REQUIRE_THROWS_AS(dscpp::convert(src, DType::f32, dst, DType::i8, 2), dscpp::Error);
-  REQUIRE_THROWS_WITH(dscpp::convert(src, DType::f32, dst, DType::i8, 2), Contains("fp32") && Contains("int8"));
-  REQUIRE_THROWS_WITH(dscpp::convert(dst, DType::i8, src, DType::bf16, 0),  // even when empty
-                      Contains("int8") && Contains("bf16"));
-  REQUIRE_THROWS_WITH(dscpp::convert(src, DType::i32, dst, DType::i64, 1), Contains("int32") && Contains("int64"));
-  int8_t copy[2] = {};
-  dscpp::convert(dst, DType::i8, copy, DType::i8, 2);  // a type to itself is a copy
-}
-
-// ---- names and sizes --------------------------------------------------------------------
-
-TEST_CASE("parse_dtype accepts DeepSpeed's spellings", "[dtype]") {
-  using dscpp::DType;
-  const std::pair<const char*, DType> accepted[] = {
-      {"torch.float16", DType::f16},   {"fp16", DType::f16},  {"float16", DType::f16},       {"half", DType::f16},
-      {"torch.float32", DType::f32},   {"fp32", DType::f32},  {"float32", DType::f32},       {"float", DType::f32},
-      {"torch.bfloat16", DType::bf16}, {"bf16", DType::bf16}, {"bfloat16", DType::bf16},     {"bfloat", DType::bf16},
-      {"torch.int8", DType::i8},       {"int8", DType::i8},   {"torch.float64", DType::f64}, {"fp64", DType::f64},
-      {"double", DType::f64},          {"uint8", DType::u8},  {"torch.int32", DType::i32},   {"int32", DType::i32},
-      {"torch.int64", DType::i64},     {"int64", DType::i64}, {"torch.half", DType::f16},    {"torch.long", DType::i64},
-  };
-  for (const auto& [name, type] : accepted) {
-    CAPTURE(name);
-    CHECK(dscpp::parse_dtype(name) == type);
-  }
-  for (const char* rejected : {"", "FP16", "fp 16", "torch.float16 ", "float8", "torch.bf16", "fp8", "int4"}) {
-    CAPTURE(rejected);
-    CHECK_FALSE(dscpp::parse_dtype(rejected).has_value());
-  }
-}
-
-TEST_CASE("dtype names round-trip and sizes are right", "[dtype]") {
-  using dscpp::DType;
-  const std::pair<DType, size_t> all[] = {{DType::f32, 4}, {DType::f16, 2}, {DType::bf16, 2}, {DType::f64, 8},
-                                          {DType::i8, 1},  {DType::u8, 1},  {DType::i32, 4},  {DType::i64, 8}};
-  for (const auto& [type, size] : all) {
-    CAPTURE(dscpp::dtype_name(type));
-    CHECK(dscpp::dtype_size(type) == size);
-    CHECK(dscpp::parse_dtype(dscpp::dtype_name(type)) == type);
-  }
-  CHECK(dscpp::dtype_name(DType::bf16) == "bf16");
-  CHECK(dscpp::dtype_name(DType::u8) == "uint8");
-  STATIC_REQUIRE(dscpp::dtype_size(DType::bf16) == 2);
-  CHECK_THROWS_AS(dscpp::dtype_name(static_cast<DType>(200)), dscpp::InternalError);
-}
-
