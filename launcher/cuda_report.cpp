@@ -15,17 +15,20 @@
 
 namespace dscpp::launcher {
 
+#if DSCPP_HAVE_CUDA
 namespace {
 
 // CUDA encodes versions as 1000·major + 10·minor.
 std::string cuda_version(int v) {
   return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
+#if DSCPP_HAVE_NCCL
 // NCCL: 10000·major + 100·minor + patch since 2.9 (1000·major before).
 std::string nccl_version(int v) {
   const int scale = v >= 10000 ? 10000 : 1000;
   return fmt::format("{}.{}.{}", v / scale, v % scale / 100, v % 100);
 }
+#endif
 
 // A symbol from the first library of `names` that loads; nullptr and the dlerror otherwise.
 template <class Fn>
@@ -42,6 +45,7 @@ Fn load(const char* lib, const char* symbol, std::string& why) {
 }
 
 }  // namespace
+#endif
 
 std::string cuda_report() {
 #if !DSCPP_HAVE_CUDA

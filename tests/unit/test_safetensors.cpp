@@ -71,15 +71,15 @@ TEST_CASE("safetensors round trip: dtypes, 0-d and empty tensors, metadata") {
   std::vector<int64_t> i64 = {-9000000000LL, 42};
   std::vector<int8_t> i8 = {-128, -1, 0, 1, 127};
   std::vector<TensorToWrite> ts = {
-      {"layer.weight", DType::f32, {2, 3}, a.data()},
-      {"half", DType::f16, {4}, h.data()},
-      {"brain", DType::bf16, {2, 2}, b.data()},
-      {"scalar", DType::f64, {}, &scalar},
-      {"ints", DType::i32, {3}, i32.data()},
-      {"longs", DType::i64, {2, 1}, i64.data()},
-      {"bytes", DType::i8, {5}, i8.data()},
-      {"empty_u8", DType::u8, {0}, nullptr},
-      {"empty_2d", DType::f32, {0, 4}, nullptr},
+      {"layer.weight", DType::f32, {2, 3}, a.data(), {}},
+      {"half", DType::f16, {4}, h.data(), {}},
+      {"brain", DType::bf16, {2, 2}, b.data(), {}},
+      {"scalar", DType::f64, {}, &scalar, {}},
+      {"ints", DType::i32, {3}, i32.data(), {}},
+      {"longs", DType::i64, {2, 1}, i64.data(), {}},
+      {"bytes", DType::i8, {5}, i8.data(), {}},
+      {"empty_u8", DType::u8, {0}, nullptr, {}},
+      {"empty_2d", DType::f32, {0, 4}, nullptr, {}},
   };
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"step", "12"}, {"note", "naïve \"quoted\""}};
   write_safetensors(path, ts, meta);
@@ -111,7 +111,7 @@ TEST_CASE("safetensors round trip: dtypes, 0-d and empty tensors, metadata") {
   CHECK(f.find("missing") == nullptr);
 
   // Rewriting truncates: a smaller file replaces the larger one completely.
-  write_safetensors(path, {{"x", DType::u8, {1}, i8.data()}});
+  write_safetensors(path, {{"x", DType::u8, {1}, i8.data(), {}}});
   SafetensorsFile g(path);
   CHECK(g.tensors().size() == 1);
   CHECK(g.metadata().empty());
@@ -124,9 +124,9 @@ TEST_CASE("safetensors partial reads with conversion") {
   for (int i = 0; i < 100; ++i) f32[i] = 0.5f * static_cast<float>(i) - 7.0f;
   std::vector<uint16_t> bf = {0x3fc0, 0xc000, 0x3e80, 0x4120};  // 1.5, -2, 0.25, 10
   std::vector<int32_t> ints = {1, 2, 3};
-  write_safetensors(path, {{"w", DType::f32, {10, 10}, f32.data()},
-                           {"b", DType::bf16, {4}, bf.data()},
-                           {"i", DType::i32, {3}, ints.data()}});
+  write_safetensors(path, {{"w", DType::f32, {10, 10}, f32.data(), {}},
+                           {"b", DType::bf16, {4}, bf.data(), {}},
+                           {"i", DType::i32, {3}, ints.data(), {}}});
   SafetensorsFile f(path);
 
   std::vector<double> d(10);
@@ -222,10 +222,10 @@ TEST_CASE("safetensors writer errors name the path") {
   TempDir dir;
   float x = 1;
   const std::string bad = dir.path + "/no/such/dir/x.safetensors";
-  CHECK_THROWS_WITH(write_safetensors(bad, {{"x", DType::f32, {1}, &x}}),
+  CHECK_THROWS_WITH(write_safetensors(bad, {{"x", DType::f32, {1}, &x, {}}}),
                     Catch::Contains(bad) && Catch::Contains("No such file or directory"));
   const std::string path = dir.path + "/dup.safetensors";
-  CHECK_THROWS_WITH(write_safetensors(path, {{"x", DType::f32, {1}, &x}, {"x", DType::f32, {1}, &x}}),
+  CHECK_THROWS_WITH(write_safetensors(path, {{"x", DType::f32, {1}, &x, {}}, {"x", DType::f32, {1}, &x, {}}}),
                     Catch::Contains("'x' given twice"));
-  CHECK_THROWS_WITH(write_safetensors(path, {{"x", DType::f32, {-1}, &x}}), Catch::Contains("invalid shape"));
+  CHECK_THROWS_WITH(write_safetensors(path, {{"x", DType::f32, {-1}, &x, {}}}), Catch::Contains("invalid shape"));
 }
