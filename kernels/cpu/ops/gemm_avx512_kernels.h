@@ -213,6 +213,79 @@ DSCPP_AVX512 __attribute__((always_inline)) inline void kernel_step(const float*
   }
 }
 
+// The k loop of a full tile (12 rows) with A read in place, in assembly. For the intrinsic loop
+// GCC needs 15 general registers (12 row pointers, the k offset, B, the bound), spills one, and
+// rotates accumulators through spare zmm registers with 5 moves per two k. Here the 12 rows are
+// addressed from 4 bases and the row stride (row 3q + m at base_q + m·ld, m < 3) and every
+// accumulator keeps its register: zmm0–11 hold columns 0–15 of rows 0–11, zmm12–23 columns
+// 16–31. The FMAs are the intrinsic loop's, in the same order, so results are bit-identical
+// (checked with memcmp on every gpt GEMM shape). Measured against it: 4–5% faster with A rows
+// and B slivers streaming from L2; whole GEMMs with cold operands (the seven gpt shapes that
+// read A in place, 3 runs): 0–8%, mean +4.5%. The tile goes out through `acc` (24 × 16
+// floats) to the shared epilogue.
+#define DSCPP_GEMM_ROW(ADDR, I, J, T)                                                           \
+  "vbroadcastss " ADDR ", %%zmm" #T "\n\t"                                                     \
+  "vfmadd231ps %%zmm28, %%zmm" #T ", %%zmm" #I "\n\t"                                          \
+  "vfmadd231ps %%zmm29, %%zmm" #T ", %%zmm" #J "\n\t"
+#define DSCPP_GEMM_K(K)                                                                          \
+  "vmovaps " #K "*128(%[b]), %%zmm28\n\t"                                                      \
+  "vmovaps " #K "*128+64(%[b]), %%zmm29\n\t"                                                   \
+  DSCPP_GEMM_ROW(#K "*4(%[r0])", 0, 12, 30) DSCPP_GEMM_ROW(#K "*4(%[r0],%[ld],1)", 1, 13, 31)  \
+  DSCPP_GEMM_ROW(#K "*4(%[r0],%[ld],2)", 2, 14, 30) DSCPP_GEMM_ROW(#K "*4(%[r3])", 3, 15, 31)  \
+  DSCPP_GEMM_ROW(#K "*4(%[r3],%[ld],1)", 4, 16, 30) DSCPP_GEMM_ROW(#K "*4(%[r3],%[ld],2)", 5, 17, 31) \
+  DSCPP_GEMM_ROW(#K "*4(%[r6])", 6, 18, 30) DSCPP_GEMM_ROW(#K "*4(%[r6],%[ld],1)", 7, 19, 31)  \
+  DSCPP_GEMM_ROW(#K "*4(%[r6],%[ld],2)", 8, 20, 30) DSCPP_GEMM_ROW(#K "*4(%[r9])", 9, 21, 31)  \
+  DSCPP_GEMM_ROW(#K "*4(%[r9],%[ld],1)", 10, 22, 30) DSCPP_GEMM_ROW(#K "*4(%[r9],%[ld],2)", 11, 23, 31)
+#define DSCPP_GEMM_ZERO(I) "vpxord %%zmm" #I ", %%zmm" #I ", %%zmm" #I "\n\t"
+#define DSCPP_GEMM_SAVE(I) "vmovaps %%zmm" #I ", " #I "*64(%[acc])\n\t"
+#define DSCPP_GEMM_EACH6(M, A, B, C, D, E, F) M(A) M(B) M(C) M(D) M(E) M(F)
+#define DSCPP_GEMM_EACH24(M)                                                                     \
+  DSCPP_GEMM_EACH6(M, 0, 1, 2, 3, 4, 5) DSCPP_GEMM_EACH6(M, 6, 7, 8, 9, 10, 11)               \
+  DSCPP_GEMM_EACH6(M, 12, 13, 14, 15, 16, 17) DSCPP_GEMM_EACH6(M, 18, 19, 20, 21, 22, 23)
+
+DSCPP_AVX512 inline void in_place_tile_loop(int64_t kc, const float* a, int64_t lda, const float* b, float* acc) {
+  const float* r0 = a;
+  const float* r3 = a + 3 * lda;
+  const float* r6 = a + 6 * lda;
+  const float* r9 = a + 9 * lda;
+  const int64_t ld = lda * static_cast<int64_t>(sizeof(float));
+  int64_t quads = kc / 4, rest = kc % 4;
+  asm volatile(
+      DSCPP_GEMM_EACH24(DSCPP_GEMM_ZERO)
+      "test %[quads], %[quads]\n\t"
+      "jz 2f\n\t"
+      ".p2align 5\n"
+      "1:\n\t"  // four k per trip
+      DSCPP_GEMM_K(0) DSCPP_GEMM_K(1) DSCPP_GEMM_K(2) DSCPP_GEMM_K(3)
+      "add $16, %[r0]\n\tadd $16, %[r3]\n\tadd $16, %[r6]\n\tadd $16, %[r9]\n\t"
+      "add $512, %[b]\n\t"
+      "dec %[quads]\n\t"
+      "jnz 1b\n"
+      "2:\n\t"
+      "test %[rest], %[rest]\n\t"
+      "jz 4f\n"
+      "3:\n\t"  // the last kc % 4
+      DSCPP_GEMM_K(0)
+      "add $4, %[r0]\n\tadd $4, %[r3]\n\tadd $4, %[r6]\n\tadd $4, %[r9]\n\t"
+      "add $128, %[b]\n\t"
+      "dec %[rest]\n\t"
+      "jnz 3b\n"
+      "4:\n\t"
+      DSCPP_GEMM_EACH24(DSCPP_GEMM_SAVE)
+      : [r0] "+r"(r0), [r3] "+r"(r3), [r6] "+r"(r6), [r9] "+r"(r9), [b] "+r"(b), [quads] "+r"(quads),
+        [rest] "+r"(rest)
+      : [ld] "r"(ld), [acc] "r"(acc)
+      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
+        "xmm23", "xmm28", "xmm29", "xmm30", "xmm31");
+}
+#undef DSCPP_GEMM_ROW
+#undef DSCPP_GEMM_K
+#undef DSCPP_GEMM_ZERO
+#undef DSCPP_GEMM_SAVE
+#undef DSCPP_GEMM_EACH6
+#undef DSCPP_GEMM_EACH24
+
 // C tile (+)= alpha·A·Bp over depth kc; on the first depth block the beta term reads `src`
 // (C itself or another matrix with C's row stride), and `bias` (null: none) is added per column.
 // Packed says which APanel layout at compile time, so the k step and row offsets are constants
@@ -221,18 +294,28 @@ template <int R, bool Packed>
 DSCPP_AVX512 void micro_kernel(int64_t kc, APanel a, const float* __restrict bp, float* c, int64_t ldc, __mmask16 m0,
                                __mmask16 m1, const TileArgs& t, const float* bias, const float* src) {
   __m512 acc0[R], acc1[R];
+  if constexpr (R == kMr && !Packed) {
+    alignas(64) float tile[2 * kMr * 16];
+    in_place_tile_loop(kc, a.p, a.row_stride, bp, tile);
 #pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
-  const float* row[R];
+    for (int i = 0; i < R; ++i) {
+      acc0[i] = _mm512_load_ps(tile + 16 * i);
+      acc1[i] = _mm512_load_ps(tile + 16 * (kMr + i));
+    }
+  } else {
 #pragma GCC unroll 16
-  for (int i = 0; i < R; ++i) row[i] = a.p + (Packed ? i : int64_t{i} * a.row_stride);
-  constexpr int64_t ks = Packed ? kMr : 1;
-  int64_t k = 0;
-  for (; k + 2 <= kc; k += 2) {  // two k per trip: half the loop overhead between FMA groups
-    kernel_step<R>(row, k * ks, bp + k * kNr, acc0, acc1);
-    kernel_step<R>(row, (k + 1) * ks, bp + (k + 1) * kNr, acc0, acc1);
+    for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+    const float* row[R];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) row[i] = a.p + (Packed ? i : int64_t{i} * a.row_stride);
+    constexpr int64_t ks = Packed ? kMr : 1;
+    int64_t k = 0;
+    for (; k + 2 <= kc; k += 2) {  // two k per trip: half the loop overhead between FMA groups
+      kernel_step<R>(row, k * ks, bp + k * kNr, acc0, acc1);
+      kernel_step<R>(row, (k + 1) * ks, bp + (k + 1) * kNr, acc0, acc1);
+    }
+    if (k < kc) kernel_step<R>(row, k * ks, bp + k * kNr, acc0, acc1);
   }
-  if (k < kc) kernel_step<R>(row, k * ks, bp + k * kNr, acc0, acc1);
   const __m512 alpha = _mm512_set1_ps(t.alpha);
   __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps();
   if (bias != nullptr) {
