@@ -25,6 +25,10 @@
 #   after the grad-norm fix (sum_squares, ~2.5 ms per step), BENCH_RT=1, idle machine, 3 and 5
 #     rounds: 1 rank 1.84x / 1.93x; 2 ranks 1.52x / 1.53x (7798 vs 5124 and 7737 vs 5090
 #     tokens/s; per-round 2-rank ratios 1.49–1.87 / 1.36–1.54). Before it, same day: 1.86x / 1.47x.
+#   2026-11-25, after the in-place micro-kernel's k loop went to assembly (+4.5% on those GEMMs),
+#     BENCH_RT=1, 3 / 5 / 7 rounds: 1 rank 2.04x / 1.75x / 1.84x; 2 ranks 1.62x / 1.51x / 1.41x
+#     (8514 vs 5404, 8202 vs 5798, 8670 vs 6268 tokens/s; per-round 2-rank ratios 1.58–1.64 /
+#     1.26–1.71 / 1.30–1.69). Torch DDP's own median moved from 5404 to 6268 within the hour.
 #   Where 2-rank scaling goes: two independent 1-rank runs side by side (taskset, one per core)
 #     each ran 5–15% slower than one alone, and their sum (7.6k–8.0k tokens/s) is the 2-rank
 #     figure; allreduce is ~5 ms of a ~530 ms step. The loss is shared-cache/memory contention.
