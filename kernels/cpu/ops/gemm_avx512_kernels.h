@@ -13,8 +13,8 @@
 // k per loop trip, specialised per A layout. Kernel alone on the Xeon we develop on (B streaming
 // from L2, best of 40): ~130 GFLOP/s with one k per trip and a run-time A layout, ~140–150 now,
 // against an FMA peak of 153–165 (the clock varies with the other core's load). A 14×32 tile
-// measured faster still with a packed A, but 14 in-place rows need more general registers than
-// x86-64 has and GCC spills them.
+// measured faster still with a packed A; with A in place (in assembly, 5 row bases) it was only
+// 1–2% faster than 12×32, not worth a second tile shape.
 #pragma once
 
 #include <immintrin.h>
