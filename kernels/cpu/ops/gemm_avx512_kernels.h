@@ -213,16 +213,15 @@ DSCPP_AVX512 __attribute__((always_inline)) inline void kernel_step(const float*
   }
 }
 
-// The k loop of a full tile (12 rows) with A read in place, in assembly. For the intrinsic loop
-// GCC needs 15 general registers (12 row pointers, the k offset, B, the bound), spills one, and
-// rotates accumulators through spare zmm registers with 5 moves per two k. Here the 12 rows are
-// addressed from 4 bases and the row stride (row 3q + m at base_q + m·ld, m < 3) and every
-// accumulator keeps its register: zmm0–11 hold columns 0–15 of rows 0–11, zmm12–23 columns
-// 16–31. The FMAs are the intrinsic loop's, in the same order, so results are bit-identical
-// (checked with memcmp on every gpt GEMM shape). Measured against it: 4–5% faster with A rows
-// and B slivers streaming from L2; whole GEMMs with cold operands (the seven gpt shapes that
-// read A in place, 3 runs): 0–8%, mean +4.5%. The tile goes out through `acc` (24 × 16
-// floats) to the shared epilogue.
+// The k loop of a full tile (12 rows) with A read in place, in assembly. For the intrinsic loop GCC
+// 12 keeps 12 row pointers, the k offset, B and the bound, reloads two of them from the stack every
+// two k, and rotates accumulators through spare zmm registers with 5 moves per two k. Here the 12
+// rows are addressed from 4 bases and the row stride (row 3q + m at base_q + m·ld, m < 3) and every
+// accumulator keeps its register: zmm0–11 hold columns 0–15 of rows 0–11, zmm12–23 columns 16–31.
+// The FMAs are the intrinsic loop's, in the same order, so results are bit-identical (checked with
+// memcmp on every gpt GEMM shape). Measured against it: 4–5% faster with A rows and B slivers
+// streaming from L2; whole GEMMs with cold operands (the seven gpt shapes that read A in place, 3
+// runs): 0–8%, mean +4.5%. The tile goes out through `acc` (24 × 16 floats) to the shared epilogue.
 #define DSCPP_GEMM_ROW(ADDR, I, J, T)                                                           \
   "vbroadcastss " ADDR ", %%zmm" #T "\n\t"                                                     \
   "vfmadd231ps %%zmm28, %%zmm" #T ", %%zmm" #I "\n\t"                                          \
