@@ -198,20 +198,21 @@ std::string world_info_json(const ResourcePool& pool) {
   return out + "}";
 }
 
-std::string encode_world_info(const ResourcePool& pool) {
-  std::string json = world_info_json(pool);
+std::string base64url_encode(std::string_view bytes) {
   std::string out;
-  for (size_t i = 0; i < json.size(); i += 3) {
-    unsigned chunk = static_cast<unsigned char>(json[i]) << 16;
-    if (i + 1 < json.size()) chunk |= static_cast<unsigned char>(json[i + 1]) << 8;
-    if (i + 2 < json.size()) chunk |= static_cast<unsigned char>(json[i + 2]);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    unsigned chunk = static_cast<unsigned char>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) chunk |= static_cast<unsigned char>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) chunk |= static_cast<unsigned char>(bytes[i + 2]);
     out += kBase64Url[(chunk >> 18) & 63];
     out += kBase64Url[(chunk >> 12) & 63];
-    out += i + 1 < json.size() ? kBase64Url[(chunk >> 6) & 63] : '=';
-    out += i + 2 < json.size() ? kBase64Url[chunk & 63] : '=';
+    out += i + 1 < bytes.size() ? kBase64Url[(chunk >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kBase64Url[chunk & 63] : '=';
   }
   return out;
 }
+
+std::string encode_world_info(const ResourcePool& pool) { return base64url_encode(world_info_json(pool)); }
 
 ResourcePool decode_world_info(std::string_view encoded) {
   std::string text = base64_decode(encoded);

@@ -72,6 +72,8 @@ void set_env(EnvList& env, std::string_view name, std::string_view value);
 // base64 with '=' padding. Hosts keep their order: the i-th key is node rank i.
 std::string world_info_json(const ResourcePool& pool);
 std::string encode_world_info(const ResourcePool& pool);
+// URL-safe base64 with '=' padding (the encoding of encode_world_info).
+std::string base64url_encode(std::string_view bytes);
 // Accepts URL-safe or standard base64 (padding optional) of any JSON object mapping host
 // names to lists of distinct non-negative integers; throws dscpp::Error saying which part is wrong.
 ResourcePool decode_world_info(std::string_view encoded);
