@@ -8,8 +8,13 @@
 //
 //   bench_gemm [--threads T=1] [--reps R=5]
 // OPENBLAS_CORETYPE applies to the OpenBLAS side as usual (the run prints the core it chose).
+// Both are also put against the core's FMA peak, measured by a loop of independent register-only
+// FMAs (no loads): the ceiling no fp32 GEMM on this core can pass. `bench_gemm --peak` prints
+// only that figure (bench_train_gpt.sh uses it).
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops/cpu_ops.h"
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -69,16 +74,51 @@ struct Operands {
   Floats A, B, C;
 };
 
+// FMA throughput of one core, GFLOP/s: 12 independent accumulator chains (more than FMA latency
+// × issue width on current x86 cores), best of 5 runs of ~0.1 s. 512-bit FMAs where the CPU has
+// AVX-512 (the width dscpp's kernel uses), else 256-bit. The sums go to a volatile, so the
+// compiler keeps every FMA. A macro because each width needs its own target attribute.
+#define DSCPP_FMA_PEAK(NAME, TARGET, V, SET1, FMA)                                             \
+  __attribute__((target(TARGET))) double NAME() {                                            \
+    double best = 0;                                                                         \
+    for (int run = 0; run < 5; ++run) {                                                      \
+      const V one = SET1(1.0f), tiny = SET1(1e-30f);                                         \
+      V acc[12];                                                                             \
+      for (V& a : acc) a = one;                                                              \
+      constexpr long kIters = 20'000'000;                                                    \
+      const auto t0 = std::chrono::steady_clock::now();                                      \
+      for (long it = 0; it < kIters; ++it) {                                                 \
+        _Pragma("GCC unroll 12") for (V& a : acc) a = FMA(a, one, tiny);                    \
+      }                                                                                      \
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); \
+      volatile float sink = 0;                                                               \
+      for (const V& a : acc) sink = sink + a[0];                                             \
+      best = std::max(best, 12.0 * kIters * 2 * (sizeof(V) / 4) / sec / 1e9);                \
+    }                                                                                        \
+    return best;                                                                             \
+  }
+DSCPP_FMA_PEAK(fma_peak512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps)
+DSCPP_FMA_PEAK(fma_peak256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps)
+#undef DSCPP_FMA_PEAK
+double fma_peak() {
+  if (__builtin_cpu_supports("avx512f")) return fma_peak512();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? fma_peak256() : 0.0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 1, reps = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--peak") {
+      std::printf("FMA peak of one core: %.1f GFLOP/s\n", fma_peak());
+      return 0;
+    }
     if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_gemm [--threads T=1] [--reps R=5]\n");
+      std::fprintf(stderr, "usage: bench_gemm [--threads T=1] [--reps R=5] | --peak\n");
       return 2;
     }
   }
@@ -136,5 +176,11 @@ int main(int argc, char** argv) {
   if (have_avx512)
     std::printf("all shapes, %d thread%s: OpenBLAS %.1f GFLOP/s, dscpp %.1f GFLOP/s, ratio %.2fx\n", threads,
                 threads == 1 ? "" : "s", flops_total / total[0] / 1e9, flops_total / total[1] / 1e9, total[0] / total[1]);
+  if (const double peak = fma_peak() * threads; peak > 0) {
+    std::printf("FMA peak of %d core%s: %.1f GFLOP/s; OpenBLAS at %.0f%% of it", threads, threads == 1 ? "" : "s",
+                peak, 100 * flops_total / total[0] / 1e9 / peak);
+    if (have_avx512) std::printf(", dscpp at %.0f%%", 100 * flops_total / total[1] / 1e9 / peak);
+    std::printf("\n");
+  }
   return 0;
 }
