@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -62,6 +63,10 @@ TEST_CASE("gemm: blocking edges, every backend and thread count, against fp64", 
       {true, false, 37, 70, 520, 3, 1.0f, 1.0f},     // dW += dyᵀ·x, three depth blocks
       {true, true, 25, 33, 257, 1, -0.5f, 0.0f},
       {false, true, 1, 1030, 17, 0, 1.0f, 0.0f},     // one row, three column blocks
+      // Row strides of A of 1024 floats (4 KiB): the AVX-512 driver copies each panel to a padded
+      // stride. One deep block with a part panel; then four depth blocks, two column blocks.
+      {false, true, 29, 100, 1000, 24, 1.0f, 0.0f},
+      {false, false, 13, 530, 1024, 0, 1.0f, 0.5f},
   };
   for (const Case& c : cases)
     for (GemmBackend be : backends())
@@ -102,6 +107,28 @@ TEST_CASE("gemm: the AVX-512 kernel gives the same bits for any thread count", "
   const Vec one = run(1);
   CHECK(run(2) == one);
   CHECK(run(3) == one);
+}
+
+TEST_CASE("gemm: A rows copied off a 4 KiB stride give the bits of A read in place", "[ops][gemm]") {
+  if (backends().size() < 2) return;  // no AVX-512 on this CPU
+  Restore restore;
+  dscpp::kernels::set_gemm_backend(GemmBackend::avx512);
+  dscpp::kernels::set_cpu_threads(1);
+  // The same A at row stride 1024 (copied per panel) and 1025 (read in place): the kernel runs the
+  // same FMAs in the same order on either, so C must match bit for bit.
+  const int64_t M = 30, N = 200, K = 700;
+  const Vec B = rnd(N * K, 31), A_src = rnd(M * K, 32);
+  auto run = [&](int64_t lda) {
+    Vec A(M * lda, kNaN);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) A[i * lda + k] = A_src[i * K + k];
+    Vec C(M * N, 0.0f);
+    REQUIRE(ops().gemm(O(), DSCPP_NO_TRANS, DSCPP_TRANS, M, N, K, 1.0f, A.data(), lda, B.data(), K, 0.0f, C.data(),
+                       N) == DSCPP_OK);
+    return C;
+  };
+  const Vec copied = run(1024), in_place = run(1025);
+  CHECK(std::memcmp(copied.data(), in_place.data(), sizeof(float) * copied.size()) == 0);
 }
 
 TEST_CASE("gemm_strided_batched: fewer and more GEMMs than threads", "[ops][gemm]") {
