@@ -36,11 +36,13 @@
 #     units, FMA peak 116-117 GFLOP/s per core, the same with 256-bit FMAs). There OpenBLAS's
 #     SkylakeX kernel runs the gpt GEMMs at 82% of that peak and dscpp's at 88% (bench_gemm:
 #     96.3 against 102.9 GFLOP/s), so the GEMM lead that carried the ratios above is 1.07x.
-#     BENCH_RT=1, 5 rounds, after the C-tile prefetch: 1 rank 8134 vs 5318 tokens/s = 1.56x;
-#     2 ranks 8400 vs 6632 = 1.27x (per-round 1.23-1.30x; torch DDP steady at 6526-6657).
-#     In the FLOP accounting this script prints (20.7 MFLOP per token), dscpp's 2 ranks ran the
-#     whole step at 74% of the FMA peak and torch DDP at 59%; 1.5x torch DDP takes 88%, which
-#     is what dscpp's GEMMs reach on their own, as if nothing else were in the step.
+#     BENCH_RT=1, 5 rounds each: after the C-tile prefetch, 1 rank 8134 vs 5318 tokens/s = 1.56x,
+#     2 ranks 8400 vs 6632 = 1.27x; after the 4 KiB-stride panel copy as well (bench_gemm 104.7
+#     GFLOP/s, 89% of the peak), 1 rank 8410 vs 5212 = 1.57x, 2 ranks 8614 vs 6530 = 1.31x
+#     (per-round 1.20-1.34x; torch DDP steady at 6458-6557). In the FLOP accounting this script
+#     prints (20.7 MFLOP per token), that last run had dscpp's 2 ranks at 76% of the FMA peak over
+#     the whole step and torch DDP at 58%; 1.5x torch DDP takes 86%, nearly what dscpp's GEMMs
+#     reach on their own (89%), as if nothing else were in the step.
 # BENCH_RT=1 (root) runs everything at real-time round-robin priority (chrt -r 50): other jobs
 # on a shared machine wait while a run holds the cores. Both sides get the same treatment.
 # Usage: bench_train_gpt.sh DSCPP RUNTIME GPT_SO SOURCE_ROOT [STEPS]
