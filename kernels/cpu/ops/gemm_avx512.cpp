@@ -8,8 +8,9 @@
 // Loop nest (the roles of the operands chosen for row-major C):
 //   for each block of NC columns and KC depth:  pack B[KC × NC] into 32-column slivers (L2)
 //     for each 12-row panel of A:               pack A[12 × KC] when A is transposed (else its
-//                                               rows are read in place); it stays in L1, and the
-//                                               next panel's source is prefetched into L2
+//                                               rows are read in place, or copied off a 4 KiB
+//                                               stride); it stays in L1, and the next panel's
+//                                               source is prefetched into L2
 //       for each 32-column sliver of B:         micro-kernel: C[12 × 32] (+)= Ap · Bp, with the
 //                                               beta term and bias in its epilogue
 //       on the last depth block:                the activation over the panel's finished rows
