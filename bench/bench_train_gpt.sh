@@ -55,8 +55,9 @@ fi
 export OPENBLAS_CORETYPE=${BENCH_CORETYPE:-SkylakeX} OMP_WAIT_POLICY=PASSIVE
 WORK=$(mktemp -d /tmp/dscpp_bench_gpt.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
+MICRO=16 CTX=128  # sequences per rank per step; the gpt plugin's default context
 cat > "$WORK/ds.json" <<JSON
-{"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "steps_per_print": 1,
+{"train_micro_batch_size_per_gpu": $MICRO, "gradient_accumulation_steps": 1, "steps_per_print": 1,
  "gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}}}
 JSON
 dscpp_rate() { grep 'after the first' "$1" | grep -o '[0-9.]* tokens/s' | tail -1 | awk '{print $1}'; }
@@ -81,7 +82,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   d1=$(dscpp_rate "$WORK/d1.log") d1b=$(dscpp_best "$WORK/d1.log")
   t1= t1b=
   if [ "$HAVE_TORCH" = 1 ]; then
-    /usr/bin/python3 "$T" --throughput --threads 2 --batch 16 --steps $((STEPS - 2)) > "$WORK/t1.log" 2>&1 ||
+    /usr/bin/python3 "$T" --throughput --threads 2 --batch "$MICRO" --steps $((STEPS - 2)) > "$WORK/t1.log" 2>&1 ||
       { tail -5 "$WORK/t1.log"; exit 1; }
     [ "$r" = 1 ] && head -1 "$WORK/t1.log" | sed 's/^/PyTorch: /'
     t1=$(torch_rate "$WORK/t1.log") t1b=$(torch_best "$WORK/t1.log")
@@ -91,7 +92,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   d2=$(dscpp_rate "$WORK/d2.log") d2b=$(dscpp_best "$WORK/d2.log")
   t2= t2b=
   if [ "$HAVE_TORCH" = 1 ]; then
-    /usr/bin/python3 "$T" --throughput --ddp 2 --batch 16 --steps $((STEPS - 2)) > "$WORK/t2.log" 2>&1 ||
+    /usr/bin/python3 "$T" --throughput --ddp 2 --batch "$MICRO" --steps $((STEPS - 2)) > "$WORK/t2.log" 2>&1 ||
       { tail -5 "$WORK/t2.log"; exit 1; }
     t2=$(torch_rate "$WORK/t2.log") t2b=$(torch_best "$WORK/t2.log")
   fi
@@ -101,11 +102,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
   echo "$d1 ${t1:-0} $d2 ${t2:-0} $d1b ${t1b:-0} $d2b ${t2b:-0}" >> "$WORK/rounds"
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-awk '{print $1}' "$WORK/rounds" | median | sed 's/^/dscpp  1 rank  x 2 threads: median /; s/$/ tokens\/s/'
-awk '{print $3}' "$WORK/rounds" | median | sed 's/^/dscpp  2 ranks x 1 thread : median /; s/$/ tokens\/s/'
+med_d1=$(awk '{print $1}' "$WORK/rounds" | median) med_t1=$(awk '{print $2}' "$WORK/rounds" | median)
+med_d2=$(awk '{print $3}' "$WORK/rounds" | median) med_t2=$(awk '{print $4}' "$WORK/rounds" | median)
+echo "dscpp  1 rank  x 2 threads: median $med_d1 tokens/s"
+echo "dscpp  2 ranks x 1 thread : median $med_d2 tokens/s"
 if [ "$HAVE_TORCH" = 1 ]; then
-  awk '{print $2}' "$WORK/rounds" | median | sed 's/^/torch  1 proc  x 2 threads: median /; s/$/ tokens\/s/'
-  awk '{print $4}' "$WORK/rounds" | median | sed 's/^/torch  2 procs x 1 thread (DDP): median /; s/$/ tokens\/s/'
+  echo "torch  1 proc  x 2 threads: median $med_t1 tokens/s"
+  echo "torch  2 procs x 1 thread (DDP): median $med_t2 tokens/s"
   r1=$(awk '{print $1 / $2}' "$WORK/rounds" | median)
   r2=$(awk '{print $3 / $4}' "$WORK/rounds" | median)
   b1=$(awk '{print $5 / $6}' "$WORK/rounds" | median)
@@ -124,20 +127,16 @@ fi
 # median as GFLOP/s per core against the core's FMA peak (bench_gemm --peak), the ceiling for
 # fp32 training on this CPU.
 GEMM_BENCH=${BENCH_GEMM:-$(dirname "$RUNTIME")/../bench/bench_gemm}
-cat > "$WORK/flops.json" <<JSON
-{"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "steps_per_print": 100,
- "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}},
- "flops_profiler": {"enabled": true, "profile_step": 2}}
-JSON
+# The timed runs' config plus the profiler (its last line ends the top-level object).
+sed '$ s/}$/, "flops_profiler": {"enabled": true, "profile_step": 2}}/' "$WORK/ds.json" > "$WORK/flops.json"
 if [ -x "$GEMM_BENCH" ] && "$RUNTIME" --model "$GPT" --deepspeed_config "$WORK/flops.json" --steps 2 --threads 1 \
   --no_eval -- --sample_chars 0 > "$WORK/flops.log" 2>&1; then
   fwd=$(grep -o 'fwd flops per rank: *[0-9.]* [KMGT]' "$WORK/flops.log" | awk '{
     m = $NF == "K" ? 1e3 : $NF == "M" ? 1e6 : $NF == "G" ? 1e9 : 1e12; print $(NF-1) * m }')
   peak=$("$GEMM_BENCH" --peak | grep -o '[0-9.]* GFLOP/s' | awk '{print $1}')
-  awk -v fwd="$fwd" -v peak="$peak" -v d1="$(awk '{print $1}' "$WORK/rounds" | median)" \
-    -v d2="$(awk '{print $3}' "$WORK/rounds" | median)" -v t1="$(awk '{print $2}' "$WORK/rounds" | median)" \
-    -v t2="$(awk '{print $4}' "$WORK/rounds" | median)" -v torch="$HAVE_TORCH" 'BEGIN {
-    f = 3 * fwd / (16 * 128)
+  awk -v fwd="$fwd" -v peak="$peak" -v tokens=$((MICRO * CTX)) -v d1="$med_d1" -v d2="$med_d2" -v t1="$med_t1" \
+    -v t2="$med_t2" -v torch="$HAVE_TORCH" 'BEGIN {
+    f = 3 * fwd / tokens
     printf "model FLOPs per token (flops profiler, 3 x forward): %.2f M; FMA peak of one core: %.1f GFLOP/s\n", f / 1e6, peak
     row("dscpp  1 rank  x 2 threads", d1)
     row("dscpp  2 ranks x 1 thread ", d2)
