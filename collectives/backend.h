@@ -13,6 +13,10 @@
 #include "collectives/store.h"
 #include "core/dtype.h"
 
+namespace dscpp {
+class Device;
+}
+
 namespace dscpp::comm {
 
 enum class ReduceOp : uint8_t { sum, avg, max, min };
@@ -59,7 +63,18 @@ struct GroupContext {
   // (one event, no host block). Sub-groups made by split inherit it. Other engines ignore it:
   // they read host memory, which no stream writes behind the caller's back.
   void* cuda_compute_stream = nullptr;
+  // The device whose memory an operation's buffers may be in (nullptr, or a host device: every
+  // buffer is host memory), and the host memory to stage them through (pinned beside a GPU).
+  // The Communicator finds each buffer's place with Device::holds and stages what the engine
+  // cannot reach (Backend::memory) through one bounded area, reused, with the device's own
+  // copies, which run on its compute stream and so after the kernels that wrote the buffers.
+  Device* device_memory = nullptr;
+  Device* host_memory = nullptr;
+  size_t staging_bytes = size_t(32) << 20;  // the area's bound; larger operations go in pieces
 };
+
+// Where an engine reads and writes the buffers handed to run().
+enum class Memory : uint8_t { host, device, either };
 
 // A sub-group to create, decided collectively by the Communicator before calling split():
 // every rank of the parent is called, members with their new rank, others with new_rank -1.
@@ -80,6 +95,9 @@ class Backend {
   // through fp32 (fp16/bf16) or turns avg into sum and a scale. Data movement (allgather,
   // broadcast, all_to_all) must work for every dtype. f32 sum/max/min is mandatory.
   virtual bool supports(DType dtype, ReduceOp op) const = 0;
+  // Host memory (shm, gloo, mpi), device memory (nccl), or either (the one-rank group, which
+  // only copies). The Communicator stages buffers that are elsewhere.
+  virtual Memory memory() const { return Memory::host; }
   // Blocking. Throws dscpp::Error when a peer is gone or the group timeout passes.
   virtual void run(const OpDesc& op) = 0;
   // Allgather of `bytes` bytes per rank that live in host memory: the Communicator's own

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "collectives/memory_staging.h"
 #include "collectives/schedule_check.h"
 #include "core/log.h"
 
@@ -163,6 +164,8 @@ class TaskWork final : public Work {
 Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backend)
     : context_(std::move(context)), backend_(std::move(backend)), queue_(std::make_unique<Queue>()),
       schedule_(std::make_unique<ScheduleCheck>(context_.name, context_.size)) {
+  if (context_.device_memory != nullptr && !context_.device_memory->is_host())
+    memory_staging_ = std::make_unique<MemoryStaging>(context_);
   DSCPP_CHECK_EQ(backend_->rank(), context_.rank);
   DSCPP_CHECK_EQ(backend_->size(), context_.size);
   Queue& q = *queue_;
@@ -301,10 +304,18 @@ static void scale_in_place(void* data, size_t count, DType dtype, double factor)
   }
 }
 
-// Runs on the progress thread. Engines lacking a dtype or reduction get fp32 (or sum + scale)
-// here, once, instead of in every caller.
+// Runs on the progress thread. Buffers the engine cannot reach go through the staging area.
 void Communicator::run_staged(const OpDesc& op) {
   if (op.count == 0 && op.kind != OpKind::barrier) return;  // same on every rank by contract
+  const Memory engine = backend_->memory();
+  if (memory_staging_ && memory_staging_->needed(op, engine))
+    return memory_staging_->run(op, engine, size(), [this](const OpDesc& piece) { run_on_engine(piece); });
+  run_on_engine(op);
+}
+
+// Engines lacking a dtype or reduction get fp32 (or sum + scale) here, once, instead of in
+// every caller. The buffers are where the engine reads them.
+void Communicator::run_on_engine(const OpDesc& op) {
   bool reduces = op.kind == OpKind::allreduce || op.kind == OpKind::reduce_scatter;
   if (!reduces || backend_->supports(op.dtype, op.reduce)) return backend_->run(op);
 
@@ -330,7 +341,7 @@ void Communicator::run_staged(const OpDesc& op) {
   staged.dtype = DType::f32;
   staged.input = in;
   staged.output = out;
-  run_staged(staged);
+  run_on_engine(staged);
   convert(out, DType::f32, op.output, op.dtype, out_count);
 }
 
@@ -536,27 +547,33 @@ BackendChoice parse_backend_choice(std::string_view name) {
 // ---- the one-rank group ----
 
 namespace {
+// Its operations are copies at most, which it makes where the buffers are: a device buffer
+// moves with the device's copy, never through the host.
 class SelfBackend final : public Backend {
  public:
-  SelfBackend() = default;
+  explicit SelfBackend(Device* device) : device_(device) {}
   std::string_view name() const override { return "self"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   bool supports(DType, ReduceOp) const override { return true; }
+  Memory memory() const override { return Memory::either; }
   void run(const OpDesc& op) override {
     size_t bytes = op.count * dtype_size(op.dtype);
     if (op.kind == OpKind::allreduce || op.kind == OpKind::broadcast || op.kind == OpKind::barrier) return;
-    if (op.input != op.output) std::memmove(op.output, op.input, bytes);
+    copy_between(device_, op.output, op.input, bytes);
   }
   std::unique_ptr<Backend> split(const SplitPlan& plan) override {
-    return plan.color < 0 ? nullptr : std::make_unique<SelfBackend>();
+    return plan.color < 0 ? nullptr : std::make_unique<SelfBackend>(device_);
   }
+
+ private:
+  Device* device_;
 };
 }  // namespace
 
 std::unique_ptr<Backend> make_self_backend(const GroupContext& context) {
   DSCPP_CHECK_EQ(context.size, 1);
-  return std::make_unique<SelfBackend>();
+  return std::make_unique<SelfBackend>(context.device_memory);
 }
 
 }  // namespace dscpp::comm

@@ -19,10 +19,15 @@
 // the synchronous one returns. Buffers of an async operation belong to the Communicator until
 // wait() returns. Different Communicators (sub-groups) progress independently.
 //
-// Device buffers (nccl): an operation runs on the engine's own CUDA stream. It starts after the
-// work enqueued on CommOptions::cuda_compute_stream when that is set; otherwise the caller
-// must synchronize its device before handing over buffers that kernels are still writing.
-// wait() returns once the engine's stream drained, so compute issued after it sees the results.
+// Device buffers: with CommOptions::device_memory set, a buffer may be host memory or that
+// device's memory, on every engine. nccl takes device buffers directly: an operation runs on the
+// engine's own CUDA stream and starts after the work enqueued on CommOptions::cuda_compute_stream
+// when that is set (otherwise the caller must synchronize its device before handing over buffers
+// that kernels are still writing). The host engines (shm, gloo, mpi, hierarchical) get device
+// buffers, and nccl host buffers, staged through one bounded area per group
+// (collectives/memory_staging.h) by the device's own copies, which follow its compute stream. A
+// one-rank group copies device data on the device. wait() returns once the results are in place,
+// so compute issued after it sees them.
 //
 // Failure: an operation that cannot finish within the group's timeout (a peer died, or is
 // stuck or behind) fails with dscpp::Error on every rank that waits for it; the message names
@@ -71,6 +76,7 @@ struct CommStats {
 std::string format_traffic(const CommStats& stats);
 
 class ScheduleCheck;                   // collectives/schedule_check.h
+class MemoryStaging;                   // collectives/memory_staging.h
 enum class ScheduleMark : uint8_t;
 
 class Work {
@@ -155,6 +161,7 @@ class Communicator {
   // operation issued so far, and waits for it.
   void run_control(std::function<void()> body, std::optional<ScheduleMark> mark, std::string_view label);
   void run_staged(const OpDesc& op);
+  void run_on_engine(const OpDesc& op);
   // `what` names a task that is not a recorded operation (a schedule checkpoint).
   [[noreturn]] void hung(uint64_t seq, double waited_s, const std::string& what = {});
   [[noreturn]] void report_hang(uint64_t seq, double waited_s, const std::string& engine_message,
@@ -165,6 +172,7 @@ class Communicator {
   std::unique_ptr<Queue> queue_;
   std::unique_ptr<ScheduleCheck> schedule_;
   std::vector<float> staging_;  // fp32 copies of fp16/bf16 buffers for engines without them
+  std::unique_ptr<MemoryStaging> memory_staging_;  // set when buffers may be in device memory
   uint64_t splits_ = 0;
 };
 
@@ -184,6 +192,10 @@ struct CommOptions {
   // device before reducing what its kernels wrote (GroupContext::cuda_compute_stream).
   void* cuda_compute_stream = nullptr;
   int device = -1;
+  // Where buffers may live (GroupContext::device_memory / host_memory): the rank's training
+  // device and the host memory beside it. Unset: every buffer is host memory.
+  Device* device_memory = nullptr;
+  Device* host_memory = nullptr;
   bool started_by_mpi = false;   // OMPI_* / PMIx variables present (→ mpi between hosts)
   int ranks_per_node = 0;        // 0: group ranks by host name; >0 forces node = rank / n
   Millis timeout{std::chrono::minutes(30)};

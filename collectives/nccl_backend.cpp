@@ -144,6 +144,7 @@ class NcclBackend final : public Backend {
   int rank() const override { return context_.rank; }
   int size() const override { return context_.size; }
   bool supports(DType, ReduceOp) const override { return true; }
+  Memory memory() const override { return Memory::device; }
 
   void run(const OpDesc& op) override {
     const std::string_view what = op_kind_name(op.kind);

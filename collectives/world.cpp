@@ -85,6 +85,8 @@ GroupContext group(const CommOptions& o, const std::shared_ptr<Store>& store, co
   c.address = address;
   c.device = o.device;
   c.cuda_compute_stream = o.cuda_compute_stream;
+  c.device_memory = o.device_memory;
+  c.host_memory = o.host_memory;
   return c;
 }
 
@@ -159,8 +161,8 @@ World create_world(const CommOptions& o) {
     fail("the hierarchical backend needs the same number of ranks on every host; host {} has {} and host {} has {}",
          p.hosts[0], p.members[0].size(), p.hosts[w.node_index], w.local_size);
   if (o.cuda_device && choice != BackendChoice::nccl)
-    log::warn("buffers live on a CUDA device but the {} backend was chosen; it must copy through the host",
-              engine_name(choice));
+    log::info("buffers live on a CUDA device and the {} backend was chosen: they are staged through pinned host "
+              "memory", engine_name(choice));
 
   GroupContext world_ctx = group(o, w.store, "world", o.rank, o.world_size, address);
   // MPI makes sub-groups by splitting its world communicator, collectively on every rank, so
@@ -189,7 +191,10 @@ World create_world(const CommOptions& o) {
                      : group(o, w.store, fmt::format("{}r{}", name, o.rank), 0, 1, address);
     return std::pair{c, build(engine, c, uniform ? w.local_rank : o.rank, members)};
   };
-  BackendChoice local_engine = o.cuda_device ? BackendChoice::nccl : BackendChoice::shm;
+  // The hierarchical engine is a host engine throughout (device buffers are staged before it),
+  // so its part inside a host is shared memory even for CUDA buffers: nccl alone is the
+  // device-memory engine, and it does its own two-level routing.
+  BackendChoice local_engine = BackendChoice::shm;
   BackendChoice flat = choice == BackendChoice::hierarchical ? between : choice;
   BackendChoice cross_engine = flat == BackendChoice::shm ? BackendChoice::gloo : flat;
   BackendChoice node_engine = choice == BackendChoice::hierarchical ? local_engine : flat;

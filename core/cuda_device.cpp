@@ -2,6 +2,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/device_select.h"
+#include "core/log.h"
 #include "kernels/cuda/check.h"
 
 #include <fmt/format.h>
@@ -63,13 +64,12 @@ class CudaDeviceImpl final : public CudaDevice {
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
     DeviceGuard g(index_);
     DSCPP_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, compute_));
-    DSCPP_CUDA_CHECK(cudaStreamSynchronize(compute_));  // the caller reads host_dst next
+    wait_for_enqueued();  // the caller reads host_dst next
   }
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override {
     DeviceGuard g(index_);
     DSCPP_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, compute_));
-    // Pageable host memory may be reused by the caller as soon as we return.
-    DSCPP_CUDA_CHECK(cudaStreamSynchronize(compute_));
+    wait_for_enqueued();  // the caller may reuse host_src as soon as we return
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     DeviceGuard g(index_);
@@ -83,6 +83,14 @@ class CudaDeviceImpl final : public CudaDevice {
     DeviceGuard g(index_);
     DSCPP_CUDA_CHECK(cudaStreamSynchronize(compute_));
     DSCPP_CUDA_CHECK(cudaStreamSynchronize(comm_));
+  }
+  bool holds(const void* ptr) const override {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+      cudaGetLastError();  // an unknown pointer is plain host memory
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeDevice && attributes.device == index_;
   }
   void comm_waits_for_compute() override { order(compute_, compute_done_, comm_); }
   void compute_waits_for_comm() override { order(comm_, comm_done_, compute_); }
@@ -101,6 +109,18 @@ class CudaDeviceImpl final : public CudaDevice {
   void raw_free(void* ptr) override { cache_.release(ptr); }
 
  private:
+  // Waits for the compute stream's work enqueued so far (a copy and the kernels before it), not
+  // for what other threads enqueue meanwhile: a communicator thread staging a gradient bucket
+  // must not wait for the rest of the backward pass. One event per call: the engine's and the
+  // communicators' threads copy concurrently.
+  void wait_for_enqueued() {
+    cudaEvent_t done = nullptr;
+    DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    cudaError_t rc = cudaEventRecord(done, compute_);
+    if (rc == cudaSuccess) rc = cudaEventSynchronize(done);
+    cudaEventDestroy(done);
+    DSCPP_CUDA_CHECK(rc);
+  }
   void order(cudaStream_t from, cudaEvent_t ev, cudaStream_t to) {
     DeviceGuard g(index_);
     DSCPP_CUDA_CHECK(cudaEventRecord(ev, from));
@@ -169,7 +189,16 @@ std::unique_ptr<CudaDevice> make_cuda_device_from_env() {
       fail("LOCAL_RANK=\"{}\" is not an integer; the launcher sets it to the rank's index on its node", *v);
     }
   }
-  const int index = choose_cuda_device(local_rank, visible, env("CUDA_VISIBLE_DEVICES"));
+  // The backend decides whether ranks past the visible devices may share one (dscpp-runtime
+  // puts its --comm_backend here too).
+  const std::string backend = env("DSCPP_COMM_BACKEND").value_or("auto");
+  const std::optional<std::string> cvd = env("CUDA_VISIBLE_DEVICES");
+  const int index = choose_cuda_device(local_rank, visible, cvd, backend);
+  if (cuda_device_shared(local_rank, visible, cvd))
+    log::info("LOCAL_RANK={} shares CUDA device {} with other ranks of this host ({} visible, {}); comm backend {}",
+              local_rank.value_or(0), index, visible,
+              cvd ? fmt::format("CUDA_VISIBLE_DEVICES=\"{}\"", *cvd) : std::string("CUDA_VISIBLE_DEVICES unset"),
+              backend);
   return make_cuda_device(index);
 }
 

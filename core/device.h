@@ -54,6 +54,12 @@ class Device {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
   virtual void zero(void* ptr, size_t bytes) = 0;
   virtual void synchronize() {}
+  // Whether `ptr` points into this device's own memory, which host code cannot touch (always
+  // false for a host-memory device): how the communicators tell which buffers to stage.
+  virtual bool holds(const void* ptr) const {
+    (void)ptr;
+    return false;
+  }
 
   MemoryStats stats() const;
   void set_limit(int64_t bytes) { limit_ = bytes; }

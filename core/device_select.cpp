@@ -2,9 +2,29 @@
 
 #include "core/error.h"
 
-namespace dscpp {
+#include <fmt/format.h>
 
-int choose_cuda_device(std::optional<int> local_rank, int visible, const std::optional<std::string>& cvd) {
+namespace dscpp {
+namespace {
+
+std::string backend_text(std::string_view b) {
+  if (b.empty() || b == "auto") return "the default backend (auto: nccl for ranks on GPUs)";
+  if (b == "hierarchical") return "the hierarchical backend (nccl within a host)";
+  return fmt::format("the {} backend", b);
+}
+
+}  // namespace
+
+bool backend_lets_ranks_share_gpu(std::string_view b) {
+  return b == "shm" || b == "gloo" || b == "mpi";
+}
+
+bool cuda_device_shared(std::optional<int> local_rank, int visible, const std::optional<std::string>& cvd) {
+  return visible > 0 && local_rank.value_or(0) >= visible && (visible > 1 || !cvd);
+}
+
+int choose_cuda_device(std::optional<int> local_rank, int visible, const std::optional<std::string>& cvd,
+                       std::string_view comm_backend) {
   const std::string cvd_text = cvd ? "CUDA_VISIBLE_DEVICES=\"" + *cvd + "\"" : "CUDA_VISIBLE_DEVICES unset";
   if (visible <= 0)
     fail(
@@ -14,11 +34,15 @@ int choose_cuda_device(std::optional<int> local_rank, int visible, const std::op
   const int rank = local_rank.value_or(0);
   if (rank < 0) fail("LOCAL_RANK={} is negative; the launcher sets it to the rank's index on its node", rank);
   if (rank < visible) return rank;
-  if (visible == 1) return 0;  // one device per rank: the launcher narrowed CUDA_VISIBLE_DEVICES
+  // One device per rank (the launcher narrowed CUDA_VISIBLE_DEVICES), or ranks sharing it: the
+  // two look alike from one rank, so only the world, which sees every rank's GPU, can refuse nccl.
+  if (visible == 1) return 0;
+  if (backend_lets_ranks_share_gpu(comm_backend)) return rank % visible;
   fail(
-      "LOCAL_RANK={} but only {} CUDA devices are visible ({}); start at most {} ranks on this node, or give each "
-      "rank its own device through CUDA_VISIBLE_DEVICES",
-      rank, visible, cvd_text, visible);
+      "LOCAL_RANK={} but only {} CUDA devices are visible ({}), and {} needs one GPU per rank; start at most {} "
+      "ranks on this node, give each rank its own device through CUDA_VISIBLE_DEVICES, or pass --comm_backend shm "
+      "or --comm_backend gloo to let ranks share the GPUs",
+      rank, visible, cvd_text, backend_text(comm_backend), visible);
 }
 
 }  // namespace dscpp

@@ -1,10 +1,13 @@
 #include "core/thread_pool.h"
 
+#include "core/protected_memory.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -74,6 +77,7 @@ class Pool {
       chunks_ = chunks;
       pending_ = chunks - 1;
       error_ = nullptr;
+      protected_open_ = ProtectedAccess::open_here();
       ++generation_;
     }
     wake_.notify_all();
@@ -96,6 +100,10 @@ class Pool {
     int64_t begin = index * per_;
     int64_t end = std::min(n_, begin + per_);
     if (begin >= end) return;
+    // A worker acts with the caller's access to protected memory (a cuda-sim kernel's GEMM
+    // splits over the pool): the share it runs is part of the caller's loop.
+    std::optional<ProtectedAccess> access;
+    if (index > 0 && protected_open_) access.emplace();
     in_body_ = true;
     try {
       (*body_)(begin, end);
@@ -120,6 +128,7 @@ class Pool {
   }
 
   void worker(int index, uint64_t seen) {
+    ProtectedAccess::close_this_thread();  // it may have been started from inside a scope
     for (;;) {
       {
         std::unique_lock lock(mutex_);
@@ -155,6 +164,7 @@ class Pool {
   uint64_t generation_ = 0;
   const std::function<void(int64_t, int64_t)>* body_ = nullptr;
   int64_t n_ = 0, per_ = 0, chunks_ = 0, pending_ = 0;
+  bool protected_open_ = false;  // the caller of the current job is inside a ProtectedAccess scope
   std::exception_ptr error_;
   static thread_local bool in_body_;
 };

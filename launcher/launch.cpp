@@ -14,10 +14,12 @@ extern char** environ;
 #include <filesystem>
 #include <sstream>
 
+#include "build_config.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rank_discovery.h"
 #include "launcher/env_export.h"
+#include "launcher/gpu_sharing.h"
 #include "launcher/hostfile.h"
 #include "launcher/job_commands.h"
 #include "launcher/node_agent.h"
@@ -238,7 +240,26 @@ void preflight_ssh(const WorldPlan& plan, const std::string& dscpp, const Progra
     fail("pre-flight found problems before starting any rank (--no_ssh_check skips these checks):{}", problems);
 }
 
-void print_plan(const Resolved& r, const std::string& runner, const EnvList& exported) {
+// The ranks placed on this machine without a GPU each (not devices_are_gpus) see all of its
+// GPUs: whether they share them, and whether NCCL would refuse that (gpu_sharing.h). Other
+// hosts' GPUs are not known here.
+GpuSharing local_gpu_sharing(const LaunchArgs& args, const WorldPlan& plan, const EnvList& exported,
+                             const Environment& env) {
+  if (plan.devices_are_gpus || !runs_dscpp_runtime(args.program)) return {};
+  std::optional<std::string> env_backend;
+  if (auto it = env.find("DSCPP_COMM_BACKEND"); it != env.end()) env_backend = it->second;
+  for (const auto& [k, v] : exported)  // --env and the env files override what ranks inherit
+    if (k == "DSCPP_COMM_BACKEND") env_backend = v;
+  RuntimeChoices choices = runtime_choices(args.program, env_backend);
+  if (!DSCPP_HAVE_CUDA && choices.device == "auto") choices.device = "cpu";  // this build's runtime has no cuda
+  for (int n = 0; n < plan.node_count(); ++n)
+    if (is_local_host(plan.hosts[n].host))
+      return check_gpu_sharing(plan.hosts[n].host, static_cast<int>(plan.ranks_on(n).size()), local_gpu_count(),
+                               choices);
+  return {};
+}
+
+void print_plan(const Resolved& r, const std::string& runner, const EnvList& exported, const std::string& gpu_line) {
   const WorldPlan& plan = r.plan;
   std::string out =
       fmt::format("dscpp plan: {} rank{} on {} host{} from {}; runner {}; master {}:{}\n", plan.world_size(),
@@ -249,6 +270,7 @@ void print_plan(const Resolved& r, const std::string& runner, const EnvList& exp
     out += fmt::format("  {:<20} slots {:<12} ranks {}-{}\n", plan.hosts[n].host, format_id_ranges(plan.hosts[n].slots),
                        ranks.front().rank, ranks.back().rank);
   }
+  if (!gpu_line.empty()) out += gpu_line + "\n";
   if (!exported.empty()) {
     out += "  forwarded environment:";
     for (const auto& [k, v] : exported) out += " " + k;
@@ -423,7 +445,10 @@ int run_launch(const LaunchArgs& args) {
     return c;
   };
 
-  print_plan(r, runner, runner == "local" ? EnvList{} : exported);
+  const GpuSharing sharing = local_gpu_sharing(args, r.plan, exported, env);
+  print_plan(r, runner, runner == "local" ? EnvList{} : exported, sharing.plan_line);
+  // NCCL itself would refuse only after every rank started and loaded its model.
+  if (!sharing.refusal.empty()) fail("{}", sharing.refusal);
   if (args.dry_run) {
     Commands c = build(0);
     std::string out;

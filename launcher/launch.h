@@ -17,7 +17,7 @@ struct LaunchArgs {
   std::string include, exclude;
   int num_nodes = -1;
   int num_gpus = -1;
-  int num_procs = -1;  // CPU ranks on this machine when there are no GPUs (default 1)
+  int num_procs = -1;  // ranks on this machine, each seeing all its GPUs (default: one per GPU, or 1)
   std::string master_addr;
   int master_port = 29500;
   std::string launcher;  // local | ssh | openmpi | slurm; empty = chosen from the resources

@@ -30,13 +30,14 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communicator& world, Device& device,
-               const dscpp_ops& ops, TrainOptions options, std::unique_ptr<Device> host)
+               const dscpp_ops& ops, TrainOptions options, Device* host)
     : plugin_(plugin),
       loaded_(loaded),
       cfg_(loaded.config),
       world_(world),
       device_(device),
-      host_(host ? std::move(host) : make_host_device()),
+      own_host_(host ? nullptr : make_host_device()),
+      host_(host ? host : own_host_.get()),
       ops_(ops),
       options_(std::move(options)),
       csv_(world.rank() == 0 ? loaded.config.csv_monitor : config::TensorboardConfig{}) {
@@ -126,11 +127,11 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   comm::Communicator& world = world_;
   Device& device = device_;
   Plugin& plugin = plugin_;
-  params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_.get(), offload);
+  params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_, offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
   if (cfg_.flops_profiler.enabled) profiler_ = make_profiler();
   runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, dtype_,
-                                          grad_dtype_, ckpt_, host_.get());
+                                          grad_dtype_, ckpt_, host_);
   runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
     LayerRunner::LayerMemory m{params_->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
                                pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
@@ -149,7 +150,7 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   MasterOptions mo;
   mo.sub_group_size = stage_ == 3 ? z.sub_group_size : 0;
   mo.offload = offload_;
-  mo.host = host_.get();
+  mo.host = host_;
   mo.rank = world.rank();
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
 
@@ -163,7 +164,7 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   r.quantized_gradients = stage_ == 3 && z.zero_quantized_gradients;
   r.ranks_per_node = std::max(1, options_.ranks_per_node);
   if (offload_.device != OffloadDevice::none) {  // the offloaded sub-groups' share (all unless ratio < 1)
-    r.partition_device = host_.get();
+    r.partition_device = host_;
     r.partition_device_elements = master_->split().offloaded_elements;
   }
   if (cfg_.communication_data_type)

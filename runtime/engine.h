@@ -64,10 +64,11 @@ struct EvalResult {
 
 class Engine {
  public:
-  // `host`: the host memory offload and cpu_checkpointing use (pinned next to a GPU); null:
-  // make_host_device().
+  // `host`: the host memory offload and cpu_checkpointing use (pinned next to a GPU), which
+  // must outlive the engine (the communicators stage device buffers through it too); null: the
+  // engine makes its own with make_host_device().
   Engine(Plugin& plugin, const config::LoadedConfig& config, comm::Communicator& world, Device& device,
-         const dscpp_ops& ops, TrainOptions options, std::unique_ptr<Device> host = nullptr);
+         const dscpp_ops& ops, TrainOptions options, Device* host = nullptr);
   ~Engine();
 
   // Initialise (or load), train to the target, evaluate, save — everything the CLI asks for.
@@ -108,7 +109,8 @@ class Engine {
   const config::DsConfig& cfg_;
   comm::Communicator& world_;
   Device& device_;
-  std::unique_ptr<Device> host_;  // offloaded state (offload_optimizer / offload_param device cpu or nvme buffers)
+  std::unique_ptr<Device> own_host_;  // when the caller gave no host device
+  Device* host_;  // offloaded state (offload_optimizer / offload_param device cpu or nvme buffers)
   dscpp_ops ops_;
   TrainOptions options_;
 

@@ -94,6 +94,12 @@ int run(const Args& a) {
                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, id.local_size));
   kernels::set_cpu_threads(threads);
 
+  // The device choice reads the backend from DSCPP_COMM_BACKEND (ranks may share a GPU only over
+  // shm, gloo or mpi: core/device_select.h), so the flag goes there before the device exists.
+  if (!a.comm_backend.empty()) {
+    comm::parse_backend_choice(a.comm_backend);  // a misspelt name is reported as such, not as a device problem
+    setenv("DSCPP_COMM_BACKEND", a.comm_backend.c_str(), 1);
+  }
   runtime::RankDevice rank_device = runtime::make_rank_device(runtime::parse_device_choice(a.device));
   Device& device = *rank_device.device;
   const std::string device_name = device.name();
@@ -147,6 +153,8 @@ int run(const Args& a) {
   copts.cuda_device = rank_device.cuda;
   copts.device = rank_device.cuda_index;
   copts.cuda_compute_stream = rank_device.cuda_compute_stream;
+  copts.device_memory = rank_device.device.get();
+  copts.host_memory = rank_device.host.get();
   comm::World world = comm::create_world(copts);
 
   if (!a.device_memory_limit.empty()) device.set_limit(parse_byte_size(a.device_memory_limit, "--device_memory_limit"));
@@ -171,7 +179,7 @@ int run(const Args& a) {
   o.eval_only = a.eval_only;
   if (world.node_count * world.local_size == id.world_size) o.ranks_per_node = world.local_size;
   if (const char* r = std::getenv("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
-  runtime::Engine engine(plugin, loaded, *world.world, device, ops, o, std::move(rank_device.host));
+  runtime::Engine engine(plugin, loaded, *world.world, device, ops, o, rank_device.host.get());
   engine.run();
   return 0;
 }
@@ -208,7 +216,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", a.seed, "seed of parameter init and data shuffling (default 42)");
   app.add_option("--init_from", a.init_from, "start from the weights in this safetensors file");
   app.add_flag("--no_shuffle", a.no_shuffle, "take training samples in order (every epoch)");
-  app.add_option("--comm_backend", a.comm_backend, "shm|gloo|mpi|nccl|hierarchical (default: chosen per job)");
+  app.add_option("--comm_backend", a.comm_backend,
+                 "shm|gloo|mpi|nccl|hierarchical (default: chosen per job, nccl on GPUs; also DSCPP_COMM_BACKEND). "
+                 "nccl needs a GPU per rank; over shm, gloo or mpi more ranks than GPUs share them "
+                 "(LOCAL_RANK mod the visible GPUs)");
   app.add_option("--device", a.device,
                  "where the rank trains: cuda (the GPU LOCAL_RANK selects among the visible ones; NCCL between "
                  "ranks), cpu, or cuda-sim (the CUDA code path run on the CPU, for testing without a GPU: slow, "

@@ -69,7 +69,7 @@ RankDevice make_rank_device(DeviceChoice choice) {
     // engine's device math alone is then compared with the CPU device bit for bit, while the
     // CUDA table reorders the row ops' sums (tests/system/device_path.sh runs both).
     const char* table = std::getenv("DSCPP_SIM_OPS");
-    r.ops = table != nullptr && std::string_view(table) == "cpu" ? kernels::cpu_ops(DSCPP_F32, r.device.get())
+    r.ops = table != nullptr && std::string_view(table) == "cpu" ? make_sim_cpu_ops(*r.device, r.ops_context)
                                                                  : make_sim_cuda_ops(r.ops_context);
   } else {
     r.device = make_cpu_device();

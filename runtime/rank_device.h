@@ -2,7 +2,8 @@
 // (bound to the Device) and what the communicators must know about it.
 //   cpu       host memory, the CPU ops table and loops (kernels/cpu)
 //   cuda      the GPU LOCAL_RANK names among the visible ones (core/cuda_device.h): cuBLAS ops
-//             table and CUDA kernels on its compute stream, NCCL between ranks (CUDA builds)
+//             table and CUDA kernels on its compute stream, NCCL between ranks (CUDA builds);
+//             over shm, gloo or mpi (DSCPP_COMM_BACKEND) more ranks than GPUs share them
 //   cuda-sim  the CUDA code path run on the CPU, for testing it where there is no GPU
 //             (kernels/cuda/sim/sim_device.h): the CUDA kernels' own code through the host
 //             launch layer, every pointer checked to be device memory; the CUDA ops table in

@@ -3,8 +3,11 @@
 // a test checks: grid, block, tensors per launch) and then every thread of the grid runs on
 // the calling thread, one after another, through the same loops as on the GPU. Reductions
 // combine the per-thread partials with the device's tree. Only for small sizes: a 4096-block
-// grid is a million host calls.
+// grid is a million host calls. A launch may touch cuda-sim's device memory, which host code
+// outside a launch or copy cannot (core/protected_memory.h).
 #pragma once
+
+#include "core/protected_memory.h"
 
 #include <string>
 #include <utility>
@@ -36,6 +39,7 @@ Status launch_elementwise(int64_t n, Stream, Body body) {
   const Shape s = elementwise_shape(n);
   if (s.blocks == 0) return kOk;
   record_launch({"elementwise", s.blocks, s.threads});
+  ProtectedAccess on_device;
   for (unsigned b = 0; b < s.blocks; ++b)
     for (unsigned t = 0; t < s.threads; ++t) for_each_element(Thread{b, t, s.blocks, s.threads}, n, body);
   return kOk;
@@ -43,6 +47,7 @@ Status launch_elementwise(int64_t n, Stream, Body body) {
 
 template <int Depth, class Body>
 Status launch_multi_tensor(int count, void* const* const* ptrs, const int64_t* sizes, Stream, Body body) {
+  ProtectedAccess on_device;
   plan_multi_tensor<Depth>(count, ptrs, sizes, [&](const TensorList<Depth>& list, int blocks) {
     int slots = 0;
     for (int b = 0; b < blocks; ++b) slots = list.block_slot[b] + 1 > slots ? list.block_slot[b] + 1 : slots;
@@ -58,6 +63,7 @@ template <class Body>
 Status launch_block_reduce(unsigned blocks, Stream, Body body) {
   if (blocks == 0) return kOk;
   record_launch({"block_reduce", blocks, kReduceThreads});
+  ProtectedAccess on_device;
   double part[kReduceThreads];
   for (unsigned b = 0; b < blocks; ++b) {
     double totals[kMaxRounds] = {};

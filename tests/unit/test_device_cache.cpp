@@ -70,3 +70,41 @@ TEST_CASE("choose_cuda_device: LOCAL_RANK among the visible devices, or the only
                     Catch::Contains("no CUDA device is visible") && Catch::Contains("CUDA_VISIBLE_DEVICES unset"));
   CHECK_THROWS_WITH(choose_cuda_device(-1, 2, std::nullopt), Catch::Contains("negative"));
 }
+
+TEST_CASE("choose_cuda_device: more ranks than GPUs share them only over host-memory backends", "[device_cache]") {
+  // LOCAL_RANK mod the visible devices: 3 of 2 lands on device 1, 4 of 2 on device 0.
+  CHECK(choose_cuda_device(3, 2, std::nullopt, "gloo") == 1);
+  CHECK(choose_cuda_device(4, 2, std::nullopt, "shm") == 0);
+  CHECK(choose_cuda_device(5, 3, std::string("0,1,2"), "mpi") == 2);
+  CHECK(choose_cuda_device(1, 2, std::nullopt, "gloo") == 1);  // within the devices: its own, as before
+  CHECK(choose_cuda_device(1, 1, std::nullopt, "nccl") == 0);  // one device: indistinguishable from its own
+
+  CHECK_THROWS_WITH(choose_cuda_device(3, 2, std::nullopt, "nccl"),
+                    Catch::Contains("LOCAL_RANK=3 but only 2 CUDA devices are visible (CUDA_VISIBLE_DEVICES unset)") &&
+                        Catch::Contains("the nccl backend needs one GPU per rank") &&
+                        Catch::Contains("start at most 2 ranks on this node") &&
+                        Catch::Contains("pass --comm_backend shm or --comm_backend gloo to let ranks share the GPUs"));
+  CHECK_THROWS_WITH(choose_cuda_device(3, 2, std::nullopt),
+                    Catch::Contains("the default backend (auto: nccl for ranks on GPUs) needs one GPU per rank"));
+  CHECK_THROWS_WITH(choose_cuda_device(2, 2, std::nullopt, ""), Catch::Contains("the default backend (auto"));
+  CHECK_THROWS_WITH(choose_cuda_device(2, 2, std::nullopt, "hierarchical"),
+                    Catch::Contains("the hierarchical backend (nccl within a host) needs one GPU per rank"));
+
+  CHECK(backend_lets_ranks_share_gpu("shm"));
+  CHECK(backend_lets_ranks_share_gpu("gloo"));
+  CHECK(backend_lets_ranks_share_gpu("mpi"));
+  CHECK_FALSE(backend_lets_ranks_share_gpu("nccl"));
+  CHECK_FALSE(backend_lets_ranks_share_gpu("auto"));
+  CHECK_FALSE(backend_lets_ranks_share_gpu(""));
+  CHECK_FALSE(backend_lets_ranks_share_gpu("hierarchical"));
+}
+
+TEST_CASE("cuda_device_shared: only when another rank of the host must be on the same device", "[device_cache]") {
+  CHECK(cuda_device_shared(3, 2, std::nullopt));
+  CHECK(cuda_device_shared(2, 2, std::string("0,1")));
+  CHECK(cuda_device_shared(1, 1, std::nullopt));  // both ranks see the one GPU
+  CHECK_FALSE(cuda_device_shared(1, 1, std::string("1")));  // the launcher gave this rank its own
+  CHECK_FALSE(cuda_device_shared(1, 2, std::nullopt));
+  CHECK_FALSE(cuda_device_shared(std::nullopt, 1, std::nullopt));
+  CHECK_FALSE(cuda_device_shared(0, 0, std::nullopt));
+}

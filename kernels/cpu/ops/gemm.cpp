@@ -1,6 +1,7 @@
 // The GEMM entries of the CPU ops table: argument checks, the choice of kernel (dscpp's AVX-512
 // kernel where the CPU has it, OpenBLAS otherwise or when DSCPP_GEMM=openblas), and the split
 // of one GEMM or a batch of them over the core thread pool.
+#include "core/protected_memory.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "kernels/cpu/ops/cpu_ops_internal.h"
@@ -85,9 +86,15 @@ void scale_only(const GemmArgs& g) {
 void gemm_openblas(const GemmArgs& g) {
   if (g.c_in != nullptr && g.beta != 0.0f)
     for (int64_t i = 0; i < g.M; ++i) std::copy(g.c_in + i * g.ldc, g.c_in + i * g.ldc + g.N, g.C + i * g.ldc);
+  // OpenBLAS's own threads cannot be handed a caller's access to protected memory (a cuda-sim
+  // kernel's operands, core/protected_memory.h): such a call runs on the calling thread. Only
+  // the engine's thread runs GEMMs there, so setting the global count cannot race.
+  const int blas_threads = ProtectedAccess::open_here() ? openblas_get_num_threads() : 1;
+  if (blas_threads > 1) openblas_set_num_threads(1);
   cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(g.M), static_cast<blasint>(g.N), static_cast<blasint>(g.K), g.alpha, g.A,
               static_cast<blasint>(g.lda), g.B, static_cast<blasint>(g.ldb), g.beta, g.C, static_cast<blasint>(g.ldc));
+  if (blas_threads > 1) openblas_set_num_threads(blas_threads);
   if (g.bias != nullptr)
     for (int64_t i = 0; i < g.M; ++i)
       for (int64_t j = 0; j < g.N; ++j) g.C[i * g.ldc + j] += g.bias[j];

@@ -3,11 +3,19 @@
 
 #include "kernels/cpu/ops/cpu_ops.h"
 
+#include "core/protected_memory.h"
+
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_map>
 
 namespace dscpp::DSCPP_CUDA_NS {
+namespace {
+std::mutex malloc_mutex;
+std::unordered_map<void*, size_t> malloc_sizes;  // cudaMalloc's blocks: cudaFree takes no size
+}  // namespace
 
 // ---- runtime ----
 
@@ -15,16 +23,26 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;  // as CUDA: success and a null pointer
-  // 64 bytes: a cache line and an AVX-512 vector, so the CPU kernels see what cudaMalloc's
-  // 256-byte alignment guarantees them on a GPU (at least that of any vector load).
-  constexpr size_t kAlign = 64;
-  if (bytes > SIZE_MAX - kAlign) return cudaErrorMemoryAllocation;
-  *ptr = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
-  return *ptr != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+  // Protected memory, as cuda-sim's device allocations are: page-aligned (cudaMalloc promises
+  // 256 bytes), and only launches and copies can touch it.
+  *ptr = protected_allocate(bytes);
+  if (*ptr == nullptr) return cudaErrorMemoryAllocation;
+  std::lock_guard lock(malloc_mutex);
+  malloc_sizes[*ptr] = bytes;
+  return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* ptr) {
-  std::free(ptr);
+  if (ptr == nullptr) return cudaSuccess;
+  size_t bytes = 0;
+  {
+    std::lock_guard lock(malloc_mutex);
+    auto it = malloc_sizes.find(ptr);
+    if (it == malloc_sizes.end()) return cudaErrorInvalidValue;
+    bytes = it->second;
+    malloc_sizes.erase(it);
+  }
+  protected_release(ptr, bytes);
   return cudaSuccess;
 }
 
@@ -34,6 +52,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
   if (bytes == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  ProtectedAccess on_device;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -41,6 +60,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
   if (bytes == 0) return cudaSuccess;
   if (ptr == nullptr) return cudaErrorInvalidValue;
+  ProtectedAccess on_device;
   std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
@@ -137,6 +157,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
       beta == nullptr)
     return CUBLAS_STATUS_INVALID_VALUE;
   const dscpp_ops& cpu = handle->cpu;
+  ProtectedAccess on_device;  // the GEMM "kernel" (the pool's workers inherit the access)
   const int s = cpu.gemm_strided_batched(&cpu, row_major_op(transb), row_major_op(transa), n, m, k, *alpha, B, ldb,
                                          strideB, A, lda, strideA, *beta, C, ldc, strideC, batchCount);
   return s == DSCPP_OK ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;

@@ -1,7 +1,8 @@
 // The part of the CUDA runtime and cuBLAS that the ops table (kernels/cuda/ops_table.cpp,
 // ops_layers.cpp) calls, for its host-stub build (DSCPP_CUDA_HOST_STUB): "device" memory is
-// host memory, every call completes before it returns (so a stream has nothing to order), and
-// the GEMM is the CPU table's. Only stub-mode sources include this, in place of
+// protected host memory (core/protected_memory.h) that only these copies, memsets and GEMMs and
+// the kernel launches touch, every call completes before it returns (so a stream has nothing to
+// order), and the GEMM is the CPU table's. Only stub-mode sources include this, in place of
 // <cuda_runtime_api.h> and <cublas_v2.h>.
 //
 // Everything lives in dscpp::cuda_host, not at global scope: a CUDA build links the stub and

@@ -1,9 +1,12 @@
 #include "kernels/cuda/sim/sim_device.h"
 
 #include "core/error.h"
+#include "core/protected_memory.h"
 #include "kernels/cuda/cuda_math.h"
+#include "kernels/cpu/ops/cpu_ops.h"
 #include "kernels/cuda/ops_table.h"
 
+#include <cstddef>
 #include <cstdlib>
 
 namespace dscpp {
@@ -11,7 +14,7 @@ namespace dscpp {
 SimCudaDevice::~SimCudaDevice() { drop_math(); }
 
 void* SimCudaDevice::raw_allocate(size_t bytes) {
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  void* p = protected_allocate(bytes);
   if (p != nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     blocks_[reinterpret_cast<uintptr_t>(p)] = bytes;
@@ -20,11 +23,15 @@ void* SimCudaDevice::raw_allocate(size_t bytes) {
 }
 
 void SimCudaDevice::raw_free(void* ptr) {
+  size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    blocks_.erase(reinterpret_cast<uintptr_t>(ptr));
+    auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == blocks_.end()) fail("cuda-sim: freeing {}, which is not an allocation of this device", ptr);
+    bytes = it->second;
+    blocks_.erase(it);
   }
-  std::free(ptr);
+  protected_release(ptr, bytes);
 }
 
 bool SimCudaDevice::inside(const void* p, int64_t bytes) const {
@@ -51,23 +58,27 @@ void SimCudaDevice::check_host(const void* p, const char* what) const {
 void SimCudaDevice::copy_to_host(void* host_dst, const void* src, size_t bytes) {
   check_device(src, static_cast<int64_t>(bytes), "copy_to_host (source)");
   if (bytes) check_host(host_dst, "copy_to_host (destination)");
+  ProtectedAccess open;  // a cudaMemcpy may touch device memory
   HostMemoryDevice::copy_to_host(host_dst, src, bytes);
 }
 
 void SimCudaDevice::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   check_device(dst, static_cast<int64_t>(bytes), "copy_from_host (destination)");
   if (bytes) check_host(host_src, "copy_from_host (source)");
+  ProtectedAccess open;
   HostMemoryDevice::copy_from_host(dst, host_src, bytes);
 }
 
 void SimCudaDevice::copy(void* dst, const void* src, size_t bytes) {
   check_device(dst, static_cast<int64_t>(bytes), "copy (destination)");
   check_device(src, static_cast<int64_t>(bytes), "copy (source)");
+  ProtectedAccess open;
   HostMemoryDevice::copy(dst, src, bytes);
 }
 
 void SimCudaDevice::zero(void* ptr, size_t bytes) {
   check_device(ptr, static_cast<int64_t>(bytes), "zero");
+  ProtectedAccess open;
   HostMemoryDevice::zero(ptr, bytes);
 }
 
@@ -75,6 +86,65 @@ std::unique_ptr<SimCudaDevice> make_sim_cuda_device() {
   auto device = std::make_unique<SimCudaDevice>();
   cuda::bind_cuda_math(*device);
   return device;
+}
+
+namespace {
+
+// An entry of the kernel-table wrapper: opens device memory to the call, then forwards it to the
+// same entry of the wrapped table (which the wrapper's `device` field points to).
+template <class Entry>
+struct AsKernel;
+template <class... Args>
+struct AsKernel<int (*)(const dscpp_ops*, Args...)> {
+  template <int (*dscpp_ops::*entry)(const dscpp_ops*, Args...)>
+  static int call(const dscpp_ops* self, Args... args) {
+    ProtectedAccess open;
+    const auto* inner = static_cast<const dscpp_ops*>(self->device);
+    return (inner->*entry)(inner, args...);
+  }
+};
+
+}  // namespace
+
+dscpp_ops make_sim_cpu_ops(Device& device, std::shared_ptr<void>& context) {
+  auto inner = std::make_shared<dscpp_ops>(kernels::cpu_ops(DSCPP_F32, &device));
+  context = inner;
+  dscpp_ops t = *inner;
+  t.device = inner.get();
+#define DSCPP_AS_KERNEL(name) t.name = &AsKernel<decltype(dscpp_ops::name)>::call<&dscpp_ops::name>
+  DSCPP_AS_KERNEL(gemm);
+  DSCPP_AS_KERNEL(gemm_strided_batched);
+  DSCPP_AS_KERNEL(fill);
+  DSCPP_AS_KERNEL(copy);
+  DSCPP_AS_KERNEL(add);
+  DSCPP_AS_KERNEL(axpy);
+  DSCPP_AS_KERNEL(scale);
+  DSCPP_AS_KERNEL(bias_add);
+  DSCPP_AS_KERNEL(bias_grad);
+  DSCPP_AS_KERNEL(gelu_forward);
+  DSCPP_AS_KERNEL(gelu_backward);
+  DSCPP_AS_KERNEL(relu_forward);
+  DSCPP_AS_KERNEL(relu_backward);
+  DSCPP_AS_KERNEL(layernorm_forward);
+  DSCPP_AS_KERNEL(layernorm_backward);
+  DSCPP_AS_KERNEL(softmax_forward);
+  DSCPP_AS_KERNEL(softmax_backward);
+  DSCPP_AS_KERNEL(causal_softmax_forward);
+  DSCPP_AS_KERNEL(causal_softmax_backward);
+  DSCPP_AS_KERNEL(embedding_forward);
+  DSCPP_AS_KERNEL(embedding_backward);
+  DSCPP_AS_KERNEL(cross_entropy_forward);
+  DSCPP_AS_KERNEL(cross_entropy_backward);
+  DSCPP_AS_KERNEL(to_host);
+  DSCPP_AS_KERNEL(from_host);
+  DSCPP_AS_KERNEL(causal_attention_forward);
+  DSCPP_AS_KERNEL(causal_attention_backward);
+  DSCPP_AS_KERNEL(linear_forward);
+  DSCPP_AS_KERNEL(linear_backward);
+#undef DSCPP_AS_KERNEL
+  static_assert(sizeof(dscpp_ops) == offsetof(dscpp_ops, linear_backward) + sizeof(t.linear_backward),
+                "a dscpp_ops entry was added: wrap it above");
+  return t;
 }
 
 dscpp_ops make_sim_cuda_ops(std::shared_ptr<void>& context) {

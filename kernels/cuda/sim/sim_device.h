@@ -1,6 +1,8 @@
 // cuda-sim: a Device that stands for a CUDA GPU on a machine without one, for testing the
-// engine's CUDA code path. Its memory is host memory (so the communicators and the plugin ops
-// can still reach it), but it reports is_host() = false, so the engine treats it as a GPU: its
+// engine's CUDA code path. Its memory is protected host memory (core/protected_memory.h): only
+// simulated kernel launches and copies can touch it, so host code that reads or writes device
+// memory crashes here as it does on a GPU. It reports is_host() = false, so the engine treats it
+// as a GPU: its
 // buffer math is the CUDA DeviceMath built against the host launch layer (the CUDA kernels'
 // own code, each launch's threads run on the CPU), and that math checks every pointer it is
 // given against this device's live allocations — a host pointer handed to a kernel, which
@@ -29,6 +31,7 @@ class SimCudaDevice final : public HostMemoryDevice {
   void copy_from_host(void* device_dst, const void* host_src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* ptr, size_t bytes) override;
+  bool holds(const void* ptr) const override { return inside(ptr, 1); }
 
   // Throws, naming `what`, unless [p, p + bytes) lies inside one live allocation of this device.
   void check_device(const void* p, int64_t bytes, const char* what) const;
@@ -50,5 +53,9 @@ std::unique_ptr<SimCudaDevice> make_sim_cuda_device();
 // The CUDA ops table (kernels/cuda/ops_table.h) in its host-stub build, fp32, bound to an ops
 // context that `context` keeps alive (one per thread that runs layers, as on a GPU).
 dscpp_ops make_sim_cuda_ops(std::shared_ptr<void>& context);
+// The CPU ops table run as this device's kernels: every entry opens device memory for its call.
+// What DSCPP_SIM_OPS=cpu trains with, to compare the engine's device math with the CPU device
+// bit for bit (`context` keeps the wrapped table alive).
+dscpp_ops make_sim_cpu_ops(Device& device, std::shared_ptr<void>& context);
 
 }  // namespace dscpp

@@ -1,0 +1,44 @@
+// Collectives on buffers their engine cannot reach: device buffers for the engines that read
+// host memory (shm, gloo, mpi, hierarchical), host buffers for nccl. The way PyTorch's gloo
+// backend handles CUDA tensors: each operation is copied into one bounded area in the engine's
+// memory (pinned host memory beside a GPU), run there, and copied back, in pieces when larger
+// than the area. The copies are the device's own (Device::copy_to_host and friends), which run
+// on its compute stream, so they start after the kernels that wrote the buffers, as the nccl
+// engine's operations do.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "collectives/backend.h"
+#include "core/device.h"
+
+namespace dscpp::comm {
+
+// Copies `bytes` from src to dst wherever each is: host memory, or memory `device` holds
+// (nullptr: both are host memory). Returns when dst can be read and src reused.
+void copy_between(Device* device, void* dst, const void* src, size_t bytes);
+
+class MemoryStaging {
+ public:
+  // Uses context.device_memory, host_memory and staging_bytes.
+  explicit MemoryStaging(const GroupContext& context);
+
+  // Whether a buffer of `op` is outside the memory an engine of kind `engine` reads.
+  bool needed(const OpDesc& op, Memory engine) const;
+  // Runs `op` for a group of `size` ranks as operations whose buffers are in the staging area,
+  // each handed to `run`. Every rank cuts an operation into the same pieces (they depend only
+  // on its count, its dtype, the group size and the bound), as the engines require.
+  void run(const OpDesc& op, Memory engine, int size, const std::function<void(const OpDesc&)>& run);
+
+ private:
+  char* area(Memory engine, size_t bytes);
+
+  Device* device_;
+  Device* host_;
+  size_t bound_;
+  DeviceBuffer area_;
+  Device* area_device_ = nullptr;
+};
+
+}  // namespace dscpp::comm
