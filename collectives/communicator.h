@@ -192,10 +192,14 @@ struct CommOptions {
   // device before reducing what its kernels wrote (GroupContext::cuda_compute_stream).
   void* cuda_compute_stream = nullptr;
   int device = -1;
+  // The GPU this rank uses, the same string for ranks on the same one (its PCI bus id): nccl
+  // refuses two ranks on one GPU, so create_world says so first, with the remedy. Empty: none.
+  std::string device_identity;
   // Where buffers may live (GroupContext::device_memory / host_memory): the rank's training
   // device and the host memory beside it. Unset: every buffer is host memory.
   Device* device_memory = nullptr;
   Device* host_memory = nullptr;
+  size_t staging_bytes = size_t(32) << 20;  // each group's staging area at most (DSCPP_COMM_STAGING_BYTES)
   bool started_by_mpi = false;   // OMPI_* / PMIx variables present (→ mpi between hosts)
   int ranks_per_node = 0;        // 0: group ranks by host name; >0 forces node = rank / n
   Millis timeout{std::chrono::minutes(30)};
@@ -221,7 +225,7 @@ World create_world(const CommOptions& options);
 // Reads CommOptions from the environment a launcher leaves (RANK/WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT and the OMPI_/SLURM_/PMI_ equivalents via core/rank_discovery.h, plus
 // DSCPP_COMM_BACKEND, DSCPP_COMM_TIMEOUT and DSCPP_RENDEZVOUS_TIMEOUT seconds, DSCPP_RANKS_PER_NODE,
-// DSCPP_CHECK_SCHEDULE=1|0).
+// DSCPP_CHECK_SCHEDULE=1|0, DSCPP_COMM_STAGING_BYTES).
 CommOptions comm_options_from_env();
 
 }  // namespace dscpp::comm

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "build_config.h"
 #include "collectives/communicator.h"
@@ -74,6 +75,29 @@ Placement find_placement(Store& store, const CommOptions& o, Millis timeout) {
   return p;
 }
 
+// NCCL refuses two ranks on one GPU ("Duplicate GPU detected") only once the communicator is
+// being made; here every rank hears which ranks of its host share a GPU, and why that fails.
+void refuse_shared_gpus(Store& store, const CommOptions& o, const Placement& p) {
+  store.set(fmt::format("gpu/{}", o.rank), o.device_identity);
+  const std::vector<int>& mine = p.members[p.node_of[o.rank]];
+  std::map<std::string, std::vector<int>> by_gpu;
+  for (int r : mine) {
+    std::string id = r == o.rank ? o.device_identity : store.get(fmt::format("gpu/{}", r), o.connect_timeout);
+    if (!id.empty()) by_gpu[id].push_back(r);
+  }
+  // Every rank has read what it needs before any fails (rank 0's failure takes the store down).
+  rendezvous(store, "gpus-read", o.rank, o.world_size, o.connect_timeout);
+  for (const auto& [id, ranks] : by_gpu) {
+    if (ranks.size() < 2) continue;
+    // The store's host stays a moment so that the others' last replies reach them.
+    if (o.rank == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    fail("ranks {} on host {} share the GPU at PCI bus {}, but the nccl backend needs one GPU per rank; start at "
+         "most {} rank{} on this host, or pass --comm_backend shm or --comm_backend gloo to let ranks share a GPU "
+         "(their device buffers are staged through pinned host memory)",
+         format_rank_list(ranks), p.hosts[p.node_of[o.rank]], id, by_gpu.size(), by_gpu.size() == 1 ? "" : "s");
+  }
+}
+
 GroupContext group(const CommOptions& o, const std::shared_ptr<Store>& store, const std::string& name, int rank,
                    int size, const std::string& address) {
   GroupContext c;
@@ -87,6 +111,7 @@ GroupContext group(const CommOptions& o, const std::shared_ptr<Store>& store, co
   c.cuda_compute_stream = o.cuda_compute_stream;
   c.device_memory = o.device_memory;
   c.host_memory = o.host_memory;
+  c.staging_bytes = o.staging_bytes;
   return c;
 }
 
@@ -163,6 +188,8 @@ World create_world(const CommOptions& o) {
   if (o.cuda_device && choice != BackendChoice::nccl)
     log::info("buffers live on a CUDA device and the {} backend was chosen: they are staged through pinned host "
               "memory", engine_name(choice));
+
+  if (choice == BackendChoice::nccl) refuse_shared_gpus(*w.store, o, p);
 
   GroupContext world_ctx = group(o, w.store, "world", o.rank, o.world_size, address);
   // MPI makes sub-groups by splitting its world communicator, collectively on every rank, so
@@ -256,6 +283,10 @@ CommOptions comm_options_from_env() {
   if (auto n = number("DSCPP_RANKS_PER_NODE", 1, 1 << 20, "a positive number of ranks per host")) {
     if (*n != static_cast<int>(*n)) fail("DSCPP_RANKS_PER_NODE='{}': expected a whole number of ranks", *n);
     o.ranks_per_node = static_cast<int>(*n);
+  }
+  if (auto b = number("DSCPP_COMM_STAGING_BYTES", 64, 1ull << 40, "a staging area of at least 64 bytes")) {
+    if (*b != static_cast<double>(static_cast<size_t>(*b))) fail("DSCPP_COMM_STAGING_BYTES='{}': expected a whole number of bytes", *b);
+    o.staging_bytes = static_cast<size_t>(*b);
   }
   if (auto v = env("DSCPP_CHECK_SCHEDULE")) {
     if (*v == "1" || *v == "true" || *v == "on")

@@ -9,14 +9,14 @@ namespace {
 
 std::string backend_text(std::string_view b) {
   if (b.empty() || b == "auto") return "the default backend (auto: nccl for ranks on GPUs)";
-  if (b == "hierarchical") return "the hierarchical backend (nccl within a host)";
   return fmt::format("the {} backend", b);
 }
 
 }  // namespace
 
 bool backend_lets_ranks_share_gpu(std::string_view b) {
-  return b == "shm" || b == "gloo" || b == "mpi";
+  // hierarchical is shm inside a host and gloo or mpi between hosts, with device buffers staged.
+  return b == "shm" || b == "gloo" || b == "mpi" || b == "hierarchical";
 }
 
 bool cuda_device_shared(std::optional<int> local_rank, int visible, const std::optional<std::string>& cvd) {

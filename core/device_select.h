@@ -12,8 +12,8 @@
 namespace dscpp {
 
 // Whether ranks on one host may train on the same GPU under `comm_backend` (a --comm_backend
-// or DSCPP_COMM_BACKEND value; "" is auto): shm, gloo and mpi copy device buffers through host
-// memory; nccl, auto (nccl on a GPU) and hierarchical (nccl within a host) need a GPU per rank.
+// or DSCPP_COMM_BACKEND value; "" is auto): shm, gloo, mpi and hierarchical copy device buffers
+// through host memory; nccl and auto (nccl on a GPU) need a GPU per rank.
 bool backend_lets_ranks_share_gpu(std::string_view comm_backend);
 
 // `local_rank` from LOCAL_RANK (nullopt when unset: 0), `visible` from cudaGetDeviceCount,

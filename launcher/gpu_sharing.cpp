@@ -15,8 +15,6 @@ bool ends_with(std::string_view s, std::string_view tail) {
 std::string backend_text(const RuntimeChoices& c) {
   if (c.backend_source.empty()) return "the default backend (no --comm_backend: auto picks nccl for ranks on GPUs)";
   if (c.comm_backend == "nccl") return fmt::format("the nccl backend ({})", c.backend_source);
-  if (c.comm_backend == "hierarchical")
-    return fmt::format("the hierarchical backend ({}: nccl within a host)", c.backend_source);
   return fmt::format("the auto backend ({}: nccl for ranks on GPUs)", c.backend_source);
 }
 
@@ -63,10 +61,10 @@ GpuSharing check_gpu_sharing(const std::string& host, int ranks, int gpus, const
   if (!on_gpu || gpus <= 0 || ranks <= gpus) return s;
   s.plan_line = fmt::format("  GPUs: {} ranks share {} GPU{} on {} (more ranks than GPUs)", ranks, gpus,
                             gpus == 1 ? "" : "s", host);
-  // shm, gloo and mpi let ranks share (core/device_select.h); a name dscpp-runtime does not
-  // know is left for it to report as such.
+  // shm, gloo, mpi and hierarchical let ranks share (core/device_select.h); a name
+  // dscpp-runtime does not know is left for it to report as such.
   const std::string_view b = c.comm_backend;
-  if (b != "auto" && b != "nccl" && b != "hierarchical") return s;
+  if (b != "auto" && b != "nccl") return s;
   s.refusal = fmt::format(
       "{} ranks on {} would share its {} GPU{}, but {} needs one GPU per rank (NCCL refuses two ranks on one "
       "device); start at most {} rank{} there (--num_procs {} / --num_gpus {}), or pass --comm_backend shm or "

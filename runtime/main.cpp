@@ -153,6 +153,7 @@ int run(const Args& a) {
   copts.cuda_device = rank_device.cuda;
   copts.device = rank_device.cuda_index;
   copts.cuda_compute_stream = rank_device.cuda_compute_stream;
+  copts.device_identity = rank_device.cuda_bus_id;
   copts.device_memory = rank_device.device.get();
   copts.host_memory = rank_device.host.get();
   comm::World world = comm::create_world(copts);

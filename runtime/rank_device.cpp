@@ -43,6 +43,8 @@ RankDevice make_cuda() {
   r.cuda = true;
   r.cuda_index = device->index();
   r.cuda_compute_stream = device->compute_stream();
+  char bus[32] = "";
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device->index()) == cudaSuccess) r.cuda_bus_id = bus;
   r.device = std::move(device);
   r.host = make_pinned_host_device();
   return r;

@@ -31,6 +31,7 @@ struct RankDevice {
   bool cuda = false;                  // a real CUDA device: the communicators use NCCL
   int cuda_index = -1;
   void* cuda_compute_stream = nullptr;  // cudaStream_t of the compute stream
+  std::string cuda_bus_id;              // the GPU's PCI bus id: ranks sharing one have the same
 };
 
 RankDevice make_rank_device(DeviceChoice choice);

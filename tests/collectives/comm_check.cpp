@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "kernels/cuda/sim/sim_device.h"
 #include "tests/collectives/matrix.h"
 
 using namespace dscpp;
@@ -76,15 +79,25 @@ int diverge(comm::World& w) {
 int run(const std::string& mode, bool small) {
   comm::CommOptions o = comm::comm_options_from_env();
   if (mode == "arrive") return expect_failure([&] { comm::create_world(o); }, "rendezvous with a rank missing");
+  // DSCPP_TEST_DEVICE=cuda-sim: the matrix's buffers are in cuda-sim's protected device memory,
+  // which the engines here (shm, gloo, mpi) cannot touch: the Communicator must stage them.
+  std::unique_ptr<Device> device, host;
+  if (const char* d = std::getenv("DSCPP_TEST_DEVICE"); d != nullptr && std::string(d) == "cuda-sim") {
+    device = make_sim_cuda_device();
+    host = make_host_device();
+    o.device_memory = device.get();
+    o.host_memory = host.get();
+  }
   comm::World w = comm::create_world(o);
   int last = w.world->size() - 1;
   if (mode == "matrix") {
     test::MatrixOptions m;
+    m.device = device.get();
     if (small) m.counts = {0, 1, 7, 1000, 4099};
     size_t checks = test::check_collectives(*w.world, m);
     // Tens of MB: several engine chunks/segments per operation, uneven tails.
-    if (!small) checks += test::check_collectives(*w.world, {{(1u << 22) + 5}, {DType::f32}, false});
-    test::MatrixOptions light{{1, 1000}, {DType::f32, DType::bf16}, false};
+    if (!small) checks += test::check_collectives(*w.world, {{(1u << 22) + 5}, {DType::f32}, false, device.get()});
+    test::MatrixOptions light{{1, 1000}, {DType::f32, DType::bf16}, false, device.get()};
     checks += test::check_collectives(*w.node, light);
     checks += test::check_collectives(*w.cross, light);
     auto odd = w.world->split(w.world->rank() % 2, w.world->rank(), "parity");

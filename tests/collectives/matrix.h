@@ -15,6 +15,9 @@ struct MatrixOptions {
   std::vector<size_t> counts{0, 1, 7, 1000, (1u << 18) + 3};
   std::vector<DType> dtypes{DType::f32, DType::f16, DType::bf16, DType::f64};
   bool async_overlap = true;  // also run a batch of async operations around a compute loop
+  // Buffers in this device's memory (copied in and out by the checker) instead of host memory:
+  // cuda-sim's protected memory exercises the Communicator's staging for every engine.
+  Device* device = nullptr;
 };
 
 // Collective: every rank of `comm` calls it with the same options. Throws dscpp::Error naming

@@ -87,8 +87,7 @@ TEST_CASE("choose_cuda_device: more ranks than GPUs share them only over host-me
   CHECK_THROWS_WITH(choose_cuda_device(3, 2, std::nullopt),
                     Catch::Contains("the default backend (auto: nccl for ranks on GPUs) needs one GPU per rank"));
   CHECK_THROWS_WITH(choose_cuda_device(2, 2, std::nullopt, ""), Catch::Contains("the default backend (auto"));
-  CHECK_THROWS_WITH(choose_cuda_device(2, 2, std::nullopt, "hierarchical"),
-                    Catch::Contains("the hierarchical backend (nccl within a host) needs one GPU per rank"));
+  CHECK(choose_cuda_device(2, 2, std::nullopt, "hierarchical") == 0);
 
   CHECK(backend_lets_ranks_share_gpu("shm"));
   CHECK(backend_lets_ranks_share_gpu("gloo"));
@@ -96,7 +95,7 @@ TEST_CASE("choose_cuda_device: more ranks than GPUs share them only over host-me
   CHECK_FALSE(backend_lets_ranks_share_gpu("nccl"));
   CHECK_FALSE(backend_lets_ranks_share_gpu("auto"));
   CHECK_FALSE(backend_lets_ranks_share_gpu(""));
-  CHECK_FALSE(backend_lets_ranks_share_gpu("hierarchical"));
+  CHECK(backend_lets_ranks_share_gpu("hierarchical"));
 }
 
 TEST_CASE("cuda_device_shared: only when another rank of the host must be on the same device", "[device_cache]") {

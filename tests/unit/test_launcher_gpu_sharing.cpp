@@ -66,12 +66,11 @@ TEST_CASE("check_gpu_sharing: one GPU, two ranks", "[launcher][gpu_sharing]") {
              Catch::Contains("the auto backend (--comm_backend auto: nccl for ranks on GPUs)"));
   CHECK_THAT(check_gpu_sharing("localhost", 2, 1, from_args({}, "nccl")).refusal,
              Catch::Contains("the nccl backend (DSCPP_COMM_BACKEND=nccl)"));
-  CHECK_THAT(check_gpu_sharing("localhost", 2, 1, from_args({"--comm_backend", "hierarchical"})).refusal,
-             Catch::Contains("hierarchical backend (--comm_backend hierarchical: nccl within a host)"));
+  CHECK(check_gpu_sharing("localhost", 2, 1, from_args({"--comm_backend", "hierarchical"})).refusal.empty());
   CHECK_FALSE(check_gpu_sharing("localhost", 2, 1, from_args({"--device", "cuda"})).refusal.empty());
 
   // The host-memory engines let the ranks share; the plan still says they do.
-  for (const char* backend : {"shm", "gloo", "mpi"}) {
+  for (const char* backend : {"shm", "gloo", "mpi", "hierarchical"}) {
     INFO(backend);
     GpuSharing shared = check_gpu_sharing("localhost", 2, 1, from_args({"--comm_backend", backend}));
     CHECK(shared.plan_line == line);
