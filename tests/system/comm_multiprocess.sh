@@ -2,7 +2,8 @@
 # The Communicator across real processes:
 # 1. the correctness matrix on 2, 3 and 4 ranks started by `dscpp` (shm on one host; gloo
 #    forced; hierarchical shm+gloo with 2 ranks per "host" forced by DSCPP_RANKS_PER_NODE),
-#    and on 3 ranks under mpirun with the mpi backend when OpenMPI is present;
+#    and on 3 ranks under mpirun with the mpi backend when OpenMPI is present; each engine
+#    again with its buffers in cuda-sim's device memory (DSCPP_TEST_DEVICE=cuda-sim), staged;
 #    the schedule check (DSCPP_CHECK_SCHEDULE=1) on shm, gloo, hierarchical and mpi: a checked
 #    matrix passes, then a rank that skips an op fails every rank at once with one message;
 # 2. failures with ranks started by hand (so no launcher tears the job down first):
@@ -54,6 +55,12 @@ for n in 2 3 4; do matrix "shm-$n" "$n" "$([ $n = 3 ] && echo "$SIZE" || echo sm
 matrix gloo-3 3 "$SIZE" DSCPP_COMM_BACKEND=gloo
 matrix hierarchical-4 4 "$SIZE" DSCPP_COMM_BACKEND=auto DSCPP_RANKS_PER_NODE=2
 matrix hierarchical-6 6 small DSCPP_COMM_BACKEND=hierarchical DSCPP_RANKS_PER_NODE=3
+# Device buffers (cuda-sim's protected memory, which these engines cannot touch): the
+# Communicator stages them through host memory, in pieces of 4 KiB here.
+DEV=(DSCPP_TEST_DEVICE=cuda-sim DSCPP_COMM_STAGING_BYTES=4096)
+matrix shm-device-3 3 small DSCPP_COMM_BACKEND=shm "${DEV[@]}"
+matrix gloo-device-2 2 small DSCPP_COMM_BACKEND=gloo "${DEV[@]}"
+matrix hierarchical-device-4 4 small DSCPP_COMM_BACKEND=hierarchical DSCPP_RANKS_PER_NODE=2 "${DEV[@]}"
 diverge shm-3 3 DSCPP_COMM_BACKEND=shm
 diverge gloo-2 2 DSCPP_COMM_BACKEND=gloo
 diverge hierarchical-4 4 DSCPP_COMM_BACKEND=hierarchical DSCPP_RANKS_PER_NODE=2
@@ -78,6 +85,15 @@ if command -v mpirun >/dev/null; then
     echo "ok  mpi-hierarchical-4: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
   else
     fail "hierarchical shm+mpi under mpirun"; tail -20 "$log"
+  fi
+  log="$WORK/mpi-device.log"
+  if MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_COMM_BACKEND=mpi DSCPP_TEST_DEVICE=cuda-sim \
+      DSCPP_COMM_STAGING_BYTES=4096 timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR \
+      -x MASTER_PORT -x DSCPP_COMM_BACKEND -x DSCPP_TEST_DEVICE -x DSCPP_COMM_STAGING_BYTES \
+      "$CHECK" matrix small >"$log" 2>&1 && [ "$(grep -c 'checks passed' "$log")" = 2 ]; then
+    echo "ok  mpi-device-2: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
+  else
+    fail "mpi-2 with device buffers under mpirun"; tail -20 "$log"
   fi
   log="$WORK/diverge-mpi.log"
   if MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_COMM_BACKEND=mpi DSCPP_CHECK_SCHEDULE=1 timeout 120 \

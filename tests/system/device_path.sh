@@ -20,8 +20,11 @@
 #     measured max |Δw| 2.2e-5, so 1e-4 — except c_attn.bias, whose key third has a true
 #     gradient of exactly zero (tests/system/zero_train.sh), left out. The printed losses must
 #     agree to 1e-3 (measured: identical at 4 decimals over 30 steps).
-# DEVICE=cuda (gpu suite) runs B on a GPU (cuBLAS, NCCL) at 1e-3; skipped (77) without a
-# visible GPU — never run so far. Both: a control with another learning rate must exceed the
+#  C. What crashed on the first GPU run, whole device path at B's tolerance: 1 rank at stages 1-3
+#     and with offload (cpu, nvme, offload_param), and 2 ranks over shm and over gloo at stages
+#     0-3 (on a GPU: two ranks sharing it, their device buffers staged through host memory).
+# DEVICE=cuda (gpu suite) runs B and C on a GPU (cuBLAS, NCCL) at 1e-3; skipped (77) without a
+# visible GPU. tests/gpu/check.sh is the one-GPU check. Both: a control with another learning rate must exceed the
 # tolerance; --eval_only with offload_param gives the CPU's eval loss.
 # Usage: device_path.sh DSCPP GPT_SO COMPARE DEVICE
 set -u
@@ -57,10 +60,10 @@ config() {
 JSON
 }
 ADAMW='{"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}}'
-# run NAME CONFIG DEVICE RANKS: trains and consolidates into $WORK/NAME.safetensors.
+# run NAME CONFIG DEVICE RANKS [BACKEND]: trains and consolidates into $WORK/NAME.safetensors.
 run() {
   "$DSCPP" --num_procs "$4" --master_port "$(port)" "$GPT" --deepspeed_config "$WORK/$2.json" --steps $STEPS \
-    --no_eval --device "$3" --save_dir "$WORK/$1" -- "${GPT_ARGS[@]}" > "$WORK/$1.log" 2>&1 ||
+    --no_eval --device "$3" --save_dir "$WORK/$1" ${5:+--comm_backend "$5"} -- "${GPT_ARGS[@]}" > "$WORK/$1.log" 2>&1 ||
     { fail "$1 ($3): training failed: $(grep -m3 -i error "$WORK/$1.log")"; return 1; }
   "$DSCPP" zero-to-fp32 "$WORK/$1" "$WORK/$1.safetensors" -q > "$WORK/$1.z2f.log" 2>&1 ||
     { fail "$1: zero-to-fp32: $(cat "$WORK/$1.z2f.log")"; return 1; }
@@ -155,30 +158,58 @@ if [ "$DEVICE" = cuda-sim ]; then
 fi
 
 # ---- B: the whole device path ---------------------------------------------------------------
+# On a machine with one GPU the ranks share it, which nccl refuses: B runs over shm there.
+SHARED=""
+[ "$DEVICE" = cuda ] && [ "$(ls /dev/nvidia[0-9]* 2> /dev/null | wc -l)" -lt 2 ] && SHARED=shm
 SKIP_BIAS=(--skip c_attn.bias)
 BCASES="s1 s3fp16 zeropp ckpt off3r"
 [ "$SANITIZED" = 1 ] && BCASES="s3fp16"
 for c in $BCASES; do
   [ -e "$WORK/$c-cpu.safetensors" ] || reference "$c-cpu" "$c" cpu 2 || continue
-  run "$c-B" "$c" "$DEVICE" 2 || continue
+  run "$c-B" "$c" "$DEVICE" 2 $SHARED || continue
   [ "$SANITIZED" = 1 ] && continue
   same "$c-cpu" "$c-B" "B $c: 2 ranks, $DEVICE = cpu" "$BTOL" "${SKIP_BIAS[@]}" && losses "$c-cpu" "$c-B" "B $c"
 done
+
+# ---- C: what crashed on the first GPU run (host code on device memory; cuda-sim's memory is now
+# unreachable from host code, so each of these failed here too before the fix) -------------------
+# One rank at stages 1-3 and with offload: the one-rank group's copies stay on the device.
+CCASES1="s1 s2bf16 s3fp16 off2 off3n par3"
+[ "$SANITIZED" = 1 ] && CCASES1="s3fp16 off3n"
+for c in $CCASES1; do
+  reference "$c-cpu1" "$c" cpu 1 || continue
+  run "$c-C1" "$c" "$DEVICE" 1 || continue
+  [ "$SANITIZED" = 1 ] && continue
+  same "$c-cpu1" "$c-C1" "C $c: 1 rank, $DEVICE = cpu" "$BTOL" "${SKIP_BIAS[@]}" && losses "$c-cpu1" "$c-C1" "C $c, 1 rank"
+done
+# Two ranks over the host engines (one GPU shared, on a real device): device buffers staged.
+CCASES2="s0 s1 s2bf16 s3fp16"
+[ "$SANITIZED" = 1 ] && CCASES2="s2bf16"
+for backend in shm gloo; do
+  for c in $CCASES2; do
+    [ -e "$WORK/$c-cpu.safetensors" ] || reference "$c-cpu" "$c" cpu 2 || continue
+    run "$c-$backend" "$c" "$DEVICE" 2 "$backend" || continue
+    [ "$SANITIZED" = 1 ] && continue
+    same "$c-cpu" "$c-$backend" "C $c: 2 ranks over $backend, $DEVICE = cpu" "$BTOL" "${SKIP_BIAS[@]}" &&
+      losses "$c-cpu" "$c-$backend" "C $c over $backend"
+  done
+done
+
 if [ "$SANITIZED" = 1 ]; then
   echo "sanitized build: B's qgZ, the ZeRO equivalence and the control run in the normal build"
 else
   # qgZ's int4 bins turn tiny differences into whole quantization steps, so only its losses.
   if [ -e "$WORK/qgz-cpu.log" ] || DSCPP_RANKS_PER_NODE=2 run qgz-cpu qgz cpu 4; then
-    DSCPP_RANKS_PER_NODE=2 run qgz-B qgz "$DEVICE" 4 && losses qgz-cpu qgz-B "B qgZ, 4 ranks as 2 nodes"
+    DSCPP_RANKS_PER_NODE=2 run qgz-B qgz "$DEVICE" 4 ${SHARED:+hierarchical} && losses qgz-cpu qgz-B "B qgZ, 4 ranks as 2 nodes"
   fi
   # ZeRO on the device itself: stage 3 on 2 ranks reproduces stage 0 on 1 rank with the same
   # global batch (GAS doubles); partitions reorder fp32 sums (zero_train.sh: ≤ 1.2e-7 in 6 steps).
-  run z0-B z0 "$DEVICE" 1 && run z3-B z3 "$DEVICE" 2 &&
+  run z0-B z0 "$DEVICE" 1 && run z3-B z3 "$DEVICE" 2 $SHARED &&
     same z0-B z3-B "B $DEVICE: stage 3 x 2 ranks = stage 0 x 1 rank" "$BTOL" "${SKIP_BIAS[@]}"
 
   # Control: another learning rate must exceed the tolerances, or the comparisons show nothing.
   sed 's/"lr": 0.002/"lr": 0.0021/' "$WORK/s1.json" > "$WORK/ctl.json"
-  if run ctl-B ctl "$DEVICE" 2; then
+  if run ctl-B ctl "$DEVICE" 2 $SHARED; then
     if "$COMPARE" "$WORK/s1-cpu.safetensors" "$WORK/ctl-B.safetensors" --atol "$BTOL" "${SKIP_BIAS[@]}" > "$WORK/ctl.txt" 2>&1
     then
       fail "control: lr 0.0021 on $DEVICE is within $BTOL of lr 0.002 on cpu: the comparison cannot fail"
@@ -196,7 +227,8 @@ INF_DEVICES="cpu $DEVICE"
 [ "$SANITIZED" = 1 ] && INF_DEVICES=$DEVICE
 for d in $INF_DEVICES; do
   "$DSCPP" --num_procs 2 --master_port "$(port)" "$GPT" --deepspeed_config "$WORK/inf.json" --eval_only \
-    --init_from "$WORK/probe-init.safetensors" --device "$d" -- "${INF_ARGS[@]}" > "$WORK/inf-$d.log" 2>&1 ||
+    --init_from "$WORK/probe-init.safetensors" --device "$d" ${SHARED:+--comm_backend $SHARED} -- "${INF_ARGS[@]}" \
+    > "$WORK/inf-$d.log" 2>&1 ||
     fail "eval_only on $d: $(grep -m2 -i error "$WORK/inf-$d.log")"
 done
 [ "$SANITIZED" = 1 ] && exit $FAILED
