@@ -4,10 +4,13 @@
 //
 //   mpirun --allow-run-as-root [--oversubscribe] -np N bench_collectives
 //       [--backend mpi|shm|gloo|hierarchical|auto] [--min-bytes B] [--max-bytes B] [--seconds S]
-//       [--rounds R] [--default-malloc] [--check-schedule]
+//       [--rounds R] [--default-malloc] [--check-schedule] [--device cuda-sim]
 //
 // --check-schedule measures the schedule check instead: "ours" is the Communicator with it on,
 // "raw" the same Communicator with it off (ratio = unchecked time / checked time).
+// --device cuda-sim puts our buffers in cuda-sim's device memory, which the host engines cannot
+// touch: the ratio is then the cost of staging them through host memory (two extra copies per
+// operation, plus the simulated device's access switches) against raw MPI on host buffers.
 //
 // size is the full buffer (nccl-tests' convention: the input of reduce_scatter, the output of
 // allgather); algbw = size / time; busbw = algbw * 2(n-1)/n for allreduce and * (n-1)/n for
@@ -35,10 +38,13 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "core/device.h"
+#include "kernels/cuda/sim/sim_device.h"
 
 namespace comm = dscpp::comm;
 using dscpp::DType;
@@ -62,6 +68,7 @@ struct Args {
   int rounds = 3;
   bool default_malloc = false;
   bool check_schedule = false;
+  std::string device;  // "" or "cuda-sim"
 };
 
 size_t parse_bytes(const std::string& flag, const char* text) {
@@ -86,7 +93,8 @@ Args parse_args(int argc, char** argv) {
       if (g_rank == 0)
         std::printf(
             "usage: mpirun -np N bench_collectives [--backend mpi|shm|gloo|hierarchical|auto] [--min-bytes 4K] "
-            "[--max-bytes 256M] [--seconds 0.2] [--rounds 3] [--default-malloc] [--check-schedule]\n");
+            "[--max-bytes 256M] [--seconds 0.2] [--rounds 3] [--default-malloc] [--check-schedule] "
+            "[--device cuda-sim]\n");
       MPI_Finalize();
       std::exit(0);
     }
@@ -102,6 +110,8 @@ Args parse_args(int argc, char** argv) {
     const char* value = argv[++i];
     if (flag == "--backend")
       args.backend = value;
+    else if (flag == "--device")
+      args.device = std::string(value) == "cuda-sim" ? value : (die(fmt::format("--device {}: only cuda-sim", value)), "");
     else if (flag == "--min-bytes")
       args.min_bytes = parse_bytes(flag, value);
     else if (flag == "--max-bytes")
@@ -228,6 +238,13 @@ int main(int argc, char** argv) {
     default_master_from_mpi();
     comm::CommOptions options = comm::comm_options_from_env();
     options.backend = comm::parse_backend_choice(args.backend);
+    std::unique_ptr<dscpp::Device> device, host;
+    if (!args.device.empty()) {
+      device = dscpp::make_sim_cuda_device();
+      host = dscpp::make_host_device();
+      options.device_memory = device.get();
+      options.host_memory = host.get();
+    }
     comm::World world = comm::create_world(options);
     comm::Communicator& ours = *world.world;
 
@@ -238,20 +255,39 @@ int main(int argc, char** argv) {
     buf.a.assign(max_count, 1.0f);
     buf.b.assign(max_count, 0.0f);
     const size_t ranks = static_cast<size_t>(size);
+    // Our operations' buffers: the host vectors, or device copies of them.
+    float* a = buf.a.data();
+    float* b = buf.b.data();
+    dscpp::DeviceBuffer device_a, device_b;
+    if (device) {
+      device_a = dscpp::DeviceBuffer(*device, max_count * sizeof(float), dscpp::MemCategory::buffers);
+      device_b = dscpp::DeviceBuffer(*device, max_count * sizeof(float), dscpp::MemCategory::buffers);
+      device->copy_from_host(device_a.data(), buf.a.data(), max_count * sizeof(float));
+      device->copy_from_host(device_b.data(), buf.b.data(), max_count * sizeof(float));
+      a = device_a.as<float>();
+      b = device_b.as<float>();
+    }
 
     Call ours_call = [&](Op op, size_t count) {
       const size_t slice = count / ranks;
       switch (op) {
         case Op::allreduce:
-          ours.allreduce(buf.a.data(), count, DType::f32);
+          ours.allreduce(a, count, DType::f32);
           break;
         case Op::reduce_scatter:
-          ours.reduce_scatter(buf.a.data(), buf.b.data(), slice, DType::f32);
+          ours.reduce_scatter(a, b, slice, DType::f32);
           break;
         case Op::allgather:
-          ours.allgather(buf.a.data(), buf.b.data(), slice, DType::f32);
+          ours.allgather(a, b, slice, DType::f32);
           break;
       }
+    };
+    // The check reads host vectors: device buffers are copied there and back around the call.
+    Call ours_checked = [&](Op op, size_t count) {
+      const size_t bytes = count * sizeof(float);
+      if (device) device->copy_from_host(a, buf.a.data(), bytes), device->copy_from_host(b, buf.b.data(), bytes);
+      ours_call(op, count);
+      if (device) device->copy_to_host(buf.a.data(), a, bytes), device->copy_to_host(buf.b.data(), b, bytes);
     };
     Call raw_call = [&](Op op, size_t count) {
       const int slice = static_cast<int>(count / ranks);
@@ -286,8 +322,9 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
       std::printf(
-          "# dscpp collective sweep: %d ranks, ours = Communicator(%s) [%s], raw = %s; malloc %s\n",
-          size, std::string(ours.backend_name()).c_str(), world.description.c_str(), raw_name.c_str(),
+          "# dscpp collective sweep: %d ranks, ours = Communicator(%s) [%s]%s, raw = %s; malloc %s\n",
+          size, std::string(ours.backend_name()).c_str(), world.description.c_str(),
+          device ? " on cuda-sim device buffers, staged through host memory" : "", raw_name.c_str(),
           args.default_malloc ? "defaults" : "pinned");
       std::printf(
           "# fp32 sum; size = full buffer; time: best of %d loops of >= %.2f s, slowest rank; "
@@ -300,7 +337,7 @@ int main(int argc, char** argv) {
       for (size_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 4) {
         const size_t count = bytes / unit * ranks;
         if (count == 0) continue;
-        verify(ours_call, op, count, buf, rank, size, "ours");
+        verify(ours_checked, op, count, buf, rank, size, "ours");
         verify(raw_call, op, count, buf, rank, size, "raw");
         // Rounds alternate the sides and each keeps its best loop: on a shared machine a burst
         // of someone else's work then lands on one loop, not on one side.
