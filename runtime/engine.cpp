@@ -62,6 +62,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     grad_dtype_ = DType::f32;
   }
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
+  // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
+  if (cfg_.wall_clock_breakdown) timers_.synchronize_with(&device_);
   comms_log_ = comms_logger_from_config(loaded, world);
   if (const char* inject = std::getenv("DSCPP_INJECT_OVERFLOW")) inject_overflow_ = parse_step_list(inject);
   if (const char* inject = std::getenv("DSCPP_INJECT_DIVERGENCE")) inject_divergence_ = std::atoll(inject);
@@ -320,8 +322,10 @@ void Engine::train_step() {
   // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
   // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
   float loss_grad = static_cast<float>(scaler_->scale() / static_cast<double>(gas_ * (stage_ > 0 ? world_.size() : 1)));
-  const auto step_start = Clock::now();
-  if (profiling_step()) profiler_->reset();
+  // The profiled step is bracketed (and each layer in it, through enter/leave) by device
+  // synchronizations, so that its latencies are device time on an asynchronous device.
+  const bool profiling = profiling_step();
+  if (profiling) profiler_->begin_step(device_);
   for (int64_t j = 0; j < gas_; ++j) {
     MicroBatch mb;
     {
@@ -372,7 +376,7 @@ void Engine::train_step() {
   if (counters_.global_steps == inject_divergence_ && world_.rank() == world_.size() - 1) world_.barrier();
   // --check_schedule: a rank that ends the step early is caught here, not left hanging.
   world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
-  if (profiler_ && counters_.global_steps == profiler_->profile_step()) report_profile(seconds_since(step_start));
+  if (profiling) report_profile(profiler_->end_step());
   log_step(loss_sum / static_cast<double>(gas_));
 }
 

@@ -142,23 +142,45 @@ FlopsProfiler::FlopsProfiler(const dscpp_ops& real, std::vector<std::string> lay
 FlopsProfiler::~FlopsProfiler() { active = nullptr; }
 
 void FlopsProfiler::enter(int layer, bool backward) {
-  leave();  // a layer the runner keeps for its backward gets no after_layer call
+  // A layer the runner keeps for its backward gets no after_layer call; closing it has just
+  // synchronized the device, else the work enqueued before this layer (a gather) is waited for
+  // here so that it is not counted as the layer's.
+  if (!close() && device_) device_->synchronize();
   current_ = layer;
   backward_ = backward;
   entered_at_ = now_s();
 }
 
-void FlopsProfiler::leave() {
-  if (current_ < 0) return;
+void FlopsProfiler::leave() { close(); }
+
+bool FlopsProfiler::close() {
+  if (current_ < 0) return false;
+  if (device_) device_->synchronize();  // the layer's kernels, not just their launches
   LayerCount& l = layers_[static_cast<size_t>(current_)];
   (backward_ ? l.bwd_s : l.fwd_s) += now_s() - entered_at_;
   if (!backward_) ++l.fwd_calls;
   current_ = -1;
+  return device_ != nullptr;
 }
 
 void FlopsProfiler::reset() {
   std::fill(layers_.begin(), layers_.end(), LayerCount{});
   current_ = -1;
+}
+
+void FlopsProfiler::begin_step(Device& device) {
+  device.synchronize();  // the previous step's tail is not this step's time
+  reset();
+  device_ = &device;
+  step_started_at_ = now_s();
+}
+
+double FlopsProfiler::end_step() {
+  DSCPP_CHECK(device_ != nullptr);
+  device_->synchronize();
+  const double step_s = now_s() - step_started_at_;
+  device_ = nullptr;
+  return step_s;
 }
 
 void FlopsProfiler::count(double flops) {

@@ -12,9 +12,17 @@
 // The profiler wraps the ops table: the engine hands the plugin `ops()` while it is enabled and
 // says which layer is running (enter/leave); counting costs a few adds per op call. One
 // profiler per process at a time (the wrappers find it through a process-wide pointer).
+//
+// Times are device time: on an asynchronous device (CUDA) the ops only enqueue kernels, so host
+// clocks around a layer would measure its launches, and the step's work would land on whatever
+// waits first (the loss read-back). Between begin_step() and end_step() — the profiled step
+// only — the profiler synchronizes the device before starting and after ending each measured
+// region (each layer's forward and backward, and the step), so the per-layer latencies add up,
+// within the synchronization overhead, to the step's. Other steps never synchronize.
 #pragma once
 
 #include "configs/ds_config.h"
+#include "core/device.h"
 #include "dscpp/model.h"
 
 #include <cstdint>
@@ -40,9 +48,20 @@ class FlopsProfiler {
   void leave();
   // Counters back to zero (at the start of the profiled step).
   void reset();
+  // The profiled step: synchronizes `device`, resets the counters and starts the step's clock;
+  // until end_step() every enter() and leave() synchronizes `device` too.
+  void begin_step(Device& device);
+  // Synchronizes the device and stops synchronizing; the seconds since begin_step().
+  double end_step();
+  bool in_step() const { return device_ != nullptr; }
 
   // Forward FLOPs counted since reset() (for tests).
   double forward_flops() const;
+  // Seconds in `layer`'s forward or backward since reset() (for tests).
+  double layer_seconds(int layer, bool backward) const {
+    const LayerCount& l = layers_.at(static_cast<size_t>(layer));
+    return backward ? l.bwd_s : l.fwd_s;
+  }
   // The summary for a step that took `step_s` seconds with `samples` samples on this rank.
   std::string report(double step_s, int64_t samples) const;
 
@@ -53,6 +72,7 @@ class FlopsProfiler {
   };
   friend struct Wrappers;
   void count(double flops);
+  bool close();  // leave(); whether it synchronized the device (a layer was open, in the profiled step)
 
   dscpp_ops real_;
   dscpp_ops table_;  // real_ with the counting entries
@@ -63,6 +83,8 @@ class FlopsProfiler {
   int current_ = -1;
   bool backward_ = false;
   double entered_at_ = 0;
+  Device* device_ = nullptr;  // set during the profiled step
+  double step_started_at_ = 0;
 };
 
 }  // namespace dscpp::runtime

@@ -215,6 +215,14 @@ const float* MasterWeights::fp32_gradient(int i, void* grad, DType grad_dtype, f
   // would flush small gradients to zero. Offloaded, the optimizer reads host memory: the
   // gradient crosses into it here (the same multiplication as scale_inplace, so the result
   // is bit-identical to the resident path).
+  // At stage 1 an offloaded group's reduced gradient is still in the training device's
+  // whole-model array (stages 2-3 reduce it into host memory): on a GPU it crosses here.
+  if (offloaded(i) && device_.holds(grad)) {
+    const size_t bytes = static_cast<size_t>(sub.numel) * dtype_size(grad_dtype);
+    if (grad_crossing_.bytes() < bytes) grad_crossing_ = DeviceBuffer(*options_.host, bytes, MemCategory::buffers);
+    device_.copy_to_host(grad_crossing_.data(), grad, bytes);
+    grad = grad_crossing_.data();
+  }
   DeviceBuffer& scratch = offloaded(i) ? host_scratch_ : device_scratch_;
   if (scratch.bytes() < static_cast<size_t>(sub.numel) * 4)
     scratch = DeviceBuffer(memory(i), static_cast<size_t>(sub.numel) * 4, MemCategory::buffers);

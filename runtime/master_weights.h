@@ -123,6 +123,7 @@ class MasterWeights {
   DeviceBuffer host_master_, device_master_;
   DeviceBuffer host_scratch_;    // offloaded sub-groups: one's fp32 gradient (category buffers)
   DeviceBuffer device_scratch_;  // the others: one's fp32 gradient, held only during the step
+  DeviceBuffer grad_crossing_;   // stage 1 on a GPU: an offloaded group's gradient copied to the host
   DeviceBuffer staging_;  // offload, 16-bit parameters: one sub-group's parameters on the host
   DeviceBuffer home_staging_;  // offload_param with a GPU master: one group's fp32 slice on the host
   std::vector<SubGroup> subs_;  // optimizer group i = subs_[i]

@@ -21,8 +21,9 @@
 #     gradient of exactly zero (tests/system/zero_train.sh), left out. The printed losses must
 #     agree to 1e-3 (measured: identical at 4 decimals over 30 steps).
 #  C. What crashed on the first GPU run, whole device path at B's tolerance: 1 rank at stages 1-3
-#     and with offload (cpu, nvme, offload_param), and 2 ranks over shm and over gloo at stages
-#     0-3 (on a GPU: two ranks sharing it, their device buffers staged through host memory).
+#     and with offload (cpu at stages 1 and 2, nvme, offload_param), and 2 ranks over shm and
+#     over gloo at stages 0-3 and stage 1 with offload (on a GPU: two ranks sharing it, their
+#     device buffers staged through host memory).
 # DEVICE=cuda (gpu suite) runs B and C on a GPU (cuBLAS, NCCL) at 1e-3; skipped (77) without a
 # visible GPU. tests/gpu/check.sh is the one-GPU check. Both: a control with another learning rate must exceed the
 # tolerance; --eval_only with offload_param gives the CPU's eval loss.
@@ -122,6 +123,7 @@ config ckpt 2 1 '"activation_checkpointing": {"cpu_checkpointing": true, "contig
 config qgz 3 1 "" ', "zero_quantized_gradients": true' "$ADAMW"
 # ZeRO-Offload: the reduced gradients cross to the host partition; the parameters come back.
 config off2 2 2 "" ', "offload_optimizer": {"device": "cpu"}' "$ADAMW"
+config off1 1 2 '"bf16": {"enabled": true},' ', "offload_optimizer": {"device": "cpu"}' "$ADAMW"
 config off3r 3 2 '"bf16": {"enabled": true},' \
   ', "sub_group_size": 5000, "offload_optimizer": {"device": "cpu", "ratio": 0.5}' "$ADAMW"
 mkdir -p "$WORK/nvme"
@@ -174,7 +176,7 @@ done
 # ---- C: what crashed on the first GPU run (host code on device memory; cuda-sim's memory is now
 # unreachable from host code, so each of these failed here too before the fix) -------------------
 # One rank at stages 1-3 and with offload: the one-rank group's copies stay on the device.
-CCASES1="s1 s2bf16 s3fp16 off2 off3n par3"
+CCASES1="s1 off1 s2bf16 s3fp16 off2 off3n par3"
 [ "$SANITIZED" = 1 ] && CCASES1="s3fp16 off3n"
 for c in $CCASES1; do
   reference "$c-cpu1" "$c" cpu 1 || continue
@@ -183,7 +185,7 @@ for c in $CCASES1; do
   same "$c-cpu1" "$c-C1" "C $c: 1 rank, $DEVICE = cpu" "$BTOL" "${SKIP_BIAS[@]}" && losses "$c-cpu1" "$c-C1" "C $c, 1 rank"
 done
 # Two ranks over the host engines (one GPU shared, on a real device): device buffers staged.
-CCASES2="s0 s1 s2bf16 s3fp16"
+CCASES2="s0 s1 off1 s2bf16 s3fp16"
 [ "$SANITIZED" = 1 ] && CCASES2="s2bf16"
 for backend in shm gloo; do
   for c in $CCASES2; do
