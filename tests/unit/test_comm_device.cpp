@@ -66,9 +66,10 @@ GroupContext device_context(const std::shared_ptr<Store>& store, int rank, int n
   return c;
 }
 
-// Odd counts against a 1000-byte bound: pieces of 250 fp32 / 500 fp16 elements per allreduce,
-// fewer for the per-rank layouts, with uneven tails.
-const test::MatrixOptions kMatrix{{0, 1, 7, 1000, 4099}, {DType::f32, DType::bf16, DType::f64}, true};
+// Odd counts against a 4 KiB bound: pieces of 1024 fp32 / 2048 bf16 elements per allreduce,
+// 256 fp32 per rank for a reduce-scatter on 3 ranks, with uneven tails.
+constexpr size_t kBound = 4096;
+const test::MatrixOptions kMatrix{{0, 1, 7, 1000, 4099}, {DType::f32, DType::bf16}, true};
 
 }  // namespace
 
@@ -79,7 +80,7 @@ TEST_CASE("device buffers through host engines: shm and gloo, staged in pieces")
     for (int size : {2, 3}) {
       DYNAMIC_SECTION(engine << " x" << size) {
         test::run_thread_ranks(size, [&](int rank, int n, std::shared_ptr<Store> store) {
-          GroupContext c = device_context(store, rank, n, *device, *host, 1000);
+          GroupContext c = device_context(store, rank, n, *device, *host, kBound);
           auto raw = std::string(engine) == "shm" ? make_shm_backend(c) : make_gloo_backend(c);
           auto checking = std::make_unique<PlaceCheckingEngine>(std::move(raw), Memory::host, *device);
           PlaceCheckingEngine* seen = checking.get();
@@ -87,8 +88,8 @@ TEST_CASE("device buffers through host engines: shm and gloo, staged in pieces")
           test::MatrixOptions m = kMatrix;
           m.device = device.get();
           CHECK(test::check_collectives(comm, m) > 100);
-          // 4099 fp32 in 1000-byte pieces is 17 engine runs for one allreduce alone.
-          CHECK(seen->runs() > 1000);
+          // In whole operations the matrix is 104 engine runs; in 4 KiB pieces about 1000.
+          CHECK(seen->runs() > 400);
         });
       }
     }
@@ -102,7 +103,7 @@ TEST_CASE("host buffers to a device engine are staged into device memory; device
   auto device = make_sim_cuda_device();
   auto host = make_host_device();
   test::run_thread_ranks(3, [&](int rank, int n, std::shared_ptr<Store> store) {
-    GroupContext c = device_context(store, rank, n, *device, *host, 1000);
+    GroupContext c = device_context(store, rank, n, *device, *host, kBound);
     Communicator comm(c, std::make_unique<PlaceCheckingEngine>(make_shm_backend(c), Memory::device, *device));
     test::MatrixOptions on_host = kMatrix;  // host buffers: staged
     CHECK(test::check_collectives(comm, on_host) > 100);
