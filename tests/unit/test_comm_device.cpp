@@ -121,7 +121,7 @@ TEST_CASE("one rank: device buffers are copied on the device, never through the 
   o.host_memory = host.get();
   World w = create_world(o);
   REQUIRE(w.world->backend_name() == "self");
-  test::MatrixOptions m;
+  test::MatrixOptions m = kMatrix;
   m.device = device.get();
   CHECK(test::check_collectives(*w.world, m) > 100);
   CHECK(host->stats().total_peak == 0);  // no staging area was ever made
