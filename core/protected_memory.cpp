@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
-#include <iterator>
 #include <string_view>
 
 namespace dscpp {
@@ -29,10 +29,16 @@ class Region {
  public:
   Region() {
     void* p = mmap(nullptr, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) fail("protected memory: reserving {} GiB of address space failed: {}", kReserve >> 30, std::strerror(errno));
+    if (p == MAP_FAILED)
+      fail("protected memory: reserving {} GiB of address space failed: {}", kReserve >> 30, std::strerror(errno));
     base_ = static_cast<char*>(p);
-    const char* want = std::getenv("DSCPP_PROTECTED_MEMORY");
-    if (want == nullptr || std::string_view(want) != "mprotect") {
+    const char* env = std::getenv("DSCPP_PROTECTED_MEMORY");
+    const std::string_view want = env != nullptr ? env : "";
+    if (!want.empty() && want != "keys" && want != "mprotect")
+      fail("DSCPP_PROTECTED_MEMORY='{}': expected keys (per-thread protection keys, the default where the CPU has "
+           "them) or mprotect",
+           want);
+    if (want != "mprotect") {
       // The key starts with access disabled for this thread; every other thread already has it
       // disabled (the kernel's default rights deny every key but 0).
       pkey_ = pkey_alloc(0, PKEY_DISABLE_ACCESS);
