@@ -165,7 +165,7 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
     : context_(std::move(context)), backend_(std::move(backend)), queue_(std::make_unique<Queue>()),
       schedule_(std::make_unique<ScheduleCheck>(context_.name, context_.size)) {
   if (context_.device_memory != nullptr && !context_.device_memory->is_host())
-    memory_staging_ = std::make_unique<MemoryStaging>(context_);
+    memory_staging_ = std::make_unique<MemoryStaging>(context_, backend_->memory());
   DSCPP_CHECK_EQ(backend_->rank(), context_.rank);
   DSCPP_CHECK_EQ(backend_->size(), context_.size);
   Queue& q = *queue_;
@@ -307,9 +307,8 @@ static void scale_in_place(void* data, size_t count, DType dtype, double factor)
 // Runs on the progress thread. Buffers the engine cannot reach go through the staging area.
 void Communicator::run_staged(const OpDesc& op) {
   if (op.count == 0 && op.kind != OpKind::barrier) return;  // same on every rank by contract
-  const Memory engine = backend_->memory();
-  if (memory_staging_ && memory_staging_->needed(op, engine))
-    return memory_staging_->run(op, engine, size(), [this](const OpDesc& piece) { run_on_engine(piece); });
+  if (memory_staging_ && memory_staging_->needed(op))
+    return memory_staging_->run(op, size(), [this](const OpDesc& piece) { run_on_engine(piece); });
   run_on_engine(op);
 }
 

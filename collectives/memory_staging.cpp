@@ -21,30 +21,29 @@ void copy_between(Device* device, void* dst, const void* src, size_t bytes) {
     std::memmove(dst, src, bytes);
 }
 
-MemoryStaging::MemoryStaging(const GroupContext& context)
+MemoryStaging::MemoryStaging(const GroupContext& context, Memory engine)
     : device_(context.device_memory != nullptr && !context.device_memory->is_host() ? context.device_memory : nullptr),
-      host_(context.host_memory),
+      engine_(engine),
+      home_(engine == Memory::device ? device_ : context.host_memory),
       bound_(std::max<size_t>(context.staging_bytes, 64)) {}
 
-bool MemoryStaging::needed(const OpDesc& op, Memory engine) const {
-  if (device_ == nullptr || engine == Memory::either || op.kind == OpKind::barrier) return false;
-  const bool want_device = engine == Memory::device;
+bool MemoryStaging::needed(const OpDesc& op) const {
+  if (device_ == nullptr || engine_ == Memory::either || op.kind == OpKind::barrier) return false;
+  const bool want_device = engine_ == Memory::device;
   return (op.input != nullptr && device_->holds(op.input) != want_device) ||
          (op.output != nullptr && device_->holds(op.output) != want_device);
 }
 
-char* MemoryStaging::area(Memory engine, size_t bytes) {
-  Device* home = engine == Memory::device ? device_ : host_;
-  if (home == nullptr) fail("internal: a group with device buffers was given no host memory to stage them through");
-  if (area_device_ != home || area_.bytes() < bytes) {
+char* MemoryStaging::area(size_t bytes) {
+  if (home_ == nullptr) fail("internal: a group with device buffers was given no host memory to stage them through");
+  if (area_.bytes() < bytes) {
     area_.reset();  // the old area goes first: the bound is on what is held at once
-    area_ = DeviceBuffer(*home, bytes, MemCategory::buffers);
-    area_device_ = home;
+    area_ = DeviceBuffer(*home_, bytes, MemCategory::buffers);
   }
   return area_.as<char>();
 }
 
-void MemoryStaging::run(const OpDesc& op, Memory engine, int size, const std::function<void(const OpDesc&)>& run) {
+void MemoryStaging::run(const OpDesc& op, int size, const std::function<void(const OpDesc&)>& run) {
   const size_t elem = dtype_size(op.dtype), n = static_cast<size_t>(size);
   // Elements of each rank's slice per piece, and the area a piece needs in slices of that size.
   size_t slices = 1;
@@ -57,7 +56,7 @@ void MemoryStaging::run(const OpDesc& op, Memory engine, int size, const std::fu
     case OpKind::barrier: return run(op);
   }
   const size_t piece = std::min(op.count, std::max<size_t>(1, bound_ / (slices * elem)));
-  char* const base = area(engine, slices * piece * elem);
+  char* const base = area(slices * piece * elem);
   const auto* in = static_cast<const char*>(op.input);
   auto* out = static_cast<char*>(op.output);
   const size_t slice_bytes = op.count * elem;  // a rank's slice of a whole buffer

@@ -21,24 +21,25 @@ void copy_between(Device* device, void* dst, const void* src, size_t bytes);
 
 class MemoryStaging {
  public:
-  // Uses context.device_memory, host_memory and staging_bytes.
-  explicit MemoryStaging(const GroupContext& context);
+  // For an engine that reads `engine` memory; uses context.device_memory, host_memory and
+  // staging_bytes.
+  MemoryStaging(const GroupContext& context, Memory engine);
 
-  // Whether a buffer of `op` is outside the memory an engine of kind `engine` reads.
-  bool needed(const OpDesc& op, Memory engine) const;
+  // Whether a buffer of `op` is outside the memory the engine reads.
+  bool needed(const OpDesc& op) const;
   // Runs `op` for a group of `size` ranks as operations whose buffers are in the staging area,
   // each handed to `run`. Every rank cuts an operation into the same pieces (they depend only
   // on its count, its dtype, the group size and the bound), as the engines require.
-  void run(const OpDesc& op, Memory engine, int size, const std::function<void(const OpDesc&)>& run);
+  void run(const OpDesc& op, int size, const std::function<void(const OpDesc&)>& run);
 
  private:
-  char* area(Memory engine, size_t bytes);
+  char* area(size_t bytes);
 
   Device* device_;
-  Device* host_;
+  Memory engine_;
+  Device* home_;  // where the area lives: the engine's memory
   size_t bound_;
   DeviceBuffer area_;
-  Device* area_device_ = nullptr;
 };
 
 }  // namespace dscpp::comm

@@ -6,7 +6,7 @@
 // caught; `unsupported_enabled_features` names the ones a config switches on.
 //
 // Defaults are those of DeepSpeed's code (current release); where its documentation says
-// otherwise the field says so. Keys and meanings: reference/config.md §7.
+// otherwise the field says so. Keys and meanings: DeepSpeed's configuration documentation.
 #pragma once
 
 #include "configs/schema.h"

@@ -16,7 +16,7 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
 void supply_default_optimizer(LoadedConfig& c, const RunFacts& facts);
 // DeepSpeed's derivation and check of train_batch_size = micro × accumulation × dp size.
 void resolve_batch_sizes(LoadedConfig& c, const RunFacts& facts);
-// Cross-key rules (config.md §10).
+// Cross-key rules: what DeepSpeed asserts across sections (configs/rules.cpp).
 void check_rules(LoadedConfig& c);
 
 }  // namespace dscpp::config

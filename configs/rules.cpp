@@ -1,4 +1,4 @@
-// Cross-key rules: what DeepSpeed asserts across sections (config.md §10), plus the cases
+// Cross-key rules: what DeepSpeed asserts across sections, plus the cases
 // DeepSpeed silently ignores but dscpp refuses because the config cannot mean what it says.
 #include <fmt/core.h>
 

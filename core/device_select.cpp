@@ -14,10 +14,7 @@ std::string backend_text(std::string_view b) {
 
 }  // namespace
 
-bool backend_lets_ranks_share_gpu(std::string_view b) {
-  // hierarchical is shm inside a host and gloo or mpi between hosts, with device buffers staged.
-  return b == "shm" || b == "gloo" || b == "mpi" || b == "hierarchical";
-}
+bool backend_is_nccl_on_gpu(std::string_view b) { return b.empty() || b == "auto" || b == "nccl"; }
 
 bool cuda_device_shared(std::optional<int> local_rank, int visible, const std::optional<std::string>& cvd) {
   return visible > 0 && local_rank.value_or(0) >= visible && (visible > 1 || !cvd);

@@ -11,10 +11,14 @@
 
 namespace dscpp {
 
-// Whether ranks on one host may train on the same GPU under `comm_backend` (a --comm_backend
-// or DSCPP_COMM_BACKEND value; "" is auto): shm, gloo, mpi and hierarchical copy device buffers
-// through host memory; nccl and auto (nccl on a GPU) need a GPU per rank.
-bool backend_lets_ranks_share_gpu(std::string_view comm_backend);
+// Whether `comm_backend` (a --comm_backend or DSCPP_COMM_BACKEND value; "" is auto) means NCCL
+// for ranks on GPUs: nccl, and auto. NCCL needs a GPU per rank.
+bool backend_is_nccl_on_gpu(std::string_view comm_backend);
+// Whether ranks on one host may train on the same GPU: every other backend (shm, gloo, mpi,
+// hierarchical) copies device buffers through host memory.
+inline bool backend_lets_ranks_share_gpu(std::string_view comm_backend) {
+  return !backend_is_nccl_on_gpu(comm_backend);
+}
 
 // `local_rank` from LOCAL_RANK (nullopt when unset: 0), `visible` from cudaGetDeviceCount,
 // `cuda_visible_devices` the variable's value for messages (nullopt when unset),

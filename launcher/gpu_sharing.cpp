@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/device_select.h"
+
 #include <string_view>
 
 namespace dscpp::launcher {
@@ -61,10 +63,9 @@ GpuSharing check_gpu_sharing(const std::string& host, int ranks, int gpus, const
   if (!on_gpu || gpus <= 0 || ranks <= gpus) return s;
   s.plan_line = fmt::format("  GPUs: {} ranks share {} GPU{} on {} (more ranks than GPUs)", ranks, gpus,
                             gpus == 1 ? "" : "s", host);
-  // shm, gloo, mpi and hierarchical let ranks share (core/device_select.h); a name
-  // dscpp-runtime does not know is left for it to report as such.
-  const std::string_view b = c.comm_backend;
-  if (b != "auto" && b != "nccl") return s;
+  // The other backends let ranks share (core/device_select.h); a name dscpp-runtime does not
+  // know is left for it to report as such.
+  if (!backend_is_nccl_on_gpu(c.comm_backend)) return s;
   s.refusal = fmt::format(
       "{} ranks on {} would share its {} GPU{}, but {} needs one GPU per rank (NCCL refuses two ranks on one "
       "device); start at most {} rank{} there (--num_procs {} / --num_gpus {}), or pass --comm_backend shm or "

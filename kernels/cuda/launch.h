@@ -1,6 +1,6 @@
 // Launch arithmetic of the CUDA kernels, in plain C++ that nvcc and g++ both compile: grid and
 // block sizes, the per-thread element loops (vector width, tails, 32- or 64-bit indices), and
-// the multi-tensor chunk lists of the fused optimizers (engine.md §10).
+// the multi-tensor chunk lists of the fused optimizers (DeepSpeed's multi_tensor_apply).
 //
 // Kernel bodies are functors whose operator() takes an element index (or a Thread for the
 // block reductions); they never read blockIdx/threadIdx themselves. The loops below map a
@@ -140,7 +140,7 @@ DSCPP_HD constexpr unsigned reduce_blocks(int64_t n) {
 // ---- multi-tensor apply (fused optimizers) ------------------------------------------------------
 
 // One block per chunk of 65,536 elements of one tensor, 512 threads × 4 elements per pass,
-// as DeepSpeed's multi_tensor_apply does (engine.md §10).
+// as DeepSpeed's multi_tensor_apply does.
 constexpr int64_t kChunk = 65536;
 constexpr unsigned kChunkThreads = 512;
 constexpr int kChunkIlp = 4;

@@ -64,6 +64,7 @@ fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
 pass() { echo "ok: $*"; PASSED=$((PASSED + 1)); }
 finish() { echo "$PASSED passed, $FAILED failed"; [ "$FAILED" = 0 ]; exit; }
 . "$HERE/../system/free_port.sh"  # port
+. "$HERE/../system/train_compare.sh"  # config (small gpt runs, AdamW), loss_list, max_loss_diff
 
 # Time: each command has its own limit, cut to what is left of the budget; the small runs
 # stop RESERVE seconds early so that the big gpt runs at the end always get their time.
@@ -108,15 +109,6 @@ head -c 65536 "$FORTUNE_DIR/computers" > "$WORK/text.txt"
 INF_ARGS=(--layers 2 --d_model 32 --heads 2 --context 16 --sample_chars 0 --data "$WORK/text.txt")
 STEPS=8
 
-# config NAME STAGE GAS EXTRA_TOP EXTRA_ZERO (AdamW; device_path.sh's config)
-config() {
-  cat > "$WORK/$1.json" <<JSON
-{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": $3, "steps_per_print": 1,
- "gradient_clipping": 1.0, $4
- "zero_optimization": {"stage": $2, "reduce_bucket_size": 20000 $5},
- "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}}}
-JSON
-}
 BF16='"bf16": {"enabled": true},'
 F16='"fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 3, "hysteresis": 1},'
 # run NAME CONFIG DEVICE RANKS [runtime args...]: trains $STEPS steps through the launcher,
@@ -135,14 +127,10 @@ consolidate() {
   "$DSCPP" zero-to-fp32 "$WORK/$1" "$WORK/$1.safetensors" -q > "$WORK/$1.z2f.log" 2>&1 ||
     { fail "$1: zero-to-fp32: $(tail -2 "$WORK/$1.z2f.log")"; return 1; }
 }
-# loss_list LOG: rank 0's per-step losses, one a line.
-loss_list() { grep '^\[rank 0\]' "$1" | grep -o 'step [0-9]*/[0-9]* | loss [0-9.]*' | awk '{print $NF}'; }
 # losses A B TOL WHAT: the per-step losses of two runs agree within TOL, every step printed.
 losses() {
   local d
-  d=$(paste <(loss_list "$WORK/$1.log") <(loss_list "$WORK/$2.log") |
-      awk '$1 == "" || $2 == "" {bad = 1} {d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++}
-           END {if (bad || n < 1) print "none"; else printf "%g %d\n", m, n}')
+  d=$(max_loss_diff "$WORK/$1.log" "$WORK/$2.log")
   if [ "$d" != none ] && [ "${d#* }" = $STEPS ] && awk -v d="${d% *}" -v t="$3" 'BEGIN {exit !(d <= t)}'; then
     pass "$4: losses agree over $STEPS steps (max |Δloss| ${d% *}, tolerance $3; last $(loss_list "$WORK/$2.log" | tail -1))"
   else

@@ -44,6 +44,7 @@ FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 pass() { echo "ok: $*"; }
 . "$(dirname "$0")/free_port.sh"  # port
+. "$(dirname "$0")/train_compare.sh"  # config, max_loss_diff
 GPT_ARGS=(--layers 2 --d_model 32 --heads 2 --context 16 --sample_chars 0)
 # The probe and ZeRO-Inference evaluate a 64 KiB text: all of fortunes' eval split takes 76 s
 # through the CUDA ops table's host build under the sanitizers.
@@ -51,16 +52,6 @@ head -c 65536 /usr/share/games/fortunes/computers > "$WORK/text.txt"
 INF_ARGS=("${GPT_ARGS[@]}" --data "$WORK/text.txt")
 STEPS=8
 
-# config NAME STAGE GAS EXTRA_TOP EXTRA_ZERO OPTIMIZER
-config() {
-  cat > "$WORK/$1.json" <<JSON
-{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": $3, "steps_per_print": 1,
- "gradient_clipping": 1.0, "zero_allow_untested_optimizer": true, $4
- "zero_optimization": {"stage": $2, "reduce_bucket_size": 20000 $5},
- "optimizer": $6}
-JSON
-}
-ADAMW='{"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}}'
 # run NAME CONFIG DEVICE RANKS [BACKEND]: trains and consolidates into $WORK/NAME.safetensors.
 run() {
   "$DSCPP" --num_procs "$4" --master_port "$(port)" "$GPT" --deepspeed_config "$WORK/$2.json" --steps $STEPS \
@@ -83,14 +74,12 @@ same() {
     fail "$what: $(echo "$out" | tail -3)"
   fi
 }
-# losses A B WHAT: the per-step losses of two logs agree within 1e-3.
+# losses A B WHAT: the per-step losses of two logs agree within 1e-3, every step printed by both.
 losses() {
   local d
-  d=$(paste <(grep -o 'step [0-9]*/[0-9]* | loss [0-9.]*' "$WORK/$1.log" | awk '{print $NF}') \
-            <(grep -o 'step [0-9]*/[0-9]* | loss [0-9.]*' "$WORK/$2.log" | awk '{print $NF}') |
-      awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++} END {if (n < 1) print "none"; else print m + 0}')
-  if [ "$d" != none ] && awk -v d="$d" 'BEGIN {exit !(d <= 1e-3)}'; then pass "$3: losses agree (max |Δloss| $d)"
-  else fail "$3: losses differ (max |Δloss| $d)"; fi
+  d=$(max_loss_diff "$WORK/$1.log" "$WORK/$2.log")
+  if [ "$d" != none ] && awk -v d="${d% *}" 'BEGIN {exit !(d <= 1e-3)}'; then pass "$3: losses agree (max |Δloss| ${d% *})"
+  else fail "$3: losses differ (max |Δloss|, steps: $d)"; fi
 }
 
 # The device must exist here; for cuda, a machine without a GPU skips the whole test.
