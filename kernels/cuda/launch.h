@@ -103,6 +103,23 @@ DSCPP_HD void for_each_element(const Thread& t, int64_t n, Body& body) {
     detail::for_each_element<int32_t>(t, int32_t(n), body);
 }
 
+// ---- one index per thread ---------------------------------------------------------------------
+
+// For kernels whose index is a column, a row or a query that the thread then loops over:
+// kVec consecutive indices per thread would run those loops one after another on one thread
+// and give neighbouring threads addresses kVec apart, where a warp should read one row's
+// consecutive columns together.
+DSCPP_HD constexpr Shape per_index_shape(int64_t n) {
+  if (n <= 0) return {0, kThreads};
+  const int64_t blocks = ceil_div(n, kThreads);
+  return {blocks < kMaxBlocks ? unsigned(blocks) : kMaxBlocks, kThreads};
+}
+// Calls body(i) for i = t.global(), + stride, … below n: over the grid, each index once.
+template <class Body>
+DSCPP_HD void for_each_index(const Thread& t, int64_t n, Body& body) {
+  for (int64_t i = t.global(); i < n; i += t.stride()) body(i);
+}
+
 // ---- block reductions -------------------------------------------------------------------------
 
 // Reductions run one block per item (a row, a quantization group, a slice of a buffer) in

@@ -14,6 +14,11 @@ __global__ void elementwise_kernel(int64_t n, Body body) {
   for_each_element(this_thread(), n, body);
 }
 
+template <class Body>
+__global__ void index_kernel(int64_t n, Body body) {
+  for_each_index(this_thread(), n, body);
+}
+
 template <int Depth, class Body>
 __global__ void __launch_bounds__(kChunkThreads) multi_tensor_kernel(TensorList<Depth> list, Body body) {
   for_each_chunk_element(this_thread(), list, body);
@@ -47,6 +52,14 @@ Status launch_elementwise(int64_t n, Stream stream, Body body) {
   const Shape s = elementwise_shape(n);
   if (s.blocks == 0) return kOk;
   detail::elementwise_kernel<<<s.blocks, s.threads, 0, stream>>>(n, body);
+  return cudaGetLastError();
+}
+
+template <class Body>
+Status launch_per_index(int64_t n, Stream stream, Body body) {
+  const Shape s = per_index_shape(n);
+  if (s.blocks == 0) return kOk;
+  detail::index_kernel<<<s.blocks, s.threads, 0, stream>>>(n, body);
   return cudaGetLastError();
 }
 

@@ -16,7 +16,7 @@
 namespace dscpp::DSCPP_CUDA_NS {
 
 struct StubLaunch {
-  std::string kind;  // "elementwise", "multi_tensor", "block_reduce"
+  std::string kind;  // "elementwise", "per_index", "multi_tensor", "block_reduce"
   unsigned blocks, threads;
   int tensors = 0;  // multi-tensor launches: tensor slots in use
 };
@@ -42,6 +42,17 @@ Status launch_elementwise(int64_t n, Stream, Body body) {
   ProtectedAccess on_device;
   for (unsigned b = 0; b < s.blocks; ++b)
     for (unsigned t = 0; t < s.threads; ++t) for_each_element(Thread{b, t, s.blocks, s.threads}, n, body);
+  return kOk;
+}
+
+template <class Body>
+Status launch_per_index(int64_t n, Stream, Body body) {
+  const Shape s = per_index_shape(n);
+  if (s.blocks == 0) return kOk;
+  record_launch({"per_index", s.blocks, s.threads});
+  ProtectedAccess on_device;
+  for (unsigned b = 0; b < s.blocks; ++b)
+    for (unsigned t = 0; t < s.threads; ++t) for_each_index(Thread{b, t, s.blocks, s.threads}, n, body);
   return kOk;
 }
 

@@ -1,4 +1,4 @@
-// Elementwise and per-column kernels of the CUDA ops table.
+// Elementwise kernels of the CUDA ops table.
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/ops_math.h"
 
@@ -59,17 +59,6 @@ struct Epilogue {
     if (gelu_out != nullptr) gelu_out[i] = hd::gelu(v);
   }
 };
-// Index c is a column: adjacent threads read adjacent addresses of each row.
-struct ColumnSum {
-  const float* dy;
-  float* dbias;
-  int64_t rows, cols;
-  DSCPP_HD void operator()(int64_t c) const {
-    float acc = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + c];
-    dbias[c] += acc;
-  }
-};
 struct CheckIds {
   const int32_t* ids;
   int64_t vocab;
@@ -84,15 +73,6 @@ struct Gather {
   float* out;
   int64_t dim;
   DSCPP_HD void operator()(int64_t i) const { out[i] = table[int64_t{ids[i / dim]} * dim + i % dim]; }
-};
-struct Scatter {
-  const int32_t* ids;
-  const float* dout;
-  float* dtable;
-  int64_t n, dim;
-  DSCPP_HD void operator()(int64_t c) const {
-    for (int64_t i = 0; i < n; ++i) dtable[int64_t{ids[i]} * dim + c] += dout[i * dim + c];
-  }
 };
 struct CheckTargets {
   const int32_t* targets;
@@ -145,19 +125,11 @@ Status bias_residual_gelu(float* x, const float* bias, const float* residual, fl
   if (bias == nullptr && residual == nullptr && gelu_out == nullptr) return kOk;
   return launch_elementwise(rows * cols, s, Epilogue{x, bias, residual, gelu_out, cols});
 }
-Status bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, Stream s) {
-  if (rows == 0) return kOk;
-  return launch_elementwise(cols, s, ColumnSum{dy, dbias, rows, cols});
-}
 Status check_ids(const int32_t* ids, int64_t n, int64_t vocab, int32_t* bad, Stream s) {
   return launch_elementwise(n, s, CheckIds{ids, vocab, bad});
 }
 Status embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n, int64_t dim, Stream s) {
   return launch_elementwise(n * dim, s, Gather{ids, table, out, dim});
-}
-Status embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n, int64_t dim, Stream s) {
-  if (n == 0) return kOk;
-  return launch_elementwise(dim, s, Scatter{ids, dout, dtable, n, dim});
 }
 Status check_targets(const int32_t* targets, int64_t rows, int64_t cols, int32_t* bad, Stream s) {
   return launch_elementwise(rows, s, CheckTargets{targets, cols, bad});

@@ -4,13 +4,14 @@
 // call is asynchronous on `stream` and returns the launch status. Argument validation (and the
 // host-visible results of cross-entropy) are the table's job: these assume valid arguments.
 //
-// Reductions are deterministic (fixed trees, per-column loops in row order); nothing uses
-// atomics, so two runs give the same bits.
+// Reductions are deterministic (fixed trees, fixed chunk orders); nothing uses atomics, so two
+// runs give the same bits.
 #pragma once
 
 #include "kernels/cuda/launch.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace dscpp::DSCPP_CUDA_NS::ops {
 
@@ -27,25 +28,51 @@ Status relu_backward(const float* x, const float* dy, float* dx, int64_t n, Stre
 // The linear layer's epilogue; bias may be null too.
 Status bias_residual_gelu(float* x, const float* bias, const float* residual, float* gelu_out, int64_t rows,
                           int64_t cols, Stream s);
-// dbias[c] += Σ_r dy[r,c], summed in row order (one thread per column: coalesced, no atomics).
-Status bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, Stream s);
 // *bad = 1 when any id is outside [0, vocab) (never cleared here).
 Status check_ids(const int32_t* ids, int64_t n, int64_t vocab, int32_t* bad, Stream s);
 Status embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n, int64_t dim, Stream s);
-// dtable[ids[i],:] += dout[i,:], ids in order per column (repeated ids add deterministically).
-Status embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n, int64_t dim, Stream s);
 // *bad = 1 when a target is ≥ cols (never cleared here).
 Status check_targets(const int32_t* targets, int64_t rows, int64_t cols, int32_t* bad, Stream s);
 // dlogits = scale·(probs − onehot(target)) for targets ≥ 0, 0 for ignored rows; dlogits may be probs.
 Status cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int64_t cols,
                               float scale, Stream s);
 
+// ---- column reductions (ops_columns.cu) ----
+// Rows are summed in chunks of rows_per_chunk (one thread per chunk and column), then the chunk
+// partials per column in chunk order. ≥ 32 rows per chunk keep the second pass under 1/32 of
+// the first's reads; ~2^18 first-pass threads fill any current GPU (132 SMs × 2048) twice over.
+struct ColumnPlan {
+  int64_t chunks, rows_per_chunk;
+};
+DSCPP_HD constexpr ColumnPlan column_plan(int64_t rows, int64_t cols) {
+  constexpr int64_t kMinRows = 32, kThreadsWanted = int64_t(1) << 18;
+  const int64_t by_threads = cols > 0 && kThreadsWanted / cols > 1 ? kThreadsWanted / cols : 1;
+  const int64_t by_rows = ceil_div(rows, kMinRows) > 1 ? ceil_div(rows, kMinRows) : 1;
+  const int64_t per = ceil_div(rows > 0 ? rows : 1, by_rows < by_threads ? by_rows : by_threads);
+  return {ceil_div(rows > 0 ? rows : 1, per), per};
+}
+// Device scratch (floats) a reduction of `outputs` sums per column needs; 0 for one chunk.
+int64_t column_scratch_floats(int64_t rows, int64_t cols, int outputs);
+// dbias[c] += Σ_r dy[r,c]; scratch: column_scratch_floats(rows, cols, 1).
+Status bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, float* scratch, Stream s);
+// dgamma[c] += Σ_r dy·x̂, dbeta[c] += Σ_r dy; scratch: column_scratch_floats(rows, cols, 2).
+Status layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
+                             float* dbeta, int64_t rows, int64_t cols, float* scratch, Stream s);
+// The embedding gradient's plan, made on the host from the ids (n < 2^31): the positions in
+// order of id (stable), then each run of one id's start (count + 1 entries), then its id.
+std::vector<int32_t> embedding_segments(const int32_t* ids, int64_t n);
+// dtable[id,:] += Σ dout[i,:] over id's positions in order, from embedding_segments' result in
+// device memory (`count` runs); the same bits as the CPU table's row-by-row adds.
+Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, const float* dout, float* dtable,
+                          int64_t dim, Stream s);
+
 // ---- row ops, one block per row (ops_rows.cu) ----
 Status layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                          int64_t rows, int64_t cols, float eps, Stream s);
-// dgamma, dbeta accumulate; dx overwritten (may be dy).
+// dgamma, dbeta accumulate (layernorm_param_grads, with its scratch); dx overwritten (may be dy).
 Status layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
-                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, Stream s);
+                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* scratch,
+                          Stream s);
 // y = softmax(scale·x) per row over its first `live` entries, 0 beyond: live = cols for a plain
 // softmax; with causal, row r of a [groups·T, T] matrix sees entries 0..(r mod T).
 Status softmax_forward(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal, Stream s);

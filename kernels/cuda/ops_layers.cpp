@@ -126,7 +126,7 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
     return DSCPP_E_INVALID_ARGUMENT;
   if (int s = o->gemm(o, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dW, in)) return s;
   if (dbias != nullptr)
-    if (int s = status(ops::bias_grad(F(dy), F(dbias), rows, out, ctx(o).stream))) return s;
+    if (int s = o->bias_grad(o, dy, dbias, rows, out)) return s;
   if (dx == nullptr) return DSCPP_OK;
   if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in)) return s;
   if (gelu_pre == nullptr) return DSCPP_OK;

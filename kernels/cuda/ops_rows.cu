@@ -64,22 +64,6 @@ struct LayerNormDx {
   }
 };
 
-// dgamma[c] += Σ_r dy·x̂, dbeta[c] += Σ_r dy, one thread per column in row order.
-struct LayerNormParams {
-  const float *dy, *x, *mean, *rstd;
-  float *dgamma, *dbeta;
-  int64_t rows, cols;
-  DSCPP_HD void operator()(int64_t c) const {
-    float ag = 0.0f, ab = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      ag += dy[r * cols + c] * hd::layernorm_xhat(x[r * cols + c], mean[r], rstd[r]);
-      ab += dy[r * cols + c];
-    }
-    dgamma[c] += ag;
-    dbeta[c] += ab;
-  }
-};
-
 DSCPP_HD inline int64_t live_cols(unsigned row, int64_t cols, bool causal) {
   return causal ? int64_t(row) % cols + 1 : cols;
 }
@@ -198,10 +182,11 @@ Status layernorm_forward(const float* x, const float* gamma, const float* beta, 
 }
 
 Status layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
-                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, Stream s) {
+                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* scratch,
+                          Stream s) {
   if (rows == 0 || cols == 0) return kOk;
   // Parameter gradients first: dx may overwrite dy.
-  if (Status st = launch_elementwise(cols, s, LayerNormParams{dy, x, mean, rstd, dgamma, dbeta, rows, cols}); st != kOk)
+  if (Status st = layernorm_param_grads(dy, x, mean, rstd, dgamma, dbeta, rows, cols, scratch, s); st != kOk)
     return st;
   return per_row(rows, s, LayerNormDx{dy, x, gamma, mean, rstd, dx, cols}, [](LayerNormDx b, int64_t r0) {
     b.dy += r0 * b.cols, b.x += r0 * b.cols, b.dx += r0 * b.cols, b.mean += r0, b.rstd += r0;

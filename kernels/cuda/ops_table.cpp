@@ -122,7 +122,8 @@ int bias_add(const dscpp_ops* o, void* x, const void* bias, int64_t rows, int64_
 int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int64_t cols) {
   if (int s = check_table(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(dy, rows * cols) || bad_ptr(dbias, cols)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::bias_grad(F(dy), F(dbias), rows, cols, ctx(o).stream));
+  OpsContext& c = ctx(o);
+  return guarded([&] { return status(ops::bias_grad(F(dy), F(dbias), rows, cols, c.column_scratch(rows, cols, 1), c.stream)); });
 }
 int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   return unary_op(o, x, y, n, ops::gelu_forward);
@@ -161,8 +162,11 @@ int layernorm_backward(const dscpp_ops* o, const void* dy, const void* x, const 
   if (rows < 0 || cols < 0 || bad_ptr(dy, n) || bad_ptr(x, n) || bad_ptr(dx, n) || bad_ptr(gamma, cols) ||
       bad_ptr(dgamma, cols) || bad_ptr(dbeta, cols) || bad_ptr(mean, rows) || bad_ptr(rstd, rows))
     return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::layernorm_backward(F(dy), F(x), F(gamma), mean, rstd, F(dx), F(dgamma), F(dbeta), rows, cols,
-                                        ctx(o).stream));
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    return status(ops::layernorm_backward(F(dy), F(x), F(gamma), mean, rstd, F(dx), F(dgamma), F(dbeta), rows, cols,
+                                          c.column_scratch(rows, cols, 2), c.stream));
+  });
 }
 int softmax_forward(const dscpp_ops* o, const void* x, void* y, int64_t rows, int64_t cols) {
   if (int s = check_table(o)) return s;
@@ -225,11 +229,27 @@ int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout,
   if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(dout, n * dim) ||
       bad_ptr(dtable, n > 0 ? vocab * dim : 0))
     return DSCPP_E_INVALID_ARGUMENT;
+  if (!fits_int32(n)) return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
   return guarded([&] {
-    if (flagged(c, [&](int32_t* f) { return ops::check_ids(ids, n, vocab, f, c.stream); }))
-      return int(DSCPP_E_INVALID_ARGUMENT);
-    return status(ops::embedding_backward(ids, F(dout), F(dtable), n, dim, c.stream));
+    // The ids come to the host (which also checks them), are grouped there, and the groups go
+    // back: one wait, at the end of backward where the embedding layer sits.
+    std::vector<int32_t> host(static_cast<size_t>(n));
+    if (n > 0) {
+      DSCPP_CUDA_CHECK(cudaMemcpyAsync(host.data(), ids, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
+      DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    }
+    for (int32_t id : host)
+      if (id < 0 || id >= vocab) return int(DSCPP_E_INVALID_ARGUMENT);
+    const std::vector<int32_t> segments = ops::embedding_segments(host.data(), n);
+    const int64_t count = (int64_t(segments.size()) - n - 1) / 2;
+    if (count == 0) return int(DSCPP_OK);
+    void* dev = c.reserve_scratch(segments.size() * sizeof(int32_t));
+    // From pageable memory: the copy has taken `segments` when it returns.
+    DSCPP_CUDA_CHECK(cudaMemcpyAsync(dev, segments.data(), segments.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                     c.stream));
+    return status(
+        ops::embedding_backward(static_cast<const int32_t*>(dev), n, count, F(dout), F(dtable), dim, c.stream));
   });
 }
 
@@ -309,6 +329,7 @@ OpsContext::OpsContext(Stream s) : stream(s) {
 }
 
 OpsContext::~OpsContext() {
+  cudaFree(scratch);
   cudaFree(row_loss);
   cudaFree(row_hit);
   cudaFree(flag);
@@ -324,6 +345,21 @@ void OpsContext::reserve_rows(int64_t rows) {
   DSCPP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_loss), size_t(rows) * sizeof(double)));
   DSCPP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_hit), size_t(rows) * sizeof(int32_t)));
   row_capacity = rows;
+}
+
+void* OpsContext::reserve_scratch(size_t bytes) {
+  if (bytes <= scratch_bytes) return scratch;
+  DSCPP_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old scratch may still be in use
+  cudaFree(scratch);
+  scratch = nullptr, scratch_bytes = 0;
+  DSCPP_CUDA_CHECK(cudaMalloc(&scratch, bytes));
+  scratch_bytes = bytes;
+  return scratch;
+}
+
+float* OpsContext::column_scratch(int64_t rows, int64_t cols, int outputs) {
+  const int64_t n = ops::column_scratch_floats(rows, cols, outputs);
+  return n == 0 ? nullptr : static_cast<float*>(reserve_scratch(size_t(n) * sizeof(float)));
 }
 
 dscpp_ops cuda_ops(dscpp_dtype dtype, OpsContext* context) {

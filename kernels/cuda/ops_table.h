@@ -35,6 +35,12 @@ struct OpsContext {
   int32_t* row_hit = nullptr;
   int64_t row_capacity = 0;
   void reserve_rows(int64_t rows);
+  // Device scratch of the ops that need some (column-reduction partials, the embedding
+  // gradient's segments), grown on demand; valid until the next op that asks for scratch.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  void* reserve_scratch(size_t bytes);
+  float* column_scratch(int64_t rows, int64_t cols, int outputs);
 };
 
 // fp32 is implemented; other dtypes answer DSCPP_E_UNSUPPORTED from every op, as on the CPU.

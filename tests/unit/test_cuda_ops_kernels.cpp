@@ -11,6 +11,7 @@
 
 #include "tests/unit/ops_check.h"
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -52,10 +53,12 @@ TEST_CASE("CUDA elementwise kernels (host stub) equal the CPU table bit for bit"
 
 TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) equal the CPU table", "[cuda_ops]") {
   for (int64_t cols : kCols) {
+    CAPTURE(cols);
     const int64_t rows = 9;
     const auto dy = ops_check::rnd(rows * cols, 3, -2.0f, 2.0f);
     std::vector<float> ga(static_cast<size_t>(cols), 1.0f), gb = ga;
-    REQUIRE(cops::bias_grad(dy.data(), ga.data(), rows, cols, nullptr) == cuda::kOk);
+    REQUIRE(cops::column_scratch_floats(rows, cols, 1) == 0);  // one chunk: no second pass
+    REQUIRE(cops::bias_grad(dy.data(), ga.data(), rows, cols, nullptr, nullptr) == cuda::kOk);
     REQUIRE(cpu.bias_grad(&cpu, dy.data(), gb.data(), rows, cols) == DSCPP_OK);
     require_close(ga, gb, 1e-6f);  // the same row order; the CPU may contract differently
 
@@ -66,10 +69,13 @@ TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) e
     REQUIRE(cops::embedding_forward(ids.data(), table.data(), ea.data(), rows, cols, nullptr) == cuda::kOk);
     REQUIRE(cpu.embedding_forward(&cpu, ids.data(), table.data(), eb.data(), rows, vocab, cols) == DSCPP_OK);
     REQUIRE(ea == eb);
+    const std::vector<int32_t> segments = cops::embedding_segments(ids.data(), rows);
+    // Positions by id, stable; runs start at 0, 3, 4, 6 (ids 0, 1, 2, 3); the end; the ids.
+    REQUIRE(segments == std::vector<int32_t>{1, 6, 7, 3, 8, 5, 0, 2, 4, 0, 3, 5, 6, 9, 0, 1, 2, 3});
     std::vector<float> ta = table, tb = table;
-    REQUIRE(cops::embedding_backward(ids.data(), dy.data(), ta.data(), rows, cols, nullptr) == cuda::kOk);
+    REQUIRE(cops::embedding_backward(segments.data(), rows, 4, dy.data(), ta.data(), cols, nullptr) == cuda::kOk);
     REQUIRE(cpu.embedding_backward(&cpu, ids.data(), dy.data(), tb.data(), rows, vocab, cols) == DSCPP_OK);
-    require_close(ta, tb, 1e-6f);
+    REQUIRE(ta == tb);  // each table row gets its positions' rows added in position order on both
     int32_t bad = 0;
     const std::vector<int32_t> wrong = {0, 4};
     REQUIRE(cops::check_ids(wrong.data(), 2, vocab, &bad, nullptr) == cuda::kOk);
@@ -83,6 +89,49 @@ TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) e
             cuda::kOk);
     REQUIRE(cpu.cross_entropy_backward(&cpu, probs.data(), targets.data(), db.data(), rows, cols, 0.5f) == DSCPP_OK);
     REQUIRE(da == db);
+  }
+}
+
+TEST_CASE("CUDA column sums over many rows: chunks, then chunk partials in order", "[cuda_ops]") {
+  for (int64_t cols : kCols) {
+    CAPTURE(cols);
+    const int64_t rows = 1000;
+    const cops::ColumnPlan plan = cops::column_plan(rows, cols);
+    CHECK(plan.rows_per_chunk >= 32);
+    CHECK(plan.chunks * plan.rows_per_chunk >= rows);
+    CHECK((plan.chunks - 1) * plan.rows_per_chunk < rows);  // no empty chunk
+    CHECK(plan.chunks > 1);
+    const auto dy = ops_check::rnd(rows * cols, 21, -2.0f, 2.0f), x = ops_check::rnd(rows * cols, 22, -3.0f, 3.0f);
+    std::vector<float> scratch(static_cast<size_t>(cops::column_scratch_floats(rows, cols, 2)));
+    REQUIRE(scratch.size() == size_t(2 * plan.chunks * cols));
+    // The reference: the same chunks in fp64, whose rounding is far below fp32's.
+    std::vector<double> sum(static_cast<size_t>(cols)), sum_xhat(sum.size());
+    std::vector<float> mean(static_cast<size_t>(rows)), rstd(mean.size());
+    for (int64_t r = 0; r < rows; ++r) mean[size_t(r)] = 0.1f * float(r % 7), rstd[size_t(r)] = 1.0f + 0.01f * float(r % 5);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const size_t i = size_t(r * cols + c);
+        sum[size_t(c)] += dy[i];
+        sum_xhat[size_t(c)] += double(dy[i]) * double((x[i] - mean[size_t(r)]) * rstd[size_t(r)]);
+      }
+    std::vector<float> db(static_cast<size_t>(cols), 0.5f), dg = db, dbeta = db;
+    REQUIRE(cops::bias_grad(dy.data(), db.data(), rows, cols, scratch.data(), nullptr) == cuda::kOk);
+    REQUIRE(cops::layernorm_param_grads(dy.data(), x.data(), mean.data(), rstd.data(), dg.data(), dbeta.data(), rows,
+                                        cols, scratch.data(), nullptr) == cuda::kOk);
+    // Each output is a 1000-term fp32 sum of terms ≤ 6 in size: chunked sums err by at most
+    // (32 + 32)·u per term, ~4e-3 in all; measured ≤ 1e-4.
+    for (int64_t c = 0; c < cols; ++c) {
+      CAPTURE(c);
+      CHECK(db[size_t(c)] == Approx(0.5 + sum[size_t(c)]).margin(4e-3));
+      CHECK(dbeta[size_t(c)] == Approx(0.5 + sum[size_t(c)]).margin(4e-3));
+      CHECK(dg[size_t(c)] == Approx(0.5 + sum_xhat[size_t(c)]).margin(4e-3));
+    }
+    // A wrong chunk order or a lost chunk is far outside that.
+    std::vector<float> short_rows(static_cast<size_t>(cols), 0.5f);
+    REQUIRE(cops::bias_grad(dy.data(), short_rows.data(), rows - 1, cols, scratch.data(), nullptr) == cuda::kOk);
+    double off = 0;
+    for (int64_t c = 0; c < cols; ++c) off = std::max(off, std::fabs(short_rows[size_t(c)] - (0.5 + sum[size_t(c)])));
+    CHECK(off > 4e-3);
   }
 }
 
@@ -104,7 +153,7 @@ TEST_CASE("CUDA row kernels (host stub) match the CPU table", "[cuda_ops]") {
     std::vector<float> dxa(x.size()), dxb(x.size()), dga(static_cast<size_t>(cols)), dgb(dga.size()), dba(dga.size()),
         dbb(dga.size());
     REQUIRE(cops::layernorm_backward(dy.data(), x.data(), g.data(), mb.data(), rb.data(), dxa.data(), dga.data(),
-                                     dba.data(), rows, cols, nullptr) == cuda::kOk);
+                                     dba.data(), rows, cols, nullptr, nullptr) == cuda::kOk);
     REQUIRE(cpu.layernorm_backward(&cpu, dy.data(), x.data(), g.data(), mb.data(), rb.data(), dxb.data(), dgb.data(),
                                    dbb.data(), rows, cols) == DSCPP_OK);
     require_close(dxa, dxb, 1e-4f);
