@@ -99,6 +99,13 @@ struct Wrappers {
     prof(o).count(4 * d(batch) * d(heads) * d(T) * d(T) * d(head_dim) + d(batch) * d(heads) * d(T) * d(T));
     return real(o)->causal_attention_forward(real(o), qkv, probs, out, batch, T, heads, head_dim, s);
   }
+  static int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch,
+                                     int64_t T, int64_t heads, int64_t head_dim, float s) {
+    // Counted as causal_attention_forward is (the whole T², as DeepSpeed's profiler counts
+    // torch's SDPA), so the two ops report the same model FLOPs.
+    prof(o).count(4 * d(batch) * d(heads) * d(T) * d(T) * d(head_dim) + d(batch) * d(heads) * d(T) * d(T));
+    return real(o)->flash_attention_forward(real(o), qkv, lse, out, batch, T, heads, head_dim, s);
+  }
   static int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual,
                             void* y, void* gelu_out, int64_t rows, int64_t in, int64_t out) {
     const double outputs = d(rows) * d(out);
@@ -136,6 +143,7 @@ FlopsProfiler::FlopsProfiler(const dscpp_ops& real, std::vector<std::string> lay
   wrap(t.causal_softmax_forward, &Wrappers::causal_softmax_forward);
   wrap(t.cross_entropy_forward, &Wrappers::cross_entropy_forward);
   wrap(t.causal_attention_forward, &Wrappers::causal_attention_forward);
+  wrap(t.flash_attention_forward, &Wrappers::flash_attention_forward);
   wrap(t.linear_forward, &Wrappers::linear_forward);
 }
 

@@ -14,7 +14,7 @@ namespace {
 constexpr float kLnEps = 1e-5f;
 
 // Indices of the block's saved tensors and workspace tensors.
-enum BlockSaved { kLn1Out, kLn1Mean, kLn1Rstd, kQkv, kProbs, kAtt, kH1, kLn2Out, kLn2Mean, kLn2Rstd, kFc, kGelu };
+enum BlockSaved { kLn1Out, kLn1Mean, kLn1Rstd, kQkv, kLse, kAtt, kH1, kLn2Out, kLn2Mean, kLn2Rstd, kFc, kGelu };
 enum BlockWork { kWDfc, kWDln, kWDh1, kWDatt, kWAttn, kWDqkv };
 enum HeadSaved { kLnfOut, kLnfMean, kLnfRstd, kLogitProbs };
 enum HeadWork { kWDlogits, kWDlnf };
@@ -68,7 +68,7 @@ void declare_layers(Gpt& m) {
     L.saved.add(T * f);          // ln_1 mean
     L.saved.add(T * f);          // ln_1 rstd
     L.saved.add(3 * T * C * e);  // qkv
-    L.saved.add(H * T * T * e);  // attention probabilities
+    L.saved.add(H * T * f);      // attention log-sum-exp per query (no T² probabilities)
     L.saved.add(T * C * e);      // attention output (input of attn.c_proj)
     L.saved.add(T * C * e);      // h = x + attention (input of ln_2)
     L.saved.add(T * C * e);      // ln_2 output (input of mlp.c_fc)
@@ -80,7 +80,7 @@ void declare_layers(Gpt& m) {
     L.work.add(T * C * e);       // d(ln output)
     L.work.add(T * C * e);       // dh
     L.work.add(T * C * e);       // d(attention output)
-    L.work.add(H * T * T * e);   // causal_attention_backward's scratch
+    L.work.add(H * T * f);       // flash_attention_backward's scratch
     L.work.add(3 * T * C * e);   // dqkv
   }
   {
@@ -150,7 +150,7 @@ void block_forward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) {
   float* mean1 = static_cast<float*>(S(kLn1Mean));
   float* rstd1 = static_cast<float*>(S(kLn1Rstd));
   void* qkv = S(kQkv);
-  void* probs = S(kProbs);
+  float* lse = static_cast<float*>(S(kLse));
   void* att = S(kAtt);
   void* h1 = S(kH1);
   void* ln2 = S(kLn2Out);
@@ -162,7 +162,7 @@ void block_forward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) {
   // Attention half.
   op("layernorm_forward", ops->layernorm_forward, ops, c->input, p[0], p[1], ln1, mean1, rstd1, N, C, kLnEps);
   k.linear_forward(ln1, p[2], p[3], qkv, N, C, 3 * C);
-  op("causal_attention_forward", ops->causal_attention_forward, ops, cp(qkv), probs, att, B, T, H, hd,
+  op("flash_attention_forward", ops->flash_attention_forward, ops, cp(qkv), lse, att, B, T, H, hd,
      1.0f / std::sqrt(static_cast<float>(hd)));
   k.linear_forward(att, p[4], p[5], h1, N, C, C, c->input);  // h = x + proj(att)
 
@@ -187,7 +187,7 @@ void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) 
   void* datt = W(kWDatt);
   void* dqkv = W(kWDqkv);
   const void* qkv = S(kQkv);
-  const void* probs = S(kProbs);
+  const float* lse = static_cast<const float*>(S(kLse));
 
   // MLP half: y = h + c_proj(gelu(c_fc(ln_2(h)))).
   k.linear_backward(dy, S(kGelu), p[10], g[10], g[11], dfc, N, 4 * C, C, S(kFc));  // dfc through the GELU
@@ -198,8 +198,8 @@ void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) 
 
   // Attention half: h = x + c_proj(attention(c_attn(ln_1(x)))).
   k.linear_backward(dh, S(kAtt), p[4], g[4], g[5], datt, N, C, C);
-  op("causal_attention_backward", ops->causal_attention_backward, ops, qkv, probs, cp(datt), dqkv, W(kWAttn), B, T, H,
-     hd, 1.0f / std::sqrt(static_cast<float>(hd)));
+  op("flash_attention_backward", ops->flash_attention_backward, ops, qkv, cp(S(kAtt)), lse, cp(datt), dqkv,
+     static_cast<float*>(W(kWAttn)), B, T, H, hd, 1.0f / std::sqrt(static_cast<float>(hd)));
   k.linear_backward(dqkv, S(kLn1Out), p[2], g[2], g[3], dln, N, C, 3 * C);
   if (c->grad_input != nullptr) {
     op("layernorm_backward", ops->layernorm_backward, ops, cp(dln), c->input, p[0],

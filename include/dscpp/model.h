@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 2u /* 2: causal attention and linear layers appended to dscpp_ops */
+#define DSCPP_MODEL_ABI_VERSION 3u /* 2: causal attention and linear layers; 3: flash attention */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -163,6 +163,19 @@ struct dscpp_ops {
                         void* y, void* gelu_out, int64_t rows, int64_t in, int64_t out);
   int (*linear_backward)(const dscpp_ops*, const void* dy, const void* x, const void* W, void* dW, void* dbias,
                          void* dx, const void* gelu_pre, int64_t rows, int64_t in, int64_t out);
+
+  /* ---- ABI 3 ---- */
+  /* Causal multi-head self-attention that keeps no T×T matrix (FlashAttention's contract): the
+   * layouts and `out` of causal_attention_forward, but forward saves per query only
+   *   lse   batch × heads × T, fp32 (whatever the compute dtype): log Σ_{s≤t} exp(scale·q_t·k_s)
+   * and backward overwrites dqkv from qkv, forward's out and lse, and dout, recomputing the
+   * probabilities; workspace: batch × heads × T floats of scratch. Activation memory per
+   * layer falls from batch·heads·T² elements to batch·heads·T floats. */
+  int (*flash_attention_forward)(const dscpp_ops*, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
+                                 int64_t heads, int64_t head_dim, float scale);
+  int (*flash_attention_backward)(const dscpp_ops*, const void* qkv, const void* out, const float* lse,
+                                  const void* dout, void* dqkv, float* workspace, int64_t batch, int64_t T,
+                                  int64_t heads, int64_t head_dim, float scale);
 };
 
 /* ---- what a model declares ---------------------------------------------------------- */

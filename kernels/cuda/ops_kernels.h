@@ -66,6 +66,16 @@ std::vector<int32_t> embedding_segments(const int32_t* ids, int64_t n);
 Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, const float* dout, float* dtable,
                           int64_t dim, Stream s);
 
+// ---- attention without T² scores (ops_attention.cu) ----
+// Layouts of the table's flash_attention_* entries (include/dscpp/model.h). head_dim ≤ kMaxHeadDim.
+constexpr int kMaxHeadDim = 256;
+Status flash_attention_forward(const float* qkv, float* lse, float* out, int64_t batch, int64_t T, int64_t heads,
+                               int head_dim, float scale, Stream s);
+// dqkv overwritten; delta: batch·heads·T floats of scratch (Σ dout·out per query).
+Status flash_attention_backward(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
+                                float* delta, int64_t batch, int64_t T, int64_t heads, int head_dim, float scale,
+                                Stream s);
+
 // ---- row ops, one block per row (ops_rows.cu) ----
 Status layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                          int64_t rows, int64_t cols, float eps, Stream s);

@@ -1,6 +1,7 @@
-// The composite ops of the CUDA table (ABI 2): causal attention as per-sequence batched GEMMs
-// over the heads around the causal softmax kernels, and linear layers as one GEMM plus the
-// fused bias/residual/GELU epilogue. The CPU table fuses more (it skips the masked half of the
+// The composite ops of the CUDA table: causal attention as per-sequence batched GEMMs over the
+// heads around the causal softmax kernels (ABI 2), attention without T² scores
+// (ops_attention.cu, ABI 3), and linear layers as one GEMM plus the fused bias/residual/GELU
+// epilogue. The CPU table fuses more (it skips the masked half of the
 // attention GEMMs); the results agree to fp32 rounding, not bit for bit.
 #include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32
 #include "kernels/cuda/ops_kernels.h"
@@ -101,6 +102,36 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
   return DSCPP_OK;
 }
 
+// The entries that keep no T² matrix (ABI 3): the kernels of ops_attention.cu.
+bool flash_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
+  return attention_args_ok(batch, T, heads, head_dim) && head_dim <= ops::kMaxHeadDim && scale == scale;
+}
+
+int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
+                            int64_t heads, int64_t head_dim, float scale) {
+  if (int s = check_table(o)) return s;
+  const int64_t n = batch * T * heads * head_dim;
+  if (!flash_args_ok(batch, T, heads, head_dim, scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
+      bad_ptr(lse, batch * heads * T))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (n == 0) return DSCPP_OK;
+  return status(ops::flash_attention_forward(F(qkv), lse, F(out), batch, T, heads, int(head_dim), scale,
+                                             ctx(o).stream));
+}
+
+int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
+                             void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                             float scale) {
+  if (int s = check_table(o)) return s;
+  const int64_t n = batch * T * heads * head_dim, rows = batch * heads * T;
+  if (!flash_args_ok(batch, T, heads, head_dim, scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
+      bad_ptr(dout, n) || bad_ptr(dqkv, 3 * n) || bad_ptr(lse, rows) || bad_ptr(workspace, rows))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (n == 0) return DSCPP_OK;
+  return status(ops::flash_attention_backward(F(qkv), F(out), lse, F(dout), F(dqkv), workspace, batch, T, heads,
+                                              int(head_dim), scale, ctx(o).stream));
+}
+
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the
 // GEMM as β = 1; another residual is added by the epilogue.
 int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual, void* y,
@@ -138,6 +169,8 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
 void fill_attention_linear_ops(dscpp_ops& t) {
   t.causal_attention_forward = causal_attention_forward;
   t.causal_attention_backward = causal_attention_backward;
+  t.flash_attention_forward = flash_attention_forward;
+  t.flash_attention_backward = flash_attention_backward;
   t.linear_forward = linear_forward;
   t.linear_backward = linear_backward;
 }

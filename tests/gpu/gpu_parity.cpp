@@ -17,6 +17,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -262,4 +264,80 @@ TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {
   REQUIRE(c.causal_attention_forward(&c, qkv.data(), probs.data(), ao.data(), B, T, H, D, 0.35f) == DSCPP_OK);
   require_close(dprobs.get(), probs, 1e-5f);
   require_close(dao.get(), ao, 1e-5f);
+}
+
+namespace {
+
+// max|got − want| / max|want|: the check for sums the two sides add in different orders.
+double normwise(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (!(d == d)) return INFINITY;
+    err = std::max(err, d), scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return err == 0 ? 0 : err / scale;
+}
+// Normwise bound of K-term fp32 sums added in different orders: 2√K·u + 4u (as the host-stub
+// tests of the table state and measure).
+double sum_tol(int64_t K) {
+  return (2 * std::sqrt(double(K)) + 4) / double(1 << 24);
+}
+
+}  // namespace
+
+// The kernels that make the GPU step fast, on the gpt example's shapes: column sums over 8192
+// rows in chunks (bias, layer-norm γ/β), the embedding gradient grouped by id (equal bits: the
+// same adds in the same order), attention without T² (online softmax against the CPU's exact one).
+TEST_CASE("column sums, embedding gradient and flash attention match the CPU table at training sizes", "[gpu]") {
+  cuda::OpsContext ctx(device()->compute_stream());
+  const dscpp_ops g = cuda::cuda_ops(DSCPP_F32, &ctx);
+  const dscpp_ops c = kernels::cpu_ops(DSCPP_F32);
+  const int64_t rows = 8192, cols = 768;
+  const auto dyv = randoms(rows * cols, 80), xv = randoms(rows * cols, 81), gamma = randoms(cols, 82);
+  On<float> dy(dyv), x(xv), dg(gamma), db(zeros(cols)), dgam(zeros(cols)), dbeta(zeros(cols)), dxg(zeros(rows * cols));
+  std::vector<float> b(cols), gam(cols), beta(cols), dxc(rows * cols), mean(rows), rstd(rows);
+  REQUIRE(g.bias_grad(&g, dy.p(), db.p(), rows, cols) == DSCPP_OK);
+  REQUIRE(c.bias_grad(&c, dyv.data(), b.data(), rows, cols) == DSCPP_OK);
+  CHECK(normwise(db.get(), b) <= sum_tol(rows));
+  for (int64_t r = 0; r < rows; ++r) mean[size_t(r)] = 0.01f * float(r % 13), rstd[size_t(r)] = 0.9f + 0.02f * float(r % 7);
+  On<float> dmean(mean), drstd(rstd);
+  REQUIRE(g.layernorm_backward(&g, dy.p(), x.p(), dg.p(), dmean.p(), drstd.p(), dxg.p(), dgam.p(), dbeta.p(), rows,
+                               cols) == DSCPP_OK);
+  REQUIRE(c.layernorm_backward(&c, dyv.data(), xv.data(), gamma.data(), mean.data(), rstd.data(), dxc.data(),
+                               gam.data(), beta.data(), rows, cols) == DSCPP_OK);
+  CHECK(normwise(dgam.get(), gam) <= sum_tol(rows));
+  CHECK(normwise(dbeta.get(), beta) <= sum_tol(rows));
+
+  // GPT-2's vocabulary, ids with repeats (a few hundred distinct).
+  const int64_t vocab = 50257;
+  std::vector<int32_t> ids(rows);
+  for (int64_t i = 0; i < rows; ++i) ids[size_t(i)] = int32_t((i * 7919 % 331) * 151 % vocab);
+  const auto table = randoms(vocab * cols, 83);
+  On<int32_t> did(ids);
+  On<float> dtable(table);
+  std::vector<float> ctable = table;
+  REQUIRE(g.embedding_backward(&g, did.p(), dy.p(), dtable.p(), rows, vocab, cols) == DSCPP_OK);
+  REQUIRE(c.embedding_backward(&c, ids.data(), dyv.data(), ctable.data(), rows, vocab, cols) == DSCPP_OK);
+  CHECK(same_bits(dtable.get(), ctable));
+
+  for (int64_t D : {32, 48, 64, 128}) {
+    CAPTURE(D);
+    const int64_t B = 2, T = 256, H = 4, C = H * D, n = B * T * C, lrows = B * H * T;
+    const float scale = 1.0f / std::sqrt(float(D));
+    const auto qkv = randoms(3 * n, 84, -1.5f, 1.5f), dout = randoms(n, 85);
+    On<float> dq(qkv), ddo(dout), dout_g(zeros(n)), dlse(zeros(lrows)), ddq(zeros(3 * n)), dws(zeros(lrows));
+    std::vector<float> out(n), lse(lrows), dqkv(3 * n), ws(lrows);
+    REQUIRE(g.flash_attention_forward(&g, dq.p(), dlse.p(), dout_g.p(), B, T, H, D, scale) == DSCPP_OK);
+    REQUIRE(c.flash_attention_forward(&c, qkv.data(), lse.data(), out.data(), B, T, H, D, scale) == DSCPP_OK);
+    const double tol = sum_tol(std::max(T, D));
+    CHECK(normwise(dout_g.get(), out) <= tol);
+    CHECK(normwise(dlse.get(), lse) <= tol);
+    REQUIRE(g.flash_attention_backward(&g, dq.p(), dout_g.p(), dlse.p(), ddo.p(), ddq.p(), dws.p(), B, T, H, D, scale) ==
+            DSCPP_OK);
+    REQUIRE(c.flash_attention_backward(&c, qkv.data(), out.data(), lse.data(), dout.data(), dqkv.data(), ws.data(), B,
+                                       T, H, D, scale) == DSCPP_OK);
+    CHECK(normwise(ddq.get(), dqkv) <= 2 * tol);
+  }
 }

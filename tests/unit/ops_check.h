@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -27,6 +28,11 @@ inline const dscpp_ops& ops() {
   return t;
 }
 inline const dscpp_ops* O() { return &ops(); }
+
+// Same bits (NaNs included), same length.
+inline bool bitwise(const Vec& a, const Vec& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 // The GEMM backends this CPU can run (OpenBLAS always; dscpp's AVX-512 kernel where it can).
 inline std::vector<dscpp::kernels::GemmBackend> backends() {

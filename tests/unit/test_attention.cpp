@@ -176,3 +176,53 @@ TEST_CASE("causal attention: argument checks", "[ops][attention]") {
   CHECK(ops().causal_attention_backward(O(), a.data(), p.data(), o.data(), a.data(), ws.data(), -1, 2, 2, 2, 1.0f) ==
         E);
 }
+
+// The entries that keep no T² matrix (ABI 3): the same out, bit for bit, as the ABI 2 entry
+// (the same kernels make it); lse against fp64 log Σ exp(scale·q·k) to 1e-5 relative (one log
+// and a T-term sum of exps in fp32); the gradient equal bit for bit to the ABI 2 backward's,
+// since the probabilities are made again by the code that made them in forward.
+TEST_CASE("flash attention entries: the ABI 2 results without keeping T² probabilities", "[ops][attention]") {
+  Restore restore;
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 13, 3, 5}, Shape{2, 128, 4, 64}})
+    for (GemmBackend be : backends())
+      for (int threads : {1, 2}) {
+        dscpp::kernels::set_gemm_backend(be);
+        dscpp::kernels::set_cpu_threads(threads);
+        INFO("B " << s.B << " T " << s.T << " H " << s.H << " D " << s.D << " "
+                  << dscpp::kernels::gemm_description() << ", " << threads << " threads");
+        const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+        const Vec x = rnd(s.qkv(), 71, -1.5f, 1.5f), w = rnd(s.out(), 72);
+        Vec probs(s.probs()), out(s.out()), lse(s.B * s.H * s.T, kNaN), fout(s.out(), kNaN);
+        REQUIRE(ops().causal_attention_forward(O(), x.data(), probs.data(), out.data(), s.B, s.T, s.H, s.D, scale) ==
+                DSCPP_OK);
+        REQUIRE(ops().flash_attention_forward(O(), x.data(), lse.data(), fout.data(), s.B, s.T, s.H, s.D, scale) ==
+                DSCPP_OK);
+        CHECK(bitwise(fout, out));
+        for (int64_t b = 0; b < s.B; ++b)
+          for (int64_t h = 0; h < s.H; ++h)
+            for (int64_t t = 0; t < s.T; ++t) {
+              double z = 0;
+              for (int64_t u = 0; u <= t; ++u) {
+                double d = 0;
+                for (int64_t k = 0; k < s.D; ++k) d += double(x[at_qkv(s, b, t, 0, h, k)]) * x[at_qkv(s, b, u, 1, h, k)];
+                z += std::exp(scale * d);
+              }
+              const float got = lse[size_t((b * s.H + h) * s.T + t)];
+              REQUIRE(got == Approx(std::log(z)).epsilon(1e-5).margin(1e-5));
+            }
+        Vec dx(s.qkv(), kNaN), fdx(s.qkv(), kNaN), ws(s.probs()), fws(s.B * s.H * s.T);
+        REQUIRE(ops().causal_attention_backward(O(), x.data(), probs.data(), w.data(), dx.data(), ws.data(), s.B, s.T,
+                                                s.H, s.D, scale) == DSCPP_OK);
+        REQUIRE(ops().flash_attention_backward(O(), x.data(), fout.data(), lse.data(), w.data(), fdx.data(),
+                                               fws.data(), s.B, s.T, s.H, s.D, scale) == DSCPP_OK);
+        CHECK(bitwise(fdx, dx));
+      }
+  const int E = DSCPP_E_INVALID_ARGUMENT;
+  Vec a(3 * 2 * 4, 0.5f), l(4, 0.0f), o(2 * 4, 0.0f);
+  CHECK(ops().flash_attention_forward(O(), a.data(), nullptr, o.data(), 1, 2, 2, 2, 1.0f) == E);
+  CHECK(ops().flash_attention_forward(O(), a.data(), l.data(), o.data(), 1, 2, 2, 2, kNaN) == E);
+  CHECK(ops().flash_attention_backward(O(), a.data(), o.data(), l.data(), o.data(), a.data(), nullptr, 1, 2, 2, 2,
+                                       1.0f) == E);
+  CHECK(ops().flash_attention_backward(O(), a.data(), nullptr, l.data(), o.data(), a.data(), l.data(), 1, 2, 2, 2,
+                                       1.0f) == E);
+}

@@ -95,9 +95,7 @@ Vec abs_of(const Vec& v) {
   for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(v[i]);
   return r;
 }
-bool bitwise(const Vec& a, const Vec& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using ops_check::bitwise;
 #define CHECK_RELATIVE_TO(a, b, scale, tol)                   \
   do {                                                        \
     const double rel_ = relative_to((a), (b), (scale));       \
@@ -478,6 +476,40 @@ TEST_CASE("CUDA table (host stub) causal attention matches the CPU table's fused
       CHECK_NORMWISE(a.out, b.out, tol);
       CHECK_NORMWISE(a.dqkv, b.dqkv, 2 * tol);  // two sums in a row: dprobs, then the GEMMs over it
     }
+}
+
+// The flash entries: the CUDA table's per-row online softmax (ops_attention.cu) against the CPU
+// table's exact softmax over the whole row. Widths 32 and 64 run the kernels compiled for a
+// fixed width, 7 the generic loop. lse is log of a T-term sum: its error is sum_tol(T) of its
+// terms' size, ≤ 1 + |lse| here.
+TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cuda_ops_table]") {
+  Tables t;
+  for (int64_t T : {1, 6, 40})
+    for (int64_t head_dim : {7, 32, 64}) {
+      const int64_t batch = 2, heads = 2, C = heads * head_dim, rows = batch * heads * T;
+      const float scale = 1.0f / std::sqrt(float(head_dim));
+      CAPTURE(T, head_dim);
+      const Vec qkv = rnd(size_t(batch * T * 3 * C), 22, -2.0f, 2.0f), dout = rnd(size_t(batch * T * C), 23);
+      Vec out[2], lse[2], dqkv[2];
+      for (int k = 0; k < 2; ++k) {
+        const dscpp_ops& o = k == 0 ? t.gpu : *t.C();
+        out[k].assign(size_t(batch * T * C), kNaN), lse[k].assign(size_t(rows), kNaN), dqkv[k].assign(qkv.size(), kNaN);
+        Vec ws(size_t(rows), kNaN);
+        REQUIRE(o.flash_attention_forward(&o, qkv.data(), lse[k].data(), out[k].data(), batch, T, heads, head_dim,
+                                          scale) == DSCPP_OK);
+        REQUIRE(o.flash_attention_backward(&o, qkv.data(), out[k].data(), lse[k].data(), dout.data(), dqkv[k].data(),
+                                           ws.data(), batch, T, heads, head_dim, scale) == DSCPP_OK);
+      }
+      const double tol = sum_tol(std::max(T, head_dim));
+      CHECK_NORMWISE(out[0], out[1], tol);
+      double lse_floor = 0;
+      for (float v : lse[1]) lse_floor = std::max(lse_floor, 1.0 + std::fabs(double(v)));
+      CHECK_NORMWISE(lse[0], lse[1], tol, lse_floor);
+      CHECK_NORMWISE(dqkv[0], dqkv[1], 2 * tol);  // two sums in a row, as for the ABI 2 entries
+    }
+  Vec a(3 * 4 * 300), l(4), o(4 * 300);
+  CHECK(t.gpu.flash_attention_forward(&t.gpu, a.data(), l.data(), o.data(), 1, 2, 2, 300, 1.0f) ==
+        DSCPP_E_INVALID_ARGUMENT);  // wider than kMaxHeadDim
 }
 
 namespace {

@@ -138,6 +138,8 @@ TEST_CASE("ops table: every entry set; other dtypes answer UNSUPPORTED", "[ops]"
     CHECK(u.causal_attention_backward(o, a.data(), b.data(), c.data(), a.data(), b.data(), 1, 2, 1, 1, 1) == U);
     CHECK(u.linear_forward(o, a.data(), b.data(), nullptr, nullptr, c.data(), nullptr, 2, 2, 2) == U);
     CHECK(u.linear_backward(o, a.data(), a.data(), b.data(), c.data(), nullptr, nullptr, nullptr, 2, 2, 2) == U);
+    CHECK(u.flash_attention_forward(o, a.data(), m, c.data(), 1, 2, 1, 1, 1) == U);
+    CHECK(u.flash_attention_backward(o, a.data(), b.data(), m, a.data(), b.data(), r, 1, 2, 1, 1, 1) == U);
   }
 }
 

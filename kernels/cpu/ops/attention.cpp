@@ -1,12 +1,14 @@
-// The fused causal attention entries of the CPU ops table (model.h, ABI 2): argument checks and
-// the split over (sequence, head) pairs. With the AVX-512 GEMM backend each pair runs the fused
+// The fused causal attention entries of the CPU ops table (model.h): argument checks and the
+// split over (sequence, head) pairs. With the AVX-512 GEMM backend each pair runs the fused
 // kernel of attention_avx512.cpp on one thread of the pool; with OpenBLAS the pairs run one
 // after another as full GEMMs (gemm_f32, threaded by OpenBLAS) and the row softmaxes, the
 // composition the gpt example used before this op existed.
 //
-// CUDA: causal_attention_forward/backward will be filled by a fused kernel per (sequence,
-// head, query block) in kernels/cuda (scores in shared memory, llm.c's attention kernels as the
-// model); until then the CUDA table leaves these entries NULL and a plugin falls back or fails.
+// Two contracts: causal_attention_* (ABI 2) keeps the batch·heads·T² probabilities from forward
+// to backward; flash_attention_* (ABI 3) keeps only each query's log-sum-exp, and here its
+// backward makes a pair's probabilities again in a per-thread T² buffer (the same code as
+// forward, so the same bits) before the shared backward. One pair's T² at a time instead of
+// all of them: the CPU twin of the GPU's kernels that never hold a T² matrix at all.
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops/attention_native.h"
 #include "kernels/cpu/ops/cpu_ops.h"
@@ -14,6 +16,7 @@
 #include "kernels/cpu/ops/gemm_native.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace dscpp::kernels::cpu {
 namespace {
@@ -57,14 +60,16 @@ GemmArgs product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   return g;
 }
 
-void forward_composed(const AttentionPair& a, float* probs, float* out, int64_t ld_out) {
+// As attention_forward_avx512: out and lse may be null.
+void forward_composed(const AttentionPair& a, float* probs, float* out, int64_t ld_out, float* lse) {
   const int64_t T = a.T;
   gemm_f32(product(false, true, T, T, a.D, a.scale, a.q, a.ld, a.k, a.ld, probs, T));
   for (int64_t t = 0; t < T; ++t) {
-    softmax_row(probs + t * T, 1.0f, probs + t * T, t + 1);
+    const float l = softmax_row(probs + t * T, 1.0f, probs + t * T, t + 1);
+    if (lse != nullptr) lse[t] = l;
     std::fill(probs + t * T + t + 1, probs + (t + 1) * T, 0.0f);
   }
-  gemm_f32(product(false, false, T, a.D, T, 1.0f, probs, T, a.v, a.ld, out, ld_out));
+  if (out != nullptr) gemm_f32(product(false, false, T, a.D, T, 1.0f, probs, T, a.v, a.ld, out, ld_out));
 }
 
 void backward_composed(const AttentionPair& a, const float* probs, const float* dout, int64_t ld_out, float* dq,
@@ -93,6 +98,38 @@ void for_pairs(int64_t pairs, Fn&& fn) {
     for (int64_t p = 0; p < pairs; ++p) fn(p, -1);
 }
 
+// Pair p's forward: probs (T × T), out (null: none) and lse (null: none).
+void pair_forward(const float* x, const Shape& s, float scale, int64_t p, int64_t after, float* probs, float* out,
+                  float* lse) {
+  const AttentionPair a = pair_of(x, s, p, scale);
+  AttentionNext next;
+  if (after >= 0) {
+    const AttentionPair n = pair_of(x, s, after, scale);
+    for (const float* m : {n.q, n.k, n.v}) next.add(m, n.ld, n.D);
+  }
+  if (gemm_backend() == GemmBackend::avx512) attention_forward_avx512(a, probs, out, s.C(), lse, next);
+  else forward_composed(a, probs, out, s.C(), lse);
+}
+
+// Pair p's backward from its probs; dscores: T × T scratch. `next_probs` is the next pair's
+// (null when this thread makes them itself).
+void pair_backward(const float* x, const float* dy, float* dx, const Shape& s, float scale, int64_t p, int64_t after,
+                   const float* probs, const float* next_probs, float* dscores) {
+  const AttentionPair a = pair_of(x, s, p, scale);
+  float* dq = dx + (a.q - x);  // the gradient of pair p sits where its q/k/v sit in qkv
+  const float* dop = dy + out_offset(s, p);
+  AttentionNext next;
+  if (after >= 0) {
+    const AttentionPair n = pair_of(x, s, after, scale);
+    for (const float* m : {n.q, n.k, n.v}) next.add(m, n.ld, n.D);
+    next.add(dy + out_offset(s, after), s.C(), s.D);
+    if (next_probs != nullptr) next.add(next_probs, s.T, s.T);
+  }
+  if (gemm_backend() == GemmBackend::avx512)
+    attention_backward_avx512(a, probs, dop, s.C(), dq, dq + s.C(), dq + 2 * s.C(), dscores, next);
+  else backward_composed(a, probs, dop, s.C(), dq, dq + s.C(), dq + 2 * s.C(), dscores);
+}
+
 int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, void* out, int64_t batch, int64_t T,
                              int64_t heads, int64_t head_dim, float scale) {
   if (int st = check_table(o)) return st;
@@ -104,18 +141,8 @@ int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, v
   const auto* x = static_cast<const float*>(qkv);
   auto* pr = static_cast<float*>(probs);
   auto* y = static_cast<float*>(out);
-  const bool fused = gemm_backend() == GemmBackend::avx512;
   for_pairs(batch * heads, [&](int64_t p, int64_t after) {
-    const AttentionPair a = pair_of(x, s, p, scale);
-    float* pp = pr + p * T * T;
-    float* op = y + out_offset(s, p);
-    AttentionNext next;
-    if (after >= 0) {
-      const AttentionPair n = pair_of(x, s, after, scale);
-      for (const float* m : {n.q, n.k, n.v}) next.add(m, n.ld, n.D);
-    }
-    if (fused) attention_forward_avx512(a, pp, op, s.C(), next);
-    else forward_composed(a, pp, op, s.C());
+    pair_forward(x, s, scale, p, after, pr + p * T * T, y + out_offset(s, p), nullptr);
   });
   return DSCPP_OK;
 }
@@ -133,26 +160,57 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
   if (n == 0) return DSCPP_OK;
   const auto* x = static_cast<const float*>(qkv);
   const auto* pr = static_cast<const float*>(probs);
-  const auto* dy = static_cast<const float*>(dout);
-  auto* dx = static_cast<float*>(dqkv);
   auto* ws = static_cast<float*>(workspace);
-  const bool fused = gemm_backend() == GemmBackend::avx512;
   for_pairs(batch * heads, [&](int64_t p, int64_t after) {
-    const AttentionPair a = pair_of(x, s, p, scale);
-    // The gradient of pair p sits where its q/k/v sit in qkv.
-    float* dq = dx + (a.q - x);
-    const float* pp = pr + p * T * T;
-    const float* dop = dy + out_offset(s, p);
-    AttentionNext next;
-    if (after >= 0) {
-      const AttentionPair n = pair_of(x, s, after, scale);
-      for (const float* m : {n.q, n.k, n.v}) next.add(m, n.ld, n.D);
-      next.add(dy + out_offset(s, after), s.C(), s.D);
-      next.add(pr + after * T * T, T, T);
-    }
-    if (fused)
-      attention_backward_avx512(a, pp, dop, s.C(), dq, dq + s.C(), dq + 2 * s.C(), ws + p * T * T, next);
-    else backward_composed(a, pp, dop, s.C(), dq, dq + s.C(), dq + 2 * s.C(), ws + p * T * T);
+    pair_backward(x, static_cast<const float*>(dout), static_cast<float*>(dqkv), s, scale, p, after, pr + p * T * T,
+                  after >= 0 ? pr + after * T * T : nullptr, ws + p * T * T);
+  });
+  return DSCPP_OK;
+}
+
+// A thread's T² buffers for the flash entries (grown, never shrunk: one pair's worth).
+float* thread_buffer(int which, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[which];
+  if (int64_t(b.size()) < n) b.resize(size_t(n));
+  return b.data();
+}
+
+int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
+                            int64_t heads, int64_t head_dim, float scale) {
+  if (int st = check_table(o)) return st;
+  const Shape s{batch, T, heads, head_dim};
+  if (int st = check_shape(s, scale)) return st;
+  const int64_t n = batch * T * s.C();
+  if (bad_ptr(qkv, 3 * n) || bad_ptr(out, n) || bad_ptr(lse, batch * heads * T)) return DSCPP_E_INVALID_ARGUMENT;
+  if (n == 0) return DSCPP_OK;
+  const auto* x = static_cast<const float*>(qkv);
+  auto* y = static_cast<float*>(out);
+  for_pairs(batch * heads, [&](int64_t p, int64_t after) {
+    pair_forward(x, s, scale, p, after, thread_buffer(0, T * T), y + out_offset(s, p), lse + p * T);
+  });
+  return DSCPP_OK;
+}
+
+// out, lse and the workspace are the GPU's inputs (FlashAttention's backward needs Σ dout·out
+// per query and the log-sum-exp); this backward makes the probabilities again from q and k.
+int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
+                             void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                             float scale) {
+  if (int st = check_table(o)) return st;
+  const Shape s{batch, T, heads, head_dim};
+  if (int st = check_shape(s, scale)) return st;
+  const int64_t n = batch * T * s.C(), rows = batch * heads * T;
+  if (bad_ptr(qkv, 3 * n) || bad_ptr(dqkv, 3 * n) || bad_ptr(dout, n) || bad_ptr(out, n) || bad_ptr(lse, rows) ||
+      bad_ptr(workspace, rows))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (n == 0) return DSCPP_OK;
+  const auto* x = static_cast<const float*>(qkv);
+  for_pairs(batch * heads, [&](int64_t p, int64_t after) {
+    float* probs = thread_buffer(0, T * T);
+    pair_forward(x, s, scale, p, -1, probs, nullptr, nullptr);
+    pair_backward(x, static_cast<const float*>(dout), static_cast<float*>(dqkv), s, scale, p, after, probs, nullptr,
+                  thread_buffer(1, T * T));
   });
   return DSCPP_OK;
 }
@@ -162,6 +220,8 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
 void fill_attention_ops(dscpp_ops& t) {
   t.causal_attention_forward = causal_attention_forward;
   t.causal_attention_backward = causal_attention_backward;
+  t.flash_attention_forward = flash_attention_forward;
+  t.flash_attention_backward = flash_attention_backward;
 }
 
 }  // namespace dscpp::kernels::cpu

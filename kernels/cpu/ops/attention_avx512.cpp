@@ -53,13 +53,13 @@ void prefetch_next(const AttentionNext& next, int64_t T, int64_t part, int64_t p
 }  // namespace
 
 DSCPP_AVX512 void attention_forward_avx512(const AttentionPair& a, float* probs, float* out, int64_t ld_out,
-                                           const AttentionNext& next) {
+                                           float* lse, const AttentionNext& next) {
   const int64_t T = a.T, D = a.D;
   Scratch& sc = scratch();
   float* kt = sc.b0.get(slivers(T) * kNr * D);  // Kᵀ: depth D, T columns
   float* vp = sc.b1.get(slivers(D) * kNr * T);  // V: depth T, D columns
   pack_b(true, a.k, a.ld, 0, D, 0, T, kt);
-  pack_b(false, a.v, a.ld, 0, T, 0, D, vp);
+  if (out != nullptr) pack_b(false, a.v, a.ld, 0, T, 0, D, vp);
   const int64_t panels = (T + kMr - 1) / kMr;
   for (int64_t t0 = 0; t0 < T; t0 += kMr) {
     const int64_t rows = std::min(kMr, T - t0), live = t0 + rows;  // columns s < live can be unmasked
@@ -67,10 +67,11 @@ DSCPP_AVX512 void attention_forward_avx512(const AttentionPair& a, float* probs,
     float* p = probs + t0 * T;
     panel_product(rows, D, rows_of(a.q, a.ld, t0), kt, D, 0, live, a.scale, p, T);
     for (int64_t r = 0; r < rows; ++r) {
-      softmax_row(p + r * T, 1.0f, p + r * T, t0 + r + 1);
+      const float l = softmax_row(p + r * T, 1.0f, p + r * T, t0 + r + 1);
+      if (lse != nullptr) lse[t0 + r] = l;
       std::fill(p + r * T + t0 + r + 1, p + (r + 1) * T, 0.0f);
     }
-    panel_product(rows, live, rows_of(probs, T, t0), vp, T, 0, D, 1.0f, out + t0 * ld_out, ld_out);
+    if (out != nullptr) panel_product(rows, live, rows_of(probs, T, t0), vp, T, 0, D, 1.0f, out + t0 * ld_out, ld_out);
   }
 }
 

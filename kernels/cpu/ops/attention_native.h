@@ -33,8 +33,10 @@ struct AttentionNext {
   }
 };
 
-// probs = causal softmax(scale·q·kᵀ) (0 above the diagonal), out = probs·v.
-void attention_forward_avx512(const AttentionPair& a, float* probs, float* out, int64_t ld_out,
+// probs = causal softmax(scale·q·kᵀ) (0 above the diagonal), out = probs·v (skipped when out
+// is null: the backward of the op that keeps no probabilities makes them again this way, the
+// same bits); lse[t] = log Σ_{s≤t} exp(scale·q_t·k_s) when lse is non-null.
+void attention_forward_avx512(const AttentionPair& a, float* probs, float* out, int64_t ld_out, float* lse,
                               const AttentionNext& next);
 // dq, dk, dv (stride a.ld) from probs and dout; dscores: T × T scratch.
 void attention_backward_avx512(const AttentionPair& a, const float* probs, const float* dout, int64_t ld_out,

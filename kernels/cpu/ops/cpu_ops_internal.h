@@ -40,9 +40,9 @@ inline bool bad_ptr(const void* p, int64_t n) { return n > 0 && p == nullptr; }
 using hd::exp_f;
 
 // Row softmax pieces shared by the row ops and the fused attention (row_ops.cpp):
-// y = softmax(a·x) over n entries (y may be x; n = 0 does nothing), and its backward
-// dx = a·y·(dy − Σ y·dy) (dx may be dy).
-void softmax_row(const float* x, float a, float* y, int64_t n);
+// y = softmax(a·x) over n entries (y may be x; n = 0 does nothing), returning the row's
+// log Σ exp(a·x) (−∞ for n = 0); and its backward dx = a·y·(dy − Σ y·dy) (dx may be dy).
+float softmax_row(const float* x, float a, float* y, int64_t n);
 void softmax_row_backward(const float* y, const float* dy, float a, float* dx, int64_t n);
 
 // GELU (tanh form) over n contiguous floats (elementwise.cpp): y = gelu(x), and its backward

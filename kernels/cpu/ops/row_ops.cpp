@@ -355,11 +355,12 @@ int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t*
 
 }  // namespace
 
-void softmax_row(const float* x, float a, float* y, int64_t n) {
-  if (n == 0) return;
+float softmax_row(const float* x, float a, float* y, int64_t n) {
+  if (n == 0) return -INFINITY;
   const float m = row_max_scaled(x, a, n);
   const float s = row_exp(x, a, m, y, n);
   row_scale(y, 1.0f / s, n);
+  return m + std::log(s);
 }
 
 void softmax_row_backward(const float* y, const float* dy, float a, float* dx, int64_t n) {

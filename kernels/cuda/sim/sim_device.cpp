@@ -141,8 +141,10 @@ dscpp_ops make_sim_cpu_ops(Device& device, std::shared_ptr<void>& context) {
   DSCPP_AS_KERNEL(causal_attention_backward);
   DSCPP_AS_KERNEL(linear_forward);
   DSCPP_AS_KERNEL(linear_backward);
+  DSCPP_AS_KERNEL(flash_attention_forward);
+  DSCPP_AS_KERNEL(flash_attention_backward);
 #undef DSCPP_AS_KERNEL
-  static_assert(sizeof(dscpp_ops) == offsetof(dscpp_ops, linear_backward) + sizeof(t.linear_backward),
+  static_assert(sizeof(dscpp_ops) == offsetof(dscpp_ops, flash_attention_backward) + sizeof(t.flash_attention_backward),
                 "a dscpp_ops entry was added: wrap it above");
   return t;
 }
