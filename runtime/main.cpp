@@ -159,8 +159,19 @@ int run(const Args& a) {
   comm::World world = comm::create_world(copts);
 
   if (!a.device_memory_limit.empty()) device.set_limit(parse_byte_size(a.device_memory_limit, "--device_memory_limit"));
+  const kernels::GemmMath gemm_math =
+      runtime::gemm_math_for(loaded.config.bf16.enabled, loaded.config.fp16.enabled);
+  if (rank_device.set_gemm_math) rank_device.set_gemm_math(gemm_math);
   const dscpp_ops& ops = rank_device.ops;
   if (id.rank == 0) {
+    if (rank_device.set_gemm_math)
+      log::info("GEMMs: {}", gemm_math == kernels::GemmMath::fp32
+                                 ? std::string("exact fp32")
+                                 : fmt::format("{} tensor cores (fp32 operands rounded to {}, fp32 accumulation)",
+                                               kernels::gemm_math_name(gemm_math), kernels::gemm_math_name(gemm_math)));
+    else if (gemm_math != kernels::GemmMath::fp32)
+      log::info("GEMMs: exact fp32 (the CPU ops table has no reduced-precision GEMMs; {} applies on a GPU)",
+                kernels::gemm_math_name(gemm_math));
     log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device {}, {} thread{} per rank, {}", DSCPP_VERSION,
               id.world_size, id.world_size == 1 ? "" : "s", id.source.empty() ? "single process" : id.source,
               world.description, device.name(), threads, threads == 1 ? "" : "s", kernels::blas_description());

@@ -39,6 +39,7 @@ RankDevice make_cuda() {
   cuda::bind_cuda_math(*device);
   auto context = std::make_shared<cuda::OpsContext>(device->compute_stream());
   r.ops = cuda::cuda_ops(DSCPP_F32, context.get());
+  r.set_gemm_math = [c = context.get()](kernels::GemmMath m) { c->gemm_math = m; };
   r.ops_context = context;
   r.cuda = true;
   r.cuda_index = device->index();
@@ -71,13 +72,25 @@ RankDevice make_rank_device(DeviceChoice choice) {
     // engine's device math alone is then compared with the CPU device bit for bit, while the
     // CUDA table reorders the row ops' sums (tests/system/device_path.sh runs both).
     const char* table = std::getenv("DSCPP_SIM_OPS");
-    r.ops = table != nullptr && std::string_view(table) == "cpu" ? make_sim_cpu_ops(*r.device, r.ops_context)
-                                                                 : make_sim_cuda_ops(r.ops_context);
+    if (table != nullptr && std::string_view(table) == "cpu") {
+      r.ops = make_sim_cpu_ops(*r.device, r.ops_context);
+    } else {
+      r.ops = make_sim_cuda_ops(r.ops_context);
+      r.set_gemm_math = [c = r.ops_context](kernels::GemmMath m) { set_sim_cuda_gemm_math(c, m); };
+    }
   } else {
     r.device = make_cpu_device();
     r.ops = kernels::cpu_ops(DSCPP_F32, r.device.get());
   }
   return r;
+}
+
+kernels::GemmMath gemm_math_for(bool bf16_enabled, bool fp16_enabled) {
+  if (const char* env = std::getenv("DSCPP_GEMM_MATH"); env != nullptr && *env != '\0') {
+    if (auto m = kernels::parse_gemm_math(env)) return *m;
+    fail("DSCPP_GEMM_MATH={}: expected fp32, tf32, bf16 or fp16", env);
+  }
+  return bf16_enabled ? kernels::GemmMath::bf16 : fp16_enabled ? kernels::GemmMath::fp16 : kernels::GemmMath::fp32;
 }
 
 }  // namespace dscpp::runtime

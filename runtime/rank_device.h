@@ -13,7 +13,9 @@
 
 #include "core/device.h"
 #include "dscpp/model.h"
+#include "kernels/gemm_math.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,8 +34,15 @@ struct RankDevice {
   int cuda_index = -1;
   void* cuda_compute_stream = nullptr;  // cudaStream_t of the compute stream
   std::string cuda_bus_id;              // the GPU's PCI bus id: ranks sharing one have the same
+  // Sets how the CUDA ops table's GEMMs round their operands (kernels/gemm_math.h); empty for the
+  // CPU table, whose GEMMs are always exact fp32.
+  std::function<void(kernels::GemmMath)> set_gemm_math;
 };
 
 RankDevice make_rank_device(DeviceChoice choice);
+
+// The GEMM math a run asks for: DSCPP_GEMM_MATH when set (fp32, tf32, bf16 or fp16; anything else
+// is an error naming them), else bf16 / fp16 when the config enables that precision, else fp32.
+kernels::GemmMath gemm_math_for(bool bf16_enabled, bool fp16_enabled);
 
 }  // namespace dscpp::runtime

@@ -1,7 +1,8 @@
-// The CUDA ops table: argument checks as in the CPU table, cuBLAS for the GEMMs (fp32 compute,
-// no TF32, like the CPU's sgemm), the kernels of ops_kernels.h for the rest, all on the
-// context's stream. Ops that must answer on the host (invalid ids or targets, the loss sums,
-// copies) synchronise the stream; everything else returns as soon as it is enqueued.
+// The CUDA ops table: argument checks as in the CPU table, cuBLAS for the GEMMs (exact fp32 like
+// the CPU's sgemm unless the context's gemm_math puts them on the tensor cores), the kernels of
+// ops_kernels.h for the rest, all on the context's stream. Ops that must answer on the host
+// (invalid ids or targets, the loss sums, the embedding gradient's grouping, copies) synchronise
+// the stream; everything else returns as soon as it is enqueued.
 #include "kernels/cuda/ops_table.h"
 
 #include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32: the same argument rules
@@ -54,6 +55,17 @@ float* F(void* p) {
   return static_cast<float*>(p);
 }
 
+// fp32 operands on the tensor cores: cuBLAS rounds them to the named type itself.
+cublasComputeType_t compute_type(kernels::GemmMath m) {
+  switch (m) {
+    case kernels::GemmMath::tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case kernels::GemmMath::bf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case kernels::GemmMath::fp16: return CUBLAS_COMPUTE_32F_FAST_16F;
+    case kernels::GemmMath::fp32: break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same memory: swap
 // the operands and M/N, keep the transposes.
 int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K,
@@ -67,9 +79,15 @@ int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int
   if (A == nullptr || B == nullptr || C == nullptr) return DSCPP_E_INVALID_ARGUMENT;
   const cublasOperation_t opa = ta == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = tb == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasStatus_t s =
-      cublasSgemmStridedBatched(ctx(o).blas, opb, opa, int(N), int(M), int(K), &alpha, F(B), int(ldb), sb, F(A),
-                                int(lda), sa, &beta, F(C), int(ldc), sc, int(batch));
+  const OpsContext& c = ctx(o);
+  cublasStatus_t s;
+  if (c.gemm_math == kernels::GemmMath::fp32)
+    s = cublasSgemmStridedBatched(c.blas, opb, opa, int(N), int(M), int(K), &alpha, F(B), int(ldb), sb, F(A),
+                                  int(lda), sa, &beta, F(C), int(ldc), sc, int(batch));
+  else
+    s = cublasGemmStridedBatchedEx(c.blas, opb, opa, int(N), int(M), int(K), &alpha, B, CUDA_R_32F, int(ldb), sb, A,
+                                   CUDA_R_32F, int(lda), sa, &beta, C, CUDA_R_32F, int(ldc), sc, int(batch),
+                                   compute_type(c.gemm_math), CUBLAS_GEMM_DEFAULT);
   return s == CUBLAS_STATUS_SUCCESS ? DSCPP_OK : DSCPP_E_INTERNAL;
 }
 

@@ -9,7 +9,8 @@
 #pragma once
 
 #include "dscpp/model.h"
-#include "kernels/cuda/launch.h"  // Stream: cudaStream_t, or the host stub's stream
+#include "kernels/cuda/launch.h"
+#include "kernels/gemm_math.h"  // Stream: cudaStream_t, or the host stub's stream
 
 #include <cstdint>
 
@@ -29,6 +30,7 @@ struct OpsContext {
 
   Stream stream;
   cublasHandle_t blas = nullptr;
+  kernels::GemmMath gemm_math = kernels::GemmMath::fp32;  // how the GEMMs round their operands
   int32_t* flag = nullptr;  // device: "a bad id / target was seen"
   // Device scratch for cross-entropy's per-row results, grown on demand.
   double* row_loss = nullptr;

@@ -254,6 +254,50 @@ TEST_CASE("CUDA table (host stub) GEMMs equal the CPU table's bit for bit", "[cu
   CHECK(c == 3.0f);
 }
 
+// Reduced-precision GEMM math: the table must ask cuBLAS for the tensor-core compute type, whose
+// stub rounds the operands as kernels/gemm_math.h says. Checked three ways: equal bits to the
+// CPU GEMM over operands rounded by hand (the routing); within the rounding bound of the exact
+// product, 2·2^-p·Σ|a·b| for a p-bit mantissa (two rounded operands) plus fp32's own K·u; and
+// not equal to the exact product (the rounding happened).
+TEST_CASE("CUDA table (host stub) GEMMs on tf32/bf16/fp16 tensor-core math round their operands", "[cuda_ops_table]") {
+  using kernels::GemmMath;
+  CHECK(kernels::round_for_gemm(1.0f + 0x1p-11f, GemmMath::tf32) == 1.0f);  // a tie: to even
+  CHECK(kernels::round_for_gemm(1.0f + 0x3p-11f, GemmMath::tf32) == 1.0f + 0x1p-9f);
+  CHECK(kernels::round_for_gemm(1.0f + 0x1p-9f, GemmMath::bf16) == 1.0f);
+  CHECK(kernels::round_for_gemm(70000.0f, GemmMath::fp16) == INFINITY);
+  CHECK(kernels::parse_gemm_math("bf16") == GemmMath::bf16);
+  CHECK_FALSE(kernels::parse_gemm_math("fp8").has_value());
+  Tables t;
+  const int64_t M = 9, N = 11, K = 40;
+  const Vec A = rnd(size_t(M * K), 300), B = rnd(size_t(K * N), 301);
+  Vec exact(size_t(M * N));
+  REQUIRE(t.C()->gemm(t.C(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
+                      exact.data(), N) == DSCPP_OK);
+  for (auto [math, bits] : {std::pair{GemmMath::tf32, 11}, {GemmMath::bf16, 8}, {GemmMath::fp16, 11}}) {
+    CAPTURE(kernels::gemm_math_name(math));
+    t.ctx.gemm_math = math;
+    Vec ra = A, rb = B, want(exact.size()), got(exact.size());
+    for (float& v : ra) v = kernels::round_for_gemm(v, math);
+    for (float& v : rb) v = kernels::round_for_gemm(v, math);
+    REQUIRE(t.C()->gemm(t.C(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, ra.data(), K, rb.data(), N, 0.0f,
+                        want.data(), N) == DSCPP_OK);
+    REQUIRE(t.gpu.gemm(t.G(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
+                       got.data(), N) == DSCPP_OK);
+    CHECK(bitwise(got, want));
+    bool differs = false;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double mag = 0;
+        for (int64_t k = 0; k < K; ++k) mag += std::fabs(double(A[size_t(i * K + k)]) * B[size_t(k * N + j)]);
+        const size_t ij = size_t(i * N + j);
+        REQUIRE(std::fabs(double(got[ij]) - exact[ij]) <= (2 * std::ldexp(1.0, -bits) + double(K) * kU) * mag);
+        differs = differs || got[ij] != exact[ij];
+      }
+    CHECK(differs);
+  }
+  t.ctx.gemm_math = GemmMath::fp32;
+}
+
 // ---- elementwise and row ops -------------------------------------------------------------------
 
 TEST_CASE("CUDA table (host stub) elementwise ops equal the CPU table's", "[cuda_ops_table]") {

@@ -1,6 +1,8 @@
 // The host stub of the CUDA runtime and cuBLAS calls of the ops table (cuda_runtime_stub.h).
 #include "kernels/cuda/sim/cuda_runtime_stub.h"
 
+#include "kernels/gemm_math.h"
+
 #include "kernels/cpu/ops/cpu_ops.h"
 
 #include "core/protected_memory.h"
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <vector>
 #include <unordered_map>
 
 namespace dscpp::DSCPP_CUDA_NS {
@@ -161,6 +164,51 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
   const int s = cpu.gemm_strided_batched(&cpu, row_major_op(transb), row_major_op(transa), n, m, k, *alpha, B, ldb,
                                          strideB, A, lda, strideA, *beta, C, ldc, strideC, batchCount);
   return s == DSCPP_OK ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+namespace {
+// A copy of the memory a strided batch of column-major rows × cols matrices spans, each element
+// rounded as the tensor cores would read it (the gaps between matrices are copied too: the
+// GEMM never reads them).
+std::vector<float> rounded_span(const float* x, int rows, int cols, int ld, long long stride, int batch,
+                                kernels::GemmMath math) {
+  if (rows == 0 || cols == 0 || batch == 0) return {};
+  const size_t span = size_t((long long)(batch - 1) * stride + (long long)(cols - 1) * ld + rows);
+  std::vector<float> out(x, x + span);
+  for (float& v : out) v = kernels::round_for_gemm(v, math);
+  return out;
+}
+}  // namespace
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType_t Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType_t Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t) {
+  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
+  kernels::GemmMath math;
+  switch (computeType) {
+    case CUBLAS_COMPUTE_32F: math = kernels::GemmMath::fp32; break;
+    case CUBLAS_COMPUTE_32F_FAST_TF32: math = kernels::GemmMath::tf32; break;
+    case CUBLAS_COMPUTE_32F_FAST_16BF: math = kernels::GemmMath::bf16; break;
+    case CUBLAS_COMPUTE_32F_FAST_16F: math = kernels::GemmMath::fp16; break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const auto* a = static_cast<const float*>(A);
+  const auto* b = static_cast<const float*>(B);
+  std::vector<float> ra, rb;
+  if (math != kernels::GemmMath::fp32) {
+    if (m < 0 || n < 0 || k < 0 || batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    ProtectedAccess on_device;  // reading the operands is part of the "kernel"
+    ra = rounded_span(a, transa == CUBLAS_OP_N ? m : k, transa == CUBLAS_OP_N ? k : m, lda, strideA, batchCount, math);
+    rb = rounded_span(b, transb == CUBLAS_OP_N ? k : n, transb == CUBLAS_OP_N ? n : k, ldb, strideB, batchCount, math);
+    if (!ra.empty()) a = ra.data();
+    if (!rb.empty()) b = rb.data();
+  }
+  return cublasSgemmStridedBatched(handle, transa, transb, m, n, k, static_cast<const float*>(alpha), a, lda, strideA,
+                                   b, ldb, strideB, static_cast<const float*>(beta), static_cast<float*>(C), ldc,
+                                   strideC, batchCount);
 }
 
 }  // namespace dscpp::DSCPP_CUDA_NS

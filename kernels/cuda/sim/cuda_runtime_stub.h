@@ -78,4 +78,22 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long strideA, const float* B, int ldb, long long strideB,
                                          const float* beta, float* C, int ldc, long long strideC, int batchCount);
 
+// The mixed-precision form, for fp32 operands only (what the table passes): computeType
+// CUBLAS_COMPUTE_32F is the call above; the _FAST_ types round A and B to TF32 / bf16 / fp16
+// (kernels/gemm_math.h's emulation of the tensor cores' input conversion) and accumulate in fp32.
+enum cudaDataType_t { CUDA_R_32F = 0 };
+enum cublasComputeType_t {
+  CUBLAS_COMPUTE_32F = 68,
+  CUBLAS_COMPUTE_32F_FAST_16F = 74,
+  CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+  CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+};
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType_t Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType_t Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo);
+
 }  // namespace dscpp::DSCPP_CUDA_NS

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/device.h"
+#include "kernels/gemm_math.h"
 #include "dscpp/model.h"
 
 #include <cstdint>
@@ -53,6 +54,8 @@ std::unique_ptr<SimCudaDevice> make_sim_cuda_device();
 // The CUDA ops table (kernels/cuda/ops_table.h) in its host-stub build, fp32, bound to an ops
 // context that `context` keeps alive (one per thread that runs layers, as on a GPU).
 dscpp_ops make_sim_cuda_ops(std::shared_ptr<void>& context);
+// How that table's GEMMs round their operands (`context` as make_sim_cuda_ops set it).
+void set_sim_cuda_gemm_math(const std::shared_ptr<void>& context, kernels::GemmMath math);
 // The CPU ops table run as this device's kernels: every entry opens device memory for its call.
 // What DSCPP_SIM_OPS=cpu trains with, to compare the engine's device math with the CPU device
 // bit for bit (`context` keeps the wrapped table alive).
