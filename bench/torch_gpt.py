@@ -13,6 +13,11 @@ dscpp and a run of this script can be compared step by step:
   /usr/bin/python3 bench/torch_gpt.py --throughput --threads 2 --batch 16
   /usr/bin/python3 bench/torch_gpt.py --throughput --ddp 2 --batch 16
 
+  # on a GPU (torch 2.x): bf16 autocast and scaled_dot_product_attention, as a user runs it;
+  # prints the peak of torch.cuda.max_memory_allocated as well:
+  python3 bench/torch_gpt.py --throughput --device cuda --dtype bf16 --attention sdpa \
+      --layers 12 --d_model 768 --heads 12 --context 1024 --batch 8
+
 Model (see the plugin's header comment): "embed" (wte [V,C], wpe [T,C]), "blocks.i" (pre-LN:
 ln_1, attn.c_attn [3C,C] + bias, causal softmax attention, attn.c_proj [C,C] + bias, ln_2,
 mlp.c_fc [4C,C] + bias, tanh-GELU, mlp.c_proj [C,4C] + bias), "head" (ln_f, lm_head [V,C], no
@@ -116,6 +121,11 @@ class Embed(nn.Module):
 
 
 class Attention(nn.Module):
+    # "math": the T×T scores written out (what the plugin's ABI 2 op computed); "sdpa":
+    # F.scaled_dot_product_attention(is_causal=True), torch's fused kernels (flash / memory
+    # efficient), which never hold the scores.
+    kind = "math"
+
     def __init__(self, C, H):
         super().__init__()
         self.H = H
@@ -127,11 +137,14 @@ class Attention(nn.Module):
         hd = C // self.H
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, hd).transpose(1, 2) for t in (q, k, v))
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (probs @ v).transpose(1, 2).reshape(B, T, C)
-        return self.c_proj(y)
+        if Attention.kind == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = probs @ v
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
 class Mlp(nn.Module):
@@ -285,13 +298,21 @@ def train_steps(args, corpus):
 
 
 def timed_steps(args, corpus, model, opt, rank=0, world=1):
+    device = torch.device(args.device)
+    autocast = args.dtype == "bf16"
+
     def one(k):
         ids, tgt = corpus.batch((k * world + rank) * args.batch, args.batch)
-        loss = model(ids, tgt)
+        ids, tgt = ids.to(device, non_blocking=True), tgt.to(device, non_blocking=True)
+        if autocast:
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+                loss = model(ids, tgt)
+        else:
+            loss = model(ids, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss.item()  # waits for the step: the timing covers the GPU's work
 
     for k in range(args.warmup):
         one(k)
@@ -307,12 +328,23 @@ def timed_steps(args, corpus, model, opt, rank=0, world=1):
 def throughput(args, corpus):
     torch.set_num_threads(args.threads)
     describe_torch(torch.get_num_threads())
-    model = make_model(args, corpus)
+    model = make_model(args, corpus).to(args.device)
     opt = make_optimizer(args, model)
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        # Exact fp32 unless autocast: no TF32, as dscpp's default fp32 GEMMs.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        print("device %s, %s, attention %s" % (torch.cuda.get_device_name(), args.dtype, args.attention))
+        torch.cuda.reset_peak_memory_stats()
     seconds, step_times = timed_steps(args, corpus, model, opt)
     tokens = args.steps * args.batch * args.context
-    print("throughput: %d steps × batch %d × context %d in %.3f s = %.1f tokens/s (1 process, %d threads)" %
-          (args.steps, args.batch, args.context, seconds, tokens / seconds, torch.get_num_threads()))
+    where = "1 process, %s" % (args.device if cuda else "%d threads" % torch.get_num_threads())
+    print("throughput: %d steps × batch %d × context %d in %.3f s = %.1f tokens/s (%s)" %
+          (args.steps, args.batch, args.context, seconds, tokens / seconds, where))
+    if cuda:
+        print("peak memory: %.3f GiB (torch.cuda.max_memory_allocated)" %
+              (torch.cuda.max_memory_allocated() / 2**30))
     # The fastest single step: on a shared machine, the least disturbed measurement.
     print("best step: %.4f s = %.1f tokens/s" % (min(step_times), args.batch * args.context / min(step_times)))
 
@@ -358,8 +390,16 @@ def main():
     ap.add_argument("--throughput", action="store_true", help="time training steps, print tokens/s")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (single-process --throughput)")
     ap.add_argument("--ddp", type=int, default=0, help="with --throughput: N gloo DDP processes, 1 thread each")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (with --throughput)")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: torch.autocast(bfloat16) around the forward (with --throughput)")
+    ap.add_argument("--attention", choices=["math", "sdpa"], default="math",
+                    help="math: scores written out; sdpa: F.scaled_dot_product_attention (torch 2.x)")
     ap.add_argument("--info", action="store_true", help="print the corpus (files, sizes, unigram entropy) and exit")
     args = ap.parse_args()
+    if args.attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+        sys.exit("torch_gpt: --attention sdpa needs torch 2.0 or later (this is %s)" % torch.__version__)
+    Attention.kind = args.attention
     if args.d_model % args.heads != 0:
         sys.exit("torch_gpt: --d_model must be a multiple of --heads")
 

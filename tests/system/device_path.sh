@@ -35,6 +35,10 @@ DSCPP=$1 GPT=$2 COMPARE=$3 DEVICE=$4
 # memory safety is the unit test's under the sanitizers). The CPU twins, every comparison, the
 # ZeRO equivalence and the control are the normal build's.
 SANITIZED=${DSCPP_TEST_SANITIZED:-0}
+# The comparisons are of the engine's device path, so the device's GEMMs stay exact fp32 in the
+# bf16/fp16 cases too (by default those put the GEMMs on bf16/fp16 tensor-core math, whose
+# operand rounding the unit tests check and tests/gpu/check.sh compares with the CPU separately).
+export DSCPP_GEMM_MATH=fp32
 ATOL=1e-6                      # A
 BTOL=1e-4                      # B
 [ "$DEVICE" = cuda ] && BTOL=1e-3
