@@ -81,6 +81,16 @@ std::string cuda_report() {
 #else
   out += fmt::format("  {:<10} {}\n", "nccl", "no (not found at build time; reconfigure after installing it)");
 #endif
+#if DSCPP_HAVE_CUDNN_SDPA
+  // cuDNN's fused attention for bf16/fp16 runs: the library is loaded when a run needs it.
+  using SizeFn = size_t (*)();
+  auto cudnn = load<SizeFn>("libcudnn.so.9", "cudnnGetVersion", why);
+  out += fmt::format("  {:<10} yes (fused attention for 16-bit runs): library {}\n", "cudnn sdpa",
+                     cudnn != nullptr ? fmt::format("{}", cudnn()) : "cannot load: " + why);
+#else
+  out += fmt::format("  {:<10} {}\n", "cudnn sdpa",
+                     "no (cuDNN frontend headers not found at build time: scripts/setup.sh fetches them)");
+#endif
   return out;
 #endif
 }

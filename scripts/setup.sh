@@ -42,11 +42,48 @@ install_pip() {
   /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages $missing_pip
 }
 
+# The cuDNN frontend's headers (header-only C++; PyPI's nvidia-cudnn-frontend wheel carries them
+# in include/), for cuDNN's fused attention in a CUDA build: only where the CUDA toolkit and
+# cuDNN are present, unpacked into /usr/local/include/cudnn_frontend/include (Meson's default
+# cudnn_frontend_dir; the headers include each other as "../include/…", so the folder keeps that
+# name). A failed download only costs that feature: the build says it is absent.
+CUDNN_FE_VERSION=1.32.0
+install_cudnn_frontend() {
+  local dest=/usr/local/include/cudnn_frontend/include tmp
+  [ -x /usr/local/cuda/bin/nvcc ] && [ -f /usr/local/cuda/include/cudnn.h ] || return 0
+  [ -f "$dest/cudnn_frontend_version.h" ] &&
+    grep -q "CUDNN_FRONTEND_MINOR_VERSION $(echo $CUDNN_FE_VERSION | cut -d. -f2)\$" "$dest/cudnn_frontend_version.h" &&
+    return 0
+  [ "$(id -u)" = 0 ] || { echo "setup.sh: the cuDNN frontend headers are missing and installing them needs root" >&2; return 0; }
+  tmp=$(mktemp -d)
+  echo "setup.sh: fetching the cuDNN frontend $CUDNN_FE_VERSION headers (PyPI nvidia-cudnn-frontend)"
+  if /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" \
+       "nvidia-cudnn-frontend==$CUDNN_FE_VERSION" > "$tmp/log" 2>&1 &&
+     /usr/bin/python3 - "$tmp" "$dest" <<'PY'
+import glob, os, sys, zipfile
+tmp, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(glob.glob(os.path.join(tmp, "*.whl"))[0]) as z:
+    for name in z.namelist():
+        if name.startswith("include/") and not name.endswith("/"):
+            path = os.path.join(dest, name[len("include/"):])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(z.read(name))
+PY
+  then
+    echo "setup.sh: cuDNN frontend headers in $dest"
+  else
+    echo "setup.sh: warning: could not fetch the cuDNN frontend headers ($(tail -1 "$tmp/log")): building without cuDNN attention" >&2
+  fi
+  rm -rf "$tmp"
+}
+
 missing=""
 for p in $want; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -z "$missing" ]; then
+  install_cudnn_frontend
   install_pip
   exit $?
 fi
@@ -59,5 +96,6 @@ echo "setup.sh: installing$missing"
 apt-get update -qq
 # shellcheck disable=SC2086
 apt-get install -y -qq --no-install-recommends $missing >/dev/null
+install_cudnn_frontend
 install_pip
 echo "setup.sh: done"

@@ -7,6 +7,10 @@
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/ops_table.h"
 
+#if !defined(DSCPP_CUDA_HOST_STUB)
+#include "kernels/cuda/cudnn_attention.h"
+#endif
+
 namespace dscpp::DSCPP_CUDA_NS {
 
 using kernels::cpu::bad_ptr;
@@ -102,7 +106,19 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
   return DSCPP_OK;
 }
 
-// The entries that keep no T² matrix (ABI 3): the kernels of ops_attention.cu.
+// The entries that keep no T² matrix (ABI 3): under 16-bit GEMM math cuDNN's fused attention
+// where this build and GPU have it (cudnn_attention.h), else the kernels of ops_attention.cu.
+#if !defined(DSCPP_CUDA_HOST_STUB)
+CudnnAttention* cudnn_for(OpsContext& c) {
+  if (c.gemm_math != kernels::GemmMath::bf16 && c.gemm_math != kernels::GemmMath::fp16) return nullptr;
+  if (!c.cudnn_attention_tried) {
+    c.cudnn_attention_tried = true;
+    c.cudnn_attention = CudnnAttention::create(c.stream);
+  }
+  return c.cudnn_attention.get();
+}
+#endif
+
 bool flash_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
   return attention_args_ok(batch, T, heads, head_dim) && head_dim <= ops::kMaxHeadDim && scale == scale;
 }
@@ -115,8 +131,13 @@ int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, voi
       bad_ptr(lse, batch * heads * T))
     return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0) return DSCPP_OK;
-  return status(ops::flash_attention_forward(F(qkv), lse, F(out), batch, T, heads, int(head_dim), scale,
-                                             ctx(o).stream));
+  OpsContext& c = ctx(o);
+#if !defined(DSCPP_CUDA_HOST_STUB)
+  if (CudnnAttention* a = cudnn_for(c);
+      a != nullptr && a->forward({batch, T, heads, head_dim, scale, c.gemm_math}, F(qkv), lse, F(out)))
+    return DSCPP_OK;
+#endif
+  return status(ops::flash_attention_forward(F(qkv), lse, F(out), batch, T, heads, int(head_dim), scale, c.stream));
 }
 
 int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
@@ -128,8 +149,15 @@ int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* ou
       bad_ptr(dout, n) || bad_ptr(dqkv, 3 * n) || bad_ptr(lse, rows) || bad_ptr(workspace, rows))
     return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0) return DSCPP_OK;
+  OpsContext& c = ctx(o);
+#if !defined(DSCPP_CUDA_HOST_STUB)
+  if (CudnnAttention* a = cudnn_for(c);
+      a != nullptr &&
+      a->backward({batch, T, heads, head_dim, scale, c.gemm_math}, F(qkv), F(out), lse, F(dout), F(dqkv)))
+    return DSCPP_OK;
+#endif
   return status(ops::flash_attention_backward(F(qkv), F(out), lse, F(dout), F(dqkv), workspace, batch, T, heads,
-                                              int(head_dim), scale, ctx(o).stream));
+                                              int(head_dim), scale, c.stream));
 }
 
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the

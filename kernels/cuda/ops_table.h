@@ -20,7 +20,11 @@
 typedef struct cublasContext* cublasHandle_t;
 #endif
 
+#include <memory>
+
 namespace dscpp::DSCPP_CUDA_NS {
+
+class CudnnAttention;  // cudnn_attention.h (GPU builds only)
 
 struct OpsContext {
   explicit OpsContext(Stream stream);  // creates the cuBLAS handle on the current device
@@ -43,6 +47,10 @@ struct OpsContext {
   size_t scratch_bytes = 0;
   void* reserve_scratch(size_t bytes);
   float* column_scratch(int64_t rows, int64_t cols, int outputs);
+  // cuDNN's fused attention, for the flash entries under 16-bit GEMM math: made on first use
+  // (null when unavailable; then the table's own kernels run).
+  std::unique_ptr<CudnnAttention> cudnn_attention;
+  bool cudnn_attention_tried = false;
 };
 
 // fp32 is implemented; other dtypes answer DSCPP_E_UNSUPPORTED from every op, as on the CPU.

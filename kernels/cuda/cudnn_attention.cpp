@@ -1,0 +1,229 @@
+// cuDNN SDPA behind the flash_attention entries (cudnn_attention.h), through the cuDNN frontend's
+// graph API: one forward and one backward graph per shape, built on first use.
+#include "kernels/cuda/cudnn_attention.h"
+
+#include "build_config.h"
+#include "core/log.h"
+#include "kernels/cuda/cast.h"
+
+#include <cuda_runtime_api.h>
+
+#if DSCPP_HAVE_CUDNN_SDPA
+// cuDNN is loaded at run time (dlopen of libcudnn.so.9, through the frontend's shim), so the
+// runtime starts on machines without it and says why this path is off.
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#include <cudnn_frontend.h>
+#include <dlfcn.h>
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;  // the frontend's shim resolves cuDNN's symbols here
+}  // namespace cudnn_frontend
+#endif
+
+namespace dscpp::cuda {
+
+#if DSCPP_HAVE_CUDNN_SDPA
+namespace fe = cudnn_frontend;
+
+namespace {
+
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+// Device memory grown on demand; only the stream's work uses it, in order.
+struct Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+  ~Scratch() { cudaFree(p); }
+  void* get(size_t n, Stream stream) {
+    if (n <= bytes) return p;
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return nullptr;  // the old block may be in use
+    cudaFree(p);
+    p = nullptr, bytes = 0;
+    if (cudaMalloc(&p, n) != cudaSuccess) return nullptr;
+    bytes = n;
+    return p;
+  }
+};
+
+// The table's layouts seen as cuDNN's [batch, heads, T, head_dim]: q/k/v rows of the packed
+// batch × T × 3C qkv (and dq/dk/dv of dqkv), out/dout rows of batch × T × C; statistics
+// batch × heads × T (× 1).
+struct Layout {
+  std::vector<int64_t> dims, qkv, out, stats_dims, stats;
+  explicit Layout(const CudnnAttention::Shape& s) {
+    const int64_t C = s.heads * s.head_dim;
+    dims = {s.batch, s.heads, s.T, s.head_dim};
+    qkv = {s.T * 3 * C, s.head_dim, 3 * C, 1};
+    out = {s.T * C, s.head_dim, C, 1};
+    stats_dims = {s.batch, s.heads, s.T, 1};
+    stats = {s.heads * s.T, s.T, 1, 1};
+  }
+};
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, float, int, bool>;
+
+}  // namespace
+
+struct CudnnAttention::Impl {
+  cudnnHandle_t handle = nullptr;
+  Stream stream = nullptr;
+  std::map<Key, std::shared_ptr<fe::graph::Graph>> graphs;  // null: cuDNN has no plan for it
+  Scratch qkv16, out16, dout16, dqkv16, workspace;
+
+  ~Impl() {
+    graphs.clear();
+    if (handle != nullptr) fe::detail::destroy_handle(handle);
+  }
+
+  std::shared_ptr<fe::graph::Graph> graph(const Shape& s, bool backward) {
+    const Key key{s.batch, s.T, s.heads, s.head_dim, s.scale, int(s.math), backward};
+    if (auto it = graphs.find(key); it != graphs.end()) return it->second;
+    const Layout l(s);
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(s.math == kernels::GemmMath::fp16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    auto input = [&](const char* name, int64_t uid, const std::vector<int64_t>& stride) {
+      return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(l.dims).set_stride(stride));
+    };
+    auto q = input("Q", kQ, l.qkv), k = input("K", kK, l.qkv), v = input("V", kV, l.qkv);
+    if (!backward) {
+      auto options = fe::graph::SDPA_attributes().set_name("flash_forward").set_generate_stats(true);
+      options.set_causal_mask(true).set_attn_scale(s.scale);
+      auto [o, stats] = g->sdpa(q, k, v, options);
+      o->set_output(true).set_dim(l.dims).set_stride(l.out).set_uid(kO);
+      stats->set_output(true).set_data_type(fe::DataType_t::FLOAT).set_dim(l.stats_dims).set_stride(l.stats);
+      stats->set_uid(kStats);
+    } else {
+      auto o = input("O", kO, l.out), dout = input("dO", kDO, l.out);
+      auto stats = g->tensor(fe::graph::Tensor_attributes()
+                                 .set_name("Stats")
+                                 .set_uid(kStats)
+                                 .set_dim(l.stats_dims)
+                                 .set_stride(l.stats)
+                                 .set_data_type(fe::DataType_t::FLOAT));
+      auto options = fe::graph::SDPA_backward_attributes().set_name("flash_backward");
+      options.set_causal_mask(true).set_attn_scale(s.scale);
+      auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, options);
+      dq->set_output(true).set_dim(l.dims).set_stride(l.qkv).set_uid(kDQ);
+      dk->set_output(true).set_dim(l.dims).set_stride(l.qkv).set_uid(kDK);
+      dv->set_output(true).set_dim(l.dims).set_stride(l.qkv).set_uid(kDV);
+    }
+    fe::error_t status = g->build(handle, {fe::HeurMode_t::A});
+    if (!status.is_good()) {
+      log::warn("cuDNN SDPA has no {} plan for batch {}, T {}, {} heads of {} in {}: {}; that attention runs on "
+                "dscpp's fp32 kernels",
+                backward ? "backward" : "forward", s.batch, s.T, s.heads, s.head_dim, kernels::gemm_math_name(s.math),
+                status.get_message());
+      g = nullptr;
+    }
+    graphs[key] = g;
+    return g;
+  }
+
+  bool execute(fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, const char* what) {
+    int64_t bytes = 0;
+    if (!g.get_workspace_size(bytes).is_good()) return false;
+    void* ws = workspace.get(size_t(bytes > 0 ? bytes : 1), stream);
+    if (ws == nullptr) return false;
+    fe::error_t status = g.execute(handle, pack, ws);
+    if (!status.is_good())
+      log::warn("cuDNN SDPA {} failed: {}; running dscpp's fp32 kernels", what, status.get_message());
+    return status.is_good();
+  }
+};
+
+namespace {
+// fp32 → the 16-bit type of `math` (raw bits), and back.
+bool to16(const float* src, void* dst, size_t n, kernels::GemmMath math, Stream s) {
+  auto* d = static_cast<uint16_t*>(dst);
+  return (math == kernels::GemmMath::fp16 ? launch_cast_f32_to_f16(src, d, n, s) : launch_cast_f32_to_bf16(src, d, n, s)) ==
+         cudaSuccess;
+}
+bool from16(const void* src, float* dst, size_t n, kernels::GemmMath math, Stream s) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  return (math == kernels::GemmMath::fp16 ? launch_cast_f16_to_f32(h, dst, n, s) : launch_cast_bf16_to_f32(h, dst, n, s)) ==
+         cudaSuccess;
+}
+}  // namespace
+
+std::unique_ptr<CudnnAttention> CudnnAttention::create(Stream stream) {
+  if (fe::cudnn_dlhandle == nullptr) fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+  if (fe::cudnn_dlhandle == nullptr) {
+    log::warn("cuDNN is not loadable ({}): attention runs on dscpp's fp32 kernels", dlerror());
+    return nullptr;
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->stream = stream;
+  if (const cudnnStatus_t st = fe::detail::create_handle(&impl->handle); st != CUDNN_STATUS_SUCCESS) {
+    log::warn("cuDNN could not start ({}): attention runs on dscpp's fp32 kernels", fe::detail::get_error_string(st));
+    impl->handle = nullptr;
+    return nullptr;
+  }
+  if (fe::detail::set_stream(impl->handle, stream) != CUDNN_STATUS_SUCCESS) return nullptr;
+  log::info("attention on 16-bit GEMM math: cuDNN {} SDPA (frontend {})", fe::detail::get_backend_version(),
+            CUDNN_FRONTEND_VERSION);
+  return std::unique_ptr<CudnnAttention>(new CudnnAttention(std::move(impl)));
+}
+
+bool CudnnAttention::forward(const Shape& s, const float* qkv, float* lse, float* out) {
+  Impl& m = *impl_;
+  const auto g = m.graph(s, false);
+  if (!g) return false;
+  const size_t n = size_t(s.batch * s.T * s.heads * s.head_dim);
+  void* q16 = m.qkv16.get(3 * n * 2, m.stream);
+  void* o16 = m.out16.get(n * 2, m.stream);
+  if (q16 == nullptr || o16 == nullptr || !to16(qkv, q16, 3 * n, s.math, m.stream)) return false;
+  const int64_t C = s.heads * s.head_dim;
+  auto* q = static_cast<uint16_t*>(q16);
+  std::unordered_map<int64_t, void*> pack{{kQ, q}, {kK, q + C}, {kV, q + 2 * C}, {kO, o16}, {kStats, lse}};
+  return m.execute(*g, pack, "forward") && from16(o16, out, n, s.math, m.stream);
+}
+
+bool CudnnAttention::backward(const Shape& s, const float* qkv, const float* out, const float* lse, const float* dout,
+                              float* dqkv) {
+  Impl& m = *impl_;
+  const auto g = m.graph(s, true);
+  if (!g) return false;
+  const size_t n = size_t(s.batch * s.T * s.heads * s.head_dim);
+  void* q16 = m.qkv16.get(3 * n * 2, m.stream);
+  void* o16 = m.out16.get(n * 2, m.stream);
+  void* do16 = m.dout16.get(n * 2, m.stream);
+  void* dq16 = m.dqkv16.get(3 * n * 2, m.stream);
+  if (q16 == nullptr || o16 == nullptr || do16 == nullptr || dq16 == nullptr) return false;
+  if (!to16(qkv, q16, 3 * n, s.math, m.stream) || !to16(out, o16, n, s.math, m.stream) ||
+      !to16(dout, do16, n, s.math, m.stream))
+    return false;
+  const int64_t C = s.heads * s.head_dim;
+  auto* q = static_cast<uint16_t*>(q16);
+  auto* dq = static_cast<uint16_t*>(dq16);
+  std::unordered_map<int64_t, void*> pack{{kQ, q},      {kK, q + C},       {kV, q + 2 * C},
+                                          {kO, o16},    {kDO, do16},       {kStats, const_cast<float*>(lse)},
+                                          {kDQ, dq},    {kDK, dq + C},     {kDV, dq + 2 * C}};
+  return m.execute(*g, pack, "backward") && from16(dq16, dqkv, 3 * n, s.math, m.stream);
+}
+
+#else  // no cuDNN frontend in this build
+
+struct CudnnAttention::Impl {};
+
+std::unique_ptr<CudnnAttention> CudnnAttention::create(Stream) {
+  log::info("attention on 16-bit GEMM math: dscpp's fp32 kernels (this build has no cuDNN SDPA: the cuDNN frontend "
+            "headers were not found when it was configured)");
+  return nullptr;
+}
+bool CudnnAttention::forward(const Shape&, const float*, float*, float*) { return false; }
+bool CudnnAttention::backward(const Shape&, const float*, const float*, const float*, const float*, float*) {
+  return false;
+}
+
+#endif
+
+CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudnnAttention::~CudnnAttention() = default;
+
+}  // namespace dscpp::cuda
