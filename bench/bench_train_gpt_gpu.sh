@@ -18,7 +18,7 @@
 #   rounds), PYTHON (default python3: a torch 2.x with CUDA), BENCH_SHAPE (gpt plugin arguments,
 #   default the shape above; micro-batch BENCH_MICRO, default 8), BENCH_DEVICE (dscpp's --device,
 #   default cuda; cuda-sim with a small BENCH_SHAPE and a stand-in nvidia-smi is a dry run of
-#   this script's plumbing where there is no GPU).
+#   this script's plumbing where there is no GPU), BENCH_RUN_LIMIT (seconds per run, default 150).
 # On the GPU machine: bash tests/gpu/pack.sh here, then
 #   run(command="bash .gpu/on-device.sh bash bench/bench_train_gpt_gpu.sh", carry=[".gpu"])
 # Without a GPU it says so and exits 77.
@@ -28,7 +28,7 @@ RUNTIME=${RUNTIME:-$BUILD/runtime/dscpp-runtime}
 GPT=${GPT:-$BUILD/examples/gpt/libgpt.so}
 HERE=$(cd "$(dirname "$0")" && pwd)
 STEPS=${BENCH_STEPS:-15} ROUNDS=${BENCH_ROUNDS:-1} PYTHON=${PYTHON:-python3}
-MICRO=${BENCH_MICRO:-8} DEVICE=${BENCH_DEVICE:-cuda}
+MICRO=${BENCH_MICRO:-8} DEVICE=${BENCH_DEVICE:-cuda} LIMIT=${BENCH_RUN_LIMIT:-150}
 read -r -a SHAPE <<< "${BENCH_SHAPE:---layers 12 --d_model 768 --heads 12 --context 1024}"
 arg() { local i; for ((i = 0; i < ${#SHAPE[@]}; i++)); do [ "${SHAPE[$i]}" = "$1" ] && echo "${SHAPE[$((i + 1))]}"; done; }
 L=$(arg --layers) C=$(arg --d_model) H=$(arg --heads) CTX=$(arg --context)
@@ -70,13 +70,13 @@ torch_peak() { grep -o '^peak memory: [0-9.]*' "$1" | awk '{print $3}'; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 run_dscpp() {  # NAME: trains with $WORK/NAME.json; prints "rate peak"
-  timeout -k 10 300 "$RUNTIME" --model "$GPT" --deepspeed_config "$WORK/$1.json" --steps "$STEPS" --device "$DEVICE" \
+  timeout -k 10 "$LIMIT" "$RUNTIME" --model "$GPT" --deepspeed_config "$WORK/$1.json" --steps "$STEPS" --device "$DEVICE" \
     --no_eval -- "${SHAPE[@]}" --sample_chars 0 > "$WORK/$1.log" 2>&1 ||
     { echo "dscpp $1 failed: $(grep -m3 -i -e error -e fail "$WORK/$1.log" | tr '\n' ' ' | cut -c1-300)" >&2; echo "0 0"; return; }
   echo "$(dscpp_rate "$WORK/$1.log") $(dscpp_peak "$WORK/$1.log")"
 }
 run_torch() {  # NAME DTYPE
-  timeout -k 10 300 "$PYTHON" "$HERE/torch_gpt.py" --throughput --device cuda --dtype "$2" --attention sdpa \
+  timeout -k 10 "$LIMIT" "$PYTHON" "$HERE/torch_gpt.py" --throughput --device cuda --dtype "$2" --attention sdpa \
     "${SHAPE[@]}" --batch "$MICRO" --steps $((STEPS - 2)) --warmup 2 > "$WORK/$1.log" 2>&1 ||
     { echo "torch $1 failed: $(tail -3 "$WORK/$1.log" | tr '\n' ' ' | cut -c1-300)" >&2; echo "0 0"; return; }
   echo "$(torch_rate "$WORK/$1.log") $(torch_peak "$WORK/$1.log")"

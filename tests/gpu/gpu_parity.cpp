@@ -371,3 +371,38 @@ TEST_CASE("flash attention under bf16 GEMM math (cuDNN SDPA) matches the CPU tab
                                      H, D, scale) == DSCPP_OK);
   CHECK(normwise(ddq.get(), dqkv) <= 2e-2);
 }
+
+// The table's GEMMs on tensor-core math (cublasGemmStridedBatchedEx with the FAST_TF32/16BF/16F
+// compute types): within the bound of operands rounded to the type's mantissa, 2·2^-p·Σ|a·b|,
+// plus fp32 accumulation's K·u; and not the exact product (the rounding happened).
+TEST_CASE("GEMMs on tf32/bf16/fp16 tensor-core math stay within their rounding bound", "[gpu]") {
+  cuda::OpsContext ctx(device()->compute_stream());
+  const dscpp_ops g = cuda::cuda_ops(DSCPP_F32, &ctx);
+  const int64_t M = 64, N = 96, K = 512;
+  const auto A = randoms(M * K, 95), Bm = randoms(K * N, 96);
+  On<float> dA(A), dB(Bm), dC(zeros(M * N));
+  std::vector<double> exact(M * N), mag(M * N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(A[size_t(i * K + k)]) * Bm[size_t(k * N + j)];
+        exact[size_t(i * N + j)] += p, mag[size_t(i * N + j)] += std::fabs(p);
+      }
+  for (auto [math, bits] : {std::pair{kernels::GemmMath::tf32, 11}, {kernels::GemmMath::bf16, 8},
+                            {kernels::GemmMath::fp16, 11}}) {
+    CAPTURE(kernels::gemm_math_name(math));
+    ctx.gemm_math = math;
+    REQUIRE(g.gemm(&g, DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, dA.p(), K, dB.p(), N, 0.0f, dC.p(), N) ==
+            DSCPP_OK);
+    const std::vector<float> got = dC.get();
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double bound = (2 * std::ldexp(1.0, -bits) + double(K) / double(1 << 24)) * mag[i];
+      worst = std::max(worst, std::fabs(got[i] - exact[i]) / bound);
+      moved = std::max(moved, std::fabs(got[i] - exact[i]) / mag[i]);
+    }
+    INFO("largest error " << worst << " of the bound; largest relative move " << moved);
+    CHECK(worst <= 1.0);
+    CHECK(moved > double(K) / double(1 << 24) / 8);  // more than fp32 accumulation alone moves it
+  }
+}
