@@ -15,7 +15,7 @@ constexpr float kLnEps = 1e-5f;
 
 // Indices of the block's saved tensors and workspace tensors.
 enum BlockSaved { kLn1Out, kLn1Mean, kLn1Rstd, kQkv, kLse, kAtt, kH1, kLn2Out, kLn2Mean, kLn2Rstd, kFc, kGelu };
-enum BlockWork { kWDfc, kWDln, kWDh1, kWDatt, kWAttn, kWDqkv };
+enum BlockWork { kWDfc, kWDln, kWDh1, kWDatt, kWAttn };
 enum HeadSaved { kLnfOut, kLnfMean, kLnfRstd, kLogitProbs };
 enum HeadWork { kWDlogits, kWDlnf };
 
@@ -76,12 +76,11 @@ void declare_layers(Gpt& m) {
     L.saved.add(T * f);          // ln_2 rstd
     L.saved.add(4 * T * C * e);  // pre-GELU activations (input of the GELU's backward)
     L.saved.add(4 * T * C * e);  // GELU output (input of mlp.c_proj, for its weight gradient)
-    L.work.add(4 * T * C * e);   // d(fc)
+    L.work.add(4 * T * C * e);   // d(fc); later dqkv (d(fc) is dead by then)
     L.work.add(T * C * e);       // d(ln output)
     L.work.add(T * C * e);       // dh
     L.work.add(T * C * e);       // d(attention output)
     L.work.add(H * T * f);       // flash_attention_backward's scratch
-    L.work.add(3 * T * C * e);   // dqkv
   }
   {
     LayerInfo& L = m.layers[cfg.layers + 1];
@@ -185,7 +184,7 @@ void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) 
   void* dln = W(kWDln);
   void* dh = W(kWDh1);
   void* datt = W(kWDatt);
-  void* dqkv = W(kWDqkv);
+  void* dqkv = dfc;  // the MLP half's backward is done with d(fc)
   const void* qkv = S(kQkv);
   const float* lse = static_cast<const float*>(S(kLse));
 
