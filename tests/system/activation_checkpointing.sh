@@ -49,14 +49,15 @@ host_measured() { sed -n 's/.*host memory peak per rank.* activations=\([0-9]*\)
 norms() { grep -o 'grad norm [0-9.]*' "$1" | tr '\n' ' '; }
 
 # The gpt's declared sizes per sample (examples/gpt/layers.cpp, fp32): outputs 4TC (embed, blocks)
-# and 4TV (head); saved 0 (embed), 4(15TC + HT²) + 16T (block), 4TC + 8T + 4TV (head).
+# and 4TV (head); saved 0 (embed), 4(15TC + HT) + 16T (block: HT attention log-sum-exps),
+# 4TC + 8T + 4TV (head).
 # expected V CKPTS HOST → "device host": the layout rule restated (segments of ⌊s·n/(k+1)⌋,
 # 64-aligned pieces, the last segment not recomputed, two gradient buffers of the largest output).
 expected() {
   awk -v L=$L -v C=$C -v H=$H -v T=$T -v b=$B -v V="$1" -v k="$2" -v host="$3" 'function al(x) { return int((x + 63) / 64) * 64 }
   BEGIN {
     n = L + 2
-    for (l = 0; l < n; ++l) { out[l] = 4 * T * C; saved[l] = 4 * (15 * T * C + H * T * T) + 16 * T }
+    for (l = 0; l < n; ++l) { out[l] = 4 * T * C; saved[l] = 4 * (15 * T * C + H * T) + 16 * T }
     saved[0] = 0; out[n - 1] = 4 * T * V; saved[n - 1] = 4 * T * C + 8 * T + 4 * T * V
     segs = (k < 0) ? 1 : k + 1; arena = 0; ck = 0; big = 0; maxout = 0
     for (s = 0; s < segs; ++s) {
