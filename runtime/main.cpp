@@ -236,7 +236,9 @@ int main(int argc, char** argv) {
                  "where the rank trains: cuda (the GPU LOCAL_RANK selects among the visible ones; NCCL between "
                  "ranks), cpu, or cuda-sim (the CUDA code path run on the CPU, for testing without a GPU: slow, "
                  "checks every buffer handed to a kernel is device memory). auto: cuda when this build has CUDA and "
-                 "a GPU is visible, else cpu")
+                 "a GPU is visible, else cpu. On cuda, GEMMs are exact fp32 unless the config enables bf16 or "
+                 "fp16: then they run on that type's tensor-core math (fp32 accumulation); DSCPP_GEMM_MATH="
+                 "fp32|tf32|bf16|fp16 overrides")
       ->check(CLI::IsMember({"auto", "cpu", "cuda", "cuda-sim"}));
   app.add_option("--device_memory_limit", a.device_memory_limit,
                  "cap this rank's device memory (e.g. 2GiB): the CPU device then fails like a GPU of that size, "
