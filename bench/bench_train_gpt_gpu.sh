@@ -12,7 +12,9 @@
 # counted) × tokens/s over the GPU's dense peak (fp32 SIMT for the fp32 runs, bf16 tensor cores
 # for bf16; by GPU name, or BENCH_PEAK_FP32 / BENCH_PEAK_BF16 in TFLOP/s).
 # Then the ratios the targets are stated in: dscpp/torch at fp32 and bf16 (targets >= 1.0),
-# peak memory dscpp/torch (<= 1.0), ZeRO stages 1-3 over stage 0 (>= 0.9 each).
+# peak memory dscpp/torch (<= 1.0), ZeRO stages 1-3 over stage 0 (>= 0.9 each), and from two
+# more dscpp runs with the flops profiler (device-synchronous per layer) backward/forward per
+# transformer block (<= 2.5).
 # Usage: bench_train_gpt_gpu.sh [BUILD_DIR]
 #   BENCH_STEPS (default 15 per run, 2 of them untimed), BENCH_ROUNDS (default 1; medians over
 #   rounds), PYTHON (default python3: a torch 2.x with CUDA), BENCH_SHAPE (gpt plugin arguments,
@@ -61,6 +63,13 @@ JSON
 }
 for s in 0 1 2 3; do ds_config "bf16s$s" $s bf16; done
 ds_config fp32s0 0 fp32
+# Per-block forward and backward times from the flops profiler (it synchronizes the device
+# around each layer of its profiled step), in a run of its own: those waits cost throughput.
+for p in bf16 fp32; do
+  ds_config "${p}prof" 0 $p
+  sed -i 's/^ "gradient_clipping"/ "flops_profiler": {"enabled": true, "profile_step": 4, "detailed": true},\n "gradient_clipping"/' \
+    "$WORK/${p}prof.json"
+done
 
 dscpp_rate() { grep 'after the first' "$1" | grep -o '[0-9.]* tokens/s' | tail -1 | awk '{print $1}'; }
 # The peak of device allocations: the last per-step line's "(peak X GiB)" (or MiB).
@@ -95,7 +104,20 @@ for ((r = 1; r <= ROUNDS; r++)); do
   done
 done
 grep -m1 -o 'GEMMs: .*' "$WORK/bf16s0.log" | sed 's/^/dscpp bf16: /'
+grep -m1 -o 'attention on 16-bit GEMM math: .*' "$WORK/bf16s0.log" | sed 's/^/dscpp bf16: /'
 grep -m1 -o 'GEMMs: .*' "$WORK/fp32s0.log" | sed 's/^/dscpp fp32: /'
+# Backward over forward per transformer block (target <= 2.5), from the profiled step's table:
+# "blocks.N  params  fwd flops  share  fwd ms  fwd FLOPS  bwd ms", read from its end (value and
+# unit are separate fields).
+for p in bf16 fp32; do
+  out=$(run_dscpp "${p}prof")
+  awk -v p=$p '$1 ~ /^(\[rank 0\] )?blocks\.[0-9]+$/ || $3 ~ /^blocks\.[0-9]+$/ {
+      f = $(NF - 3); b = $NF  # fwd ms, then the two fields of fwd FLOPS, then bwd ms
+      if (f > 0) { r = b / f; s += r; k++; if (r > m) m = r; ft += f; bt += b } }
+    END { if (k) printf "dscpp %s, stage 0, profiled step: %d blocks, forward %.2f ms, backward %.2f ms per block; " \
+                        "backward/forward mean %.2f, worst %.2f (target <= 2.5)\n", p, k, ft / k, bt / k, s / k, m
+          else print "dscpp " p ": no per-block profile (the profiled run failed or printed none)" }' "$WORK/${p}prof.log"
+done
 med() { awk -v n="$1" -v c="$2" '$1 == n {print $c}' "$WORK/results" | median; }
 # Parameters from the shape (the plugin's: embeddings V·C + T·C, 12·C² + 13·C per block, the
 # final norm 2C, the head V·C without bias; V from the run's log).
