@@ -13,9 +13,13 @@ namespace {
 
 constexpr float kLnEps = 1e-5f;
 
-// Indices of the block's saved tensors and workspace tensors.
-enum BlockSaved { kLn1Out, kLn1Mean, kLn1Rstd, kQkv, kLse, kAtt, kH1, kLn2Out, kLn2Mean, kLn2Rstd, kFc, kGelu };
-enum BlockWork { kWDfc, kWDln, kWDh1, kWDatt, kWAttn };
+// Indices of the block's saved tensors and workspace tensors. A block keeps 9 T×C-sized tensors
+// per sample from forward to backward: qkv, the attention output, h and the pre-GELU activations.
+// The two layer-norm outputs and the GELU output (6 more) are made again in backward by the ops
+// that made them (same inputs, same bits): a layer norm and a GELU pass cost little next to the
+// GEMMs that read them, and the activation memory falls by 40%.
+enum BlockSaved { kLn1Mean, kLn1Rstd, kQkv, kLse, kAtt, kH1, kLn2Mean, kLn2Rstd, kFc };
+enum BlockWork { kWDfc, kWDln, kWDh1, kWDatt, kWAttn, kWAct };
 enum HeadSaved { kLnfOut, kLnfMean, kLnfRstd, kLogitProbs };
 enum HeadWork { kWDlogits, kWDlnf };
 
@@ -64,23 +68,21 @@ void declare_layers(Gpt& m) {
     add_param(L, "mlp.c_proj.bias", {C}, DSCPP_INIT_ZEROS);
     L.output_numel = T * C;
     // Order must match enum BlockSaved / BlockWork.
-    L.saved.add(T * C * e);      // ln_1 output (input of c_attn, for its weight gradient)
     L.saved.add(T * f);          // ln_1 mean
     L.saved.add(T * f);          // ln_1 rstd
     L.saved.add(3 * T * C * e);  // qkv
     L.saved.add(H * T * f);      // attention log-sum-exp per query (no T² probabilities)
     L.saved.add(T * C * e);      // attention output (input of attn.c_proj)
     L.saved.add(T * C * e);      // h = x + attention (input of ln_2)
-    L.saved.add(T * C * e);      // ln_2 output (input of mlp.c_fc)
     L.saved.add(T * f);          // ln_2 mean
     L.saved.add(T * f);          // ln_2 rstd
-    L.saved.add(4 * T * C * e);  // pre-GELU activations (input of the GELU's backward)
-    L.saved.add(4 * T * C * e);  // GELU output (input of mlp.c_proj, for its weight gradient)
-    L.work.add(4 * T * C * e);   // d(fc); later dqkv (d(fc) is dead by then)
+    L.saved.add(4 * T * C * e);  // pre-GELU activations (input of the GELU and of its backward)
+    L.work.add(4 * T * C * e);   // forward: the GELU output; backward: d(fc), later dqkv (d(fc) is dead by then)
     L.work.add(T * C * e);       // d(ln output)
     L.work.add(T * C * e);       // dh
     L.work.add(T * C * e);       // d(attention output)
     L.work.add(H * T * f);       // flash_attention_backward's scratch
+    L.work.add(4 * T * C * e + 2 * T * f);  // an LN output or the GELU output made again (+ LN stats)
   }
   {
     LayerInfo& L = m.layers[cfg.layers + 1];
@@ -139,35 +141,38 @@ void embed_backward(const Gpt* m, const dscpp_layer_ctx* c) {
   op("bias_grad", ops->bias_grad, ops, c->grad_output, c->grads[1], B, T * C);
 }
 
+// The block's two layer norms, into `out` with the statistics into mean/rstd: in forward the
+// saved statistics, in backward (making an output again) scratch, with the same values.
+void block_layernorm(const dscpp_ops* ops, const void* x, const void* const* p, int first_param, void* out,
+                     float* mean, float* rstd, int64_t N, int64_t C) {
+  op("layernorm_forward", ops->layernorm_forward, ops, x, p[first_param], p[first_param + 1], out, mean, rstd, N, C,
+     kLnEps);
+}
+
 void block_forward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) {
   const dscpp_ops* ops = c->ops;
   const Ctx k{ops, m->elem};
   const int64_t B = c->batch, T = m->T(), C = m->C(), H = m->H(), hd = C / H, N = B * T;
   const void* const* p = c->params;
   auto S = [&](int i) { return L.saved.at(c->saved, i, B); };
-  void* ln1 = S(kLn1Out);
-  float* mean1 = static_cast<float*>(S(kLn1Mean));
-  float* rstd1 = static_cast<float*>(S(kLn1Rstd));
+  auto W = [&](int i) { return L.work.at(c->workspace, i, B); };
+  void* ln = W(kWAct);     // ln_1, then ln_2 output (not kept)
+  void* gelu = W(kWDfc);   // GELU output (not kept)
   void* qkv = S(kQkv);
-  float* lse = static_cast<float*>(S(kLse));
   void* att = S(kAtt);
   void* h1 = S(kH1);
-  void* ln2 = S(kLn2Out);
-  float* mean2 = static_cast<float*>(S(kLn2Mean));
-  float* rstd2 = static_cast<float*>(S(kLn2Rstd));
   void* fc = S(kFc);
-  void* gelu = S(kGelu);
 
   // Attention half.
-  op("layernorm_forward", ops->layernorm_forward, ops, c->input, p[0], p[1], ln1, mean1, rstd1, N, C, kLnEps);
-  k.linear_forward(ln1, p[2], p[3], qkv, N, C, 3 * C);
-  op("flash_attention_forward", ops->flash_attention_forward, ops, cp(qkv), lse, att, B, T, H, hd,
-     1.0f / std::sqrt(static_cast<float>(hd)));
+  block_layernorm(ops, c->input, p, 0, ln, static_cast<float*>(S(kLn1Mean)), static_cast<float*>(S(kLn1Rstd)), N, C);
+  k.linear_forward(ln, p[2], p[3], qkv, N, C, 3 * C);
+  op("flash_attention_forward", ops->flash_attention_forward, ops, cp(qkv), static_cast<float*>(S(kLse)), att, B, T,
+     H, hd, 1.0f / std::sqrt(static_cast<float>(hd)));
   k.linear_forward(att, p[4], p[5], h1, N, C, C, c->input);  // h = x + proj(att)
 
   // MLP half.
-  op("layernorm_forward", ops->layernorm_forward, ops, cp(h1), p[6], p[7], ln2, mean2, rstd2, N, C, kLnEps);
-  k.linear_forward(ln2, p[8], p[9], fc, N, C, 4 * C, nullptr, gelu);
+  block_layernorm(ops, h1, p, 6, ln, static_cast<float*>(S(kLn2Mean)), static_cast<float*>(S(kLn2Rstd)), N, C);
+  k.linear_forward(ln, p[8], p[9], fc, N, C, 4 * C, nullptr, gelu);
   k.linear_forward(gelu, p[10], p[11], c->output, N, 4 * C, C, h1);  // y = h + proj(gelu)
 }
 
@@ -185,12 +190,16 @@ void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) 
   void* dh = W(kWDh1);
   void* datt = W(kWDatt);
   void* dqkv = dfc;  // the MLP half's backward is done with d(fc)
+  void* act = W(kWAct);  // the GELU output, then an LN output, made again
+  float* stats = reinterpret_cast<float*>(static_cast<char*>(act) + 4 * N * C * static_cast<int64_t>(m->elem));
   const void* qkv = S(kQkv);
   const float* lse = static_cast<const float*>(S(kLse));
 
   // MLP half: y = h + c_proj(gelu(c_fc(ln_2(h)))).
-  k.linear_backward(dy, S(kGelu), p[10], g[10], g[11], dfc, N, 4 * C, C, S(kFc));  // dfc through the GELU
-  k.linear_backward(dfc, S(kLn2Out), p[8], g[8], g[9], dln, N, C, 4 * C);
+  op("gelu_forward", ops->gelu_forward, ops, cp(S(kFc)), act, N * 4 * C);
+  k.linear_backward(dy, act, p[10], g[10], g[11], dfc, N, 4 * C, C, S(kFc));  // dfc through the GELU
+  block_layernorm(ops, S(kH1), p, 6, act, stats, stats + N, N, C);
+  k.linear_backward(dfc, act, p[8], g[8], g[9], dln, N, C, 4 * C);
   op("layernorm_backward", ops->layernorm_backward, ops, cp(dln), cp(S(kH1)), p[6],
      static_cast<const float*>(S(kLn2Mean)), static_cast<const float*>(S(kLn2Rstd)), dh, g[6], g[7], N, C);
   op("axpy", ops->axpy, ops, 1.0f, dy, dh, N * C);  // residual
@@ -199,7 +208,8 @@ void block_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) 
   k.linear_backward(dh, S(kAtt), p[4], g[4], g[5], datt, N, C, C);
   op("flash_attention_backward", ops->flash_attention_backward, ops, qkv, cp(S(kAtt)), lse, cp(datt), dqkv,
      static_cast<float*>(W(kWAttn)), B, T, H, hd, 1.0f / std::sqrt(static_cast<float>(hd)));
-  k.linear_backward(dqkv, S(kLn1Out), p[2], g[2], g[3], dln, N, C, 3 * C);
+  block_layernorm(ops, c->input, p, 0, act, stats, stats + N, N, C);
+  k.linear_backward(dqkv, act, p[2], g[2], g[3], dln, N, C, 3 * C);
   if (c->grad_input != nullptr) {
     op("layernorm_backward", ops->layernorm_backward, ops, cp(dln), c->input, p[0],
        static_cast<const float*>(S(kLn1Mean)), static_cast<const float*>(S(kLn1Rstd)), c->grad_input, g[0], g[1], N,

@@ -9,9 +9,11 @@
 #  2. the activation peak the device measured (category activations) equals the plan the
 #     engine printed before allocating, and both equal a closed form written here from the gpt's
 #     declared sizes (runtime/activation_checkpointing.h's segment rule); with a checkpoint at
-#     every layer boundary the peak is at most 0.35 of the peak without checkpointing (measured
-#     119808 / 347392 B = 0.345 for this 4-block gpt, micro-batch 2; number_checkpoints 2: 0.511,
-#     1: 0.596 — fewer checkpoints, larger segments to hold while one is recomputed);
+#     every layer boundary the peak is at most 0.40 of the peak without checkpointing (measured
+#     91392 / 233728 B = 0.391 for this 4-block gpt, micro-batch 2; number_checkpoints 2: 0.517,
+#     1: 0.643 — fewer checkpoints, larger segments to hold while one is recomputed; the block
+#     keeps 9 T×C tensors, so the layer-boundary checkpoints, one T×C each, weigh more than when
+#     it kept 15);
 #  3. cpu_checkpointing: the host's measured activation peak equals the planned checkpoint
 #     bytes and the device's peak is lower by the checkpoints less one staging buffer;
 #  4. a bad key or value in the section fails before training with the key named;
@@ -49,15 +51,15 @@ host_measured() { sed -n 's/.*host memory peak per rank.* activations=\([0-9]*\)
 norms() { grep -o 'grad norm [0-9.]*' "$1" | tr '\n' ' '; }
 
 # The gpt's declared sizes per sample (examples/gpt/layers.cpp, fp32): outputs 4TC (embed, blocks)
-# and 4TV (head); saved 0 (embed), 4(15TC + HT) + 16T (block: HT attention log-sum-exps),
-# 4TC + 8T + 4TV (head).
+# and 4TV (head); saved 0 (embed), 4(9TC + HT) + 16T (block: HT attention log-sum-exps; the LN
+# and GELU outputs are made again in backward), 4TC + 8T + 4TV (head).
 # expected V CKPTS HOST → "device host": the layout rule restated (segments of ⌊s·n/(k+1)⌋,
 # 64-aligned pieces, the last segment not recomputed, two gradient buffers of the largest output).
 expected() {
   awk -v L=$L -v C=$C -v H=$H -v T=$T -v b=$B -v V="$1" -v k="$2" -v host="$3" 'function al(x) { return int((x + 63) / 64) * 64 }
   BEGIN {
     n = L + 2
-    for (l = 0; l < n; ++l) { out[l] = 4 * T * C; saved[l] = 4 * (15 * T * C + H * T) + 16 * T }
+    for (l = 0; l < n; ++l) { out[l] = 4 * T * C; saved[l] = 4 * (9 * T * C + H * T) + 16 * T }
     saved[0] = 0; out[n - 1] = 4 * T * V; saved[n - 1] = 4 * T * C + 8 * T + 4 * T * V
     segs = (k < 0) ? 1 : k + 1; arena = 0; ck = 0; big = 0; maxout = 0
     for (s = 0; s < segs; ++s) {
@@ -140,9 +142,9 @@ for name in none every k2 k1cpu cpu; do
   fi
 done
 ratio=$(awk -v a="${DEVICE[every]:-0}" -v b="${DEVICE[none]:-1}" 'BEGIN {printf "%.3f", a / b}')
-awk -v r="$ratio" 'BEGIN {exit !(r > 0 && r <= 0.35)}' &&
+awk -v r="$ratio" 'BEGIN {exit !(r > 0 && r <= 0.40)}' &&
   pass "a checkpoint at every boundary: activation peak ${DEVICE[every]} B = $ratio of ${DEVICE[none]} B without" ||
-  fail "activation peak ratio $ratio (want ≤ 0.35)"
+  fail "activation peak ratio $ratio (want ≤ 0.40)"
 for name in k2 k1cpu; do
   pass "number_checkpoints ${KS[$name]}$([ "${HOST[$name]}" = 1 ] && echo ' (cpu)'): device activation peak ${DEVICE[$name]} B = $(awk -v a="${DEVICE[$name]:-0}" -v b="${DEVICE[none]:-1}" 'BEGIN {printf "%.3f", a / b}') of none"
 done
