@@ -14,8 +14,10 @@ __global__ void elementwise_kernel(int64_t n, Body body) {
   for_each_element(this_thread(), n, body);
 }
 
+// The bound lets nvcc cap registers so a full block always launches: the attention bodies hold
+// whole head-wide vectors per thread and would otherwise be free to ask for more than fits.
 template <class Body>
-__global__ void index_kernel(int64_t n, Body body) {
+__global__ void __launch_bounds__(kThreads) index_kernel(int64_t n, Body body) {
   for_each_index(this_thread(), n, body);
 }
 
