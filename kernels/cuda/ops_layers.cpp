@@ -3,12 +3,14 @@
 // (ops_attention.cu, ABI 3), and linear layers as one GEMM plus the fused bias/residual/GELU
 // epilogue. The CPU table fuses more (it skips the masked half of the
 // attention GEMMs); the results agree to fp32 rounding, not bit for bit.
+#include "core/error.h"
 #include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/ops_table.h"
 
 #if !defined(DSCPP_CUDA_HOST_STUB)
 #include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/lt_linear.h"
 #endif
 
 namespace dscpp::DSCPP_CUDA_NS {
@@ -160,8 +162,19 @@ int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* ou
                                               int(head_dim), scale, c.stream));
 }
 
+#if !defined(DSCPP_CUDA_HOST_STUB)
+LtLinear* lt_for(OpsContext& c) {
+  if (!c.lt_linear_tried) {
+    c.lt_linear_tried = true;
+    c.lt_linear = LtLinear::create(c.stream);
+  }
+  return c.lt_linear.get();
+}
+#endif
+
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the
-// GEMM as β = 1; another residual is added by the epilogue.
+// GEMM as β = 1; another residual is added by the epilogue. On a GPU, cuBLASLt fuses the bias
+// (and the GELU) into the GEMM where it can (lt_linear.h).
 int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual, void* y,
                    void* gelu_out, int64_t rows, int64_t in, int64_t out) {
   if (int s = check_table(o)) return s;
@@ -169,6 +182,13 @@ int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void*
     return DSCPP_E_INVALID_ARGUMENT;
   if (rows == 0 || out == 0) return DSCPP_OK;
   const bool residual_in_y = residual != nullptr && residual == y;
+#if !defined(DSCPP_CUDA_HOST_STUB)
+  OpsContext& c = ctx(o);
+  if (LtLinear* lt = lt_for(c); lt != nullptr && (residual == nullptr || residual_in_y) &&
+                                lt->forward(c.gemm_math, F(x), F(W), F(bias), residual_in_y, F(y), F(gelu_out), rows,
+                                            in, out))
+    return DSCPP_OK;
+#endif
   if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, x, in, W, in, residual_in_y ? 1.0f : 0.0f, y,
                       out))
     return s;
@@ -183,10 +203,35 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
   if (rows < 0 || in < 0 || out < 0 || bad_ptr(dy, rows * out) || bad_ptr(x, rows * in) || bad_ptr(W, out * in) ||
       bad_ptr(dW, out * in))
     return DSCPP_E_INVALID_ARGUMENT;
-  if (int s = o->gemm(o, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dW, in)) return s;
-  if (dbias != nullptr)
-    if (int s = o->bias_grad(o, dy, dbias, rows, out)) return s;
+  bool fused_dW = false;
+#if !defined(DSCPP_CUDA_HOST_STUB)
+  // On a GPU: dW with the bias gradient from the same GEMM (into scratch, then added), and dx
+  // with the GELU derivative, through cuBLASLt where it can (lt_linear.h).
+  OpsContext& c = ctx(o);
+  LtLinear* lt = rows > 0 && out > 0 && in > 0 ? lt_for(c) : nullptr;
+  if (lt != nullptr && dbias != nullptr) {
+    float* partial = nullptr;
+    try {
+      partial = static_cast<float*>(c.reserve_scratch(size_t(out) * sizeof(float)));
+    } catch (const Error&) {
+      return DSCPP_E_INTERNAL;
+    }
+    fused_dW = lt->weight_and_bias_grad(c.gemm_math, F(dy), F(x), F(dW), partial, rows, in, out);
+    if (fused_dW)
+      if (int s = status(ops::axpy(1.0f, partial, F(dbias), out, c.stream))) return s;
+  }
+#endif
+  if (!fused_dW) {
+    if (int s = o->gemm(o, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dW, in)) return s;
+    if (dbias != nullptr)
+      if (int s = o->bias_grad(o, dy, dbias, rows, out)) return s;
+  }
   if (dx == nullptr) return DSCPP_OK;
+#if !defined(DSCPP_CUDA_HOST_STUB)
+  if (lt != nullptr && gelu_pre != nullptr &&
+      lt->input_grad_through_gelu(c.gemm_math, F(dy), F(W), F(gelu_pre), F(dx), rows, in, out))
+    return DSCPP_OK;
+#endif
   if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in)) return s;
   if (gelu_pre == nullptr) return DSCPP_OK;
   return status(ops::gelu_backward(F(gelu_pre), F(dx), F(dx), rows * in, ctx(o).stream));

@@ -12,10 +12,12 @@
 #if defined(DSCPP_CUDA_HOST_STUB)
 #include "kernels/cuda/sim/cuda_runtime_stub.h"  // the CPU table's GEMM behind cuBLAS's interface
 namespace dscpp::DSCPP_CUDA_NS {
-class CudnnAttention {};  // no cuDNN on the host: the member stays null
+class CudnnAttention {};  // no cuDNN or cuBLASLt on the host: the members stay null
+class LtLinear {};
 }  // namespace dscpp::DSCPP_CUDA_NS
 #else
 #include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/lt_linear.h"
 
 #include <cublas_v2.h>
 #endif

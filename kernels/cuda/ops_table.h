@@ -25,6 +25,7 @@ typedef struct cublasContext* cublasHandle_t;
 namespace dscpp::DSCPP_CUDA_NS {
 
 class CudnnAttention;  // cudnn_attention.h (GPU builds only)
+class LtLinear;        // lt_linear.h (GPU builds only)
 
 struct OpsContext {
   explicit OpsContext(Stream stream);  // creates the cuBLAS handle on the current device
@@ -51,6 +52,10 @@ struct OpsContext {
   // (null when unavailable; then the table's own kernels run).
   std::unique_ptr<CudnnAttention> cudnn_attention;
   bool cudnn_attention_tried = false;
+  // cuBLASLt's fused epilogues for the linear layers: made on first use (null: unavailable or
+  // DSCPP_CUBLASLT=0; then GEMM + epilogue kernels).
+  std::unique_ptr<LtLinear> lt_linear;
+  bool lt_linear_tried = false;
 };
 
 // fp32 is implemented; other dtypes answer DSCPP_E_UNSUPPORTED from every op, as on the CPU.

@@ -13,6 +13,7 @@
 #include "kernels/cuda/check.h"
 #include "build_config.h"
 #include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/lt_linear.h"
 #include "kernels/cuda/ops_table.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/quant.h"
@@ -404,5 +405,36 @@ TEST_CASE("GEMMs on tf32/bf16/fp16 tensor-core math stay within their rounding b
     INFO("largest error " << worst << " of the bound; largest relative move " << moved);
     CHECK(worst <= 1.0);
     CHECK(moved > double(K) / double(1 << 24) / 8);  // more than fp32 accumulation alone moves it
+  }
+}
+
+// Linear layers through cuBLASLt's epilogues (bias, GELU with its input kept, the bias gradient
+// of dW, the GELU derivative of dx: lt_linear.h) and, on a width cuBLASLt's GELU input matrix
+// cannot take (not a multiple of 8), through GEMM + epilogue kernels: both against the CPU
+// table. K-term sums in another order (K ≤ 256 here) and cuBLASLt's own tanh-GELU: 1e-4
+// normwise, as the forward check above.
+TEST_CASE("linear layers (cuBLASLt epilogues and the kernel path) match the CPU table", "[gpu]") {
+  for (auto [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{64, 96, 128}, {33, 40, 51}}) {
+    CAPTURE(rows, in, out);
+    cuda::OpsContext ctx(device()->compute_stream());
+    const dscpp_ops g = cuda::cuda_ops(DSCPP_F32, &ctx);
+    const dscpp_ops c = kernels::cpu_ops(DSCPP_F32);
+    const auto x = randoms(rows * in, 100), W = randoms(out * in, 101), b = randoms(out, 102), dy = randoms(rows * out, 103),
+               pre = randoms(rows * in, 104), dW0 = randoms(out * in, 105), db0 = randoms(out, 106);
+    On<float> dx_(x), dW_(W), db_(b), ddy(dy), dpre(pre), y(zeros(rows * out)), ge(zeros(rows * out)), gW(dW0), gb(db0),
+        gdx(zeros(rows * in));
+    std::vector<float> cy(rows * out), cg(rows * out), cW = dW0, cb = db0, cdx(rows * in);
+    REQUIRE(g.linear_forward(&g, dx_.p(), dW_.p(), db_.p(), nullptr, y.p(), ge.p(), rows, in, out) == DSCPP_OK);
+    REQUIRE(c.linear_forward(&c, x.data(), W.data(), b.data(), nullptr, cy.data(), cg.data(), rows, in, out) == DSCPP_OK);
+    CHECK(normwise(y.get(), cy) <= 1e-4);
+    CHECK(normwise(ge.get(), cg) <= 1e-4);
+    REQUIRE(g.linear_backward(&g, ddy.p(), dx_.p(), dW_.p(), gW.p(), gb.p(), gdx.p(), dpre.p(), rows, in, out) ==
+            DSCPP_OK);
+    REQUIRE(c.linear_backward(&c, dy.data(), x.data(), W.data(), cW.data(), cb.data(), cdx.data(), pre.data(), rows, in,
+                              out) == DSCPP_OK);
+    CHECK(normwise(gW.get(), cW) <= 1e-4);
+    CHECK(normwise(gb.get(), cb) <= 1e-4);
+    CHECK(normwise(gdx.get(), cdx) <= 1e-4);
+    CHECK(ctx.lt_linear != nullptr);  // cuBLASLt started (its first failure, if any, is in the log)
   }
 }

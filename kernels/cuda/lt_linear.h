@@ -1,0 +1,45 @@
+// cuBLASLt's fused GEMM epilogues for the CUDA ops table's linear layers: the bias (and GELU)
+// of a forward, the bias gradient of a weight gradient, and the GELU derivative of an input
+// gradient, each inside the GEMM instead of a separate pass over the output. Same math as the
+// table's GEMM followed by its epilogue kernels (exact fp32, or the tensor-core math of
+// kernels/gemm_math.h); cuBLASLt's GELU is its own tanh form, which agrees with
+// kernels/ops_math.h's to fp32 rounding.
+//
+// Each call answers false when it did not run (DSCPP_CUBLASLT=0, a shape or alignment cuBLASLt
+// has no algorithm for, a failed call — the first failure is logged), and the table then does
+// what it did before. GPU builds only; gpu_parity compares both paths with the CPU table.
+#pragma once
+
+#include "kernels/cuda/launch.h"
+#include "kernels/gemm_math.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace dscpp::cuda {
+
+class LtLinear {
+ public:
+  static std::unique_ptr<LtLinear> create(Stream stream);  // null when disabled or unavailable
+  ~LtLinear();
+  LtLinear(const LtLinear&) = delete;
+  LtLinear& operator=(const LtLinear&) = delete;
+
+  // y[rows×out] = x·Wᵀ + bias (+ y itself when accumulate); with gelu_out, gelu_out = gelu(y)
+  // and y keeps the pre-activation (then accumulate must be false). bias may be null.
+  bool forward(kernels::GemmMath math, const float* x, const float* W, const float* bias, bool accumulate, float* y,
+               float* gelu_out, int64_t rows, int64_t in, int64_t out);
+  // dW[out×in] += dyᵀ·x and bias_grad[out] = Σ_rows dy (overwritten) in one GEMM.
+  bool weight_and_bias_grad(kernels::GemmMath math, const float* dy, const float* x, float* dW, float* bias_grad,
+                            int64_t rows, int64_t in, int64_t out);
+  // dx[rows×in] = (dy·W) ⊙ gelu'(gelu_pre) in one GEMM.
+  bool input_grad_through_gelu(kernels::GemmMath math, const float* dy, const float* W, const float* gelu_pre,
+                               float* dx, int64_t rows, int64_t in, int64_t out);
+
+ private:
+  struct Impl;
+  explicit LtLinear(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dscpp::cuda
