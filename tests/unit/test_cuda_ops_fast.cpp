@@ -1,0 +1,99 @@
+// The CUDA ops table's GPU-speed entries in host-stub mode against the CPU table: attention
+// without T² scores (flash_attention_*) and the GEMMs on tensor-core math (kernels/gemm_math.h).
+// Tolerances as in test_cuda_ops_table.cpp (cuda_table_check.h).
+#include "kernels/cuda/ops_table.h"
+
+#include "kernels/cuda/sim/cuda_runtime_stub.h"
+
+#include <catch2/catch.hpp>
+
+#include "tests/unit/cuda_table_check.h"
+#include "tests/unit/ops_check.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+using namespace dscpp;
+using namespace cuda_table_check;
+using ops_check::kNaN;
+using ops_check::rnd;
+using ops_check::Vec;
+
+// Reduced-precision GEMM math: the table must ask cuBLAS for the tensor-core compute type, whose
+// stub rounds the operands as kernels/gemm_math.h says. Checked three ways: equal bits to the
+// CPU GEMM over operands rounded by hand (the routing); within the rounding bound of the exact
+// product, 2·2^-p·Σ|a·b| for a p-bit mantissa (two rounded operands) plus fp32's own K·u; and
+// not equal to the exact product (the rounding happened).
+TEST_CASE("CUDA table (host stub) GEMMs on tf32/bf16/fp16 tensor-core math round their operands", "[cuda_ops_table]") {
+  using kernels::GemmMath;
+  CHECK(kernels::round_for_gemm(1.0f + 0x1p-11f, GemmMath::tf32) == 1.0f);  // a tie: to even
+  CHECK(kernels::round_for_gemm(1.0f + 0x3p-11f, GemmMath::tf32) == 1.0f + 0x1p-9f);
+  CHECK(kernels::round_for_gemm(1.0f + 0x1p-9f, GemmMath::bf16) == 1.0f);
+  CHECK(kernels::round_for_gemm(70000.0f, GemmMath::fp16) == INFINITY);
+  CHECK(kernels::parse_gemm_math("bf16") == GemmMath::bf16);
+  CHECK_FALSE(kernels::parse_gemm_math("fp8").has_value());
+  Tables t;
+  const int64_t M = 9, N = 11, K = 40;
+  const Vec A = rnd(size_t(M * K), 300), B = rnd(size_t(K * N), 301);
+  Vec exact(size_t(M * N));
+  REQUIRE(t.C()->gemm(t.C(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
+                      exact.data(), N) == DSCPP_OK);
+  for (auto [math, bits] : {std::pair{GemmMath::tf32, 11}, {GemmMath::bf16, 8}, {GemmMath::fp16, 11}}) {
+    CAPTURE(kernels::gemm_math_name(math));
+    t.ctx.gemm_math = math;
+    Vec ra = A, rb = B, want(exact.size()), got(exact.size());
+    for (float& v : ra) v = kernels::round_for_gemm(v, math);
+    for (float& v : rb) v = kernels::round_for_gemm(v, math);
+    REQUIRE(t.C()->gemm(t.C(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, ra.data(), K, rb.data(), N, 0.0f,
+                        want.data(), N) == DSCPP_OK);
+    REQUIRE(t.gpu.gemm(t.G(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
+                       got.data(), N) == DSCPP_OK);
+    CHECK(bitwise(got, want));
+    bool differs = false;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double mag = 0;
+        for (int64_t k = 0; k < K; ++k) mag += std::fabs(double(A[size_t(i * K + k)]) * B[size_t(k * N + j)]);
+        const size_t ij = size_t(i * N + j);
+        REQUIRE(std::fabs(double(got[ij]) - exact[ij]) <= (2 * std::ldexp(1.0, -bits) + double(K) * kU) * mag);
+        differs = differs || got[ij] != exact[ij];
+      }
+    CHECK(differs);
+  }
+  t.ctx.gemm_math = GemmMath::fp32;
+}
+
+// The flash entries: the CUDA table's per-row online softmax (ops_attention.cu) against the CPU
+// table's exact softmax over the whole row. Widths 32 and 64 run the kernels compiled for a
+// fixed width, 7 the generic loop. lse is log of a T-term sum: its error is sum_tol(T) of its
+// terms' size, ≤ 1 + |lse| here.
+TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cuda_ops_table]") {
+  Tables t;
+  for (int64_t T : {1, 6, 40})
+    for (int64_t head_dim : {7, 32, 64}) {
+      const int64_t batch = 2, heads = 2, C = heads * head_dim, rows = batch * heads * T;
+      const float scale = 1.0f / std::sqrt(float(head_dim));
+      CAPTURE(T, head_dim);
+      const Vec qkv = rnd(size_t(batch * T * 3 * C), 22, -2.0f, 2.0f), dout = rnd(size_t(batch * T * C), 23);
+      Vec out[2], lse[2], dqkv[2];
+      for (int k = 0; k < 2; ++k) {
+        const dscpp_ops& o = k == 0 ? t.gpu : *t.C();
+        out[k].assign(size_t(batch * T * C), kNaN), lse[k].assign(size_t(rows), kNaN), dqkv[k].assign(qkv.size(), kNaN);
+        Vec ws(size_t(rows), kNaN);
+        REQUIRE(o.flash_attention_forward(&o, qkv.data(), lse[k].data(), out[k].data(), batch, T, heads, head_dim,
+                                          scale) == DSCPP_OK);
+        REQUIRE(o.flash_attention_backward(&o, qkv.data(), out[k].data(), lse[k].data(), dout.data(), dqkv[k].data(),
+                                           ws.data(), batch, T, heads, head_dim, scale) == DSCPP_OK);
+      }
+      const double tol = sum_tol(std::max(T, head_dim));
+      CHECK_NORMWISE(out[0], out[1], tol);
+      double lse_floor = 0;
+      for (float v : lse[1]) lse_floor = std::max(lse_floor, 1.0 + std::fabs(double(v)));
+      CHECK_NORMWISE(lse[0], lse[1], tol, lse_floor);
+      CHECK_NORMWISE(dqkv[0], dqkv[1], 2 * tol);  // two sums in a row, as for the ABI 2 entries
+    }
+  Vec a(3 * 4 * 300), l(4), o(4 * 300);
+  CHECK(t.gpu.flash_attention_forward(&t.gpu, a.data(), l.data(), o.data(), 1, 2, 2, 300, 1.0f) ==
+        DSCPP_E_INVALID_ARGUMENT);  // wider than kMaxHeadDim
+}
