@@ -35,6 +35,11 @@ struct Wrappers {
   static FlopsProfiler& prof(const dscpp_ops*) { return *active; }
   static const dscpp_ops* real(const dscpp_ops* o) { return &prof(o).real_; }
   static double d(int64_t v) { return static_cast<double>(v); }
+  // Causal attention, counted whole as DeepSpeed's profiler counts torch's: q·kᵀ and probs·v
+  // (4·B·H·T²·D) and the softmax over B·H·T² scores, whichever entry computes it.
+  static double attention_flops(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
+    return 4 * d(batch) * d(heads) * d(T) * d(T) * d(head_dim) + d(batch) * d(heads) * d(T) * d(T);
+  }
 
   static int gemm(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K,
                   float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
@@ -95,15 +100,12 @@ struct Wrappers {
   }
   static int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, void* out, int64_t batch,
                                       int64_t T, int64_t heads, int64_t head_dim, float s) {
-    // q·kᵀ and probs·v whole (4·B·H·T²·D), and the softmax over B·H·T² scores.
-    prof(o).count(4 * d(batch) * d(heads) * d(T) * d(T) * d(head_dim) + d(batch) * d(heads) * d(T) * d(T));
+    prof(o).count(attention_flops(batch, T, heads, head_dim));
     return real(o)->causal_attention_forward(real(o), qkv, probs, out, batch, T, heads, head_dim, s);
   }
   static int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch,
                                      int64_t T, int64_t heads, int64_t head_dim, float s) {
-    // Counted as causal_attention_forward is (the whole T², as DeepSpeed's profiler counts
-    // torch's SDPA), so the two ops report the same model FLOPs.
-    prof(o).count(4 * d(batch) * d(heads) * d(T) * d(T) * d(head_dim) + d(batch) * d(heads) * d(T) * d(T));
+    prof(o).count(attention_flops(batch, T, heads, head_dim));  // as causal_attention_forward
     return real(o)->flash_attention_forward(real(o), qkv, lse, out, batch, T, heads, head_dim, s);
   }
   static int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual,

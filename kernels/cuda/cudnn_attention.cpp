@@ -5,6 +5,7 @@
 #include "build_config.h"
 #include "core/log.h"
 #include "kernels/cuda/cast.h"
+#include "kernels/cuda/device_scratch.h"
 
 #include <cuda_runtime_api.h>
 
@@ -33,22 +34,6 @@ namespace {
 
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
-// Device memory grown on demand; only the stream's work uses it, in order.
-struct Scratch {
-  void* p = nullptr;
-  size_t bytes = 0;
-  ~Scratch() { cudaFree(p); }
-  void* get(size_t n, Stream stream) {
-    if (n <= bytes) return p;
-    if (cudaStreamSynchronize(stream) != cudaSuccess) return nullptr;  // the old block may be in use
-    cudaFree(p);
-    p = nullptr, bytes = 0;
-    if (cudaMalloc(&p, n) != cudaSuccess) return nullptr;
-    bytes = n;
-    return p;
-  }
-};
-
 // The table's layouts seen as cuDNN's [batch, heads, T, head_dim]: q/k/v rows of the packed
 // batch × T × 3C qkv (and dq/dk/dv of dqkv), out/dout rows of batch × T × C; statistics
 // batch × heads × T (× 1).
@@ -72,7 +57,7 @@ struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   Stream stream = nullptr;
   std::map<Key, std::shared_ptr<fe::graph::Graph>> graphs;  // null: cuDNN has no plan for it
-  Scratch qkv16, out16, dout16, dqkv16, workspace;
+  DeviceScratch qkv16, out16, dout16, dqkv16, workspace;
 
   ~Impl() {
     graphs.clear();
@@ -128,9 +113,7 @@ struct CudnnAttention::Impl {
   bool execute(fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, const char* what) {
     int64_t bytes = 0;
     if (!g.get_workspace_size(bytes).is_good()) return false;
-    void* ws = workspace.get(size_t(bytes > 0 ? bytes : 1), stream);
-    if (ws == nullptr) return false;
-    fe::error_t status = g.execute(handle, pack, ws);
+    fe::error_t status = g.execute(handle, pack, workspace.get(size_t(bytes > 0 ? bytes : 1), stream));
     if (!status.is_good())
       log::warn("cuDNN SDPA {} failed: {}; running dscpp's fp32 kernels", what, status.get_message());
     return status.is_good();
@@ -138,16 +121,18 @@ struct CudnnAttention::Impl {
 };
 
 namespace {
-// fp32 → the 16-bit type of `math` (raw bits), and back.
-bool to16(const float* src, void* dst, size_t n, kernels::GemmMath math, Stream s) {
-  auto* d = static_cast<uint16_t*>(dst);
-  return (math == kernels::GemmMath::fp16 ? launch_cast_f32_to_f16(src, d, n, s) : launch_cast_f32_to_bf16(src, d, n, s)) ==
-         cudaSuccess;
+// `n` fp32 values cast into `scratch` as the 16-bit type of `math` (raw bits); null when the
+// launch fails.
+uint16_t* staged(DeviceScratch& scratch, const float* src, size_t n, kernels::GemmMath math, Stream s) {
+  auto* dst = scratch.get<uint16_t>(n, s);
+  const Status st = math == kernels::GemmMath::fp16 ? launch_cast_f32_to_f16(src, dst, n, s)
+                                                     : launch_cast_f32_to_bf16(src, dst, n, s);
+  return st == cudaSuccess ? dst : nullptr;
 }
-bool from16(const void* src, float* dst, size_t n, kernels::GemmMath math, Stream s) {
-  const auto* h = static_cast<const uint16_t*>(src);
-  return (math == kernels::GemmMath::fp16 ? launch_cast_f16_to_f32(h, dst, n, s) : launch_cast_bf16_to_f32(h, dst, n, s)) ==
-         cudaSuccess;
+bool from16(const uint16_t* src, float* dst, size_t n, kernels::GemmMath math, Stream s) {
+  const Status st = math == kernels::GemmMath::fp16 ? launch_cast_f16_to_f32(src, dst, n, s)
+                                                     : launch_cast_bf16_to_f32(src, dst, n, s);
+  return st == cudaSuccess;
 }
 }  // namespace
 
@@ -170,41 +155,40 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(Stream stream) {
   return std::unique_ptr<CudnnAttention>(new CudnnAttention(std::move(impl)));
 }
 
-bool CudnnAttention::forward(const Shape& s, const float* qkv, float* lse, float* out) {
+// A failed allocation (an Error from DeviceScratch) is a "no": the caller runs its own kernels.
+bool CudnnAttention::forward(const Shape& s, const float* qkv, float* lse, float* out) try {
   Impl& m = *impl_;
   const auto g = m.graph(s, false);
   if (!g) return false;
   const size_t n = size_t(s.batch * s.T * s.heads * s.head_dim);
-  void* q16 = m.qkv16.get(3 * n * 2, m.stream);
-  void* o16 = m.out16.get(n * 2, m.stream);
-  if (q16 == nullptr || o16 == nullptr || !to16(qkv, q16, 3 * n, s.math, m.stream)) return false;
   const int64_t C = s.heads * s.head_dim;
-  auto* q = static_cast<uint16_t*>(q16);
-  std::unordered_map<int64_t, void*> pack{{kQ, q}, {kK, q + C}, {kV, q + 2 * C}, {kO, o16}, {kStats, lse}};
-  return m.execute(*g, pack, "forward") && from16(o16, out, n, s.math, m.stream);
+  uint16_t* q = staged(m.qkv16, qkv, 3 * n, s.math, m.stream);
+  uint16_t* o = m.out16.get<uint16_t>(n, m.stream);
+  if (q == nullptr) return false;
+  std::unordered_map<int64_t, void*> pack{{kQ, q}, {kK, q + C}, {kV, q + 2 * C}, {kO, o}, {kStats, lse}};
+  return m.execute(*g, pack, "forward") && from16(o, out, n, s.math, m.stream);
+} catch (const Error&) {
+  return false;
 }
 
 bool CudnnAttention::backward(const Shape& s, const float* qkv, const float* out, const float* lse, const float* dout,
-                              float* dqkv) {
+                              float* dqkv) try {
   Impl& m = *impl_;
   const auto g = m.graph(s, true);
   if (!g) return false;
   const size_t n = size_t(s.batch * s.T * s.heads * s.head_dim);
-  void* q16 = m.qkv16.get(3 * n * 2, m.stream);
-  void* o16 = m.out16.get(n * 2, m.stream);
-  void* do16 = m.dout16.get(n * 2, m.stream);
-  void* dq16 = m.dqkv16.get(3 * n * 2, m.stream);
-  if (q16 == nullptr || o16 == nullptr || do16 == nullptr || dq16 == nullptr) return false;
-  if (!to16(qkv, q16, 3 * n, s.math, m.stream) || !to16(out, o16, n, s.math, m.stream) ||
-      !to16(dout, do16, n, s.math, m.stream))
-    return false;
   const int64_t C = s.heads * s.head_dim;
-  auto* q = static_cast<uint16_t*>(q16);
-  auto* dq = static_cast<uint16_t*>(dq16);
-  std::unordered_map<int64_t, void*> pack{{kQ, q},      {kK, q + C},       {kV, q + 2 * C},
-                                          {kO, o16},    {kDO, do16},       {kStats, const_cast<float*>(lse)},
-                                          {kDQ, dq},    {kDK, dq + C},     {kDV, dq + 2 * C}};
-  return m.execute(*g, pack, "backward") && from16(dq16, dqkv, 3 * n, s.math, m.stream);
+  uint16_t* q = staged(m.qkv16, qkv, 3 * n, s.math, m.stream);
+  uint16_t* o = staged(m.out16, out, n, s.math, m.stream);
+  uint16_t* d = staged(m.dout16, dout, n, s.math, m.stream);
+  uint16_t* dq = m.dqkv16.get<uint16_t>(3 * n, m.stream);
+  if (q == nullptr || o == nullptr || d == nullptr) return false;
+  std::unordered_map<int64_t, void*> pack{{kQ, q},   {kK, q + C},   {kV, q + 2 * C}, {kO, o},
+                                          {kDO, d},  {kDQ, dq},     {kDK, dq + C},   {kDV, dq + 2 * C},
+                                          {kStats, const_cast<float*>(lse)}};
+  return m.execute(*g, pack, "backward") && from16(dq, dqkv, 3 * n, s.math, m.stream);
+} catch (const Error&) {
+  return false;
 }
 
 #else  // no cuDNN frontend in this build

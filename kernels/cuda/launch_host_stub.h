@@ -34,26 +34,25 @@ inline void record_launch(StubLaunch launch) {
   log.push_back(std::move(launch));
 }
 
-template <class Body>
-Status launch_elementwise(int64_t n, Stream, Body body) {
-  const Shape s = elementwise_shape(n);
+// Runs loop(thread) for every thread of a one-dimensional grid of shape s, recorded as `kind`.
+template <class Loop>
+Status run_grid(const char* kind, Shape s, Loop loop) {
   if (s.blocks == 0) return kOk;
-  record_launch({"elementwise", s.blocks, s.threads});
+  record_launch({kind, s.blocks, s.threads});
   ProtectedAccess on_device;
   for (unsigned b = 0; b < s.blocks; ++b)
-    for (unsigned t = 0; t < s.threads; ++t) for_each_element(Thread{b, t, s.blocks, s.threads}, n, body);
+    for (unsigned t = 0; t < s.threads; ++t) loop(Thread{b, t, s.blocks, s.threads});
   return kOk;
 }
 
 template <class Body>
+Status launch_elementwise(int64_t n, Stream, Body body) {
+  return run_grid("elementwise", elementwise_shape(n), [&](const Thread& t) { for_each_element(t, n, body); });
+}
+
+template <class Body>
 Status launch_per_index(int64_t n, Stream, Body body) {
-  const Shape s = per_index_shape(n);
-  if (s.blocks == 0) return kOk;
-  record_launch({"per_index", s.blocks, s.threads});
-  ProtectedAccess on_device;
-  for (unsigned b = 0; b < s.blocks; ++b)
-    for (unsigned t = 0; t < s.threads; ++t) for_each_index(Thread{b, t, s.blocks, s.threads}, n, body);
-  return kOk;
+  return run_grid("per_index", per_index_shape(n), [&](const Thread& t) { for_each_index(t, n, body); });
 }
 
 template <int Depth, class Body>

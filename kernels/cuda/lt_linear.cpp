@@ -4,6 +4,7 @@
 #include "kernels/cuda/lt_linear.h"
 
 #include "core/log.h"
+#include "kernels/cuda/compute_type.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -18,16 +19,6 @@ namespace dscpp::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-
-cublasComputeType_t compute_type(kernels::GemmMath m) {
-  switch (m) {
-    case kernels::GemmMath::tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case kernels::GemmMath::bf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case kernels::GemmMath::fp16: return CUBLAS_COMPUTE_32F_FAST_16F;
-    case kernels::GemmMath::fp32: break;
-  }
-  return CUBLAS_COMPUTE_32F;
-}
 
 // The largest power of two (≤ 256) dividing every pointer: cuBLASLt picks algorithms by the
 // operands' alignment, so a plan is only reused for pointers aligned at least as well.

@@ -212,7 +212,7 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
   if (lt != nullptr && dbias != nullptr) {
     float* partial = nullptr;
     try {
-      partial = static_cast<float*>(c.reserve_scratch(size_t(out) * sizeof(float)));
+      partial = c.scratch.get<float>(size_t(out), c.stream);
     } catch (const Error&) {
       return DSCPP_E_INTERNAL;
     }

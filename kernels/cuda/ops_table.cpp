@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32: the same argument rules
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/ops_kernels.h"
 
 #if defined(DSCPP_CUDA_HOST_STUB)
@@ -30,6 +31,7 @@ namespace dscpp::DSCPP_CUDA_NS {
 using kernels::cpu::bad_ptr;
 using kernels::cpu::check_table;
 using kernels::cpu::fits_int32;
+using kernels::cpu::ids_in_range;
 
 namespace {
 
@@ -60,17 +62,6 @@ const float* F(const void* p) {
 }
 float* F(void* p) {
   return static_cast<float*>(p);
-}
-
-// fp32 operands on the tensor cores: cuBLAS rounds them to the named type itself.
-cublasComputeType_t compute_type(kernels::GemmMath m) {
-  switch (m) {
-    case kernels::GemmMath::tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case kernels::GemmMath::bf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case kernels::GemmMath::fp16: return CUBLAS_COMPUTE_32F_FAST_16F;
-    case kernels::GemmMath::fp32: break;
-  }
-  return CUBLAS_COMPUTE_32F;
 }
 
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same memory: swap
@@ -148,7 +139,8 @@ int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int
   if (int s = check_table(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(dy, rows * cols) || bad_ptr(dbias, cols)) return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
-  return guarded([&] { return status(ops::bias_grad(F(dy), F(dbias), rows, cols, c.column_scratch(rows, cols, 1), c.stream)); });
+  return guarded(
+      [&] { return status(ops::bias_grad(F(dy), F(dbias), rows, cols, c.column_scratch(rows, cols, 1), c.stream)); });
 }
 int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   return unary_op(o, x, y, n, ops::gelu_forward);
@@ -264,17 +256,15 @@ int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout,
       DSCPP_CUDA_CHECK(cudaMemcpyAsync(host.data(), ids, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
       DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
     }
-    for (int32_t id : host)
-      if (id < 0 || id >= vocab) return int(DSCPP_E_INVALID_ARGUMENT);
+    if (!ids_in_range(host.data(), n, vocab)) return int(DSCPP_E_INVALID_ARGUMENT);
     const std::vector<int32_t> segments = ops::embedding_segments(host.data(), n);
     const int64_t count = (int64_t(segments.size()) - n - 1) / 2;
     if (count == 0) return int(DSCPP_OK);
-    void* dev = c.reserve_scratch(segments.size() * sizeof(int32_t));
+    int32_t* dev = c.scratch.get<int32_t>(segments.size(), c.stream);
     // From pageable memory: the copy has taken `segments` when it returns.
     DSCPP_CUDA_CHECK(cudaMemcpyAsync(dev, segments.data(), segments.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
                                      c.stream));
-    return status(
-        ops::embedding_backward(static_cast<const int32_t*>(dev), n, count, F(dout), F(dtable), dim, c.stream));
+    return status(ops::embedding_backward(dev, n, count, F(dout), F(dtable), dim, c.stream));
   });
 }
 
@@ -289,17 +279,17 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
   return guarded([&] {
     if (flagged(c, [&](int32_t* f) { return ops::check_targets(targets, rows, cols, f, c.stream); }))
       return int(DSCPP_E_INVALID_ARGUMENT);
-    c.reserve_rows(rows);
-    DSCPP_CUDA_CHECK(
-        ops::cross_entropy_forward(F(logits), targets, F(probs), c.row_loss, c.row_hit, rows, cols, c.stream));
+    double* row_loss = c.row_loss.get<double>(size_t(rows), c.stream);
+    int32_t* row_hit = c.row_hit.get<int32_t>(size_t(rows), c.stream);
+    DSCPP_CUDA_CHECK(ops::cross_entropy_forward(F(logits), targets, F(probs), row_loss, row_hit, rows, cols, c.stream));
     // Per-row results summed on the host in row order, as the CPU table does: the fp64 total
     // is the same for any launch shape.
     std::vector<double> loss(static_cast<size_t>(rows));
     std::vector<int32_t> hit(static_cast<size_t>(rows)), tgt(static_cast<size_t>(rows));
     DSCPP_CUDA_CHECK(
-        cudaMemcpyAsync(loss.data(), c.row_loss, loss.size() * sizeof(double), cudaMemcpyDeviceToHost, c.stream));
+        cudaMemcpyAsync(loss.data(), row_loss, loss.size() * sizeof(double), cudaMemcpyDeviceToHost, c.stream));
     DSCPP_CUDA_CHECK(
-        cudaMemcpyAsync(hit.data(), c.row_hit, hit.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
+        cudaMemcpyAsync(hit.data(), row_hit, hit.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
     DSCPP_CUDA_CHECK(
         cudaMemcpyAsync(tgt.data(), targets, tgt.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
     DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
@@ -354,37 +344,13 @@ OpsContext::OpsContext(Stream s) : stream(s) {
 }
 
 OpsContext::~OpsContext() {
-  cudaFree(scratch);
-  cudaFree(row_loss);
-  cudaFree(row_hit);
   cudaFree(flag);
   cublasDestroy(blas);
 }
 
-void OpsContext::reserve_rows(int64_t rows) {
-  if (rows <= row_capacity) return;
-  DSCPP_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffers may still be in use
-  cudaFree(row_loss);
-  cudaFree(row_hit);
-  row_loss = nullptr, row_hit = nullptr, row_capacity = 0;
-  DSCPP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_loss), size_t(rows) * sizeof(double)));
-  DSCPP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_hit), size_t(rows) * sizeof(int32_t)));
-  row_capacity = rows;
-}
-
-void* OpsContext::reserve_scratch(size_t bytes) {
-  if (bytes <= scratch_bytes) return scratch;
-  DSCPP_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old scratch may still be in use
-  cudaFree(scratch);
-  scratch = nullptr, scratch_bytes = 0;
-  DSCPP_CUDA_CHECK(cudaMalloc(&scratch, bytes));
-  scratch_bytes = bytes;
-  return scratch;
-}
-
 float* OpsContext::column_scratch(int64_t rows, int64_t cols, int outputs) {
   const int64_t n = ops::column_scratch_floats(rows, cols, outputs);
-  return n == 0 ? nullptr : static_cast<float*>(reserve_scratch(size_t(n) * sizeof(float)));
+  return n == 0 ? nullptr : scratch.get<float>(size_t(n), stream);
 }
 
 dscpp_ops cuda_ops(dscpp_dtype dtype, OpsContext* context) {

@@ -9,8 +9,9 @@
 #pragma once
 
 #include "dscpp/model.h"
-#include "kernels/cuda/launch.h"
-#include "kernels/gemm_math.h"  // Stream: cudaStream_t, or the host stub's stream
+#include "kernels/cuda/device_scratch.h"
+#include "kernels/cuda/launch.h"  // Stream: cudaStream_t, or the host stub's stream
+#include "kernels/gemm_math.h"
 
 #include <cstdint>
 
@@ -37,16 +38,10 @@ struct OpsContext {
   cublasHandle_t blas = nullptr;
   kernels::GemmMath gemm_math = kernels::GemmMath::fp32;  // how the GEMMs round their operands
   int32_t* flag = nullptr;  // device: "a bad id / target was seen"
-  // Device scratch for cross-entropy's per-row results, grown on demand.
-  double* row_loss = nullptr;
-  int32_t* row_hit = nullptr;
-  int64_t row_capacity = 0;
-  void reserve_rows(int64_t rows);
-  // Device scratch of the ops that need some (column-reduction partials, the embedding
-  // gradient's segments), grown on demand; valid until the next op that asks for scratch.
-  void* scratch = nullptr;
-  size_t scratch_bytes = 0;
-  void* reserve_scratch(size_t bytes);
+  DeviceScratch row_loss, row_hit;  // cross-entropy's per-row results
+  // The scratch of the ops that need some (column-reduction partials, the embedding gradient's
+  // segments, a fused bias gradient); valid until the next op that asks for scratch.
+  DeviceScratch scratch;
   float* column_scratch(int64_t rows, int64_t cols, int outputs);
   // cuDNN's fused attention, for the flash entries under 16-bit GEMM math: made on first use
   // (null when unavailable; then the table's own kernels run).

@@ -4,6 +4,7 @@
 // the reason, as on the CI machines, which have none: there this suite has never run. Tolerances: bit-identical where the shared element math is evaluated in the
 // same order (casts, amp, Adam/AdamW/SGD/Adagrad/Lion, quantization, elementwise ops), fp32
 // rounding of differently ordered sums otherwise (row ops, GEMMs, LAMB's norms).
+#include "build_config.h"
 #include "core/cuda_device.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 #include "kernels/cpu/ops/cpu_ops.h"
@@ -11,7 +12,6 @@
 #include "kernels/cpu/quant/quant_cpu.h"
 #include "kernels/cuda/amp.h"
 #include "kernels/cuda/check.h"
-#include "build_config.h"
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/lt_linear.h"
 #include "kernels/cuda/ops_table.h"
@@ -19,6 +19,8 @@
 #include "kernels/cuda/quant.h"
 
 #include <catch2/catch.hpp>
+
+#include "tests/unit/ops_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -269,26 +271,8 @@ TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {
   require_close(dao.get(), ao, 1e-5f);
 }
 
-namespace {
-
-// max|got − want| / max|want|: the check for sums the two sides add in different orders.
-double normwise(const std::vector<float>& got, const std::vector<float>& want) {
-  REQUIRE(got.size() == want.size());
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - double(want[i]));
-    if (!(d == d)) return INFINITY;
-    err = std::max(err, d), scale = std::max(scale, std::fabs(double(want[i])));
-  }
-  return err == 0 ? 0 : err / scale;
-}
-// Normwise bound of K-term fp32 sums added in different orders: 2√K·u + 4u (as the host-stub
-// tests of the table state and measure).
-double sum_tol(int64_t K) {
-  return (2 * std::sqrt(double(K)) + 4) / double(1 << 24);
-}
-
-}  // namespace
+using ops_check::normwise;
+using ops_check::sum_tol;
 
 // The kernels that make the GPU step fast, on the gpt example's shapes: column sums over 8192
 // rows in chunks (bias, layer-norm γ/β), the embedding gradient grouped by id (equal bits: the

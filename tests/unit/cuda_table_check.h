@@ -19,17 +19,10 @@ namespace cuda_table_check {
 
 using dscpp::cuda::cuda_ops;
 using dscpp::cuda::OpsContext;
+using ops_check::kU;
+using ops_check::normwise;
+using ops_check::sum_tol;
 using ops_check::Vec;
-
-inline constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff
-
-// Normwise tolerance of a result built on K-term sums that the two tables add in different
-// orders. Their rounding errors behave like random walks, ~√K·u apart; the worst case K·u is
-// far above what either order reaches and would hide real mistakes (a 1e-3 error in one of 300
-// inputs). 2√K·u plus 4u for the operations around the sum; measured on these inputs: ≤ 6u.
-inline double sum_tol(int64_t K) {
-  return (2 * std::sqrt(double(K)) + 4) * kU;
-}
 
 // One CUDA table per test case on a null stream (the host stub runs everything in the call).
 struct Tables {
@@ -48,19 +41,6 @@ inline int64_t ulp_distance(float a, float b) {
     return i < 0 ? int64_t(INT32_MIN) - i : int64_t(i);
   };
   return std::llabs(key(a) - key(b));
-}
-// max|a − b| / max(max|b|, floor): 0 when equal, ∞ when they disagree on a NaN. `floor` is
-// the size of the terms a result is computed from, where the result itself may cancel to ~0.
-inline double normwise(const Vec& a, const Vec& b, double floor = 0) {
-  REQUIRE(a.size() == b.size());
-  double err = 0, scale = floor;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(double(a[i]) - double(b[i]));
-    if (std::isnan(d) && !(std::isnan(a[i]) && std::isnan(b[i]))) return INFINITY;
-    err = std::max(err, std::isnan(d) ? 0.0 : d);
-    scale = std::max(scale, std::fabs(double(b[i])));
-  }
-  return err == 0 ? 0 : err / scale;
 }
 // max_i |a_i − b_i| / scale_i, for elementwise results whose rounding error is relative to a
 // known term rather than to the (possibly cancelling) result.

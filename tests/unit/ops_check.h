@@ -1,6 +1,7 @@
-// Shared pieces of the CPU ops tests (test_ops.cpp, test_gemm.cpp, test_attention.cpp): the
-// fp32 ops table, random inputs, tolerance checks against fp64 references and central finite
-// differences. The tolerance conventions are explained at the top of test_ops.cpp.
+// Shared pieces of the ops tests (test_ops.cpp, test_gemm.cpp, test_attention.cpp, the CUDA
+// table's host-stub tests, gpu_parity): the fp32 ops table, random inputs, tolerance checks
+// against fp64 references and central finite differences, and the normwise comparison of sums
+// added in different orders. The tolerance conventions are explained at the top of test_ops.cpp.
 #pragma once
 
 #include "core/thread_pool.h"
@@ -29,6 +30,29 @@ inline const dscpp_ops& ops() {
 }
 inline const dscpp_ops* O() { return &ops(); }
 
+inline constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff
+
+// Normwise tolerance of a result built on K-term sums that the two tables add in different
+// orders. Their rounding errors behave like random walks, ~√K·u apart; the worst case K·u is
+// far above what either order reaches and would hide real mistakes (a 1e-3 error in one of 300
+// inputs). 2√K·u plus 4u for the operations around the sum; measured on these inputs: ≤ 6u.
+inline double sum_tol(int64_t K) {
+  return (2 * std::sqrt(double(K)) + 4) * kU;
+}
+
+// max|a − b| / max(max|b|, floor): 0 when equal, ∞ when they disagree on a NaN. `floor` is
+// the size of the terms a result is computed from, where the result itself may cancel to ~0.
+inline double normwise(const Vec& a, const Vec& b, double floor = 0) {
+  REQUIRE(a.size() == b.size());
+  double err = 0, scale = floor;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (std::isnan(d) && !(std::isnan(a[i]) && std::isnan(b[i]))) return INFINITY;
+    err = std::max(err, std::isnan(d) ? 0.0 : d);
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return err == 0 ? 0 : err / scale;
+}
 // Same bits (NaNs included), same length.
 inline bool bitwise(const Vec& a, const Vec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

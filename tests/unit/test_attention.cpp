@@ -118,20 +118,26 @@ Vec run_backward(const Shape& s, const Vec& x, const Vec& w, float scale) {
   return dx;
 }
 
+// Runs check() for shape s on every GEMM backend with 1 and 2 threads, each case named.
+template <class Check>
+void on_every_backend(const Shape& s, Check check) {
+  for (GemmBackend be : backends())
+    for (int threads : {1, 2}) {
+      dscpp::kernels::set_gemm_backend(be);
+      dscpp::kernels::set_cpu_threads(threads);
+      INFO("B " << s.B << " T " << s.T << " H " << s.H << " D " << s.D << " " << dscpp::kernels::gemm_description()
+                << ", " << threads << " threads");
+      check();
+    }
+}
+
 }  // namespace
 
 TEST_CASE("causal attention forward against fp64", "[ops][attention]") {
   Restore restore;
   // One token; panel and sliver edges (T = 13, 50); D past one 32-wide sliver; the gpt shape.
   for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 13, 3, 5}, Shape{1, 50, 2, 40}, Shape{2, 128, 4, 64}})
-    for (GemmBackend be : backends())
-      for (int threads : {1, 2}) {
-        dscpp::kernels::set_gemm_backend(be);
-        dscpp::kernels::set_cpu_threads(threads);
-        INFO("B " << s.B << " T " << s.T << " H " << s.H << " D " << s.D << " "
-                  << dscpp::kernels::gemm_description() << ", " << threads << " threads");
-        check_forward(s, 1.0f / std::sqrt(static_cast<float>(s.D)));
-      }
+    on_every_backend(s, [&] { check_forward(s, 1.0f / std::sqrt(static_cast<float>(s.D))); });
 }
 
 TEST_CASE("causal attention backward against finite differences", "[ops][attention]") {
@@ -184,39 +190,34 @@ TEST_CASE("causal attention: argument checks", "[ops][attention]") {
 TEST_CASE("flash attention entries: the ABI 2 results without keeping T² probabilities", "[ops][attention]") {
   Restore restore;
   for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 13, 3, 5}, Shape{2, 128, 4, 64}})
-    for (GemmBackend be : backends())
-      for (int threads : {1, 2}) {
-        dscpp::kernels::set_gemm_backend(be);
-        dscpp::kernels::set_cpu_threads(threads);
-        INFO("B " << s.B << " T " << s.T << " H " << s.H << " D " << s.D << " "
-                  << dscpp::kernels::gemm_description() << ", " << threads << " threads");
-        const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
-        const Vec x = rnd(s.qkv(), 71, -1.5f, 1.5f), w = rnd(s.out(), 72);
-        Vec probs(s.probs()), out(s.out()), lse(s.B * s.H * s.T, kNaN), fout(s.out(), kNaN);
-        REQUIRE(ops().causal_attention_forward(O(), x.data(), probs.data(), out.data(), s.B, s.T, s.H, s.D, scale) ==
-                DSCPP_OK);
-        REQUIRE(ops().flash_attention_forward(O(), x.data(), lse.data(), fout.data(), s.B, s.T, s.H, s.D, scale) ==
-                DSCPP_OK);
-        CHECK(bitwise(fout, out));
-        for (int64_t b = 0; b < s.B; ++b)
-          for (int64_t h = 0; h < s.H; ++h)
-            for (int64_t t = 0; t < s.T; ++t) {
-              double z = 0;
-              for (int64_t u = 0; u <= t; ++u) {
-                double d = 0;
-                for (int64_t k = 0; k < s.D; ++k) d += double(x[at_qkv(s, b, t, 0, h, k)]) * x[at_qkv(s, b, u, 1, h, k)];
-                z += std::exp(scale * d);
-              }
-              const float got = lse[size_t((b * s.H + h) * s.T + t)];
-              REQUIRE(got == Approx(std::log(z)).epsilon(1e-5).margin(1e-5));
+    on_every_backend(s, [&] {
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+      const Vec x = rnd(s.qkv(), 71, -1.5f, 1.5f), w = rnd(s.out(), 72);
+      Vec probs(s.probs()), out(s.out()), lse(s.B * s.H * s.T, kNaN), fout(s.out(), kNaN);
+      REQUIRE(ops().causal_attention_forward(O(), x.data(), probs.data(), out.data(), s.B, s.T, s.H, s.D, scale) ==
+              DSCPP_OK);
+      REQUIRE(ops().flash_attention_forward(O(), x.data(), lse.data(), fout.data(), s.B, s.T, s.H, s.D, scale) ==
+              DSCPP_OK);
+      CHECK(bitwise(fout, out));
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t h = 0; h < s.H; ++h)
+          for (int64_t t = 0; t < s.T; ++t) {
+            double z = 0;
+            for (int64_t u = 0; u <= t; ++u) {
+              double d = 0;
+              for (int64_t k = 0; k < s.D; ++k) d += double(x[at_qkv(s, b, t, 0, h, k)]) * x[at_qkv(s, b, u, 1, h, k)];
+              z += std::exp(scale * d);
             }
-        Vec dx(s.qkv(), kNaN), fdx(s.qkv(), kNaN), ws(s.probs()), fws(s.B * s.H * s.T);
-        REQUIRE(ops().causal_attention_backward(O(), x.data(), probs.data(), w.data(), dx.data(), ws.data(), s.B, s.T,
-                                                s.H, s.D, scale) == DSCPP_OK);
-        REQUIRE(ops().flash_attention_backward(O(), x.data(), fout.data(), lse.data(), w.data(), fdx.data(),
-                                               fws.data(), s.B, s.T, s.H, s.D, scale) == DSCPP_OK);
-        CHECK(bitwise(fdx, dx));
-      }
+            const float got = lse[size_t((b * s.H + h) * s.T + t)];
+            REQUIRE(got == Approx(std::log(z)).epsilon(1e-5).margin(1e-5));
+          }
+      Vec dx(s.qkv(), kNaN), fdx(s.qkv(), kNaN), ws(s.probs()), fws(s.B * s.H * s.T);
+      REQUIRE(ops().causal_attention_backward(O(), x.data(), probs.data(), w.data(), dx.data(), ws.data(), s.B, s.T,
+                                              s.H, s.D, scale) == DSCPP_OK);
+      REQUIRE(ops().flash_attention_backward(O(), x.data(), fout.data(), lse.data(), w.data(), fdx.data(),
+                                             fws.data(), s.B, s.T, s.H, s.D, scale) == DSCPP_OK);
+      CHECK(bitwise(fdx, dx));
+    });
   const int E = DSCPP_E_INVALID_ARGUMENT;
   Vec a(3 * 2 * 4, 0.5f), l(4, 0.0f), o(2 * 4, 0.0f);
   CHECK(ops().flash_attention_forward(O(), a.data(), nullptr, o.data(), 1, 2, 2, 2, 1.0f) == E);

@@ -26,7 +26,9 @@ struct Shape {
   int64_t C() const { return heads * D; }
 };
 
-int check_shape(const Shape& s, float scale) {
+// The checks every attention entry starts with: the table, then the shape.
+int check_shape(const dscpp_ops* o, const Shape& s, float scale) {
+  if (int st = check_table(o)) return st;
   // Row strides (3·heads·head_dim, T) must fit the kernels' 32-bit strides.
   if (s.batch < 0 || !fits_int32(s.T) || !fits_int32(s.heads) || !fits_int32(s.D) || s.heads * s.D > INT32_MAX / 3 ||
       !(scale == scale))
@@ -132,9 +134,8 @@ void pair_backward(const float* x, const float* dy, float* dx, const Shape& s, f
 
 int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, void* out, int64_t batch, int64_t T,
                              int64_t heads, int64_t head_dim, float scale) {
-  if (int st = check_table(o)) return st;
   const Shape s{batch, T, heads, head_dim};
-  if (int st = check_shape(s, scale)) return st;
+  if (int st = check_shape(o, s, scale)) return st;
   const int64_t n = batch * T * s.C();
   if (bad_ptr(qkv, 3 * n) || bad_ptr(out, n) || bad_ptr(probs, batch * heads * T * T)) return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0) return DSCPP_OK;
@@ -150,9 +151,8 @@ int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, v
 int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* probs, const void* dout, void* dqkv,
                               void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
                               float scale) {
-  if (int st = check_table(o)) return st;
   const Shape s{batch, T, heads, head_dim};
-  if (int st = check_shape(s, scale)) return st;
+  if (int st = check_shape(o, s, scale)) return st;
   const int64_t n = batch * T * s.C(), nprobs = batch * heads * T * T;
   if (bad_ptr(qkv, 3 * n) || bad_ptr(dqkv, 3 * n) || bad_ptr(dout, n) || bad_ptr(probs, nprobs) ||
       bad_ptr(workspace, nprobs))
@@ -178,9 +178,8 @@ float* thread_buffer(int which, int64_t n) {
 
 int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
                             int64_t heads, int64_t head_dim, float scale) {
-  if (int st = check_table(o)) return st;
   const Shape s{batch, T, heads, head_dim};
-  if (int st = check_shape(s, scale)) return st;
+  if (int st = check_shape(o, s, scale)) return st;
   const int64_t n = batch * T * s.C();
   if (bad_ptr(qkv, 3 * n) || bad_ptr(out, n) || bad_ptr(lse, batch * heads * T)) return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0) return DSCPP_OK;
@@ -197,9 +196,8 @@ int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, voi
 int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
                              void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
                              float scale) {
-  if (int st = check_table(o)) return st;
   const Shape s{batch, T, heads, head_dim};
-  if (int st = check_shape(s, scale)) return st;
+  if (int st = check_shape(o, s, scale)) return st;
   const int64_t n = batch * T * s.C(), rows = batch * heads * T;
   if (bad_ptr(qkv, 3 * n) || bad_ptr(dqkv, 3 * n) || bad_ptr(dout, n) || bad_ptr(out, n) || bad_ptr(lse, rows) ||
       bad_ptr(workspace, rows))

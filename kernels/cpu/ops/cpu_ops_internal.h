@@ -35,6 +35,13 @@ inline int check_table(const dscpp_ops* o) {
 inline bool fits_int32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 // A pointer must be non-null whenever it covers a non-empty range.
 inline bool bad_ptr(const void* p, int64_t n) { return n > 0 && p == nullptr; }
+// Every embedding id in [0, vocab) (host memory). Checked before anything is written, so a bad
+// batch leaves the output untouched.
+inline bool ids_in_range(const int32_t* ids, int64_t n, int64_t vocab) {
+  for (int64_t i = 0; i < n; ++i)
+    if (hd::embedding_row(ids[i], vocab, 0) < 0) return false;
+  return true;
+}
 
 // exp_f is the shared element exp (kernels/ops_math.h), the one the CUDA kernels use too.
 using hd::exp_f;

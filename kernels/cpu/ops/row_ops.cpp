@@ -236,13 +236,6 @@ DSCPP_SIMD void add_to(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-// Every id is checked before anything is written, so a bad batch leaves the output untouched.
-bool ids_in_range(const int32_t* ids, int64_t n, int64_t vocab) {
-  for (int64_t i = 0; i < n; ++i)
-    if (hd::embedding_row(ids[i], vocab, 0) < 0) return false;
-  return true;
-}
-
 int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table, void* out, int64_t n, int64_t vocab,
                       int64_t dim) {
   if (int s = check_table(o)) return s;
