@@ -166,7 +166,7 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
       if (auto h = hidden())
         cfg.zero_optimization.reduce_bucket_size = *h * *h, resolved(fmt::format("hidden² = {}²", *h));
     } else if (p == "zero_optimization.stage3_prefetch_bucket_size" && stage3) {
-      // Integer arithmetic: 0.9·h² as a float is what broke DeepSpeed ≥ 0.15 (user-pain #12).
+      // Integer arithmetic: 0.9·h² as a float is what broke DeepSpeed ≥ 0.15.
       if (auto h = hidden()) {
         cfg.zero_optimization.prefetch_bucket_size = (*h * *h * 9) / 10;
         resolved(fmt::format("0.9 × hidden² = int(0.9 × {}²)", *h));

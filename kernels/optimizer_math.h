@@ -22,7 +22,7 @@ using hd::hd_fma;
 using hd::hd_sign_step;
 using hd::hd_sqrt;
 
-// ---- Adam / AdamW: DeepSpeed CPU Adam (engine.md 5.1) ------------------------------------
+// ---- Adam / AdamW: DeepSpeed CPU Adam ---------------------------------------------------------
 //   L2:        g = w·λ + g
 //   m = fma(g, 1−β1, m·β1);  v = fma(g·g, 1−β2, v·β2)
 //   d = fma(sqrt(v), 1/sqrt(bc2), ε)          (ε added after bias correction)
@@ -76,7 +76,7 @@ inline AdamCoeffs<float> adam_coeffs(double lr, double beta1, double beta2, doub
   return c;
 }
 
-// ---- LAMB: DeepSpeed FusedLamb (engine.md §10) -------------------------------------------
+// ---- LAMB: DeepSpeed FusedLamb ----------------------------------------------------------------
 // Pass 1 (lamb_moments): m, v updated; u = m/denom + λw with denom = sqrt(v)+ε, or sqrt(v+ε)
 // with eps_inside_sqrt; the caller reduces Σw², Σu² per segment.
 // Pass 2 (lamb_apply): ratio = ‖w‖/‖u‖ clamped to [min_coeff, max_coeff] (1 if either norm is

@@ -1,4 +1,4 @@
-// DeepSpeed's symmetric block int8 quantization (ZeRO++ qwZ, engine.md §6.1), shared by the
+// DeepSpeed's symmetric block int8 quantization (ZeRO++ qwZ), shared by the
 // CPU loop (kernels/cpu/quant) and the CUDA kernels (kernels/cuda/quant.cu).
 //
 // A tensor of N elements is cut into `groups` contiguous groups of N/groups elements. Per
@@ -67,7 +67,7 @@ DSCPP_HD inline float dequantize_int4(uint8_t pair, int high, float inv_scale) {
   return static_cast<float>(nibble >= 8 ? nibble - 16 : nibble) * inv_scale;
 }
 
-// DeepSpeed's group count for a tensor of n elements (engine.md §6.1): start at ceil(n/8000),
+// DeepSpeed's group count for a tensor of n elements: start at ceil(n/8000),
 // increase until n is divisible by 8·groups (or groups = n), then double while n is divisible by 16·groups
 // and n/groups > 8000. Returns 0 for n ≤ 0. DeepSpeed asserts the group size stays below
 // 16000; the callers check that (quant_group_size_ok) and say which tensor broke it.

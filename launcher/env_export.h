@@ -2,7 +2,7 @@
 // remote command.
 //
 // Local ranks inherit the launcher's whole environment. Remote ranks get only what is listed
-// here, in increasing precedence (launcher.md §10, user-pain #4):
+// here, in increasing precedence:
 //   1. launcher variables whose names match the allowlist (export_rules(): DeepSpeed's
 //      prefixes plus dscpp's documented additions), sorted by name;
 //   2. `~/.deepspeed_env`, then `./.deepspeed_env` (file name from $DS_ENV_FILE if set);

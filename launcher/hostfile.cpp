@@ -1,4 +1,4 @@
-// DeepSpeed's hostfile grammar (launcher.md §3): the regex `^(\S+)\s+slots=(\d+)` searched on
+// DeepSpeed's hostfile grammar: the regex `^(\S+)\s+slots=(\d+)` searched on
 // each stripped line. Reimplemented by hand so that each way a line can fail gets its own hint.
 #include "launcher/hostfile.h"
 

@@ -1,4 +1,4 @@
-// Resource filters (launcher.md §4) with the documented include semantics, slot checks
+// Resource filters with the documented include semantics, slot checks
 // against the pool, and the small parsers that feed them.
 #include "launcher/resources.h"
 

@@ -1,7 +1,7 @@
 // Choosing the active resources from the pool: --include/--exclude, --num_nodes/--num_gpus,
 // the local device pool from CUDA_VISIBLE_DEVICES, and --bind_core_list.
 //
-// Include/exclude follow the semantics DeepSpeed documents (launcher.md §4), not the ones its
+// Include/exclude follow the semantics DeepSpeed documents, not the ones its
 // `main` has had since v0.15.2: a bare host in --include means all of its slots, and every
 // slot id is checked against the pool, so `-i w1:7` on a 4-slot host is an error naming the
 // host's slots instead of a world that later crashes or uses the wrong GPU.

@@ -1,7 +1,7 @@
 // Reading a SLURM allocation from its environment: hostlist expressions, tasks-per-node
 // lists, GPUs per node — and telling whether this process is itself already a launched task.
 //
-// DeepSpeed reads no SLURM variable (launcher.md §10); dscpp uses them to build the resource
+// DeepSpeed reads no SLURM variable; dscpp uses them to build the resource
 // pool inside `sbatch`/`salloc` without a hostfile. Everything takes an Environment so that
 // tests never touch the real one.
 #pragma once

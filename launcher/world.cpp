@@ -1,4 +1,4 @@
-// Rank numbering, the per-rank environment (launcher.md §7) and DeepSpeed's world-info
+// Rank numbering, the per-rank environment and DeepSpeed's world-info
 // encoding (§6).
 #include "launcher/world.h"
 

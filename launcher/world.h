@@ -67,7 +67,7 @@ bool is_rank_variable(std::string_view name);
 // Sets `name` in `env`: replaces the value in place if present, else appends.
 void set_env(EnvList& env, std::string_view name, std::string_view value);
 
-// DeepSpeed's --world_info (launcher.md §6): the ordered map host -> slot ids as Python's
+// DeepSpeed's --world_info: the ordered map host -> slot ids as Python's
 // json.dumps writes it (`", "` and `": "` separators, ASCII-only strings), then URL-safe
 // base64 with '=' padding. Hosts keep their order: the i-th key is node rank i.
 std::string world_info_json(const ResourcePool& pool);

@@ -1,5 +1,5 @@
 // TensorSwapper: fixed-size tensor slots in one preallocated swap file, and the pool of aligned
-// host buffers that tensors are swapped through (DeepSpeed's swap_tensor/, engine.md 5.4).
+// host buffers that tensors are swapped through (DeepSpeed's swap_tensor/).
 //
 //   <swap dir>/<name>.swp   slot s occupies bytes [s·slot_bytes, (s+1)·slot_bytes)
 //

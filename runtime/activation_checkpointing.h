@@ -1,4 +1,4 @@
-// Activation checkpointing (DeepSpeed's `activation_checkpointing` section, engine.md 9).
+// Activation checkpointing (DeepSpeed's `activation_checkpointing` section).
 //
 // The model's n layers are cut into contiguous segments. Forward keeps only each segment's
 // input (its checkpoint) and runs the segment's layers in one arena that every segment reuses;

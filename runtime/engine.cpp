@@ -50,7 +50,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
          cfg_.gradient_predivide_factor);
   if (cfg_.fp16.enabled) dtype_ = DType::f16;
   if (cfg_.bf16.enabled) dtype_ = DType::bf16;
-  // DeepSpeed's gradient accumulation dtype (engine.md 2.1): as configured, else fp32 for bf16
+  // DeepSpeed's gradient accumulation dtype: as configured, else fp32 for bf16
   // without ZeRO (its BF16_Optimizer), else the parameters' dtype.
   grad_dtype_ = dtype_;
   if (const auto& g = cfg_.data_types.grad_accum_dtype) {
@@ -420,7 +420,7 @@ bool Engine::prepare_gradients(float* grad_scale) {
   double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
   last_grad_norm_ = std::isfinite(norm) ? norm : -1;
   if (max_norm > 0) {
-    // DeepSpeed's rule (engine.md 1.5): unscale and clip in one multiplication.
+    // DeepSpeed's rule: unscale and clip in one multiplication.
     double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) *grad_scale = static_cast<float>(scale == 1.0 ? coef : coef / scale);
   }

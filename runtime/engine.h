@@ -1,6 +1,6 @@
 // The training engine: one rank's step loop around a model plugin.
 //
-// Per step (DeepSpeed's protocol, engine.md 1.2–1.5):
+// Per step (DeepSpeed's protocol):
 //   for each of the GAS micro-batches: forward → loss → backward with d(loss) = 1/GAS
 //   reduce gradients over the world → global-norm clip → optimizer step on the owned
 //   partition → publish updated parameters → schedule step

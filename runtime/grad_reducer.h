@@ -3,7 +3,7 @@
 //   stage 0  gradients of the whole model accumulate over the micro-steps; during the last
 //            micro-step's backward, buckets of reduce_bucket_size elements are allreduced as
 //            soon as the layers they cover are done (the flat array is in forward order, so
-//            buckets form from its tail), with DeepSpeed's arithmetic (engine.md 1.4): postscale
+//            buckets form from its tail), with DeepSpeed's arithmetic: postscale
 //            by default (×1/f, SUM, ×f/dp), or prescale_gradients (×1/dp, SUM).
 //   stage 1  gradients of the whole model accumulate locally; during the last micro-step's
 //            backward each partition group is reduce-scattered as soon as it is done, and the

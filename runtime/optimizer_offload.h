@@ -2,12 +2,12 @@
 //
 //   resident   one flat master (or the fp32 parameters themselves) and optimizer-owned state
 //              on one Device: the training device (no offload) or the host device
-//              (offload_optimizer device cpu, ZeRO-Offload: engine.md 3.5, 4.7)
-//   swapped    offload_optimizer device nvme (ZeRO-Infinity, engine.md 5.4): each sub-group's
+//              (offload_optimizer device cpu: ZeRO-Offload)
+//   swapped    offload_optimizer device nvme (ZeRO-Infinity): each sub-group's
 //              master and state tensors sit in TensorSwapper slots under
 //              <nvme_path>/dscpp-<job>-rank<R>/optimizer.swp and are brought into a pool of
 //              buffer_count host buffers only while that sub-group steps or is checkpointed
-//   split      offload_optimizer ratio < 1 (stage 3, engine.md 4.7): the first
+//   split      offload_optimizer ratio < 1 (stage 3): the first
 //              ⌊ratio · #sub-groups⌋ sub-groups in an offloaded home (resident on the host, or
 //              swapped), the rest in a resident home on the training device
 //

@@ -83,7 +83,7 @@ ParamHome::Placement ParamHome::place(const FlatLayout& layout, DType dtype, con
   p.offset.assign(layout.groups.size(), 0);
   if (offload.device == OffloadDevice::none) return p;
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  // DeepSpeed swaps a slice only when its bytes reach max(1 MiB, aio block_size) (engine.md 4.8):
+  // DeepSpeed swaps a slice only when its bytes reach max(1 MiB, aio block_size):
   // smaller requests cost more in latency than they save in memory.
   const int64_t min_swap = std::max<int64_t>(int64_t{1} << 20, offload.aio.block_size);
   int64_t in_cpu = 0;

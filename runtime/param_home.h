@@ -3,8 +3,8 @@
 //   stage 0–2            the whole flat array on the training device (ParamStore gathers into it)
 //   stage 3              this rank's slices (layout.part_total elements), group by group:
 //     no offload_param   on the training device
-//     offload_param cpu  in host memory (DeepSpeed: a pinned CPU flat buffer per group, engine.md
-//                        4.8); a gather copies the slice to the device first
+//     offload_param cpu  in host memory (DeepSpeed: a pinned CPU flat buffer per group); a
+//                        gather copies the slice to the device first
 //     offload_param nvme a slice of at least max(1 MiB, aio.block_size) bytes lives in a swap
 //                        file, the first max_in_cpu elements of such slices (in group order) and
 //                        every smaller slice stay in host memory. A swapped slice is brought into

@@ -50,7 +50,7 @@ struct Stage3Options {
   int64_t max_reuse_distance = 1000000000;
   int64_t param_persistence_threshold = 100000;
   int64_t model_persistence_threshold = INT64_MAX;
-  // ZeRO++ (runtime/zeropp.h, engine.md 6.1–6.2).
+  // ZeRO++ (runtime/zeropp.h).
   bool quantized_weights = false;  // qwZ: gathers send int8
   int hpz_partition_size = 1;      // hpZ: > 1 keeps a secondary copy per group of that many ranks
 };

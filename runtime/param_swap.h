@@ -1,6 +1,6 @@
 // The NVMe part of ParamHome: stage-3 parameter slices in one swap file, one slot per slice,
-// moved through buffer_count host buffers (offload_param.buffer_count × buffer_size, engine.md
-// 4.8) by the TensorSwapper.
+// moved through buffer_count host buffers (offload_param.buffer_count × buffer_size) by the
+// TensorSwapper.
 //
 // A slot is on disk, being read into a buffer, resident in a buffer, or being written back from
 // one. acquire() makes it resident (waiting for a prefetch or a write-back of the same slot

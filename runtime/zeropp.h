@@ -1,4 +1,4 @@
-// ZeRO++'s quantized collectives at stage 3 (engine.md 6.1, 6.3).
+// ZeRO++'s quantized collectives at stage 3.
 //
 // qwZ (zero_quantized_weights): parameter allgathers send int8. Each rank quantizes its slice in
 // groups (symmetric: s = 2^8 / (2·absmax), q = clamp(rint(x·s), −128, 127), scale 1/s), the int8

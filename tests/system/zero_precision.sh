@@ -2,9 +2,9 @@
 # Mixed precision under ZeRO, end to end through the launcher:
 #  1. fp16 loss scaling: overflows injected on one rank (DSCPP_INJECT_OVERFLOW, rank world−1
 #     only, so the MAX agreement across ranks is exercised) at the steps of the reference's
-#     pattern ....XX....X.X.XX must produce exactly DeepSpeed's scale sequences (engine.md 2.2
-#     and 2.3): the ZeRO rule at stages 1–3 (plain and consecutive_hysteresis) and the legacy
-#     FP16_Optimizer rule at stage 0, with 6 skipped steps; an overflow at min_loss_scale stops
+#     pattern ....XX....X.X.XX must produce exactly DeepSpeed's scale sequences: the ZeRO rule
+#     at stages 1–3 (plain and consecutive_hysteresis) and the legacy FP16_Optimizer rule at
+#     stage 0, with 6 skipped steps; an overflow at min_loss_scale stops
 #     the run with DeepSpeed's error.
 #  2. bf16 and fp16 runs of a small gpt track the fp32 loss curve within a band, and so does
 #     communication_data_type bf16, which halves the bytes on the wire;

@@ -32,7 +32,7 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-// {w0:[0,1], w1:[2]} — the notation of launcher.md.
+// {w0:[0,1], w1:[2]} — the notation of DeepSpeed's launcher documentation.
 inline std::string show(const ResourcePool& pool) {
   std::string out = "{";
   for (const auto& h : pool) {

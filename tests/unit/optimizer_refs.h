@@ -1,8 +1,8 @@
 // The optimizer tests' references and harness (test_optimizers.cpp: the update rules;
 // test_optimizer_state.cpp: threads, SIMD levels, state, errors). The published rules are
 // written out here in double, independently of kernels/optimizer_math.h:
-//   Adam/AdamW  DeepSpeed CPU Adam (csrc/adam/cpu_adam_impl.cpp; engine.md 5.1)
-//   Lamb        DeepSpeed FusedLamb (csrc/lamb/fused_lamb_cuda_kernel.cu; engine.md §10)
+//   Adam/AdamW  DeepSpeed CPU Adam (csrc/adam/cpu_adam_impl.cpp)
+//   Lamb        DeepSpeed FusedLamb (csrc/lamb/fused_lamb_cuda_kernel.cu)
 //   SGD         torch.optim.SGD (torch/optim/sgd.py)
 //   Adagrad     torch.optim.Adagrad (torch/optim/adagrad.py)
 //   Lion        DeepSpeed CPU Lion (csrc/lion/cpu_lion_impl.cpp)

@@ -179,7 +179,8 @@ TEST_CASE("rank environment", "[world]") {
 TEST_CASE("world info: DeepSpeed's encoding, byte for byte", "[world]") {
   ResourcePool pool = {{"worker-0", {0, 1}}, {"worker-1", {0, 2}}};
   CHECK(world_info_json(pool) == R"({"worker-0": [0, 1], "worker-1": [0, 2]})");
-  CHECK(encode_world_info(pool) == "eyJ3b3JrZXItMCI6IFswLCAxXSwgIndvcmtlci0xIjogWzAsIDJdfQ==");  // launcher.md §6
+  // DeepSpeed's own encoding of this map:
+  CHECK(encode_world_info(pool) == "eyJ3b3JrZXItMCI6IFswLCAxXSwgIndvcmtlci0xIjogWzAsIDJdfQ==");
   // Expected values from Python: base64.urlsafe_b64encode(json.dumps(d).encode()).
   CHECK(encode_world_info({}) == "e30=");
   CHECK(encode_world_info({{"a", {0, 1, 2}}, {"b", {0, 1}}}) == "eyJhIjogWzAsIDEsIDJdLCAiYiI6IFswLCAxXX0=");

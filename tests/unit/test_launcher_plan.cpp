@@ -1,7 +1,7 @@
 // The launch plan's pure rules, part one: hostfile, include/exclude, SLURM variables
 // (test_launcher_env.cpp: exported env, rank numbering and environment, world info). Rows of
-// launcher.md §3/§4 tables are written in the reference's own notation ({w0:[0,1], w1:[2]}) so
-// they can be read side by side.
+// DeepSpeed's documented hostfile and include/exclude examples are written in its own notation
+// ({w0:[0,1], w1:[2]}) so they can be read side by side.
 #include "tests/unit/launcher_fixture.h"
 
 #include <unistd.h>
@@ -38,7 +38,7 @@ Environment env_from_file(const fs::path& path) {
 
 // ---------------------------------------------------------------------------------------- hostfile
 
-TEST_CASE("hostfile: every row of launcher.md §3", "[hostfile]") {
+TEST_CASE("hostfile: every documented row of DeepSpeed's grammar", "[hostfile]") {
   struct Row {
     const char* text;
     const char* expected;  // show() of the pool, or a fragment of the error
@@ -94,7 +94,7 @@ TEST_CASE("hostfile: loading from disk, missing file", "[hostfile]") {
 
 // ----------------------------------------------------------------------------- include / exclude
 
-TEST_CASE("include/exclude: every row of launcher.md §4, documented semantics", "[resources]") {
+TEST_CASE("include/exclude: every documented example, documented semantics", "[resources]") {
   const ResourcePool pool = {{"w0", {0, 1, 2, 3}}, {"w1", {0, 1, 2, 3}}};
   struct Row {
     const char* include;

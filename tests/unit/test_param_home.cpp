@@ -1,5 +1,5 @@
 // ParamHome (where stage-3 parameter slices live) and ParamSwap (the NVMe part): DeepSpeed's
-// placement rules (engine.md 4.8: the swap minimum, max_in_cpu), exact round trips through host
+// placement rules (the swap minimum, max_in_cpu), exact round trips through host
 // memory and through a swap file with fewer buffers than slices (every slice written back and
 // read again), prefetch that never takes the last buffer, and the errors that name their key.
 #include <catch2/catch.hpp>
