@@ -1,5 +1,8 @@
-// The cuBLAS compute type of a GEMM math (kernels/gemm_math.h): fp32 operands on the tensor
-// cores are rounded by cuBLAS itself to the named type (the FAST compute types).
+// How cuBLAS and cuBLASLt run a GEMM math (kernels/gemm_math.h). Under bf16 and fp16 the table
+// casts both operands to 16 bits first (OpsContext::stage) and calls 16-bit GEMMs with fp32
+// accumulation: cuBLAS's FAST_16BF/FAST_16F compute types over fp32 operands are allowed to
+// pick TF32 kernels, and on an H200 they did (half the bf16 tensor-core rate, measured with
+// ncu: sm90_xmma_gemm_f32f32_tf32f32_*). tf32 keeps fp32 operands with the FAST_TF32 type.
 #pragma once
 
 #include "kernels/cuda/cuda_ns.h"
@@ -13,14 +16,18 @@
 
 namespace dscpp::DSCPP_CUDA_NS {
 
+// True when the GEMM's operands are 16-bit copies of the fp32 tensors.
+inline bool stages_operands(kernels::GemmMath m) {
+  return m == kernels::GemmMath::bf16 || m == kernels::GemmMath::fp16;
+}
+
+// The element type of the operands cuBLAS reads.
+inline cudaDataType_t operand_type(kernels::GemmMath m) {
+  return m == kernels::GemmMath::bf16 ? CUDA_R_16BF : m == kernels::GemmMath::fp16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
 inline cublasComputeType_t compute_type(kernels::GemmMath m) {
-  switch (m) {
-    case kernels::GemmMath::tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case kernels::GemmMath::bf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case kernels::GemmMath::fp16: return CUBLAS_COMPUTE_32F_FAST_16F;
-    case kernels::GemmMath::fp32: break;
-  }
-  return CUBLAS_COMPUTE_32F;
+  return m == kernels::GemmMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 }  // namespace dscpp::DSCPP_CUDA_NS

@@ -97,9 +97,9 @@ struct LtLinear::Impl {
               "aux ld"))
       return pl;
     const auto rows_of = [](cublasOperation_t t, int64_t r, int64_t c) { return t == CUBLAS_OP_N ? r : c; };
-    if (!note(cublasLtMatrixLayoutCreate(&pl.a, CUDA_R_32F, rows_of(p.ta, p.m, p.k), rows_of(p.ta, p.k, p.m), p.lda),
+    if (!note(cublasLtMatrixLayoutCreate(&pl.a, operand_type(p.math), rows_of(p.ta, p.m, p.k), rows_of(p.ta, p.k, p.m), p.lda),
               "layout A") ||
-        !note(cublasLtMatrixLayoutCreate(&pl.b, CUDA_R_32F, rows_of(p.tb, p.k, p.n), rows_of(p.tb, p.n, p.k), p.ldb),
+        !note(cublasLtMatrixLayoutCreate(&pl.b, operand_type(p.math), rows_of(p.tb, p.k, p.n), rows_of(p.tb, p.n, p.k), p.ldb),
               "layout B") ||
         !note(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_32F, p.m, p.n, p.ldd), "layout D"))
       return pl;
@@ -153,7 +153,7 @@ LtLinear::LtLinear(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LtLinear::~LtLinear() = default;
 
 // Row-major y = x·Wᵀ is column-major yᵀ[out×rows] = op_T(W_cm[in×out])·x_cm[in×rows].
-bool LtLinear::forward(kernels::GemmMath math, const float* x, const float* W, const float* bias, bool accumulate,
+bool LtLinear::forward(kernels::GemmMath math, const void* x, const void* W, const float* bias, bool accumulate,
                        float* y, float* gelu_out, int64_t rows, int64_t in, int64_t out) {
   if (gelu_out != nullptr && accumulate) return false;
   Product p{CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, in, in, out, accumulate ? 1.0f : 0.0f,
@@ -172,7 +172,7 @@ bool LtLinear::forward(kernels::GemmMath math, const float* x, const float* W, c
 
 // Row-major dW[out×in] = dyᵀ·x is column-major dWᵀ[in×out] = x_cm[in×rows]·op_T(dy_cm[out×rows]);
 // the bias gradient is B's reduction over k (= rows): one value per column of D (= out).
-bool LtLinear::weight_and_bias_grad(kernels::GemmMath math, const float* dy, const float* x, float* dW,
+bool LtLinear::weight_and_bias_grad(kernels::GemmMath math, const void* dy, const void* x, float* dW,
                                     float* bias_grad, int64_t rows, int64_t in, int64_t out) {
   const Product p{CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, in, out, in, 1.0f, CUBLASLT_EPILOGUE_BGRADB, math,
                   x, dy, bias_grad, nullptr, dW, 0};
@@ -181,7 +181,7 @@ bool LtLinear::weight_and_bias_grad(kernels::GemmMath math, const float* dy, con
 
 // Row-major dx[rows×in] = dy·W is column-major dxᵀ[in×rows] = W_cm[in×out]·dy_cm[out×rows]; the
 // GELU input (gelu_pre, rows×in row-major) is the aux matrix of D's shape.
-bool LtLinear::input_grad_through_gelu(kernels::GemmMath math, const float* dy, const float* W,
+bool LtLinear::input_grad_through_gelu(kernels::GemmMath math, const void* dy, const void* W,
                                        const float* gelu_pre, float* dx, int64_t rows, int64_t in, int64_t out) {
   const Product p{CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, in, out, in, 0.0f, CUBLASLT_EPILOGUE_DGELU, math,
                   W, dy, nullptr, gelu_pre, dx, in};

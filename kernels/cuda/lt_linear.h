@@ -7,7 +7,8 @@
 //
 // Each call answers false when it did not run (DSCPP_CUBLASLT=0, a shape or alignment cuBLASLt
 // has no algorithm for, a failed call — the first failure is logged), and the table then does
-// what it did before. GPU builds only; gpu_parity compares both paths with the CPU table.
+// what it did before. The GEMM operands (x, W, dy) are fp32, or under bf16/fp16 math the 16-bit
+// copies the table staged (compute_type.h); outputs, bias and the GELU input stay fp32. GPU builds only; gpu_parity compares both paths with the CPU table.
 #pragma once
 
 #include "kernels/cuda/launch.h"
@@ -27,13 +28,13 @@ class LtLinear {
 
   // y[rows×out] = x·Wᵀ + bias (+ y itself when accumulate); with gelu_out, gelu_out = gelu(y)
   // and y keeps the pre-activation (then accumulate must be false). bias may be null.
-  bool forward(kernels::GemmMath math, const float* x, const float* W, const float* bias, bool accumulate, float* y,
+  bool forward(kernels::GemmMath math, const void* x, const void* W, const float* bias, bool accumulate, float* y,
                float* gelu_out, int64_t rows, int64_t in, int64_t out);
   // dW[out×in] += dyᵀ·x and bias_grad[out] = Σ_rows dy (overwritten) in one GEMM.
-  bool weight_and_bias_grad(kernels::GemmMath math, const float* dy, const float* x, float* dW, float* bias_grad,
+  bool weight_and_bias_grad(kernels::GemmMath math, const void* dy, const void* x, float* dW, float* bias_grad,
                             int64_t rows, int64_t in, int64_t out);
   // dx[rows×in] = (dy·W) ⊙ gelu'(gelu_pre) in one GEMM.
-  bool input_grad_through_gelu(kernels::GemmMath math, const float* dy, const float* W, const float* gelu_pre,
+  bool input_grad_through_gelu(kernels::GemmMath math, const void* dy, const void* W, const float* gelu_pre,
                                float* dx, int64_t rows, int64_t in, int64_t out);
 
  private:

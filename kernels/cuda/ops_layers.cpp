@@ -5,6 +5,7 @@
 // attention GEMMs); the results agree to fp32 rounding, not bit for bit.
 #include "core/error.h"
 #include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32
+#include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/ops_table.h"
 
@@ -174,7 +175,8 @@ LtLinear* lt_for(OpsContext& c) {
 
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the
 // GEMM as β = 1; another residual is added by the epilogue. On a GPU, cuBLASLt fuses the bias
-// (and the GELU) into the GEMM where it can (lt_linear.h).
+// (and the GELU) into the GEMM where it can (lt_linear.h). Under 16-bit GEMM math x and W are
+// cast once here and the GEMM reads the copies.
 int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual, void* y,
                    void* gelu_out, int64_t rows, int64_t in, int64_t out) {
   if (int s = check_table(o)) return s;
@@ -182,59 +184,70 @@ int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void*
     return DSCPP_E_INVALID_ARGUMENT;
   if (rows == 0 || out == 0) return DSCPP_OK;
   const bool residual_in_y = residual != nullptr && residual == y;
-#if !defined(DSCPP_CUDA_HOST_STUB)
   OpsContext& c = ctx(o);
-  if (LtLinear* lt = lt_for(c); lt != nullptr && (residual == nullptr || residual_in_y) &&
-                                lt->forward(c.gemm_math, F(x), F(W), F(bias), residual_in_y, F(y), F(gelu_out), rows,
-                                            in, out))
-    return DSCPP_OK;
+  return guarded([&] {
+    const bool half = stages_operands(c.gemm_math);
+    const void* xs = half ? c.stage(0, x, rows * in) : x;
+    const void* Ws = half ? c.stage(1, W, out * in) : W;
+#if !defined(DSCPP_CUDA_HOST_STUB)
+    if (LtLinear* lt = lt_for(c); lt != nullptr && (residual == nullptr || residual_in_y) &&
+                                  lt->forward(c.gemm_math, xs, Ws, F(bias), residual_in_y, F(y), F(gelu_out), rows, in,
+                                              out))
+      return int(DSCPP_OK);
 #endif
-  if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, x, in, W, in, residual_in_y ? 1.0f : 0.0f, y,
-                      out))
-    return s;
-  return status(ops::bias_residual_gelu(F(y), F(bias), residual_in_y ? nullptr : F(residual), F(gelu_out), rows, out,
-                                        ctx(o).stream));
+    if (int s = gemm_on(c, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, xs, in, 0, Ws, in, 0,
+                        residual_in_y ? 1.0f : 0.0f, F(y), out, 0, 1))
+      return s;
+    return status(ops::bias_residual_gelu(F(y), F(bias), residual_in_y ? nullptr : F(residual), F(gelu_out), rows,
+                                          out, c.stream));
+  });
 }
 
-// dW += dyᵀ·x;  dbias += Σ_rows dy;  dx = dy·W, times gelu'(gelu_pre) when given.
+// dW += dyᵀ·x;  dbias += Σ_rows dy;  dx = dy·W, times gelu'(gelu_pre) when given. Under 16-bit
+// GEMM math dy is cast once for both GEMMs.
 int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const void* W, void* dW, void* dbias, void* dx,
                     const void* gelu_pre, int64_t rows, int64_t in, int64_t out) {
   if (int s = check_table(o)) return s;
   if (rows < 0 || in < 0 || out < 0 || bad_ptr(dy, rows * out) || bad_ptr(x, rows * in) || bad_ptr(W, out * in) ||
       bad_ptr(dW, out * in))
     return DSCPP_E_INVALID_ARGUMENT;
-  bool fused_dW = false;
-#if !defined(DSCPP_CUDA_HOST_STUB)
-  // On a GPU: dW with the bias gradient from the same GEMM (into scratch, then added), and dx
-  // with the GELU derivative, through cuBLASLt where it can (lt_linear.h).
   OpsContext& c = ctx(o);
-  LtLinear* lt = rows > 0 && out > 0 && in > 0 ? lt_for(c) : nullptr;
-  if (lt != nullptr && dbias != nullptr) {
-    float* partial = nullptr;
-    try {
-      partial = c.scratch.get<float>(size_t(out), c.stream);
-    } catch (const Error&) {
-      return DSCPP_E_INTERNAL;
-    }
-    fused_dW = lt->weight_and_bias_grad(c.gemm_math, F(dy), F(x), F(dW), partial, rows, in, out);
-    if (fused_dW)
-      if (int s = status(ops::axpy(1.0f, partial, F(dbias), out, c.stream))) return s;
-  }
-#endif
-  if (!fused_dW) {
-    if (int s = o->gemm(o, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dW, in)) return s;
-    if (dbias != nullptr)
-      if (int s = o->bias_grad(o, dy, dbias, rows, out)) return s;
-  }
-  if (dx == nullptr) return DSCPP_OK;
+  return guarded([&] {
+    const bool half = stages_operands(c.gemm_math);
+    const void* dys = half ? c.stage(0, dy, rows * out) : dy;
+    const void* xs = half ? c.stage(1, x, rows * in) : x;
+    bool fused_dW = false;
 #if !defined(DSCPP_CUDA_HOST_STUB)
-  if (lt != nullptr && gelu_pre != nullptr &&
-      lt->input_grad_through_gelu(c.gemm_math, F(dy), F(W), F(gelu_pre), F(dx), rows, in, out))
-    return DSCPP_OK;
+    // On a GPU: dW with the bias gradient from the same GEMM (into scratch, then added), and dx
+    // with the GELU derivative, through cuBLASLt where it can (lt_linear.h).
+    LtLinear* lt = rows > 0 && out > 0 && in > 0 ? lt_for(c) : nullptr;
+    if (lt != nullptr && dbias != nullptr) {
+      float* partial = c.scratch.get<float>(size_t(out), c.stream);
+      fused_dW = lt->weight_and_bias_grad(c.gemm_math, dys, xs, F(dW), partial, rows, in, out);
+      if (fused_dW)
+        if (int s = status(ops::axpy(1.0f, partial, F(dbias), out, c.stream))) return s;
+    }
 #endif
-  if (int s = o->gemm(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in)) return s;
-  if (gelu_pre == nullptr) return DSCPP_OK;
-  return status(ops::gelu_backward(F(gelu_pre), F(dx), F(dx), rows * in, ctx(o).stream));
+    if (!fused_dW) {
+      if (int s = gemm_on(c, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dys, out, 0, xs, in, 0, 1.0f, F(dW), in,
+                          0, 1))
+        return s;
+      if (dbias != nullptr)
+        if (int s = o->bias_grad(o, dy, dbias, rows, out)) return s;
+    }
+    if (dx == nullptr) return int(DSCPP_OK);
+    const void* Ws = half ? c.stage(1, W, out * in) : W;  // slot 1's x is read by a GEMM enqueued before
+#if !defined(DSCPP_CUDA_HOST_STUB)
+    if (lt != nullptr && gelu_pre != nullptr &&
+        lt->input_grad_through_gelu(c.gemm_math, dys, Ws, F(gelu_pre), F(dx), rows, in, out))
+      return int(DSCPP_OK);
+#endif
+    if (int s = gemm_on(c, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dys, out, 0, Ws, in, 0, 0.0f, F(dx), in,
+                        0, 1))
+      return s;
+    if (gelu_pre == nullptr) return int(DSCPP_OK);
+    return status(ops::gelu_backward(F(gelu_pre), F(dx), F(dx), rows * in, c.stream));
+  });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "kernels/cuda/ops_table.h"
 
 #include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32: the same argument rules
+#include "kernels/cuda/cast.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/ops_kernels.h"
@@ -40,17 +41,6 @@ void blas_check(cublasStatus_t s, const char* call) {
 }
 #define DSCPP_CUBLAS_CHECK(call) blas_check((call), #call)
 
-// The C ABI must not see exceptions: a failed CUDA call inside an op becomes DSCPP_E_INTERNAL
-// (the message goes to the log through the caller's error path; here it is dropped).
-template <class F>
-int guarded(F f) {
-  try {
-    return f();
-  } catch (const Error&) {
-    return DSCPP_E_INTERNAL;
-  }
-}
-
 OpsContext& ctx(const dscpp_ops* o) {
   return *static_cast<OpsContext*>(o->device);
 }
@@ -64,8 +54,6 @@ float* F(void* p) {
   return static_cast<float*>(p);
 }
 
-// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same memory: swap
-// the operands and M/N, keep the transposes.
 int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K,
                  float alpha, const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb,
                  float beta, void* C, int64_t ldc, int64_t sc, int64_t batch) {
@@ -75,18 +63,14 @@ int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int
     return DSCPP_E_INVALID_ARGUMENT;
   if (M == 0 || N == 0 || batch == 0) return DSCPP_OK;
   if (A == nullptr || B == nullptr || C == nullptr) return DSCPP_E_INVALID_ARGUMENT;
-  const cublasOperation_t opa = ta == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t opb = tb == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const OpsContext& c = ctx(o);
-  cublasStatus_t s;
-  if (c.gemm_math == kernels::GemmMath::fp32)
-    s = cublasSgemmStridedBatched(c.blas, opb, opa, int(N), int(M), int(K), &alpha, F(B), int(ldb), sb, F(A),
-                                  int(lda), sa, &beta, F(C), int(ldc), sc, int(batch));
-  else
-    s = cublasGemmStridedBatchedEx(c.blas, opb, opa, int(N), int(M), int(K), &alpha, B, CUDA_R_32F, int(ldb), sb, A,
-                                   CUDA_R_32F, int(lda), sa, &beta, C, CUDA_R_32F, int(ldc), sc, int(batch),
-                                   compute_type(c.gemm_math), CUBLAS_GEMM_DEFAULT);
-  return s == CUBLAS_STATUS_SUCCESS ? DSCPP_OK : DSCPP_E_INTERNAL;
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    if (stages_operands(c.gemm_math) && K > 0) {
+      A = c.stage(0, A, operand_span(ta, M, K, lda, sa, batch));
+      B = c.stage(1, B, operand_span(tb, K, N, ldb, sb, batch));
+    }
+    return gemm_on(c, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, F(C), ldc, sc, batch);
+  });
 }
 
 int gemm(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -346,6 +330,40 @@ OpsContext::OpsContext(Stream s) : stream(s) {
 OpsContext::~OpsContext() {
   cudaFree(flag);
   cublasDestroy(blas);
+}
+
+// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same memory: swap
+// the operands and M/N, keep the transposes.
+int gemm_on(const OpsContext& c, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
+            const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb, float beta, float* C,
+            int64_t ldc, int64_t sc, int64_t batch) {
+  if (M == 0 || N == 0 || batch == 0) return DSCPP_OK;
+  const cublasOperation_t opa = ta == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = tb == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasStatus_t s;
+  if (c.gemm_math == kernels::GemmMath::fp32)
+    s = cublasSgemmStridedBatched(c.blas, opb, opa, int(N), int(M), int(K), &alpha, F(B), int(ldb), sb, F(A),
+                                  int(lda), sa, &beta, C, int(ldc), sc, int(batch));
+  else
+    s = cublasGemmStridedBatchedEx(c.blas, opb, opa, int(N), int(M), int(K), &alpha, B, operand_type(c.gemm_math),
+                                   int(ldb), sb, A, operand_type(c.gemm_math), int(lda), sa, &beta, C, CUDA_R_32F,
+                                   int(ldc), sc, int(batch), compute_type(c.gemm_math), CUBLAS_GEMM_DEFAULT);
+  return s == CUBLAS_STATUS_SUCCESS ? DSCPP_OK : DSCPP_E_INTERNAL;
+}
+
+int64_t operand_span(dscpp_transpose t, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  const int64_t stored_rows = t == DSCPP_TRANS ? cols : rows, stored_cols = t == DSCPP_TRANS ? rows : cols;
+  if (stored_rows == 0 || stored_cols == 0 || batch == 0) return 0;
+  return (batch - 1) * stride + (stored_rows - 1) * ld + stored_cols;
+}
+
+const void* OpsContext::stage(int slot, const void* src, int64_t n) {
+  auto* dst = staged[slot].get<uint16_t>(size_t(n), stream);
+  const Status s = gemm_math == kernels::GemmMath::bf16
+                       ? launch_cast_f32_to_bf16(static_cast<const float*>(src), dst, size_t(n), stream)
+                       : launch_cast_f32_to_f16(static_cast<const float*>(src), dst, size_t(n), stream);
+  if (s != kOk) fail("casting a GEMM operand to 16 bits failed ({})", int(s));
+  return dst;
 }
 
 float* OpsContext::column_scratch(int64_t rows, int64_t cols, int outputs) {

@@ -167,15 +167,22 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 }
 
 namespace {
-// A copy of the memory a strided batch of column-major rows × cols matrices spans, each element
-// rounded as the tensor cores would read it (the gaps between matrices are copied too: the
-// GEMM never reads them).
-std::vector<float> rounded_span(const float* x, int rows, int cols, int ld, long long stride, int batch,
-                                kernels::GemmMath math) {
-  if (rows == 0 || cols == 0 || batch == 0) return {};
-  const size_t span = size_t((long long)(batch - 1) * stride + (long long)(cols - 1) * ld + rows);
-  std::vector<float> out(x, x + span);
-  for (float& v : out) v = kernels::round_for_gemm(v, math);
+// The elements a strided batch of column-major rows × cols matrices spans (the gaps between
+// matrices included: the GEMM never reads them).
+size_t span_of(int rows, int cols, int ld, long long stride, int batch) {
+  if (rows == 0 || cols == 0 || batch == 0) return 0;
+  return size_t((long long)(batch - 1) * stride + (long long)(cols - 1) * ld + rows);
+}
+// A copy of such a span as fp32, each element as the tensor cores would read it: fp32 rounded
+// for `math`, or 16-bit bits widened.
+std::vector<float> widened_span(const void* x, cudaDataType_t type, size_t span, kernels::GemmMath math) {
+  std::vector<float> out(span);
+  const auto* f = static_cast<const float*>(x);
+  const auto* h = static_cast<const uint16_t*>(x);
+  for (size_t i = 0; i < span; ++i)
+    out[i] = type == CUDA_R_16BF  ? bf16_bits_to_float(h[i])
+             : type == CUDA_R_16F ? fp16_bits_to_float(h[i])
+                                  : kernels::round_for_gemm(f[i], math);
   return out;
 }
 }  // namespace
@@ -186,7 +193,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long strideB, const void* beta, void* C, cudaDataType_t Ctype, int ldc,
                                           long long strideC, int batchCount, cublasComputeType_t computeType,
                                           cublasGemmAlgo_t) {
-  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool half = Atype == Btype && (Atype == CUDA_R_16BF || Atype == CUDA_R_16F);
+  if ((Atype != CUDA_R_32F && !half) || Btype != Atype || Ctype != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
   kernels::GemmMath math;
   switch (computeType) {
     case CUBLAS_COMPUTE_32F: math = kernels::GemmMath::fp32; break;
@@ -195,14 +203,19 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     case CUBLAS_COMPUTE_32F_FAST_16F: math = kernels::GemmMath::fp16; break;
     default: return CUBLAS_STATUS_INVALID_VALUE;
   }
+  if (half && math != kernels::GemmMath::fp32) return CUBLAS_STATUS_INVALID_VALUE;
   const auto* a = static_cast<const float*>(A);
   const auto* b = static_cast<const float*>(B);
   std::vector<float> ra, rb;
-  if (math != kernels::GemmMath::fp32) {
+  if (half || math != kernels::GemmMath::fp32) {
     if (m < 0 || n < 0 || k < 0 || batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
     ProtectedAccess on_device;  // reading the operands is part of the "kernel"
-    ra = rounded_span(a, transa == CUBLAS_OP_N ? m : k, transa == CUBLAS_OP_N ? k : m, lda, strideA, batchCount, math);
-    rb = rounded_span(b, transb == CUBLAS_OP_N ? k : n, transb == CUBLAS_OP_N ? n : k, ldb, strideB, batchCount, math);
+    ra = widened_span(A, Atype,
+                      span_of(transa == CUBLAS_OP_N ? m : k, transa == CUBLAS_OP_N ? k : m, lda, strideA, batchCount),
+                      math);
+    rb = widened_span(B, Btype,
+                      span_of(transb == CUBLAS_OP_N ? k : n, transb == CUBLAS_OP_N ? n : k, ldb, strideB, batchCount),
+                      math);
     if (!ra.empty()) a = ra.data();
     if (!rb.empty()) b = rb.data();
   }

@@ -78,10 +78,11 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long strideA, const float* B, int ldb, long long strideB,
                                          const float* beta, float* C, int ldc, long long strideC, int batchCount);
 
-// The mixed-precision form, for fp32 operands only (what the table passes): computeType
-// CUBLAS_COMPUTE_32F is the call above; the _FAST_ types round A and B to TF32 / bf16 / fp16
-// (kernels/gemm_math.h's emulation of the tensor cores' input conversion) and accumulate in fp32.
-enum cudaDataType_t { CUDA_R_32F = 0 };
+// The mixed-precision form. With fp32 operands: computeType CUBLAS_COMPUTE_32F is the call
+// above; the _FAST_ types round A and B to TF32 / bf16 / fp16 (kernels/gemm_math.h's emulation
+// of the tensor cores' input conversion) and accumulate in fp32. With 16-bit operands (A and B
+// both CUDA_R_16BF or both CUDA_R_16F, C fp32, CUBLAS_COMPUTE_32F): widened, then the fp32 GEMM.
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
 enum cublasComputeType_t {
   CUBLAS_COMPUTE_32F = 68,
   CUBLAS_COMPUTE_32F_FAST_16F = 74,
