@@ -1,14 +1,12 @@
-// Causal attention that keeps no T×T matrix (the table's flash_attention_* entries), in fp32:
-// one thread per query row (forward, dq) or key row (dk, dv) of one (sequence, head) pair,
-// streaming the other side's rows with an online softmax (FlashAttention's recurrence).
+// The row kernels of the table's blockwise causal attention (ops_layers.cpp's flash entries
+// without cuDNN): the table computes the scores of one block of queries against the keys they
+// see with a cuBLAS GEMM, these kernels turn them into probabilities (forward) or into the
+// score gradient (backward), and GEMMs finish the block. So the T² scores of a whole sequence
+// never exist at once, and the work runs on cuBLAS's GEMMs instead of a hand-written loop: on an
+// H200 the earlier one-thread-per-query kernels spent 87% of an fp32 step (ncu).
 //
-// Indices run pair-major, so the 32 threads of a warp are 32 neighbouring rows of one pair and
-// read the same key (or query) row at the same time: one broadcast load serves the warp. No
-// shared memory and no tensor cores: this is the exact-fp32 path, memory O(T) per pair; the
-// 16-bit path goes to cuDNN's fused attention where a GPU has it.
-//
-// Head widths 32, 64 and 128 are compiled with their width fixed so the per-thread vectors
-// stay in registers; other widths up to kMaxHeadDim take a generic loop (slower, same result).
+// A block's score matrix is [heads][rows][keys] (rows queries q0 … q0+rows−1 of one sequence,
+// keys 0 … keys−1); query q sees keys 0 … q.
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/ops_math.h"
 
@@ -25,168 +23,103 @@ DSCPP_HD inline float log_f(float x) {
 #endif
 }
 
-struct Pair {
-  const float* qkv;
-  int64_t T, heads, C;  // C = heads·head_dim
-  // Row t of part (0 q, 1 k, 2 v) of pair p.
-  DSCPP_HD int64_t offset(int64_t p, int64_t t, int part, int64_t D) const {
-    return ((p / heads) * T + t) * 3 * C + part * C + (p % heads) * D;
+// Where row r (= h·rows + i) of a block's scores keeps its log-sum-exp: lse is batch × heads × T.
+struct BlockRows {
+  int64_t rows, keys, q0, T, lse_base;  // lse_base = b·heads·T
+  DSCPP_HD int64_t live(int64_t r) const {
+    const int64_t seen = q0 + r % rows + 1;
+    return seen < keys ? seen : keys;
   }
-  // Row t of pair p in a batch × T × C tensor (out, dout).
-  DSCPP_HD int64_t out_offset(int64_t p, int64_t t, int64_t D) const {
-    return ((p / heads) * T + t) * C + (p % heads) * D;
-  }
+  DSCPP_HD int64_t lse_index(int64_t r) const { return lse_base + (r / rows) * T + q0 + r % rows; }
 };
 
-template <int kD>
-struct Width {
-  static constexpr int kMax = kD;
-  DSCPP_HD static int get(int) { return kD; }
-};
-struct AnyWidth {
-  static constexpr int kMax = kMaxHeadDim;
-  DSCPP_HD static int get(int d) { return d; }
-};
-
-DSCPP_HD inline float dot(const float* a, const float* b, int D) {
-  float acc = 0.0f;
-  for (int d = 0; d < D; ++d) acc += a[d] * b[d];
-  return acc;
-}
-
-// Query row i = p·T + t: out_t = Σ_{s≤t} softmax_s(scale·q_t·k_s)·v_s, lse_t = log Σ_{s≤t} e^(scale·q_t·k_s).
-template <class W>
-struct FlashForward {
-  Pair pair;
+// One block per score row. Rounds: max of scale·s, then Σ e^(scale·s − max); finish writes the
+// probabilities (0 beyond the live keys) over the scores and the row's log-sum-exp.
+struct BlockSoftmax {
+  static constexpr int kRounds = 2;
+  float* s;
   float* lse;
-  float* out;
-  int D;
+  BlockRows b;
   float scale;
-  DSCPP_HD void operator()(int64_t i) const {
-    const int n = W::get(D);
-    const int64_t p = i / pair.T, t = i % pair.T;
-    float q[W::kMax], acc[W::kMax];
-    const float* qt = pair.qkv + pair.offset(p, t, 0, n);
-    for (int d = 0; d < n; ++d) q[d] = qt[d] * scale, acc[d] = 0.0f;
-    float m = -3.402823466e38f, l = 0.0f;
-    for (int64_t s = 0; s <= t; ++s) {
-      const float* ks = pair.qkv + pair.offset(p, s, 1, n);
-      const float* vs = ks + pair.C;
-      const float x = dot(q, ks, n);
-      if (x > m) {  // a new maximum: rescale what was summed against the old one
-        const float c = hd::exp_f(m - x);
-        l *= c;
-        for (int d = 0; d < n; ++d) acc[d] *= c;
-        m = x;
-      }
-      const float e = hd::exp_f(x - m);
-      l += e;
-      for (int d = 0; d < n; ++d) acc[d] += e * vs[d];
+  DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
+    const float* row = s + int64_t(t.block) * b.keys;
+    const int64_t live = b.live(t.block);
+    if (round == 0) {
+      float m = -3.402823466e38f;
+      for (int64_t c = t.thread; c < live; c += t.threads) m = scale * row[c] > m ? scale * row[c] : m;
+      return m;
     }
-    const float inv = 1.0f / l;
-    float* ot = out + pair.out_offset(p, t, n);
-    for (int d = 0; d < n; ++d) ot[d] = acc[d] * inv;
-    lse[i] = m + log_f(l);
+    const float m = static_cast<float>(totals[0]);
+    double acc = 0;
+    for (int64_t c = t.thread; c < live; c += t.threads) acc += hd::softmax_exp(row[c], scale, m);
+    return acc;
+  }
+  DSCPP_HD static double combine(int r, double p, double q) { return r == 0 ? (p > q ? p : q) : p + q; }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    float* row = s + int64_t(t.block) * b.keys;
+    const int64_t live = b.live(t.block);
+    const float m = static_cast<float>(totals[0]), sum = static_cast<float>(totals[1]), inv = 1.0f / sum;
+    for (int64_t c = t.thread; c < b.keys; c += t.threads)
+      row[c] = c < live ? hd::softmax_exp(row[c], scale, m) * inv : 0.0f;
+    if (t.thread == 0) lse[b.lse_index(t.block)] = m + log_f(sum);
   }
 };
 
-// Query row i: delta_t = Σ dout_t·out_t (kept for the key pass), and
-// dq_t = scale·Σ_{s≤t} p_ts·(dout_t·v_s − delta_t)·k_s with p_ts = e^(scale·q_t·k_s − lse_t).
-template <class W>
-struct FlashBackwardQuery {
-  Pair pair;
-  const float *out, *lse, *dout;
-  float *dqkv, *delta;
-  int D;
+// Per element of a block: p = e^(scale·s − lse) over the scores, ds = scale·p·(dp − delta) over
+// dp (0 beyond the live keys).
+struct BlockGrad {
+  float *s, *dp;
+  const float *lse, *delta;
+  BlockRows b;
   float scale;
   DSCPP_HD void operator()(int64_t i) const {
-    const int n = W::get(D);
-    const int64_t p = i / pair.T, t = i % pair.T;
-    float q[W::kMax], g[W::kMax], dq[W::kMax];
-    const float* qt = pair.qkv + pair.offset(p, t, 0, n);
-    const float* gt = dout + pair.out_offset(p, t, n);
-    const float* ot = out + pair.out_offset(p, t, n);
-    float dt = 0.0f;
-    for (int d = 0; d < n; ++d) q[d] = qt[d] * scale, g[d] = gt[d], dq[d] = 0.0f, dt += gt[d] * ot[d];
-    delta[i] = dt;
-    const float l = lse[i];
-    for (int64_t s = 0; s <= t; ++s) {
-      const float* ks = pair.qkv + pair.offset(p, s, 1, n);
-      const float pr = hd::exp_f(dot(q, ks, n) - l);
-      const float ds = pr * (dot(g, ks + pair.C, n) - dt);
-      for (int d = 0; d < n; ++d) dq[d] += ds * ks[d];
+    const int64_t r = i / b.keys, c = i % b.keys;
+    if (c >= b.live(r)) {
+      s[i] = 0.0f, dp[i] = 0.0f;
+      return;
     }
-    float* out_q = dqkv + pair.offset(p, t, 0, n);
-    for (int d = 0; d < n; ++d) out_q[d] = dq[d] * scale;
+    const int64_t q = b.lse_index(r);
+    const float p = hd::exp_f(scale * s[i] - lse[q]);
+    s[i] = p;
+    dp[i] = scale * p * (dp[i] - delta[q]);
   }
 };
 
-// Key row i = p·T + s: dv_s = Σ_{t≥s} p_ts·dout_t, dk_s = scale·Σ_{t≥s} p_ts·(dout_t·v_s − delta_t)·q_t.
-template <class W>
-struct FlashBackwardKey {
-  Pair pair;
-  const float *lse, *dout, *delta;
-  float* dqkv;
-  int D;
-  float scale;
+// delta[(b·heads + h)·T + t] = Σ_d dout·out over head h's columns of row (b, t).
+struct Delta {
+  const float *out, *dout;
+  float* delta;
+  int64_t T, heads, D;
   DSCPP_HD void operator()(int64_t i) const {
-    const int n = W::get(D);
-    const int64_t p = i / pair.T, s = i % pair.T;
-    float k[W::kMax], v[W::kMax], dk[W::kMax], dv[W::kMax];
-    const float* ks = pair.qkv + pair.offset(p, s, 1, n);
-    for (int d = 0; d < n; ++d) k[d] = ks[d] * scale, v[d] = ks[pair.C + d], dk[d] = 0.0f, dv[d] = 0.0f;
-    const int64_t row0 = p * pair.T;
-    for (int64_t t = s; t < pair.T; ++t) {
-      const float* qt = pair.qkv + pair.offset(p, t, 0, n);
-      const float* gt = dout + pair.out_offset(p, t, n);
-      const float pr = hd::exp_f(dot(k, qt, n) - lse[row0 + t]);
-      const float ds = pr * (dot(v, gt, n) - delta[row0 + t]);
-      for (int d = 0; d < n; ++d) dv[d] += pr * gt[d], dk[d] += ds * qt[d];
-    }
-    float* out_k = dqkv + pair.offset(p, s, 1, n);
-    for (int d = 0; d < n; ++d) out_k[d] = dk[d] * scale, out_k[pair.C + d] = dv[d];
+    const int64_t t = i % T, h = (i / T) % heads, b = i / (T * heads);
+    const int64_t off = (b * T + t) * heads * D + h * D;
+    float acc = 0.0f;
+    for (int64_t d = 0; d < D; ++d) acc += dout[off + d] * out[off + d];
+    delta[i] = acc;
   }
 };
 
-// Runs Body<W> for the width class of D.
-template <template <class> class Body, class Make>
-Status by_width(int64_t rows, int D, Stream s, Make make) {
-  switch (D) {
-    case 32: return launch_per_index(rows, s, make(Body<Width<32>>{}));
-    case 64: return launch_per_index(rows, s, make(Body<Width<64>>{}));
-    case 128: return launch_per_index(rows, s, make(Body<Width<128>>{}));
-    default: return launch_per_index(rows, s, make(Body<AnyWidth>{}));
-  }
+BlockRows block_rows(const AttentionBlock& blk) {
+  return {blk.rows, blk.keys, blk.q0, blk.T, blk.b * blk.heads * blk.T};
 }
 
 }  // namespace
 
-Status flash_attention_forward(const float* qkv, float* lse, float* out, int64_t batch, int64_t T, int64_t heads,
-                               int head_dim, float scale, Stream s) {
-  const Pair pair{qkv, T, heads, heads * head_dim};
-  return by_width<FlashForward>(batch * heads * T, head_dim, s, [&](auto body) {
-    body.pair = pair, body.lse = lse, body.out = out, body.D = head_dim, body.scale = scale;
-    return body;
-  });
+Status attention_block_softmax(float* scores, float* lse, const AttentionBlock& blk, float scale, Stream s) {
+  const int64_t rows = blk.heads * blk.rows;
+  if (rows == 0 || blk.keys == 0) return kOk;
+  return launch_block_reduce(unsigned(rows), s, BlockSoftmax{scores, lse, block_rows(blk), scale});
 }
 
-Status flash_attention_backward(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                                float* delta, int64_t batch, int64_t T, int64_t heads, int head_dim, float scale,
-                                Stream s) {
-  const Pair pair{qkv, T, heads, heads * head_dim};
-  const int64_t rows = batch * heads * T;
-  if (Status st = by_width<FlashBackwardQuery>(rows, head_dim, s, [&](auto body) {
-        body.pair = pair, body.out = out, body.lse = lse, body.dout = dout, body.dqkv = dqkv, body.delta = delta;
-        body.D = head_dim, body.scale = scale;
-        return body;
-      });
-      st != kOk)
-    return st;
-  return by_width<FlashBackwardKey>(rows, head_dim, s, [&](auto body) {
-    body.pair = pair, body.lse = lse, body.dout = dout, body.delta = delta, body.dqkv = dqkv;
-    body.D = head_dim, body.scale = scale;
-    return body;
-  });
+Status attention_block_grad(float* scores, float* dp, const float* lse, const float* delta, const AttentionBlock& blk,
+                            float scale, Stream s) {
+  return launch_elementwise(blk.heads * blk.rows * blk.keys, s,
+                            BlockGrad{scores, dp, lse, delta, block_rows(blk), scale});
+}
+
+Status attention_delta(const float* out, const float* dout, float* delta, int64_t batch, int64_t T, int64_t heads,
+                       int64_t head_dim, Stream s) {
+  return launch_per_index(batch * heads * T, s, Delta{out, dout, delta, T, heads, head_dim});
 }
 
 }  // namespace dscpp::DSCPP_CUDA_NS::ops

@@ -66,15 +66,22 @@ std::vector<int32_t> embedding_segments(const int32_t* ids, int64_t n);
 Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, const float* dout, float* dtable,
                           int64_t dim, Stream s);
 
-// ---- attention without T² scores (ops_attention.cu) ----
-// Layouts of the table's flash_attention_* entries (include/dscpp/model.h). head_dim ≤ kMaxHeadDim.
-constexpr int kMaxHeadDim = 256;
-Status flash_attention_forward(const float* qkv, float* lse, float* out, int64_t batch, int64_t T, int64_t heads,
-                               int head_dim, float scale, Stream s);
-// dqkv overwritten; delta: batch·heads·T floats of scratch (Σ dout·out per query).
-Status flash_attention_backward(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                                float* delta, int64_t batch, int64_t T, int64_t heads, int head_dim, float scale,
-                                Stream s);
+// ---- blockwise causal attention (ops_attention.cu) ----
+// One block of queries q0 … q0+rows−1 of sequence b against keys 0 … keys−1; its scores (and
+// score gradients) are [heads][rows][keys] row-major; lse and delta are batch × heads × T.
+struct AttentionBlock {
+  int64_t b, heads, T, q0, rows, keys;
+};
+// Scores → probabilities in place (query q0+i sees keys ≤ q0+i; 0 beyond), and each row's
+// log Σ e^(scale·s) into lse.
+Status attention_block_softmax(float* scores, float* lse, const AttentionBlock& blk, float scale, Stream s);
+// Recomputed scores → probabilities p = e^(scale·s − lse) in place, and dp (= dout·vᵀ) → the
+// scaled score gradient scale·p·(dp − delta) in place.
+Status attention_block_grad(float* scores, float* dp, const float* lse, const float* delta, const AttentionBlock& blk,
+                            float scale, Stream s);
+// delta per (sequence, head, query) = Σ dout·out over the head's columns (out, dout: batch × T × heads·head_dim).
+Status attention_delta(const float* out, const float* dout, float* delta, int64_t batch, int64_t T, int64_t heads,
+                       int64_t head_dim, Stream s);
 
 // ---- row ops, one block per row (ops_rows.cu) ----
 Status layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,

@@ -1,6 +1,6 @@
 // The composite ops of the CUDA table: causal attention as per-sequence batched GEMMs over the
-// heads around the causal softmax kernels (ABI 2), attention without T² scores
-// (ops_attention.cu, ABI 3), and linear layers as one GEMM plus the fused bias/residual/GELU
+// heads around the causal softmax kernels (ABI 2), attention without T² scores (ABI 3: cuDNN,
+// or blocks of queries on the same GEMMs with ops_attention.cu's row kernels), and linear layers as one GEMM plus the fused bias/residual/GELU
 // epilogue. The CPU table fuses more (it skips the masked half of the
 // attention GEMMs); the results agree to fp32 rounding, not bit for bit.
 #include "core/error.h"
@@ -8,6 +8,8 @@
 #include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/ops_table.h"
+
+#include <algorithm>
 
 #if !defined(DSCPP_CUDA_HOST_STUB)
 #include "kernels/cuda/cudnn_attention.h"
@@ -110,7 +112,8 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
 }
 
 // The entries that keep no T² matrix (ABI 3): under 16-bit GEMM math cuDNN's fused attention
-// where this build and GPU have it (cudnn_attention.h), else the kernels of ops_attention.cu.
+// where this build and GPU have it (cudnn_attention.h), else blockwise attention on the
+// table's GEMMs and the row kernels of ops_attention.cu.
 #if !defined(DSCPP_CUDA_HOST_STUB)
 CudnnAttention* cudnn_for(OpsContext& c) {
   if (c.gemm_math != kernels::GemmMath::bf16 && c.gemm_math != kernels::GemmMath::fp16) return nullptr;
@@ -123,7 +126,82 @@ CudnnAttention* cudnn_for(OpsContext& c) {
 #endif
 
 bool flash_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
-  return attention_args_ok(batch, T, heads, head_dim) && head_dim <= ops::kMaxHeadDim && scale == scale;
+  return attention_args_ok(batch, T, heads, head_dim) && scale == scale;
+}
+
+// Blockwise attention (ops_attention.cu): queries in blocks of up to 256 rows per sequence, each
+// block's scores against the keys it sees (causal: up to its last query) by one GEMM over the
+// heads. 256 rows keep a block's scores at heads·256·T floats (12 MiB at 12 heads, T = 1024)
+// and skip 3/8 of the masked products at T = 1024; fewer rows would mean more, smaller GEMMs.
+constexpr int64_t kQueryBlock = 256;
+
+struct Blocks {
+  OpsContext& c;
+  int64_t batch, T, heads, D, C;
+  float scale;
+  template <class Each>
+  int each(Each&& body) const {  // body(block) for every block of queries, in order
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t q0 = 0; q0 < T; q0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, T - q0);
+        if (int s = body(ops::AttentionBlock{b, heads, T, q0, rows, q0 + rows})) return s;
+      }
+    return DSCPP_OK;
+  }
+  // C[heads][M×N] (+)= op(A)·op(B) with A, B fp32 head slices; staged under 16-bit math.
+  int gemm(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+           int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* Cm, int64_t ldc, int64_t sc) const {
+    const void *As = A, *Bs = B;
+    if (stages_operands(c.gemm_math)) {
+      As = c.stage(0, A, operand_span(ta, M, K, lda, sa, heads));
+      Bs = c.stage(1, B, operand_span(tb, K, N, ldb, sb, heads));
+    }
+    return gemm_on(c, ta, tb, M, N, K, 1.0f, As, lda, sa, Bs, ldb, sb, beta, Cm, ldc, sc, heads);
+  }
+  // scores[h] = q_block·kᵀ for one block (q, k rows of the 3C-wide qkv).
+  int scores(const float* qkv, const ops::AttentionBlock& k, float* out) const {
+    const float* q = qkv + (k.b * T + k.q0) * 3 * C;
+    const float* key = qkv + k.b * T * 3 * C + C;
+    return gemm(DSCPP_NO_TRANS, DSCPP_TRANS, k.rows, k.keys, D, q, 3 * C, D, key, 3 * C, D, 0.0f, out, k.keys,
+                k.rows * k.keys);
+  }
+};
+
+int blockwise_forward(OpsContext& c, const Blocks& bl, const float* qkv, float* lse, float* out) {
+  float* s = c.attention.get<float>(size_t(bl.heads * kQueryBlock * bl.T), c.stream);
+  return bl.each([&](const ops::AttentionBlock& k) {
+    if (int st = bl.scores(qkv, k, s)) return st;
+    if (int st = status(ops::attention_block_softmax(s, lse, k, bl.scale, c.stream))) return st;
+    const float* v = qkv + k.b * bl.T * 3 * bl.C + 2 * bl.C;
+    return bl.gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, k.rows, bl.D, k.keys, s, k.keys, k.rows * k.keys, v, 3 * bl.C,
+                   bl.D, 0.0f, out + (k.b * bl.T + k.q0) * bl.C, bl.C, bl.D);
+  });
+}
+
+// Per block: p and ds from the recomputed scores and dout·vᵀ; dq = ds·k (each query once);
+// dk += dsᵀ·q and dv += pᵀ·dout over the blocks (dqkv zeroed first).
+int blockwise_backward(OpsContext& c, const Blocks& bl, const float* qkv, const float* out, const float* lse,
+                       const float* dout, float* dqkv, float* delta) {
+  const int64_t C = bl.C, T = bl.T, D = bl.D;
+  float* s = c.attention.get<float>(size_t(2 * bl.heads * kQueryBlock * T), c.stream);
+  float* dp = s + bl.heads * kQueryBlock * T;
+  if (int st = status(ops::attention_delta(out, dout, delta, bl.batch, T, bl.heads, D, c.stream))) return st;
+  if (int st = status(ops::fill(dqkv, 0.0f, bl.batch * T * 3 * C, c.stream))) return st;
+  return bl.each([&](const ops::AttentionBlock& k) {
+    const int64_t n = k.rows * k.keys;
+    const float* q = qkv + (k.b * T + k.q0) * 3 * C;
+    const float* key = qkv + k.b * T * 3 * C + C;
+    const float* dy = dout + (k.b * T + k.q0) * C;
+    float* dq = dqkv + (k.b * T + k.q0) * 3 * C;
+    float* dk = dqkv + k.b * T * 3 * C + C;
+    int st = bl.scores(qkv, k, s);
+    if (!st) st = bl.gemm(DSCPP_NO_TRANS, DSCPP_TRANS, k.rows, k.keys, D, dy, C, D, key + C, 3 * C, D, 0.0f, dp, k.keys, n);
+    if (!st) st = status(ops::attention_block_grad(s, dp, lse, delta, k, bl.scale, c.stream));
+    if (!st) st = bl.gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, k.rows, D, k.keys, dp, k.keys, n, key, 3 * C, D, 0.0f, dq, 3 * C, D);
+    if (!st) st = bl.gemm(DSCPP_TRANS, DSCPP_NO_TRANS, k.keys, D, k.rows, dp, k.keys, n, q, 3 * C, D, 1.0f, dk, 3 * C, D);
+    if (!st) st = bl.gemm(DSCPP_TRANS, DSCPP_NO_TRANS, k.keys, D, k.rows, s, k.keys, n, dy, C, D, 1.0f, dk + C, 3 * C, D);
+    return st;
+  });
 }
 
 int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
@@ -140,7 +218,9 @@ int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, voi
       a != nullptr && a->forward({batch, T, heads, head_dim, scale, c.gemm_math}, F(qkv), lse, F(out)))
     return DSCPP_OK;
 #endif
-  return status(ops::flash_attention_forward(F(qkv), lse, F(out), batch, T, heads, int(head_dim), scale, c.stream));
+  return guarded([&] {
+    return blockwise_forward(c, {c, batch, T, heads, head_dim, heads * head_dim, scale}, F(qkv), lse, F(out));
+  });
 }
 
 int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
@@ -159,8 +239,10 @@ int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* ou
       a->backward({batch, T, heads, head_dim, scale, c.gemm_math}, F(qkv), F(out), lse, F(dout), F(dqkv)))
     return DSCPP_OK;
 #endif
-  return status(ops::flash_attention_backward(F(qkv), F(out), lse, F(dout), F(dqkv), workspace, batch, T, heads,
-                                              int(head_dim), scale, c.stream));
+  return guarded([&] {
+    return blockwise_backward(c, {c, batch, T, heads, head_dim, heads * head_dim, scale}, F(qkv), F(out), lse,
+                              F(dout), F(dqkv), workspace);
+  });
 }
 
 #if !defined(DSCPP_CUDA_HOST_STUB)

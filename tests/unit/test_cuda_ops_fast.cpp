@@ -64,13 +64,14 @@ TEST_CASE("CUDA table (host stub) GEMMs on tf32/bf16/fp16 tensor-core math round
   t.ctx.gemm_math = GemmMath::fp32;
 }
 
-// The flash entries: the CUDA table's per-row online softmax (ops_attention.cu) against the CPU
-// table's exact softmax over the whole row. Widths 32 and 64 run the kernels compiled for a
-// fixed width, 7 the generic loop. lse is log of a T-term sum: its error is sum_tol(T) of its
-// terms' size, ≤ 1 + |lse| here.
+// The flash entries: the CUDA table's blockwise attention (blocks of 256 queries on the table's
+// GEMMs, ops_attention.cu's row kernels) against the CPU table's exact softmax over the whole
+// row. T = 300 takes two blocks of queries (256 and 44), the second seeing all 300 keys; head
+// widths 7, 32, 64. lse is log of a T-term sum: its error is sum_tol(T) of its terms' size,
+// ≤ 1 + |lse| here.
 TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cuda_ops_table]") {
   Tables t;
-  for (int64_t T : {1, 6, 40})
+  for (int64_t T : {1, 6, 40, 300})
     for (int64_t head_dim : {7, 32, 64}) {
       const int64_t batch = 2, heads = 2, C = heads * head_dim, rows = batch * heads * T;
       const float scale = 1.0f / std::sqrt(float(head_dim));
@@ -93,7 +94,7 @@ TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cu
       CHECK_NORMWISE(lse[0], lse[1], tol, lse_floor);
       CHECK_NORMWISE(dqkv[0], dqkv[1], 2 * tol);  // two sums in a row, as for the ABI 2 entries
     }
-  Vec a(3 * 4 * 300), l(4), o(4 * 300);
-  CHECK(t.gpu.flash_attention_forward(&t.gpu, a.data(), l.data(), o.data(), 1, 2, 2, 300, 1.0f) ==
-        DSCPP_E_INVALID_ARGUMENT);  // wider than kMaxHeadDim
+  Vec a(3 * 4 * 8), l(4), o(4 * 8);
+  CHECK(t.gpu.flash_attention_forward(&t.gpu, a.data(), l.data(), o.data(), 1, 2, 2, 8, kNaN) ==
+        DSCPP_E_INVALID_ARGUMENT);  // a NaN scale
 }
