@@ -37,8 +37,8 @@ namespace dscpp::DSCPP_CUDA_NS {
 
 // ---- one-dimensional launches ---------------------------------------------------------------
 
-// 256 threads is a full-occupancy block on every architecture we build for; each thread takes
-// kVec consecutive elements per step (16 bytes of fp32). The cap of 4096 blocks (4M elements
+// 256 threads is a full-occupancy block on every architecture we build for; each thread keeps
+// kVec elements in flight per step (for_each_element). The cap of 4096 blocks (4M elements
 // per grid step) exceeds what the largest current GPU keeps resident (132 SMs × 2048 threads),
 // so capping costs nothing and keeps the grid a 32-bit count for any n.
 constexpr unsigned kThreads = 256;
@@ -78,18 +78,19 @@ DSCPP_HD constexpr bool needs_64bit_index(int64_t n, Shape s) {
 namespace detail {
 template <class Index, class Body>
 DSCPP_HD void for_each_element(const Thread& t, Index n, Body& body) {
-  // Whole vectors first: thread g takes vectors g, g + stride, …; then the n mod kVec tail
-  // elements to the first threads of the grid (grid-strided too, for grids under kVec threads).
-  const Index vectors = n / kVec;
+  // Grid-strided with kVec indices in flight: thread g takes g, g + S, g + 2S, … (S threads in
+  // the grid), kVec at a time, so each load or store instruction of a warp covers 32
+  // consecutive elements. (kVec consecutive elements per thread, the earlier mapping, made
+  // every warp instruction touch every fourth element of four lines.)
   const Index stride = Index(t.stride());
-  for (Index v = Index(t.global()); v < vectors; v += stride) {
+  Index i = Index(t.global());
+  for (; i + (kVec - 1) * stride < n; i += kVec * stride) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-    for (int j = 0; j < kVec; ++j) body(int64_t(v) * kVec + j);
+    for (int j = 0; j < kVec; ++j) body(int64_t(i + j * stride));
   }
-  const Index tail = n - vectors * kVec;
-  for (Index i = Index(t.global()); i < tail; i += stride) body(int64_t(vectors) * kVec + i);
+  for (; i < n; i += stride) body(int64_t(i));
 }
 }  // namespace detail
 

@@ -39,7 +39,7 @@ Status cross_entropy_backward(const float* probs, const int32_t* targets, float*
 
 // ---- column reductions (ops_columns.cu) ----
 // Rows are summed in chunks of rows_per_chunk (one thread per chunk and column), then the chunk
-// partials per column in chunk order. ≥ 32 rows per chunk keep the second pass under 1/32 of
+// partials per column in a fixed tree (one block per column). ≥ 32 rows per chunk keep the second pass under 1/32 of
 // the first's reads; ~2^18 first-pass threads fill any current GPU (132 SMs × 2048) twice over.
 struct ColumnPlan {
   int64_t chunks, rows_per_chunk;

@@ -92,7 +92,7 @@ TEST_CASE("CUDA bias, embedding and cross-entropy backward kernels (host stub) e
   }
 }
 
-TEST_CASE("CUDA column sums over many rows: chunks, then chunk partials in order", "[cuda_ops]") {
+TEST_CASE("CUDA column sums over many rows: chunks, then the chunk partials in a fixed tree", "[cuda_ops]") {
   for (int64_t cols : kCols) {
     CAPTURE(cols);
     const int64_t rows = 1000;
