@@ -126,13 +126,28 @@ DSCPP_HD void for_each_index(const Thread& t, int64_t n, Body& body) {
 // Reductions run one block per item (a row, a quantization group, a slice of a buffer) in
 // Body::kRounds rounds: in round r every thread returns body.partial(t, r, totals) (its share,
 // striding over the item; totals[0..r) are the earlier rounds' results), the partials are
-// combined with Body::combine(r, a, b) in a fixed tree (launch_device.cuh; the host stub runs
+// combined with Body::combine(r, a, b) in a fixed tree (reduce_tree below; the device and the host stub run
 // the same tree), and the result becomes totals[r] for every thread. Then every thread calls
 // body.finish(t, totals). So a layer-norm row is one launch: round 0 the sum, round 1 the
 // squared deviations from the mean, finish writes the row. Results do not depend on
 // scheduling. kReduceThreads must be a power of two.
 constexpr unsigned kReduceThreads = 256;
+constexpr unsigned kWarpSize = 32;
 constexpr int kMaxRounds = 4;
+static_assert(kReduceThreads % kWarpSize == 0 && kReduceThreads / kWarpSize <= kWarpSize, "one warp sums the warps");
+
+// The tree over a block's kReduceThreads partials (part is overwritten): in each warp, lane l
+// combines with lane l + 16, 8, 4, 2, 1; then warp w's total with warp w + 4, 2, 1. The device
+// runs it with shuffles (launch_device.cuh), the host stub with this loop.
+template <class Combine>
+double reduce_tree(double* part, Combine combine) {
+  for (unsigned w = 0; w < kReduceThreads; w += kWarpSize)
+    for (unsigned off = kWarpSize / 2; off > 0; off /= 2)
+      for (unsigned l = 0; l < off; ++l) part[w + l] = combine(part[w + l], part[w + l + off]);
+  for (unsigned off = kReduceThreads / kWarpSize / 2; off > 0; off /= 2)
+    for (unsigned w = 0; w < off; ++w) part[w * kWarpSize] = combine(part[w * kWarpSize], part[(w + off) * kWarpSize]);
+  return part[0];
+}
 // Blocks of a "many partial sums" reduction (global norm, overflow flag): enough to fill any
 // current GPU, few enough that the host sums the partials in microseconds.
 constexpr unsigned kReduceBlocks = 1024;

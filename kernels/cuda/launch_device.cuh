@@ -26,21 +26,29 @@ __global__ void __launch_bounds__(kChunkThreads) multi_tensor_kernel(TensorList<
   for_each_chunk_element(this_thread(), list, body);
 }
 
-// Per round, every thread's partial, then a fixed tree over the block in shared memory (the
-// host stub runs the same tree); then body.finish on every thread.
+// Per round, every thread's partial, then launch.h's fixed tree: within each warp by shuffles
+// (lane l takes lane l + 16, 8, 4, 2, 1), then the warps' totals by the first warp the same way
+// (the host stub runs the same tree); then body.finish on every thread. Two block barriers per
+// round where a shared-memory tree over 256 threads needs nine.
 template <class Body>
 __global__ void __launch_bounds__(kReduceThreads) block_reduce_kernel(Body body) {
   static_assert(Body::kRounds >= 1 && Body::kRounds <= kMaxRounds, "rounds");
-  __shared__ double part[kReduceThreads];
+  constexpr unsigned kWarps = kReduceThreads / kWarpSize;
+  __shared__ double part[kWarps];
   double totals[kMaxRounds] = {};
   const Thread t = this_thread();
+  const unsigned lane = t.thread % kWarpSize, warp = t.thread / kWarpSize;
   for (int r = 0; r < Body::kRounds; ++r) {
-    part[t.thread] = body.partial(t, r, totals);
+    double v = body.partial(t, r, totals);
+    for (unsigned off = kWarpSize / 2; off > 0; off /= 2) v = Body::combine(r, v, __shfl_down_sync(0xffffffffu, v, off));
+    if (lane == 0) part[warp] = v;
     __syncthreads();
-    for (unsigned half = kReduceThreads / 2; half > 0; half /= 2) {
-      if (t.thread < half) part[t.thread] = Body::combine(r, part[t.thread], part[t.thread + half]);
-      __syncthreads();
+    if (warp == 0) {
+      v = lane < kWarps ? part[lane] : 0.0;
+      for (unsigned off = kWarps / 2; off > 0; off /= 2) v = Body::combine(r, v, __shfl_down_sync(0xffffffffu, v, off));
+      if (lane == 0) part[0] = v;
     }
+    __syncthreads();
     totals[r] = part[0];
     __syncthreads();  // everyone has read part[0] before the next round overwrites it
   }

@@ -80,9 +80,7 @@ Status launch_block_reduce(unsigned blocks, Stream, Body body) {
     for (int r = 0; r < Body::kRounds; ++r) {
       for (unsigned t = 0; t < kReduceThreads; ++t)
         part[t] = body.partial(Thread{b, t, blocks, kReduceThreads}, r, totals);
-      for (unsigned half = kReduceThreads / 2; half > 0; half /= 2)
-        for (unsigned t = 0; t < half; ++t) part[t] = Body::combine(r, part[t], part[t + half]);
-      totals[r] = part[0];
+      totals[r] = reduce_tree(part, [r](double a, double b) { return Body::combine(r, a, b); });
     }
     for (unsigned t = 0; t < kReduceThreads; ++t) body.finish(Thread{b, t, blocks, kReduceThreads}, totals);
   }
