@@ -154,19 +154,10 @@ LtLinear::~LtLinear() = default;
 
 // Row-major y = x·Wᵀ is column-major yᵀ[out×rows] = op_T(W_cm[in×out])·x_cm[in×rows].
 bool LtLinear::forward(kernels::GemmMath math, const void* x, const void* W, const float* bias, bool accumulate,
-                       float* y, float* gelu_out, int64_t rows, int64_t in, int64_t out) {
-  if (gelu_out != nullptr && accumulate) return false;
-  Product p{CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, in, in, out, accumulate ? 1.0f : 0.0f,
-            CUBLASLT_EPILOGUE_DEFAULT, math, W, x, bias, nullptr, y, 0};
-  if (gelu_out != nullptr) {
-    // D = gelu(·) into gelu_out, the pre-activation (the aux output) into y.
-    p.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    p.D = gelu_out, p.aux = y, p.aux_ld = out;
-  } else if (bias != nullptr) {
-    p.epilogue = CUBLASLT_EPILOGUE_BIAS;
-  } else {
-    return false;  // nothing to fuse: the table's plain GEMM
-  }
+                       float* y, int64_t rows, int64_t in, int64_t out) {
+  if (bias == nullptr) return false;  // nothing to fuse: the table's plain GEMM
+  const Product p{CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, in, in, out, accumulate ? 1.0f : 0.0f,
+                  CUBLASLT_EPILOGUE_BIAS, math, W, x, bias, nullptr, y, 0};
   return impl_->run(p);
 }
 

@@ -257,7 +257,7 @@ LtLinear* lt_for(OpsContext& c) {
 
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the
 // GEMM as β = 1; another residual is added by the epilogue. On a GPU, cuBLASLt fuses the bias
-// (and the GELU) into the GEMM where it can (lt_linear.h). Under 16-bit GEMM math x and W are
+// into the GEMM where it can (lt_linear.h). Under 16-bit GEMM math x and W are
 // cast once here and the GEMM reads the copies.
 int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual, void* y,
                    void* gelu_out, int64_t rows, int64_t in, int64_t out) {
@@ -273,9 +273,8 @@ int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void*
     const void* Ws = half ? c.stage(1, W, out * in) : W;
 #if !defined(DSCPP_CUDA_HOST_STUB)
     if (LtLinear* lt = lt_for(c); lt != nullptr && (residual == nullptr || residual_in_y) &&
-                                  lt->forward(c.gemm_math, xs, Ws, F(bias), residual_in_y, F(y), F(gelu_out), rows, in,
-                                              out))
-      return int(DSCPP_OK);
+                                  lt->forward(c.gemm_math, xs, Ws, F(bias), residual_in_y, F(y), rows, in, out))
+      return gelu_out == nullptr ? int(DSCPP_OK) : status(ops::gelu_forward(F(y), F(gelu_out), rows * out, c.stream));
 #endif
     if (int s = gemm_on(c, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, xs, in, 0, Ws, in, 0,
                         residual_in_y ? 1.0f : 0.0f, F(y), out, 0, 1))
