@@ -5,8 +5,11 @@
 // never exist at once, and the work runs on cuBLAS's GEMMs instead of a hand-written loop: on an
 // H200 the earlier one-thread-per-query kernels spent 87% of an fp32 step (ncu).
 //
-// A block's score matrix is [heads][rows][keys] (rows queries q0 … q0+rows−1 of one sequence,
-// keys 0 … keys−1); query q sees keys 0 … q.
+// q, k, v, out and their gradients are copied to head-major [batch·heads][T][head_dim] first, so
+// one strided-batched GEMM covers every (sequence, head) pair of a block of queries: with the
+// heads of one sequence per GEMM (the first version) the products were too small for cuBLAS's
+// large tiles. A block's score matrix is [pairs][rows][keys] (queries q0 … q0+rows−1, keys
+// 0 … keys−1); query q sees keys 0 … q.
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/ops_math.h"
 
@@ -99,6 +102,28 @@ struct Delta {
   }
 };
 
+// Index i of a head-major [batch·heads][T][D] tensor ↔ column offset + h·D + d of row (b, t) of
+// a width-wide row-major tensor (qkv: width 3C, offset 0, C or 2C; out: width C).
+struct HeadLayout {
+  int64_t T, heads, D, width, offset;
+  DSCPP_HD int64_t row_index(int64_t i) const {
+    const int64_t d = i % D, t = (i / D) % T, h = (i / (D * T)) % heads, b = i / (D * T * heads);
+    return (b * T + t) * width + offset + h * D + d;
+  }
+};
+struct ToHeads {
+  const float* src;
+  float* dst;
+  HeadLayout l;
+  DSCPP_HD void operator()(int64_t i) const { dst[i] = src[l.row_index(i)]; }
+};
+struct FromHeads {
+  const float* src;
+  float* dst;
+  HeadLayout l;
+  DSCPP_HD void operator()(int64_t i) const { dst[l.row_index(i)] = src[i]; }
+};
+
 BlockRows block_rows(const AttentionBlock& blk) {
   return {blk.rows, blk.keys, blk.q0, blk.T, blk.b * blk.heads * blk.T};
 }
@@ -120,6 +145,16 @@ Status attention_block_grad(float* scores, float* dp, const float* lse, const fl
 Status attention_delta(const float* out, const float* dout, float* delta, int64_t batch, int64_t T, int64_t heads,
                        int64_t head_dim, Stream s) {
   return launch_per_index(batch * heads * T, s, Delta{out, dout, delta, T, heads, head_dim});
+}
+
+Status attention_to_heads(const float* src, int64_t width, int64_t offset, float* dst, int64_t batch, int64_t T,
+                          int64_t heads, int64_t head_dim, Stream s) {
+  return launch_elementwise(batch * heads * T * head_dim, s, ToHeads{src, dst, {T, heads, head_dim, width, offset}});
+}
+
+Status attention_from_heads(const float* src, float* dst, int64_t width, int64_t offset, int64_t batch, int64_t T,
+                            int64_t heads, int64_t head_dim, Stream s) {
+  return launch_elementwise(batch * heads * T * head_dim, s, FromHeads{src, dst, {T, heads, head_dim, width, offset}});
 }
 
 }  // namespace dscpp::DSCPP_CUDA_NS::ops

@@ -69,6 +69,7 @@ Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, con
 // ---- blockwise causal attention (ops_attention.cu) ----
 // One block of queries q0 … q0+rows−1 of sequence b against keys 0 … keys−1; its scores (and
 // score gradients) are [heads][rows][keys] row-major; lse and delta are batch × heads × T.
+// (b = 0 with heads = batch·heads covers every sequence at once.)
 struct AttentionBlock {
   int64_t b, heads, T, q0, rows, keys;
 };
@@ -79,6 +80,12 @@ Status attention_block_softmax(float* scores, float* lse, const AttentionBlock& 
 // scaled score gradient scale·p·(dp − delta) in place.
 Status attention_block_grad(float* scores, float* dp, const float* lse, const float* delta, const AttentionBlock& blk,
                             float scale, Stream s);
+// Copies between a row-major batch × T × width tensor's columns offset … offset+heads·head_dim
+// and a head-major [batch·heads][T][head_dim] one.
+Status attention_to_heads(const float* src, int64_t width, int64_t offset, float* dst, int64_t batch, int64_t T,
+                          int64_t heads, int64_t head_dim, Stream s);
+Status attention_from_heads(const float* src, float* dst, int64_t width, int64_t offset, int64_t batch, int64_t T,
+                            int64_t heads, int64_t head_dim, Stream s);
 // delta per (sequence, head, query) = Σ dout·out over the head's columns (out, dout: batch × T × heads·head_dim).
 Status attention_delta(const float* out, const float* dout, float* delta, int64_t batch, int64_t T, int64_t heads,
                        int64_t head_dim, Stream s);

@@ -129,79 +129,98 @@ bool flash_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, fl
   return attention_args_ok(batch, T, heads, head_dim) && scale == scale;
 }
 
-// Blockwise attention (ops_attention.cu): queries in blocks of up to 256 rows per sequence, each
-// block's scores against the keys it sees (causal: up to its last query) by one GEMM over the
-// heads. 256 rows keep a block's scores at heads·256·T floats (12 MiB at 12 heads, T = 1024)
-// and skip 3/8 of the masked products at T = 1024; fewer rows would mean more, smaller GEMMs.
-constexpr int64_t kQueryBlock = 256;
+// Blockwise attention (ops_attention.cu): q, k, v (and out, dout) copied head-major, then per
+// block of up to 128 queries one GEMM over every (sequence, head) pair for the scores against
+// the keys the block sees (causal: up to its last query), the row kernels, and the GEMMs that
+// finish the block. 128 queries keep a block's scores at pairs·128·T floats (48 MiB for 96
+// pairs at T = 1024) and skip 7/16 of the masked products at T = 1024.
+constexpr int64_t kQueryBlock = 128;
 
 struct Blocks {
   OpsContext& c;
-  int64_t batch, T, heads, D, C;
+  int64_t batch, T, heads, D;
   float scale;
+  int64_t pairs() const { return batch * heads; }
+  int64_t n() const { return batch * heads * T * D; }           // elements of one head-major tensor
+  int64_t block_floats() const { return pairs() * std::min(kQueryBlock, T) * T; }
   template <class Each>
   int each(Each&& body) const {  // body(block) for every block of queries, in order
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t q0 = 0; q0 < T; q0 += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, T - q0);
-        if (int s = body(ops::AttentionBlock{b, heads, T, q0, rows, q0 + rows})) return s;
-      }
+    for (int64_t q0 = 0; q0 < T; q0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, T - q0);
+      if (int s = body(ops::AttentionBlock{0, pairs(), T, q0, rows, q0 + rows})) return s;
+    }
     return DSCPP_OK;
   }
-  // C[heads][M×N] (+)= op(A)·op(B) with A, B fp32 head slices; staged under 16-bit math.
+  // C[pair][M×N] (+)= op(A)·op(B) over every pair; head-major operands are T·D apart, a block's
+  // scores M·N apart. Staged to 16 bits under 16-bit math.
   int gemm(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* Cm, int64_t ldc, int64_t sc) const {
     const void *As = A, *Bs = B;
     if (stages_operands(c.gemm_math)) {
-      As = c.stage(0, A, operand_span(ta, M, K, lda, sa, heads));
-      Bs = c.stage(1, B, operand_span(tb, K, N, ldb, sb, heads));
+      As = c.stage(0, A, operand_span(ta, M, K, lda, sa, pairs()));
+      Bs = c.stage(1, B, operand_span(tb, K, N, ldb, sb, pairs()));
     }
-    return gemm_on(c, ta, tb, M, N, K, 1.0f, As, lda, sa, Bs, ldb, sb, beta, Cm, ldc, sc, heads);
+    return gemm_on(c, ta, tb, M, N, K, 1.0f, As, lda, sa, Bs, ldb, sb, beta, Cm, ldc, sc, pairs());
   }
-  // scores[h] = q_block·kᵀ for one block (q, k rows of the 3C-wide qkv).
-  int scores(const float* qkv, const ops::AttentionBlock& k, float* out) const {
-    const float* q = qkv + (k.b * T + k.q0) * 3 * C;
-    const float* key = qkv + k.b * T * 3 * C + C;
-    return gemm(DSCPP_NO_TRANS, DSCPP_TRANS, k.rows, k.keys, D, q, 3 * C, D, key, 3 * C, D, 0.0f, out, k.keys,
-                k.rows * k.keys);
+  // The queries of a block (rows of x from q0) times the keys it sees, transposed: [rows × keys].
+  int rows_by_keys(const ops::AttentionBlock& k, const float* x, const float* keys, float* out) const {
+    return gemm(DSCPP_NO_TRANS, DSCPP_TRANS, k.rows, k.keys, D, x + k.q0 * D, D, T * D, keys, D, T * D, 0.0f, out,
+                k.keys, k.rows * k.keys);
+  }
+  int to_heads(const float* src, int64_t width, int64_t offset, float* dst) const {
+    return status(ops::attention_to_heads(src, width, offset, dst, batch, T, heads, D, c.stream));
+  }
+  int from_heads(const float* src, float* dst, int64_t width, int64_t offset) const {
+    return status(ops::attention_from_heads(src, dst, width, offset, batch, T, heads, D, c.stream));
   }
 };
 
 int blockwise_forward(OpsContext& c, const Blocks& bl, const float* qkv, float* lse, float* out) {
-  float* s = c.attention.get<float>(size_t(bl.heads * kQueryBlock * bl.T), c.stream);
-  return bl.each([&](const ops::AttentionBlock& k) {
-    if (int st = bl.scores(qkv, k, s)) return st;
-    if (int st = status(ops::attention_block_softmax(s, lse, k, bl.scale, c.stream))) return st;
-    const float* v = qkv + k.b * bl.T * 3 * bl.C + 2 * bl.C;
-    return bl.gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, k.rows, bl.D, k.keys, s, k.keys, k.rows * k.keys, v, 3 * bl.C,
-                   bl.D, 0.0f, out + (k.b * bl.T + k.q0) * bl.C, bl.C, bl.D);
+  const int64_t n = bl.n(), C = bl.heads * bl.D, D = bl.D, T = bl.T;
+  float* q = c.attention.get<float>(size_t(4 * n + bl.block_floats()), c.stream);
+  float *k = q + n, *v = k + n, *o = v + n, *s = o + n;
+  int st = bl.to_heads(qkv, 3 * C, 0, q);
+  if (!st) st = bl.to_heads(qkv, 3 * C, C, k);
+  if (!st) st = bl.to_heads(qkv, 3 * C, 2 * C, v);
+  if (!st) st = bl.each([&](const ops::AttentionBlock& b) {
+    if (int e = bl.rows_by_keys(b, q, k, s)) return e;
+    if (int e = status(ops::attention_block_softmax(s, lse, b, bl.scale, c.stream))) return e;
+    return bl.gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, b.rows, D, b.keys, s, b.keys, b.rows * b.keys, v, D, T * D, 0.0f,
+                   o + b.q0 * D, D, T * D);
   });
+  return st ? st : bl.from_heads(o, out, C, 0);
 }
 
 // Per block: p and ds from the recomputed scores and dout·vᵀ; dq = ds·k (each query once);
-// dk += dsᵀ·q and dv += pᵀ·dout over the blocks (dqkv zeroed first).
+// dk += dsᵀ·q and dv += pᵀ·dout over the blocks.
 int blockwise_backward(OpsContext& c, const Blocks& bl, const float* qkv, const float* out, const float* lse,
                        const float* dout, float* dqkv, float* delta) {
-  const int64_t C = bl.C, T = bl.T, D = bl.D;
-  float* s = c.attention.get<float>(size_t(2 * bl.heads * kQueryBlock * T), c.stream);
-  float* dp = s + bl.heads * kQueryBlock * T;
-  if (int st = status(ops::attention_delta(out, dout, delta, bl.batch, T, bl.heads, D, c.stream))) return st;
-  if (int st = status(ops::fill(dqkv, 0.0f, bl.batch * T * 3 * C, c.stream))) return st;
-  return bl.each([&](const ops::AttentionBlock& k) {
-    const int64_t n = k.rows * k.keys;
-    const float* q = qkv + (k.b * T + k.q0) * 3 * C;
-    const float* key = qkv + k.b * T * 3 * C + C;
-    const float* dy = dout + (k.b * T + k.q0) * C;
-    float* dq = dqkv + (k.b * T + k.q0) * 3 * C;
-    float* dk = dqkv + k.b * T * 3 * C + C;
-    int st = bl.scores(qkv, k, s);
-    if (!st) st = bl.gemm(DSCPP_NO_TRANS, DSCPP_TRANS, k.rows, k.keys, D, dy, C, D, key + C, 3 * C, D, 0.0f, dp, k.keys, n);
-    if (!st) st = status(ops::attention_block_grad(s, dp, lse, delta, k, bl.scale, c.stream));
-    if (!st) st = bl.gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, k.rows, D, k.keys, dp, k.keys, n, key, 3 * C, D, 0.0f, dq, 3 * C, D);
-    if (!st) st = bl.gemm(DSCPP_TRANS, DSCPP_NO_TRANS, k.keys, D, k.rows, dp, k.keys, n, q, 3 * C, D, 1.0f, dk, 3 * C, D);
-    if (!st) st = bl.gemm(DSCPP_TRANS, DSCPP_NO_TRANS, k.keys, D, k.rows, s, k.keys, n, dy, C, D, 1.0f, dk + C, 3 * C, D);
-    return st;
+  const int64_t n = bl.n(), C = bl.heads * bl.D, D = bl.D, T = bl.T;
+  float* q = c.attention.get<float>(size_t(7 * n + 2 * bl.block_floats()), c.stream);
+  float *k = q + n, *v = k + n, *g = v + n, *dq = g + n, *dk = dq + n, *dv = dk + n, *s = dv + n;
+  float* dp = s + bl.block_floats();
+  int st = status(ops::attention_delta(out, dout, delta, bl.batch, T, bl.heads, D, c.stream));
+  if (!st) st = bl.to_heads(qkv, 3 * C, 0, q);
+  if (!st) st = bl.to_heads(qkv, 3 * C, C, k);
+  if (!st) st = bl.to_heads(qkv, 3 * C, 2 * C, v);
+  if (!st) st = bl.to_heads(dout, C, 0, g);
+  if (!st) st = status(ops::fill(dk, 0.0f, 2 * n, c.stream));  // dk, dv accumulate over the blocks
+  if (!st) st = bl.each([&](const ops::AttentionBlock& b) {
+    const int64_t sc = b.rows * b.keys;
+    int e = bl.rows_by_keys(b, q, k, s);
+    if (!e) e = bl.rows_by_keys(b, g, v, dp);
+    if (!e) e = status(ops::attention_block_grad(s, dp, lse, delta, b, bl.scale, c.stream));
+    if (!e) e = bl.gemm(DSCPP_NO_TRANS, DSCPP_NO_TRANS, b.rows, D, b.keys, dp, b.keys, sc, k, D, T * D, 0.0f,
+                        dq + b.q0 * D, D, T * D);
+    if (!e) e = bl.gemm(DSCPP_TRANS, DSCPP_NO_TRANS, b.keys, D, b.rows, dp, b.keys, sc, q + b.q0 * D, D, T * D, 1.0f,
+                        dk, D, T * D);
+    if (!e) e = bl.gemm(DSCPP_TRANS, DSCPP_NO_TRANS, b.keys, D, b.rows, s, b.keys, sc, g + b.q0 * D, D, T * D, 1.0f,
+                        dv, D, T * D);
+    return e;
   });
+  if (!st) st = bl.from_heads(dq, dqkv, 3 * C, 0);
+  if (!st) st = bl.from_heads(dk, dqkv, 3 * C, C);
+  return st ? st : bl.from_heads(dv, dqkv, 3 * C, 2 * C);
 }
 
 int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
@@ -219,7 +238,7 @@ int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, voi
     return DSCPP_OK;
 #endif
   return guarded([&] {
-    return blockwise_forward(c, {c, batch, T, heads, head_dim, heads * head_dim, scale}, F(qkv), lse, F(out));
+    return blockwise_forward(c, {c, batch, T, heads, head_dim, scale}, F(qkv), lse, F(out));
   });
 }
 
@@ -240,7 +259,7 @@ int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* ou
     return DSCPP_OK;
 #endif
   return guarded([&] {
-    return blockwise_backward(c, {c, batch, T, heads, head_dim, heads * head_dim, scale}, F(qkv), F(out), lse,
+    return blockwise_backward(c, {c, batch, T, heads, head_dim, scale}, F(qkv), F(out), lse,
                               F(dout), F(dqkv), workspace);
   });
 }

@@ -64,9 +64,9 @@ TEST_CASE("CUDA table (host stub) GEMMs on tf32/bf16/fp16 tensor-core math round
   t.ctx.gemm_math = GemmMath::fp32;
 }
 
-// The flash entries: the CUDA table's blockwise attention (blocks of 256 queries on the table's
+// The flash entries: the CUDA table's blockwise attention (blocks of 128 queries on the table's
 // GEMMs, ops_attention.cu's row kernels) against the CPU table's exact softmax over the whole
-// row. T = 300 takes two blocks of queries (256 and 44), the second seeing all 300 keys; head
+// row. T = 300 takes three blocks of queries (128, 128, 44), the last seeing all 300 keys; head
 // widths 7, 32, 64. lse is log of a T-term sum: its error is sum_tol(T) of its terms' size,
 // ≤ 1 + |lse| here.
 TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cuda_ops_table]") {
