@@ -60,6 +60,20 @@ DSCPP_HD constexpr int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// a / b and a % b (a ≥ 0, b > 0) in 32-bit arithmetic when both fit: a GPU divides 32-bit
+// integers in a handful of instructions and 64-bit ones in a long software sequence, and the
+// kernels that split a flat index into row and column do it per element.
+struct QuotRem {
+  int64_t quot, rem;
+};
+DSCPP_HD inline QuotRem divmod(int64_t a, int64_t b) {
+  if (((a | b) >> 31) == 0) {
+    const uint32_t q = uint32_t(a) / uint32_t(b);
+    return {int64_t(q), int64_t(uint32_t(a) - q * uint32_t(b))};
+  }
+  return {a / b, a % b};
+}
+
 // The grid for n elements at kVec per thread: enough blocks for one step over all of them,
 // capped; 0 blocks for n ≤ 0 (the caller must not launch: a zero-sized grid is an error).
 DSCPP_HD constexpr Shape elementwise_shape(int64_t n) {

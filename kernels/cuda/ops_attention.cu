@@ -30,10 +30,13 @@ DSCPP_HD inline float log_f(float x) {
 struct BlockRows {
   int64_t rows, keys, q0, T, lse_base;  // lse_base = b·heads·T
   DSCPP_HD int64_t live(int64_t r) const {
-    const int64_t seen = q0 + r % rows + 1;
+    const int64_t seen = q0 + divmod(r, rows).rem + 1;
     return seen < keys ? seen : keys;
   }
-  DSCPP_HD int64_t lse_index(int64_t r) const { return lse_base + (r / rows) * T + q0 + r % rows; }
+  DSCPP_HD int64_t lse_index(int64_t r) const {
+    const QuotRem qr = divmod(r, rows);
+    return lse_base + qr.quot * T + q0 + qr.rem;
+  }
 };
 
 // One block per score row. Rounds: max of scale·s, then Σ e^(scale·s − max); finish writes the
@@ -76,7 +79,8 @@ struct BlockGrad {
   BlockRows b;
   float scale;
   DSCPP_HD void operator()(int64_t i) const {
-    const int64_t r = i / b.keys, c = i % b.keys;
+    const QuotRem rc = divmod(i, b.keys);
+    const int64_t r = rc.quot, c = rc.rem;
     if (c >= b.live(r)) {
       s[i] = 0.0f, dp[i] = 0.0f;
       return;
@@ -94,8 +98,8 @@ struct Delta {
   float* delta;
   int64_t T, heads, D;
   DSCPP_HD void operator()(int64_t i) const {
-    const int64_t t = i % T, h = (i / T) % heads, b = i / (T * heads);
-    const int64_t off = (b * T + t) * heads * D + h * D;
+    const QuotRem bh_t = divmod(i, T), b_h = divmod(bh_t.quot, heads);
+    const int64_t off = (b_h.quot * T + bh_t.rem) * heads * D + b_h.rem * D;
     float acc = 0.0f;
     for (int64_t d = 0; d < D; ++d) acc += dout[off + d] * out[off + d];
     delta[i] = acc;
@@ -107,8 +111,8 @@ struct Delta {
 struct HeadLayout {
   int64_t T, heads, D, width, offset;
   DSCPP_HD int64_t row_index(int64_t i) const {
-    const int64_t d = i % D, t = (i / D) % T, h = (i / (D * T)) % heads, b = i / (D * T * heads);
-    return (b * T + t) * width + offset + h * D + d;
+    const QuotRem r_d = divmod(i, D), r_t = divmod(r_d.quot, T), b_h = divmod(r_t.quot, heads);
+    return (b_h.quot * T + r_t.rem) * width + offset + b_h.rem * D + r_d.rem;
   }
 };
 struct ToHeads {

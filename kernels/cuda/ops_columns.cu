@@ -43,7 +43,8 @@ struct ColumnChunks {
   int64_t rows, cols;
   ColumnPlan plan;
   DSCPP_HD void operator()(int64_t i) const {
-    const int64_t k = i / cols, c = i % cols;
+    const QuotRem kc = divmod(i, cols);
+    const int64_t k = kc.quot, c = kc.rem;
     const int64_t r0 = k * plan.rows_per_chunk;
     const int64_t r1 = r0 + plan.rows_per_chunk < rows ? r0 + plan.rows_per_chunk : rows;
     float acc[Terms::kOut] = {};
@@ -97,7 +98,8 @@ struct SegmentSums {
   float* dtable;
   int64_t dim;
   DSCPP_HD void operator()(int64_t i) const {
-    const int64_t seg = i / dim, c = i % dim;
+    const QuotRem sc = divmod(i, dim);
+    const int64_t seg = sc.quot, c = sc.rem;
     float* dst = dtable + int64_t(id[seg]) * dim + c;
     float acc = *dst;
     for (int32_t k = start[seg]; k < start[seg + 1]; ++k) acc += dout[int64_t(order[k]) * dim + c];

@@ -53,7 +53,7 @@ struct Epilogue {
   int64_t cols;
   DSCPP_HD void operator()(int64_t i) const {
     float v = x[i];
-    if (bias != nullptr) v += bias[i % cols];
+    if (bias != nullptr) v += bias[divmod(i, cols).rem];
     if (residual != nullptr) v += residual[i];
     x[i] = v;
     if (gelu_out != nullptr) gelu_out[i] = hd::gelu(v);
@@ -72,7 +72,10 @@ struct Gather {
   const float* table;
   float* out;
   int64_t dim;
-  DSCPP_HD void operator()(int64_t i) const { out[i] = table[int64_t{ids[i / dim]} * dim + i % dim]; }
+  DSCPP_HD void operator()(int64_t i) const {
+    const QuotRem rc = divmod(i, dim);
+    out[i] = table[int64_t{ids[rc.quot]} * dim + rc.rem];
+  }
 };
 struct CheckTargets {
   const int32_t* targets;
@@ -89,8 +92,9 @@ struct CeGrad {
   int64_t cols;
   float scale;
   DSCPP_HD void operator()(int64_t i) const {
-    const int32_t t = targets[i / cols];
-    d[i] = t < 0 ? 0.0f : hd::cross_entropy_grad(probs[i], i % cols == t, scale);
+    const QuotRem rc = divmod(i, cols);
+    const int32_t t = targets[rc.quot];
+    d[i] = t < 0 ? 0.0f : hd::cross_entropy_grad(probs[i], rc.rem == t, scale);
   }
 };
 

@@ -62,6 +62,18 @@ TEST_CASE("64-bit indices from the first n whose last grid step would pass INT32
   CHECK_FALSE(needs_64bit_index(1 << 20, elementwise_shape(1 << 20)));
 }
 
+TEST_CASE("divmod: 32-bit arithmetic where both fit, 64-bit beyond, the same quotient and remainder", "[cuda_launch]") {
+  const int64_t big = int64_t(1) << 40;
+  for (int64_t a : {int64_t(0), int64_t(1), int64_t(767), int64_t(768), int64_t(INT32_MAX), int64_t(INT32_MAX) + 1,
+                    big + 12345})
+    for (int64_t b : {int64_t(1), int64_t(3), int64_t(768), int64_t(INT32_MAX), int64_t(INT32_MAX) + 2}) {
+      CAPTURE(a, b);
+      const QuotRem qr = divmod(a, b);
+      CHECK(qr.quot == a / b);
+      CHECK(qr.rem == a % b);
+    }
+}
+
 TEST_CASE("for_each_element visits every index once, tails included, for any grid", "[cuda_launch]") {
   for (int64_t n : kSizes) {
     for (Shape s : {elementwise_shape(n), Shape{1, 1}, Shape{2, 3}, Shape{7, 32}}) {
