@@ -154,14 +154,25 @@ static_assert(kReduceThreads % kWarpSize == 0 && kReduceThreads / kWarpSize <= k
 // combines with lane l + 16, 8, 4, 2, 1; then warp w's total with warp w + 4, 2, 1. The device
 // runs it with shuffles (launch_device.cuh), the host stub with this loop.
 template <class Combine>
+double warp_tree(double* part, Combine combine) {  // the first stage alone: one warp's 32 partials
+  for (unsigned off = kWarpSize / 2; off > 0; off /= 2)
+    for (unsigned l = 0; l < off; ++l) part[l] = combine(part[l], part[l + off]);
+  return part[0];
+}
+template <class Combine>
 double reduce_tree(double* part, Combine combine) {
-  for (unsigned w = 0; w < kReduceThreads; w += kWarpSize)
-    for (unsigned off = kWarpSize / 2; off > 0; off /= 2)
-      for (unsigned l = 0; l < off; ++l) part[w + l] = combine(part[w + l], part[w + l + off]);
+  for (unsigned w = 0; w < kReduceThreads; w += kWarpSize) warp_tree(part + w, combine);
   for (unsigned off = kReduceThreads / kWarpSize / 2; off > 0; off /= 2)
     for (unsigned w = 0; w < off; ++w) part[w * kWarpSize] = combine(part[w * kWarpSize], part[(w + off) * kWarpSize]);
   return part[0];
 }
+// Rows up to kWarpRowMax wide reduce with one warp per row instead of one block (launch_rows):
+// the same Body, seen as blocks of kWarpSize threads (t.block the row, t.threads 32), summed by
+// the warp tree alone. A 768-wide layer-norm row gives each of 256 threads 3 elements and two
+// block barriers per round; a warp gives each lane 24 and needs no barrier.
+constexpr int64_t kWarpRowMax = 4096;
+constexpr unsigned kWarpRowsPerBlock = kReduceThreads / kWarpSize;
+
 // Blocks of a "many partial sums" reduction (global norm, overflow flag): enough to fill any
 // current GPU, few enough that the host sums the partials in microseconds.
 constexpr unsigned kReduceBlocks = 1024;

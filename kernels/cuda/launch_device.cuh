@@ -55,6 +55,22 @@ __global__ void __launch_bounds__(kReduceThreads) block_reduce_kernel(Body body)
   body.finish(t, totals);
 }
 
+// One warp per row: kWarpRowsPerBlock rows per block, each warp's lanes the row's threads.
+template <class Body>
+__global__ void __launch_bounds__(kReduceThreads) warp_rows_kernel(unsigned rows, Body body) {
+  static_assert(Body::kRounds >= 1 && Body::kRounds <= kMaxRounds, "rounds");
+  const unsigned row = blockIdx.x * kWarpRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= rows) return;  // the whole warp: row is the same for its lanes
+  const Thread t{row, threadIdx.x % kWarpSize, rows, kWarpSize};
+  double totals[kMaxRounds] = {};
+  for (int r = 0; r < Body::kRounds; ++r) {
+    double v = body.partial(t, r, totals);
+    for (unsigned off = kWarpSize / 2; off > 0; off /= 2) v = Body::combine(r, v, __shfl_down_sync(0xffffffffu, v, off));
+    totals[r] = __shfl_sync(0xffffffffu, v, 0);
+  }
+  body.finish(t, totals);
+}
+
 }  // namespace detail
 
 template <class Body>
@@ -89,6 +105,16 @@ template <class Body>
 Status launch_block_reduce(unsigned blocks, Stream stream, Body body) {
   if (blocks == 0) return kOk;
   detail::block_reduce_kernel<<<blocks, kReduceThreads, 0, stream>>>(body);
+  return cudaGetLastError();
+}
+
+// One reduction per row of `cols` elements (see launch.h): a warp per row up to kWarpRowMax,
+// else a block per row.
+template <class Body>
+Status launch_rows(unsigned rows, int64_t cols, Stream stream, Body body) {
+  if (rows == 0) return kOk;
+  if (cols > kWarpRowMax) return launch_block_reduce(rows, stream, body);
+  detail::warp_rows_kernel<<<unsigned(ceil_div(rows, kWarpRowsPerBlock)), kReduceThreads, 0, stream>>>(rows, body);
   return cudaGetLastError();
 }
 

@@ -16,7 +16,7 @@
 namespace dscpp::DSCPP_CUDA_NS {
 
 struct StubLaunch {
-  std::string kind;  // "elementwise", "per_index", "multi_tensor", "block_reduce"
+  std::string kind;  // "elementwise", "per_index", "multi_tensor", "block_reduce", "warp_rows"
   unsigned blocks, threads;
   int tensors = 0;  // multi-tensor launches: tensor slots in use
 };
@@ -83,6 +83,24 @@ Status launch_block_reduce(unsigned blocks, Stream, Body body) {
       totals[r] = reduce_tree(part, [r](double a, double b) { return Body::combine(r, a, b); });
     }
     for (unsigned t = 0; t < kReduceThreads; ++t) body.finish(Thread{b, t, blocks, kReduceThreads}, totals);
+  }
+  return kOk;
+}
+
+template <class Body>
+Status launch_rows(unsigned rows, int64_t cols, Stream stream, Body body) {
+  if (rows == 0) return kOk;
+  if (cols > kWarpRowMax) return launch_block_reduce(rows, stream, body);
+  record_launch({"warp_rows", unsigned(ceil_div(rows, kWarpRowsPerBlock)), kReduceThreads});
+  ProtectedAccess on_device;
+  double part[kWarpSize];
+  for (unsigned b = 0; b < rows; ++b) {
+    double totals[kMaxRounds] = {};
+    for (int r = 0; r < Body::kRounds; ++r) {
+      for (unsigned t = 0; t < kWarpSize; ++t) part[t] = body.partial(Thread{b, t, rows, kWarpSize}, r, totals);
+      totals[r] = warp_tree(part, [r](double a, double c) { return Body::combine(r, a, c); });
+    }
+    for (unsigned t = 0; t < kWarpSize; ++t) body.finish(Thread{b, t, rows, kWarpSize}, totals);
   }
   return kOk;
 }

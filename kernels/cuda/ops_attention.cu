@@ -39,7 +39,7 @@ struct BlockRows {
   }
 };
 
-// One block per score row. Rounds: max of scale·s, then Σ e^(scale·s − max); finish writes the
+// One warp (or block) per score row. Rounds: max of scale·s, then Σ e^(scale·s − max); finish writes the
 // probabilities (0 beyond the live keys) over the scores and the row's log-sum-exp.
 struct BlockSoftmax {
   static constexpr int kRounds = 2;
@@ -137,7 +137,7 @@ BlockRows block_rows(const AttentionBlock& blk) {
 Status attention_block_softmax(float* scores, float* lse, const AttentionBlock& blk, float scale, Stream s) {
   const int64_t rows = blk.heads * blk.rows;
   if (rows == 0 || blk.keys == 0) return kOk;
-  return launch_block_reduce(unsigned(rows), s, BlockSoftmax{scores, lse, block_rows(blk), scale});
+  return launch_rows(unsigned(rows), blk.keys, s, BlockSoftmax{scores, lse, block_rows(blk), scale});
 }
 
 Status attention_block_grad(float* scores, float* dp, const float* lse, const float* delta, const AttentionBlock& blk,

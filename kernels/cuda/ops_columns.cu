@@ -55,8 +55,8 @@ struct ColumnChunks {
     }
   }
 };
-// One block per (output, column): its threads share the column's chunk partials, a fixed tree
-// adds them (launch.h's block reduction), thread 0 adds the total on. A thread per column
+// One warp per (output, column): its lanes share the column's chunk partials, a fixed tree adds
+// them (launch.h's launch_rows), lane 0 adds the total on. A thread per column
 // looping over the partials (the first version) left 768 threads reading 256 values one after
 // another: 83 µs per layer norm on an H200 (ncu), longer than the first pass.
 struct ColumnTotals {
@@ -87,7 +87,7 @@ Status column_sums(Terms terms, float* const* out, float* scratch, int64_t rows,
   for (int o = 0; o < Terms::kOut; ++o) pass1.out[o] = out[o];
   if (Status st = launch_per_index(plan.chunks * cols, s, pass1); st != kOk || plan.chunks == 1) return st;
   const ColumnTotals pass2{out[0], Terms::kOut > 1 ? out[Terms::kOut - 1] : nullptr, scratch, cols, plan.chunks};
-  return launch_block_reduce(unsigned(Terms::kOut * cols), s, pass2);
+  return launch_rows(unsigned(Terms::kOut * cols), plan.chunks, s, pass2);
 }
 
 // Index i = segment·dim + column: the segment's positions in order, added onto the table row as

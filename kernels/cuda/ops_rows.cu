@@ -1,5 +1,6 @@
-// Row kernels of the CUDA ops table: one block per row, the row statistics as block
-// reductions (launch.h), then every thread writes its strided share of the row.
+// Row kernels of the CUDA ops table: one warp (or, for rows over kWarpRowMax, one block) per
+// row, the row statistics as reductions (launch.h), then every thread writes its strided share
+// of the row.
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/ops_math.h"
 
@@ -159,13 +160,14 @@ struct CrossEntropyFwd {
   }
 };
 
-// Row-wise launches take one block per row; rows beyond the 2^31−1 grid limit go in slices.
+// Row-wise launches take a warp or a block per row (launch_rows); rows beyond the 2^31−1 grid
+// limit go in slices (a warp-per-row slice's blocks are 8 times fewer, so it fits too).
 template <class Body, class Shift>
 Status per_row(int64_t rows, Stream s, Body body, Shift shift) {
   constexpr int64_t kMaxGrid = INT32_MAX;
   for (int64_t r0 = 0; r0 < rows; r0 += kMaxGrid) {
     const int64_t n = rows - r0 < kMaxGrid ? rows - r0 : kMaxGrid;
-    if (Status st = launch_block_reduce(unsigned(n), s, shift(body, r0)); st != kOk) return st;
+    if (Status st = launch_rows(unsigned(n), body.cols, s, shift(body, r0)); st != kOk) return st;
   }
   return kOk;
 }

@@ -151,6 +151,48 @@ TEST_CASE("plan_multi_tensor: chunks of 65,536, tensor and block limits, split t
   check_plan({5, 0, 300 * kChunk, 3, 0, 50 * kChunk - 1, 17, 0});
 }
 
+namespace {
+// Row sums and maxima through launch_rows: exact in double for these small integers.
+struct RowStats {
+  static constexpr int kRounds = 2;
+  const float* x;
+  double* out;  // [rows][2]
+  int64_t cols;
+  double partial(const Thread& t, int round, const double*) const {
+    double acc = round == 0 ? 0.0 : -1e300;
+    for (int64_t c = t.thread; c < cols; c += t.threads) {
+      const double v = x[int64_t(t.block) * cols + c];
+      acc = round == 0 ? acc + v : (v > acc ? v : acc);
+    }
+    return acc;
+  }
+  static double combine(int r, double a, double b) { return r == 0 ? a + b : (a > b ? a : b); }
+  void finish(const Thread& t, const double* totals) const {
+    if (t.thread == 0) out[2 * t.block] = totals[0], out[2 * t.block + 1] = totals[1];
+  }
+};
+}  // namespace
+
+TEST_CASE("launch_rows: a warp per row up to kWarpRowMax columns, a block per row beyond", "[cuda_launch]") {
+  for (int64_t cols : {int64_t(1), int64_t(33), int64_t(768), kWarpRowMax, kWarpRowMax + 1}) {
+    CAPTURE(cols);
+    const int64_t rows = 19;
+    std::vector<float> x(size_t(rows * cols));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int64_t(i * 7919 % 1000) - 500);
+    std::vector<double> got(size_t(2 * rows), -1.0);
+    stub_launches().clear();
+    REQUIRE(launch_rows(unsigned(rows), cols, nullptr, RowStats{x.data(), got.data(), cols}) == kOk);
+    REQUIRE(stub_launches().size() == 1);
+    CHECK(stub_launches()[0].kind == (cols <= kWarpRowMax ? "warp_rows" : "block_reduce"));
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0, max = -1e300;
+      for (int64_t c = 0; c < cols; ++c) sum += x[size_t(r * cols + c)], max = std::max(max, double(x[size_t(r * cols + c)]));
+      CHECK(got[size_t(2 * r)] == sum);
+      CHECK(got[size_t(2 * r + 1)] == max);
+    }
+  }
+}
+
 TEST_CASE("cast kernels (host stub) equal the CPU conversions bit for bit", "[cuda_launch]") {
   for (int64_t n : kSizes) {
     const auto x = ops_check::rnd(n, 1, -70000.0f, 70000.0f);
