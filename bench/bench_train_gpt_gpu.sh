@@ -6,8 +6,8 @@
 #   dscpp bf16 (GEMMs on bf16 tensor-core math), ZeRO stages 0, 1, 2 and 3
 #   torch fp32 + scaled_dot_product_attention (no TF32), torch bf16 autocast + SDPA
 # Each run prints tokens/s over its timed steps (dscpp: after its 2 untimed steps; torch: after
-# --warmup 2), its peak memory (dscpp: the engine's peak of device allocations; torch:
-# torch.cuda.max_memory_allocated) and its MFU: model FLOPs per token (PaLM's count: 6·N for
+# --warmup 2), its peak memory (dscpp: the engine's peak of device allocations plus the ops
+# table's scratch peak; torch: torch.cuda.max_memory_allocated) and its MFU: model FLOPs per token (PaLM's count: 6·N for
 # the weights plus 12·layers·d_model·context for attention, the whole T² as torch's SDPA is
 # counted) × tokens/s over the GPU's dense peak (fp32 SIMT for the fp32 runs, bf16 tensor cores
 # for bf16; by GPU name, or BENCH_PEAK_FP32 / BENCH_PEAK_BF16 in TFLOP/s).
@@ -72,8 +72,16 @@ for p in bf16 fp32; do
 done
 
 dscpp_rate() { grep 'after the first' "$1" | grep -o '[0-9.]* tokens/s' | tail -1 | awk '{print $1}'; }
-# The peak of device allocations: the last per-step line's "(peak X GiB)" (or MiB).
-dscpp_peak() { grep -o 'peak [0-9.]* [GM]iB' "$1" | tail -1 | awk '{print ($3 == "MiB") ? $2 / 1024 : $2}'; }
+# The peak of device allocations: the last per-step line's "(peak X GiB)" (or MiB), the engine's
+# own, plus the ops table's scratch high-water mark (GEMM staging, attention blocks, cuDNN and
+# cuBLASLt buffers), which the runtime logs at the end: the two peaks may fall at different
+# moments, so the sum is an upper bound on what dscpp held at once.
+dscpp_peak() {
+  local engine scratch
+  engine=$(grep -o 'peak [0-9.]* [GM]iB' "$1" | tail -1 | awk '{print ($3 == "MiB") ? $2 / 1024 : $2}')
+  scratch=$(grep -o 'ops table scratch peak per rank (bytes): [0-9]*' "$1" | awk '{print $NF}')
+  awk -v e="${engine:-0}" -v s="${scratch:-0}" 'BEGIN {printf "%.3f\n", e + s / 1073741824}'
+}
 torch_rate() { grep -o '^throughput: .*= [0-9.]* tokens/s' "$1" | grep -o '= [0-9.]* tokens/s' | awk '{print $2}'; }
 torch_peak() { grep -o '^peak memory: [0-9.]*' "$1" | awk '{print $3}'; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }

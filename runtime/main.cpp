@@ -167,7 +167,7 @@ int run(const Args& a) {
     if (rank_device.set_gemm_math)
       log::info("GEMMs: {}", gemm_math == kernels::GemmMath::fp32
                                  ? std::string("exact fp32")
-                                 : fmt::format("{} tensor cores (fp32 operands rounded to {}, fp32 accumulation)",
+                                 : fmt::format("{} tensor cores (operands cast to {}, fp32 accumulation)",
                                                kernels::gemm_math_name(gemm_math), kernels::gemm_math_name(gemm_math)));
     else if (gemm_math != kernels::GemmMath::fp32)
       log::info("GEMMs: exact fp32 (the CPU ops table has no reduced-precision GEMMs; {} applies on a GPU)",
@@ -193,6 +193,10 @@ int run(const Args& a) {
   if (const char* r = std::getenv("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
   runtime::Engine engine(plugin, loaded, *world.world, device, ops, o, rank_device.host.get());
   engine.run();
+  if (id.rank == 0 && rank_device.ops_scratch_peak)
+    log::info("ops table scratch peak per rank (bytes): {} (device memory outside the peak above: GEMM operands cast "
+              "to 16 bits, attention's blocks of scores, cuDNN's and cuBLASLt's buffers)",
+              rank_device.ops_scratch_peak());
   return 0;
 }
 

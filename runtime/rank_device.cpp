@@ -40,6 +40,7 @@ RankDevice make_cuda() {
   auto context = std::make_shared<cuda::OpsContext>(device->compute_stream());
   r.ops = cuda::cuda_ops(DSCPP_F32, context.get());
   r.set_gemm_math = [c = context.get()](kernels::GemmMath m) { c->gemm_math = m; };
+  r.ops_scratch_peak = [] { return cuda::scratch_bytes().peak.load(); };
   r.ops_context = context;
   r.cuda = true;
   r.cuda_index = device->index();
@@ -77,6 +78,7 @@ RankDevice make_rank_device(DeviceChoice choice) {
     } else {
       r.ops = make_sim_cuda_ops(r.ops_context);
       r.set_gemm_math = [c = r.ops_context](kernels::GemmMath m) { set_sim_cuda_gemm_math(c, m); };
+      r.ops_scratch_peak = sim_cuda_ops_scratch_peak;
     }
   } else {
     r.device = make_cpu_device();

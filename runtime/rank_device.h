@@ -37,6 +37,9 @@ struct RankDevice {
   // Sets how the CUDA ops table's GEMMs round their operands (kernels/gemm_math.h); empty for the
   // CPU table, whose GEMMs are always exact fp32.
   std::function<void(kernels::GemmMath)> set_gemm_math;
+  // The CUDA ops table's scratch high-water mark in bytes (device memory the engine's accounting
+  // does not see); empty for the CPU table.
+  std::function<int64_t()> ops_scratch_peak;
 };
 
 RankDevice make_rank_device(DeviceChoice choice);

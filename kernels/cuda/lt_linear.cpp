@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "kernels/cuda/compute_type.h"
+#include "kernels/cuda/device_scratch.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -51,6 +52,7 @@ struct Product {
 struct LtLinear::Impl {
   cublasLtHandle_t handle = nullptr;
   Stream stream = nullptr;
+  DeviceScratch workspace_block;
   void* workspace = nullptr;
   bool logged = false;
   struct Plan {
@@ -67,7 +69,6 @@ struct LtLinear::Impl {
       for (auto l : {p.a, p.b, p.d})
         if (l) cublasLtMatrixLayoutDestroy(l);
     }
-    cudaFree(workspace);
     if (handle) cublasLtDestroy(handle);
   }
 
@@ -145,7 +146,11 @@ std::unique_ptr<LtLinear> LtLinear::create(Stream stream) {
     log::warn("cuBLASLt could not start: linear layers run as GEMM + epilogue kernels");
     return nullptr;
   }
-  if (cudaMalloc(&impl->workspace, kWorkspaceBytes) != cudaSuccess) return nullptr;
+  try {
+    impl->workspace = impl->workspace_block.get(kWorkspaceBytes, stream);
+  } catch (const Error&) {
+    return nullptr;
+  }
   return std::unique_ptr<LtLinear>(new LtLinear(std::move(impl)));
 }
 

@@ -155,6 +155,10 @@ dscpp_ops make_sim_cuda_ops(std::shared_ptr<void>& context) {
   return cuda::cuda_ops(DSCPP_F32, ops_context.get());
 }
 
+int64_t sim_cuda_ops_scratch_peak() {
+  return cuda_host::scratch_bytes().peak.load();
+}
+
 void set_sim_cuda_gemm_math(const std::shared_ptr<void>& context, kernels::GemmMath math) {
   static_cast<cuda::OpsContext*>(context.get())->gemm_math = math;
 }

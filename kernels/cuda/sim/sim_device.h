@@ -56,6 +56,8 @@ std::unique_ptr<SimCudaDevice> make_sim_cuda_device();
 dscpp_ops make_sim_cuda_ops(std::shared_ptr<void>& context);
 // How that table's GEMMs round their operands (`context` as make_sim_cuda_ops set it).
 void set_sim_cuda_gemm_math(const std::shared_ptr<void>& context, kernels::GemmMath math);
+// The most device memory that table's scratch held at once (kernels/cuda/device_scratch.h).
+int64_t sim_cuda_ops_scratch_peak();
 // The CPU ops table run as this device's kernels: every entry opens device memory for its call.
 // What DSCPP_SIM_OPS=cpu trains with, to compare the engine's device math with the CPU device
 // bit for bit (`context` keeps the wrapped table alive).
