@@ -1,8 +1,9 @@
 // The composite ops of the CUDA table: causal attention as per-sequence batched GEMMs over the
 // heads around the causal softmax kernels (ABI 2), attention without T² scores (ABI 3: cuDNN,
-// or blocks of queries on the same GEMMs with ops_attention.cu's row kernels), and linear layers as one GEMM plus the fused bias/residual/GELU
-// epilogue. The CPU table fuses more (it skips the masked half of the
-// attention GEMMs); the results agree to fp32 rounding, not bit for bit.
+// or blocks of queries on the same GEMMs with ops_attention.cu's row kernels), and linear
+// layers as one GEMM plus the fused bias/residual/GELU epilogue. The CPU table fuses more (it
+// skips the masked half of the attention GEMMs); the results agree to fp32 rounding, not bit
+// for bit.
 #include "core/error.h"
 #include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32
 #include "kernels/cuda/compute_type.h"
@@ -133,7 +134,9 @@ bool flash_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, fl
 // block of up to 128 queries one GEMM over every (sequence, head) pair for the scores against
 // the keys the block sees (causal: up to its last query), the row kernels, and the GEMMs that
 // finish the block. 128 queries keep a block's scores at pairs·128·T floats (48 MiB for 96
-// pairs at T = 1024) and skip 7/16 of the masked products at T = 1024.
+// pairs at T = 1024) and skip 7/16 of the masked products at T = 1024. The scratch (the
+// context's `attention` block) holds 4 head-major tensors and one block of scores forward, 7
+// and two blocks backward: 264 MiB for the gpt benchmark's 8 × 1024 × 768.
 constexpr int64_t kQueryBlock = 128;
 
 struct Blocks {

@@ -49,7 +49,7 @@ struct OpsContext {
   // until that slot is staged again. Throws Error when a CUDA call fails.
   const void* stage(int slot, const void* src, int64_t n);
   DeviceScratch staged[2];
-  DeviceScratch attention;  // blockwise attention's scores (and score gradients) of one block of queries
+  DeviceScratch attention;  // blockwise attention: head-major copies and one block of queries' scores
   // cuDNN's fused attention, for the flash entries under 16-bit GEMM math: made on first use
   // (null when unavailable; then the table's own kernels run).
   std::unique_ptr<CudnnAttention> cudnn_attention;
