@@ -2,8 +2,8 @@
 # The GPU speed check, one command for a lent GPU: gpu_parity (every CUDA kernel and library
 # call against the CPU table, the new column sums, attention kernels, cuDNN SDPA and
 # tensor-core GEMMs included), then bench/bench_train_gpt_gpu.sh (dscpp against PyTorch eager
-# at 12 × 768, context 1024). About 7 minutes on an H100 (each benchmark run is capped at
-# BENCH_RUN_LIMIT seconds).
+# at 12 × 768, context 1024, three rounds). About 2 minutes on an H200 (each benchmark run is
+# capped at BENCH_RUN_LIMIT seconds).
 #   bash tests/gpu/pack.sh                                   # here
 #   run(command="bash .gpu/on-device.sh bash tests/gpu/speed.sh", carry=[".gpu"])
 # Usage: speed.sh [BUILD_DIR]
