@@ -118,6 +118,31 @@ DSCPP_HD void for_each_element(const Thread& t, int64_t n, Body& body) {
     detail::for_each_element<int32_t>(t, int32_t(n), body);
 }
 
+// ---- four elements per access -----------------------------------------------------------------
+
+// For streaming bodies whose pointers are all 16-byte aligned (the caller checks): thread g takes
+// quads (4 consecutive elements) g, g + S, …, four quads per call of body.quads4(q, S), which
+// loads all four before it stores any, then single quads (body.quad(q)), then the n mod 4 tail
+// elements one by one (body(i)). A scalar loop stores between its loads, so the compiler, which
+// cannot rule out that the store feeds the next load, keeps one load in flight per thread.
+template <class Body>
+DSCPP_HD void for_each_quad(const Thread& t, int64_t n, Body& body) {
+  const int64_t quads = n / 4, stride = t.stride();
+  int64_t q = t.global();
+  for (; q + 3 * stride < quads; q += 4 * stride) body.quads4(q, stride);
+  for (; q < quads; q += stride) body.quad(q);
+  for (int64_t i = 4 * quads + t.global(); i < n; i += stride) body(i);
+}
+// The grid for n elements as quads, four per thread per step.
+DSCPP_HD constexpr Shape quad_shape(int64_t n) {
+  return elementwise_shape(n / 4 > 0 ? n / 4 : (n > 0 ? 1 : 0));
+}
+// Four elements of T as one aligned access (LDG.128 for fp32, LDG.64 for 16-bit types).
+template <class T>
+struct alignas(4 * sizeof(T)) Quad {
+  T v[4];
+};
+
 // ---- one index per thread ---------------------------------------------------------------------
 
 // For kernels whose index is a column, a row or a query that the thread then loops over:

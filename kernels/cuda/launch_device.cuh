@@ -14,6 +14,11 @@ __global__ void elementwise_kernel(int64_t n, Body body) {
   for_each_element(this_thread(), n, body);
 }
 
+template <class Body>
+__global__ void quad_kernel(int64_t n, Body body) {
+  for_each_quad(this_thread(), n, body);
+}
+
 // The bound lets nvcc cap registers so a full block always launches: the attention bodies hold
 // whole head-wide vectors per thread and would otherwise be free to ask for more than fits.
 template <class Body>
@@ -78,6 +83,14 @@ Status launch_elementwise(int64_t n, Stream stream, Body body) {
   const Shape s = elementwise_shape(n);
   if (s.blocks == 0) return kOk;
   detail::elementwise_kernel<<<s.blocks, s.threads, 0, stream>>>(n, body);
+  return cudaGetLastError();
+}
+
+template <class Body>
+Status launch_quads(int64_t n, Stream stream, Body body) {
+  const Shape s = quad_shape(n);
+  if (s.blocks == 0) return kOk;
+  detail::quad_kernel<<<s.blocks, s.threads, 0, stream>>>(n, body);
   return cudaGetLastError();
 }
 

@@ -16,7 +16,7 @@
 namespace dscpp::DSCPP_CUDA_NS {
 
 struct StubLaunch {
-  std::string kind;  // "elementwise", "per_index", "multi_tensor", "block_reduce", "warp_rows"
+  std::string kind;  // "elementwise", "per_index", "multi_tensor", "block_reduce", "warp_rows", "quads"
   unsigned blocks, threads;
   int tensors = 0;  // multi-tensor launches: tensor slots in use
 };
@@ -48,6 +48,11 @@ Status run_grid(const char* kind, Shape s, Loop loop) {
 template <class Body>
 Status launch_elementwise(int64_t n, Stream, Body body) {
   return run_grid("elementwise", elementwise_shape(n), [&](const Thread& t) { for_each_element(t, n, body); });
+}
+
+template <class Body>
+Status launch_quads(int64_t n, Stream, Body body) {
+  return run_grid("quads", quad_shape(n), [&](const Thread& t) { for_each_quad(t, n, body); });
 }
 
 template <class Body>

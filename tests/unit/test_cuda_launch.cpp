@@ -193,26 +193,37 @@ TEST_CASE("launch_rows: a warp per row up to kWarpRowMax columns, a block per ro
   }
 }
 
+// Aligned buffers take the quad loop (four quads loaded per call, then single quads, then the
+// n mod 4 tail); a source one element off 16-byte alignment takes the scalar loop. Both give
+// every element the CPU's bits.
 TEST_CASE("cast kernels (host stub) equal the CPU conversions bit for bit", "[cuda_launch]") {
-  for (int64_t n : kSizes) {
-    const auto x = ops_check::rnd(n, 1, -70000.0f, 70000.0f);
-    std::vector<uint16_t> h(x.size()), b(x.size());
-    std::vector<float> back(x.size());
-    stub_launches().clear();
-    REQUIRE(launch_cast_f32_to_f16(x.data(), h.data(), size_t(n), nullptr) == kOk);
-    REQUIRE(launch_cast_f32_to_bf16(x.data(), b.data(), size_t(n), nullptr) == kOk);
-    REQUIRE(stub_launches().size() == 2);
-    CHECK(stub_launches()[0].blocks == elementwise_shape(n).blocks);
-    for (size_t i = 0; i < x.size(); ++i) {
-      REQUIRE(h[i] == float_to_fp16_bits(x[i]));
-      REQUIRE(b[i] == float_to_bf16_bits(x[i]));
+  for (int64_t n : kSizes)
+    for (int64_t shift : {0, 1}) {
+      CAPTURE(n, shift);
+      std::vector<float> storage(static_cast<size_t>(n + 4));
+      const auto r = ops_check::rnd(n, 1, -70000.0f, 70000.0f);
+      std::copy(r.begin(), r.end(), storage.begin() + shift);
+      const float* x = storage.data() + shift;
+      std::vector<uint16_t> h(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      std::vector<float> back(static_cast<size_t>(n));
+      stub_launches().clear();
+      REQUIRE(launch_cast_f32_to_f16(x, h.data(), size_t(n), nullptr) == kOk);
+      REQUIRE(launch_cast_f32_to_bf16(x, b.data(), size_t(n), nullptr) == kOk);
+      if (n > 0) {
+        REQUIRE(stub_launches().size() == 2);
+        CHECK(stub_launches()[0].kind == (shift == 0 ? "quads" : "elementwise"));
+        CHECK(stub_launches()[0].blocks == (shift == 0 ? quad_shape(n) : elementwise_shape(n)).blocks);
+      }
+      for (size_t i = 0; i < size_t(n); ++i) {
+        REQUIRE(h[i] == float_to_fp16_bits(x[i]));
+        REQUIRE(b[i] == float_to_bf16_bits(x[i]));
+      }
+      REQUIRE(launch_cast_f16_to_f32(h.data(), back.data(), size_t(n), nullptr) == kOk);
+      for (size_t i = 0; i < size_t(n); ++i) {
+        const float want = fp16_bits_to_float(h[i]);
+        REQUIRE(std::memcmp(&back[i], &want, sizeof want) == 0);
+      }
     }
-    REQUIRE(launch_cast_f16_to_f32(h.data(), back.data(), size_t(n), nullptr) == kOk);
-    for (size_t i = 0; i < x.size(); ++i) {
-      const float want = fp16_bits_to_float(h[i]);
-      REQUIRE(std::memcmp(&back[i], &want, sizeof want) == 0);
-    }
-  }
   stub_launches().clear();
   CHECK(launch_cast_f32_to_f16(nullptr, nullptr, 0, nullptr) == kOk);
   CHECK(stub_launches().empty());  // n = 0 launches nothing
