@@ -1,4 +1,5 @@
-// Elementwise kernels of the CUDA ops table.
+// Elementwise kernels of the CUDA ops table: the streaming ones as map.h's maps.
+#include "kernels/cuda/map.h"
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/ops_math.h"
 
@@ -10,41 +11,29 @@ struct Fill {
   float v;
   DSCPP_HD void operator()(int64_t i) const { x[i] = v; }
 };
-struct Add {
-  const float *a, *b;
-  float* y;
-  DSCPP_HD void operator()(int64_t i) const { y[i] = a[i] + b[i]; }
+// The per-element ops of the maps (map.h).
+struct AddOp {
+  DSCPP_HD float operator()(float a, float b) const { return a + b; }
 };
-struct Axpy {
+struct AxpyOp {  // y + alpha·x, as (y, x)
   float alpha;
-  const float* x;
-  float* y;
-  DSCPP_HD void operator()(int64_t i) const { y[i] += alpha * x[i]; }
+  DSCPP_HD float operator()(float y, float x) const { return y + alpha * x; }
 };
-struct Scale {
+struct ScaleOp {
   float alpha;
-  float* x;
-  DSCPP_HD void operator()(int64_t i) const { x[i] *= alpha; }
+  DSCPP_HD float operator()(float x) const { return x * alpha; }
 };
-struct Gelu {
-  const float* x;
-  float* y;
-  DSCPP_HD void operator()(int64_t i) const { y[i] = hd::gelu(x[i]); }
+struct GeluOp {
+  DSCPP_HD float operator()(float x) const { return hd::gelu(x); }
 };
-struct GeluGrad {
-  const float *x, *dy;
-  float* dx;
-  DSCPP_HD void operator()(int64_t i) const { dx[i] = dy[i] * hd::gelu_grad(x[i]); }
+struct GeluGradOp {  // (x, dy)
+  DSCPP_HD float operator()(float x, float dy) const { return dy * hd::gelu_grad(x); }
 };
-struct Relu {
-  const float* x;
-  float* y;
-  DSCPP_HD void operator()(int64_t i) const { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+struct ReluOp {
+  DSCPP_HD float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
 };
-struct ReluGrad {
-  const float *x, *dy;
-  float* dx;
-  DSCPP_HD void operator()(int64_t i) const { dx[i] = x[i] > 0.0f ? dy[i] : 0.0f; }
+struct ReluGradOp {  // (x, dy)
+  DSCPP_HD float operator()(float x, float dy) const { return x > 0.0f ? dy : 0.0f; }
 };
 struct Epilogue {
   float* x;
@@ -104,25 +93,25 @@ Status fill(float* x, float v, int64_t n, Stream s) {
   return launch_elementwise(n, s, Fill{x, v});
 }
 Status add(const float* a, const float* b, float* y, int64_t n, Stream s) {
-  return launch_elementwise(n, s, Add{a, b, y});
+  return launch_map(a, b, y, n, AddOp{}, s);
 }
 Status axpy(float alpha, const float* x, float* y, int64_t n, Stream s) {
-  return launch_elementwise(n, s, Axpy{alpha, x, y});
+  return launch_map(y, x, y, n, AxpyOp{alpha}, s);
 }
 Status scale(float alpha, float* x, int64_t n, Stream s) {
-  return launch_elementwise(n, s, Scale{alpha, x});
+  return launch_map(x, x, n, ScaleOp{alpha}, s);
 }
 Status gelu_forward(const float* x, float* y, int64_t n, Stream s) {
-  return launch_elementwise(n, s, Gelu{x, y});
+  return launch_map(x, y, n, GeluOp{}, s);
 }
 Status gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s) {
-  return launch_elementwise(n, s, GeluGrad{x, dy, dx});
+  return launch_map(x, dy, dx, n, GeluGradOp{}, s);
 }
 Status relu_forward(const float* x, float* y, int64_t n, Stream s) {
-  return launch_elementwise(n, s, Relu{x, y});
+  return launch_map(x, y, n, ReluOp{}, s);
 }
 Status relu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s) {
-  return launch_elementwise(n, s, ReluGrad{x, dy, dx});
+  return launch_map(x, dy, dx, n, ReluGradOp{}, s);
 }
 Status bias_residual_gelu(float* x, const float* bias, const float* residual, float* gelu_out, int64_t rows,
                           int64_t cols, Stream s) {

@@ -35,7 +35,7 @@ const int64_t kCols[] = {1, 5, 300};
 }  // namespace
 
 TEST_CASE("CUDA elementwise kernels (host stub) equal the CPU table bit for bit", "[cuda_ops]") {
-  for (int64_t n : {1, 7, 1029}) {
+  for (int64_t n : {1, 7, 1029, 70001}) {  // 70001: four quads per thread, then single quads, then a tail
     const auto x = ops_check::rnd(n, 1, -8.0f, 8.0f), dy = ops_check::rnd(n, 2, -2.0f, 2.0f);
     std::vector<float> a(x.size()), b(x.size());
     REQUIRE(cops::gelu_forward(x.data(), a.data(), n, nullptr) == cuda::kOk);
@@ -201,7 +201,7 @@ TEST_CASE("CUDA causal softmax (host stub) matches the CPU table, masked entries
 }
 
 TEST_CASE("CUDA fill/add/axpy/scale/relu and the linear epilogue (host stub) equal the CPU table", "[cuda_ops]") {
-  const int64_t rows = 3, cols = 333, n = rows * cols;
+  const int64_t rows = 211, cols = 333, n = rows * cols;  // enough for four quads per thread
   const auto a = ops_check::rnd(n, 12, -2.0f, 2.0f), b = ops_check::rnd(n, 13, -2.0f, 2.0f), bias = ops_check::rnd(cols, 14, -2.0f, 2.0f);
   std::vector<float> x(a.size()), y(a.size());
   REQUIRE(cops::fill(x.data(), 0.5f, n, nullptr) == cuda::kOk);
