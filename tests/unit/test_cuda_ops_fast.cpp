@@ -20,8 +20,9 @@ using ops_check::kNaN;
 using ops_check::rnd;
 using ops_check::Vec;
 
-// Reduced-precision GEMM math: the table must ask cuBLAS for the tensor-core compute type, whose
-// stub rounds the operands as kernels/gemm_math.h says. Checked three ways: equal bits to the
+// Reduced-precision GEMM math: tf32 asks cuBLAS for the FAST_TF32 compute type, whose stub
+// rounds the operands as kernels/gemm_math.h says; bf16 and fp16 cast both operands to 16 bits
+// first (OpsContext::stage) and the stub widens them back. Checked three ways: equal bits to the
 // CPU GEMM over operands rounded by hand (the routing); within the rounding bound of the exact
 // product, 2·2^-p·Σ|a·b| for a p-bit mantissa (two rounded operands) plus fp32's own K·u; and
 // not equal to the exact product (the rounding happened).
@@ -64,6 +65,35 @@ TEST_CASE("CUDA table (host stub) GEMMs on tf32/bf16/fp16 tensor-core math round
   t.ctx.gemm_math = GemmMath::fp32;
 }
 
+// Strided batches under 16-bit math stage the span from the first matrix to the last element of
+// the last (operand_span): transposed operands, leading dimensions wider than a row and gaps
+// between matrices must all land where cuBLAS reads them. Equal bits to the CPU's strided GEMM
+// over the operands rounded by hand.
+TEST_CASE("CUDA table (host stub) strided-batched GEMMs on 16-bit math stage every matrix", "[cuda_ops_table]") {
+  using kernels::GemmMath;
+  Tables t;
+  const int64_t M = 5, N = 6, K = 7, batch = 3;
+  const int64_t lda = M + 2, sa = lda * K + 3;  // A transposed: stored K × M
+  const int64_t ldb = K + 1, sb = ldb * N + 5;  // B transposed: stored N × K
+  const int64_t ldc = N + 1, sc = ldc * M;
+  const Vec A = rnd(size_t(sa * batch), 310), B = rnd(size_t(sb * batch), 311);
+  for (GemmMath math : {GemmMath::bf16, GemmMath::fp16}) {
+    CAPTURE(kernels::gemm_math_name(math));
+    t.ctx.gemm_math = math;
+    Vec ra = A, rb = B, want(size_t(sc * batch), 0.25f), got = want;
+    for (float& v : ra) v = kernels::round_for_gemm(v, math);
+    for (float& v : rb) v = kernels::round_for_gemm(v, math);
+    REQUIRE(t.C()->gemm_strided_batched(t.C(), DSCPP_TRANS, DSCPP_TRANS, M, N, K, 0.5f, ra.data(), lda, sa, rb.data(),
+                                        ldb, sb, 1.0f, want.data(), ldc, sc, batch) == DSCPP_OK);
+    REQUIRE(t.gpu.gemm_strided_batched(t.G(), DSCPP_TRANS, DSCPP_TRANS, M, N, K, 0.5f, A.data(), lda, sa, B.data(), ldb,
+                                       sb, 1.0f, got.data(), ldc, sc, batch) == DSCPP_OK);
+    CHECK(bitwise(got, want));
+  }
+  CHECK(cuda::operand_span(DSCPP_TRANS, M, K, lda, sa, batch) == (batch - 1) * sa + (K - 1) * lda + M);
+  CHECK(cuda::operand_span(DSCPP_NO_TRANS, M, K, lda, 0, batch) == (M - 1) * lda + K);  // one shared matrix
+  t.ctx.gemm_math = GemmMath::fp32;
+}
+
 // The flash entries: the CUDA table's blockwise attention (blocks of 128 queries on the table's
 // GEMMs, ops_attention.cu's row kernels) against the CPU table's exact softmax over the whole
 // row. T = 300 takes three blocks of queries (128, 128, 44), the last seeing all 300 keys; head
@@ -94,6 +124,28 @@ TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cu
       CHECK_NORMWISE(lse[0], lse[1], tol, lse_floor);
       CHECK_NORMWISE(dqkv[0], dqkv[1], 2 * tol);  // two sums in a row, as for the ABI 2 entries
     }
+  // Under bf16 math the blockwise path's GEMMs read staged bf16 copies of head-major strided
+  // batches: within bf16 rounding of the exact result (gpu_parity's bound for the same case).
+  {
+    const int64_t batch = 2, T = 150, heads = 2, head_dim = 32, C = heads * head_dim, rows = batch * heads * T;
+    const float scale = 1.0f / std::sqrt(float(head_dim));
+    const Vec qkv = rnd(size_t(batch * T * 3 * C), 24, -1.5f, 1.5f), dout = rnd(size_t(batch * T * C), 25);
+    Vec out[2], lse[2], dqkv[2];
+    t.ctx.gemm_math = kernels::GemmMath::bf16;
+    for (int k = 0; k < 2; ++k) {
+      const dscpp_ops& o = k == 0 ? t.gpu : *t.C();
+      out[k].assign(size_t(batch * T * C), kNaN), lse[k].assign(size_t(rows), kNaN), dqkv[k].assign(qkv.size(), kNaN);
+      Vec ws(size_t(rows), kNaN);
+      REQUIRE(o.flash_attention_forward(&o, qkv.data(), lse[k].data(), out[k].data(), batch, T, heads, head_dim,
+                                        scale) == DSCPP_OK);
+      REQUIRE(o.flash_attention_backward(&o, qkv.data(), out[k].data(), lse[k].data(), dout.data(), dqkv[k].data(),
+                                         ws.data(), batch, T, heads, head_dim, scale) == DSCPP_OK);
+    }
+    t.ctx.gemm_math = kernels::GemmMath::fp32;
+    CHECK_NORMWISE(out[0], out[1], 2e-2);
+    CHECK_NORMWISE(dqkv[0], dqkv[1], 2e-2);
+    CHECK_FALSE(bitwise(out[0], out[1]));  // the rounding happened
+  }
   Vec a(3 * 4 * 8), l(4), o(4 * 8);
   CHECK(t.gpu.flash_attention_forward(&t.gpu, a.data(), l.data(), o.data(), 1, 2, 2, 8, kNaN) ==
         DSCPP_E_INVALID_ARGUMENT);  // a NaN scale
