@@ -38,12 +38,11 @@ struct Product {
   float beta;
   cublasLtEpilogue_t epilogue;
   kernels::GemmMath math;
-  const void *A, *B, *bias, *aux;
+  const void *A, *B, *bias;
   void* D;
-  int64_t aux_ld;
   auto key() const {
     return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, beta != 0.0f, int(epilogue), int(math),
-                           alignment({A, B, D, bias, aux}), aux_ld);
+                           alignment({A, B, D, bias}));
   }
 };
 
@@ -92,11 +91,6 @@ struct LtLinear::Impl {
         !note(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb") ||
         !note(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "epilogue"))
       return pl;
-    if (p.aux != nullptr &&
-        !note(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &p.aux_ld,
-                                             sizeof p.aux_ld),
-              "aux ld"))
-      return pl;
     const auto rows_of = [](cublasOperation_t t, int64_t r, int64_t c) { return t == CUBLAS_OP_N ? r : c; };
     if (!note(cublasLtMatrixLayoutCreate(&pl.a, operand_type(p.math), rows_of(p.ta, p.m, p.k), rows_of(p.ta, p.k, p.m), p.lda),
               "layout A") ||
@@ -122,8 +116,6 @@ struct LtLinear::Impl {
   void set_pointers(Plan& pl, const Product& p) {
     if (p.bias != nullptr)
       cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof p.bias);
-    if (p.aux != nullptr)
-      cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux, sizeof p.aux);
   }
 
   bool run(const Product& p) {
@@ -162,7 +154,7 @@ bool LtLinear::forward(kernels::GemmMath math, const void* x, const void* W, con
                        float* y, int64_t rows, int64_t in, int64_t out) {
   if (bias == nullptr) return false;  // nothing to fuse: the table's plain GEMM
   const Product p{CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, in, in, out, accumulate ? 1.0f : 0.0f,
-                  CUBLASLT_EPILOGUE_BIAS, math, W, x, bias, nullptr, y, 0};
+                  CUBLASLT_EPILOGUE_BIAS, math, W, x, bias, y};
   return impl_->run(p);
 }
 
@@ -171,16 +163,7 @@ bool LtLinear::forward(kernels::GemmMath math, const void* x, const void* W, con
 bool LtLinear::weight_and_bias_grad(kernels::GemmMath math, const void* dy, const void* x, float* dW,
                                     float* bias_grad, int64_t rows, int64_t in, int64_t out) {
   const Product p{CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, in, out, in, 1.0f, CUBLASLT_EPILOGUE_BGRADB, math,
-                  x, dy, bias_grad, nullptr, dW, 0};
-  return impl_->run(p);
-}
-
-// Row-major dx[rows×in] = dy·W is column-major dxᵀ[in×rows] = W_cm[in×out]·dy_cm[out×rows]; the
-// GELU input (gelu_pre, rows×in row-major) is the aux matrix of D's shape.
-bool LtLinear::input_grad_through_gelu(kernels::GemmMath math, const void* dy, const void* W,
-                                       const float* gelu_pre, float* dx, int64_t rows, int64_t in, int64_t out) {
-  const Product p{CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, in, out, in, 0.0f, CUBLASLT_EPILOGUE_DGELU, math,
-                  W, dy, nullptr, gelu_pre, dx, in};
+                  x, dy, bias_grad, dW};
   return impl_->run(p);
 }
 

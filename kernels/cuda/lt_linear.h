@@ -1,14 +1,18 @@
-// cuBLASLt's fused GEMM epilogues for the CUDA ops table's linear layers: the bias of a
-// forward, the bias gradient of a weight gradient, and the GELU derivative of an input
-// gradient, each inside the GEMM instead of a separate pass over the output. Same math as the
-// table's GEMM followed by its epilogue kernels (exact fp32, or the tensor-core math of
-// kernels/gemm_math.h); cuBLASLt's GELU is its own tanh form, which agrees with
-// kernels/ops_math.h's to fp32 rounding.
+// cuBLASLt's fused GEMM epilogues for the CUDA ops table's linear layers: the bias of a forward
+// and the bias gradient of a weight gradient, each inside the GEMM instead of a separate pass
+// over the output. Same math as the table's GEMM followed by its epilogue kernels (exact fp32,
+// or the tensor-core math of kernels/gemm_math.h).
+//
+// The GELU epilogues are not used: on an H200 (ncu) cuBLASLt ran GELU_AUX_BIAS and DGELU as
+// separate epilogue kernels after the GEMM (80 µs and, by elimination, 190 µs per 8192 × 3072
+// output), the same passes over memory as the table's own GELU maps (map.h), which follow the
+// GEMM instead.
 //
 // Each call answers false when it did not run (DSCPP_CUBLASLT=0, a shape or alignment cuBLASLt
 // has no algorithm for, a failed call — the first failure is logged), and the table then does
 // what it did before. The GEMM operands (x, W, dy) are fp32, or under bf16/fp16 math the 16-bit
-// copies the table staged (compute_type.h); outputs, bias and the GELU input stay fp32. GPU builds only; gpu_parity compares both paths with the CPU table.
+// copies the table staged (compute_type.h); outputs and bias stay fp32. GPU builds only;
+// gpu_parity compares both paths with the CPU table.
 #pragma once
 
 #include "kernels/cuda/launch.h"
@@ -26,17 +30,12 @@ class LtLinear {
   LtLinear(const LtLinear&) = delete;
   LtLinear& operator=(const LtLinear&) = delete;
 
-  // y[rows×out] = x·Wᵀ + bias (+ y itself when accumulate). No GELU here: cuBLASLt's
-  // GELU_AUX_BIAS ran as a separate epilogue kernel taking 200 µs for 8192×3072 on an H200
-  // (ncu), several times the table's own GELU pass over the same output.
+  // y[rows×out] = x·Wᵀ + bias (+ y itself when accumulate).
   bool forward(kernels::GemmMath math, const void* x, const void* W, const float* bias, bool accumulate, float* y,
                int64_t rows, int64_t in, int64_t out);
   // dW[out×in] += dyᵀ·x and bias_grad[out] = Σ_rows dy (overwritten) in one GEMM.
   bool weight_and_bias_grad(kernels::GemmMath math, const void* dy, const void* x, float* dW, float* bias_grad,
                             int64_t rows, int64_t in, int64_t out);
-  // dx[rows×in] = (dy·W) ⊙ gelu'(gelu_pre) in one GEMM.
-  bool input_grad_through_gelu(kernels::GemmMath math, const void* dy, const void* W, const float* gelu_pre,
-                               float* dx, int64_t rows, int64_t in, int64_t out);
 
  private:
   struct Impl;

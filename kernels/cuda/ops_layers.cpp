@@ -321,8 +321,8 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
     const void* xs = half ? c.stage(1, x, rows * in) : x;
     bool fused_dW = false;
 #if !defined(DSCPP_CUDA_HOST_STUB)
-    // On a GPU: dW with the bias gradient from the same GEMM (into scratch, then added), and dx
-    // with the GELU derivative, through cuBLASLt where it can (lt_linear.h).
+    // On a GPU: dW with the bias gradient from the same GEMM (into scratch, then added), through
+    // cuBLASLt where it can (lt_linear.h).
     LtLinear* lt = rows > 0 && out > 0 && in > 0 ? lt_for(c) : nullptr;
     if (lt != nullptr && dbias != nullptr) {
       float* partial = c.scratch.get<float>(size_t(out), c.stream);
@@ -340,11 +340,6 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
     }
     if (dx == nullptr) return int(DSCPP_OK);
     const void* Ws = half ? c.stage(1, W, out * in) : W;  // slot 1's x is read by a GEMM enqueued before
-#if !defined(DSCPP_CUDA_HOST_STUB)
-    if (lt != nullptr && gelu_pre != nullptr &&
-        lt->input_grad_through_gelu(c.gemm_math, dys, Ws, F(gelu_pre), F(dx), rows, in, out))
-      return int(DSCPP_OK);
-#endif
     if (int s = gemm_on(c, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dys, out, 0, Ws, in, 0, 0.0f, F(dx), in,
                         0, 1))
       return s;
