@@ -10,8 +10,8 @@
 // index arithmetic the GPU runs.
 #pragma once
 
-#include "kernels/hd.h"
 #include "kernels/cuda/cuda_ns.h"
+#include "kernels/hd.h"
 
 #include <climits>
 #include <cstddef>
@@ -165,8 +165,8 @@ DSCPP_HD void for_each_index(const Thread& t, int64_t n, Body& body) {
 // Reductions run one block per item (a row, a quantization group, a slice of a buffer) in
 // Body::kRounds rounds: in round r every thread returns body.partial(t, r, totals) (its share,
 // striding over the item; totals[0..r) are the earlier rounds' results), the partials are
-// combined with Body::combine(r, a, b) in a fixed tree (reduce_tree below; the device and the host stub run
-// the same tree), and the result becomes totals[r] for every thread. Then every thread calls
+// combined with Body::combine(r, a, b) in a fixed tree (reduce_tree below, which the device and
+// the host stub both run), and the result becomes totals[r] for every thread. Then every thread calls
 // body.finish(t, totals). So a layer-norm row is one launch: round 0 the sum, round 1 the
 // squared deviations from the mean, finish writes the row. Results do not depend on
 // scheduling. kReduceThreads must be a power of two.

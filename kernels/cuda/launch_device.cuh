@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(kReduceThreads) block_reduce_kernel(Body body)
   const unsigned lane = t.thread % kWarpSize, warp = t.thread / kWarpSize;
   for (int r = 0; r < Body::kRounds; ++r) {
     double v = body.partial(t, r, totals);
-    for (unsigned off = kWarpSize / 2; off > 0; off /= 2) v = Body::combine(r, v, __shfl_down_sync(0xffffffffu, v, off));
+    for (unsigned off = kWarpSize / 2; off > 0; off /= 2)
+      v = Body::combine(r, v, __shfl_down_sync(0xffffffffu, v, off));
     if (lane == 0) part[warp] = v;
     __syncthreads();
     if (warp == 0) {
@@ -70,7 +71,8 @@ __global__ void __launch_bounds__(kReduceThreads) warp_rows_kernel(unsigned rows
   double totals[kMaxRounds] = {};
   for (int r = 0; r < Body::kRounds; ++r) {
     double v = body.partial(t, r, totals);
-    for (unsigned off = kWarpSize / 2; off > 0; off /= 2) v = Body::combine(r, v, __shfl_down_sync(0xffffffffu, v, off));
+    for (unsigned off = kWarpSize / 2; off > 0; off /= 2)
+      v = Body::combine(r, v, __shfl_down_sync(0xffffffffu, v, off));
     totals[r] = __shfl_sync(0xffffffffu, v, 0);
   }
   body.finish(t, totals);

@@ -64,8 +64,8 @@ TEST_CASE("64-bit indices from the first n whose last grid step would pass INT32
 
 TEST_CASE("divmod: 32-bit arithmetic where both fit, 64-bit beyond, the same quotient and remainder", "[cuda_launch]") {
   const int64_t big = int64_t(1) << 40;
-  for (int64_t a : {int64_t(0), int64_t(1), int64_t(767), int64_t(768), int64_t(INT32_MAX), int64_t(INT32_MAX) + 1,
-                    big + 12345})
+  for (int64_t a :
+       {int64_t(0), int64_t(1), int64_t(767), int64_t(768), int64_t(INT32_MAX), int64_t(INT32_MAX) + 1, big + 12345})
     for (int64_t b : {int64_t(1), int64_t(3), int64_t(768), int64_t(INT32_MAX), int64_t(INT32_MAX) + 2}) {
       CAPTURE(a, b);
       const QuotRem qr = divmod(a, b);
@@ -186,7 +186,8 @@ TEST_CASE("launch_rows: a warp per row up to kWarpRowMax columns, a block per ro
     CHECK(stub_launches()[0].kind == (cols <= kWarpRowMax ? "warp_rows" : "block_reduce"));
     for (int64_t r = 0; r < rows; ++r) {
       double sum = 0, max = -1e300;
-      for (int64_t c = 0; c < cols; ++c) sum += x[size_t(r * cols + c)], max = std::max(max, double(x[size_t(r * cols + c)]));
+      for (int64_t c = 0; c < cols; ++c)
+        sum += x[size_t(r * cols + c)], max = std::max(max, double(x[size_t(r * cols + c)]));
       CHECK(got[size_t(2 * r)] == sum);
       CHECK(got[size_t(2 * r + 1)] == max);
     }
@@ -398,8 +399,8 @@ TEST_CASE("quantize kernels (host stub) equal the CPU loops bit for bit", "[cuda
 TEST_CASE("int4 quantize kernels (host stub) equal the CPU loops bit for bit", "[cuda_launch]") {
   // (n, group): one pair; groups of an odd number of pairs; pair counts off the vector width;
   // qgZ's 256; a group wider than the block (strided pairs), with n/2 ≡ 3 mod kVec.
-  const std::pair<int64_t, int64_t> shapes[] = {{2, 2}, {6, 6}, {30, 6}, {4106, 2}, {1290, 10},
-                                                {256 * 7, 256}, {2 * 1027 * 3, 2 * 1027}};
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {2, 2}, {6, 6}, {30, 6}, {4106, 2}, {1290, 10}, {256 * 7, 256}, {2 * 1027 * 3, 2 * 1027}};
   for (DType type : {DType::f32, DType::f16, DType::bf16}) {
     for (auto [n, group] : shapes) {
       CAPTURE(dtype_name(type), n, group);
