@@ -177,7 +177,7 @@ grep -q "device $DEVICE" "$WORK/probe.log" && pass "a run on --device $DEVICE st
 # ---- 2. 1 rank, stages 0-3 x fp32/bf16/fp16 vs cpu ------------------------------------------
 # Sections 2-6 compare the device path with the CPU's, so the device's GEMMs stay exact fp32 in
 # the 16-bit cases too; at stage 0 the bf16 and fp16 runs also go once with the GEMMs on the
-# tensor cores (their default: operands rounded to bf16 / fp16, fp32 accumulation), where the
+# tensor cores (their default: operands cast to bf16 / fp16, fp32 accumulation), where the
 # losses may differ by more: every GEMM output moves by up to ~2·2^-8 relative (bf16), which
 # over a step's chain of GEMMs bounds the loss's move near 1% of it; TCTOL = 5e-2 is that at
 # loss ~4.4, still 10x below the loss's fall over the 8 steps. cuda-sim (which rounds the

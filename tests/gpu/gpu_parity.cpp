@@ -365,8 +365,9 @@ TEST_CASE("flash attention under bf16 GEMM math (cuDNN SDPA, blockwise) matches 
 }
 
 // The table's GEMMs on tensor-core math (tf32: cublasGemmStridedBatchedEx with FAST_TF32;
-// bf16/fp16: operands cast to 16 bits, then 16-bit GEMMs): within the bound of operands rounded to the type's mantissa, 2·2^-p·Σ|a·b|,
-// plus fp32 accumulation's K·u; and not the exact product (the rounding happened).
+// bf16/fp16: operands cast to 16 bits, then 16-bit GEMMs): within the bound of operands rounded
+// to the type's mantissa, 2·2^-p·Σ|a·b|, plus fp32 accumulation's K·u; and not the exact
+// product (the rounding happened).
 TEST_CASE("GEMMs on tf32/bf16/fp16 tensor-core math stay within their rounding bound", "[gpu]") {
   cuda::OpsContext ctx(device()->compute_stream());
   const dscpp_ops g = cuda::cuda_ops(DSCPP_F32, &ctx);
