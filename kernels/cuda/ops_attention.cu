@@ -11,6 +11,7 @@
 // large tiles. A block's score matrix is [pairs][rows][keys] (queries q0 … q0+rows−1, keys
 // 0 … keys−1); query q sees keys 0 … q.
 #include "kernels/cuda/ops_kernels.h"
+#include "kernels/cuda/softmax_row.h"
 #include "kernels/ops_math.h"
 
 #include <cmath>
@@ -48,26 +49,13 @@ struct BlockSoftmax {
   BlockRows b;
   float scale;
   DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
-    const float* row = s + int64_t(t.block) * b.keys;
-    const int64_t live = b.live(t.block);
-    if (round == 0) {
-      float m = -3.402823466e38f;
-      for (int64_t c = t.thread; c < live; c += t.threads) m = scale * row[c] > m ? scale * row[c] : m;
-      return m;
-    }
-    const float m = static_cast<float>(totals[0]);
-    double acc = 0;
-    for (int64_t c = t.thread; c < live; c += t.threads) acc += hd::softmax_exp(row[c], scale, m);
-    return acc;
+    return softmax_partial(s + int64_t(t.block) * b.keys, b.live(t.block), scale, t, round, totals);
   }
-  DSCPP_HD static double combine(int r, double p, double q) { return r == 0 ? (p > q ? p : q) : p + q; }
+  DSCPP_HD static double combine(int r, double p, double q) { return softmax_combine(r, p, q); }
   DSCPP_HD void finish(const Thread& t, const double* totals) const {
     float* row = s + int64_t(t.block) * b.keys;
-    const int64_t live = b.live(t.block);
-    const float m = static_cast<float>(totals[0]), sum = static_cast<float>(totals[1]), inv = 1.0f / sum;
-    for (int64_t c = t.thread; c < b.keys; c += t.threads)
-      row[c] = c < live ? hd::softmax_exp(row[c], scale, m) * inv : 0.0f;
-    if (t.thread == 0) lse[b.lse_index(t.block)] = m + log_f(sum);
+    softmax_write(row, row, b.keys, b.live(t.block), scale, totals, t);
+    if (t.thread == 0) lse[b.lse_index(t.block)] = static_cast<float>(totals[0]) + log_f(static_cast<float>(totals[1]));
   }
 };
 

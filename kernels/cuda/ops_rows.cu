@@ -2,6 +2,7 @@
 // row, the row statistics as reductions (launch.h), then every thread writes its strided share
 // of the row.
 #include "kernels/cuda/ops_kernels.h"
+#include "kernels/cuda/softmax_row.h"
 #include "kernels/ops_math.h"
 
 namespace dscpp::DSCPP_CUDA_NS::ops {
@@ -78,24 +79,12 @@ struct SoftmaxFwd {
   float a;
   bool causal;
   DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
-    const float* xr = x + int64_t(t.block) * cols;
-    const int64_t live = live_cols(t.block, cols, causal);
-    if (round == 0) {
-      float m = -3.402823466e38f;
-      for (int64_t c = t.thread; c < live; c += t.threads) m = a * xr[c] > m ? a * xr[c] : m;
-      return m;
-    }
-    const float m = static_cast<float>(totals[0]);
-    double acc = 0;
-    for (int64_t c = t.thread; c < live; c += t.threads) acc += hd::softmax_exp(xr[c], a, m);
-    return acc;
+    return softmax_partial(x + int64_t(t.block) * cols, live_cols(t.block, cols, causal), a, t, round, totals);
   }
-  DSCPP_HD static double combine(int r, double p, double q) { return r == 0 ? (p > q ? p : q) : p + q; }
+  DSCPP_HD static double combine(int r, double p, double q) { return softmax_combine(r, p, q); }
   DSCPP_HD void finish(const Thread& t, const double* totals) const {
-    const int64_t off = int64_t(t.block) * cols, live = live_cols(t.block, cols, causal);
-    const float m = static_cast<float>(totals[0]), inv = 1.0f / static_cast<float>(totals[1]);
-    for (int64_t c = t.thread; c < cols; c += t.threads)
-      y[off + c] = c < live ? hd::softmax_exp(x[off + c], a, m) * inv : 0.0f;
+    const int64_t off = int64_t(t.block) * cols;
+    softmax_write(x + off, y + off, cols, live_cols(t.block, cols, causal), a, totals, t);
   }
 };
 
@@ -188,8 +177,7 @@ Status layernorm_backward(const float* dy, const float* x, const float* gamma, c
                           Stream s) {
   if (rows == 0 || cols == 0) return kOk;
   // Parameter gradients first: dx may overwrite dy.
-  if (Status st = layernorm_param_grads(dy, x, mean, rstd, dgamma, dbeta, rows, cols, scratch, s); st != kOk)
-    return st;
+  if (Status st = layernorm_param_grads(dy, x, mean, rstd, dgamma, dbeta, rows, cols, scratch, s); st != kOk) return st;
   return per_row(rows, s, LayerNormDx{dy, x, gamma, mean, rstd, dx, cols}, [](LayerNormDx b, int64_t r0) {
     b.dy += r0 * b.cols, b.x += r0 * b.cols, b.dx += r0 * b.cols, b.mean += r0, b.rstd += r0;
     return b;
