@@ -48,8 +48,8 @@ TEST_CASE("CUDA table (host stub) GEMMs on tf32/bf16/fp16 tensor-core math round
     for (float& v : rb) v = kernels::round_for_gemm(v, math);
     REQUIRE(t.C()->gemm(t.C(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, ra.data(), K, rb.data(), N, 0.0f,
                         want.data(), N) == DSCPP_OK);
-    REQUIRE(t.gpu.gemm(t.G(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
-                       got.data(), N) == DSCPP_OK);
+    REQUIRE(t.gpu.gemm(t.G(), DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, got.data(),
+                       N) == DSCPP_OK);
     CHECK(bitwise(got, want));
     bool differs = false;
     for (int64_t i = 0; i < M; ++i)
@@ -94,6 +94,28 @@ TEST_CASE("CUDA table (host stub) strided-batched GEMMs on 16-bit math stage eve
   t.ctx.gemm_math = GemmMath::fp32;
 }
 
+namespace {
+// Forward then backward of the flash entries on the CUDA table (index 0) and the CPU table (1).
+struct FlashRun {
+  Vec out[2], lse[2], dqkv[2];
+};
+FlashRun run_flash(const Tables& t, const Vec& qkv, const Vec& dout, int64_t batch, int64_t T, int64_t heads,
+                   int64_t head_dim, float scale) {
+  FlashRun r;
+  const int64_t rows = batch * heads * T;
+  for (int k = 0; k < 2; ++k) {
+    const dscpp_ops& o = k == 0 ? t.gpu : *t.C();
+    r.out[k].assign(dout.size(), kNaN), r.lse[k].assign(size_t(rows), kNaN), r.dqkv[k].assign(qkv.size(), kNaN);
+    Vec ws(size_t(rows), kNaN);
+    REQUIRE(o.flash_attention_forward(&o, qkv.data(), r.lse[k].data(), r.out[k].data(), batch, T, heads, head_dim,
+                                      scale) == DSCPP_OK);
+    REQUIRE(o.flash_attention_backward(&o, qkv.data(), r.out[k].data(), r.lse[k].data(), dout.data(), r.dqkv[k].data(),
+                                       ws.data(), batch, T, heads, head_dim, scale) == DSCPP_OK);
+  }
+  return r;
+}
+}  // namespace
+
 // The flash entries: the CUDA table's blockwise attention (blocks of 128 queries on the table's
 // GEMMs, ops_attention.cu's row kernels) against the CPU table's exact softmax over the whole
 // row. T = 300 takes three blocks of queries (128, 128, 44), the last seeing all 300 keys; head
@@ -103,20 +125,12 @@ TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cu
   Tables t;
   for (int64_t T : {1, 6, 40, 300})
     for (int64_t head_dim : {7, 32, 64}) {
-      const int64_t batch = 2, heads = 2, C = heads * head_dim, rows = batch * heads * T;
+      const int64_t batch = 2, heads = 2, C = heads * head_dim;
       const float scale = 1.0f / std::sqrt(float(head_dim));
       CAPTURE(T, head_dim);
       const Vec qkv = rnd(size_t(batch * T * 3 * C), 22, -2.0f, 2.0f), dout = rnd(size_t(batch * T * C), 23);
-      Vec out[2], lse[2], dqkv[2];
-      for (int k = 0; k < 2; ++k) {
-        const dscpp_ops& o = k == 0 ? t.gpu : *t.C();
-        out[k].assign(size_t(batch * T * C), kNaN), lse[k].assign(size_t(rows), kNaN), dqkv[k].assign(qkv.size(), kNaN);
-        Vec ws(size_t(rows), kNaN);
-        REQUIRE(o.flash_attention_forward(&o, qkv.data(), lse[k].data(), out[k].data(), batch, T, heads, head_dim,
-                                          scale) == DSCPP_OK);
-        REQUIRE(o.flash_attention_backward(&o, qkv.data(), out[k].data(), lse[k].data(), dout.data(), dqkv[k].data(),
-                                           ws.data(), batch, T, heads, head_dim, scale) == DSCPP_OK);
-      }
+      const FlashRun r = run_flash(t, qkv, dout, batch, T, heads, head_dim, scale);
+      const Vec(&out)[2] = r.out, (&lse)[2] = r.lse, (&dqkv)[2] = r.dqkv;
       const double tol = sum_tol(std::max(T, head_dim));
       CHECK_NORMWISE(out[0], out[1], tol);
       double lse_floor = 0;
@@ -127,20 +141,12 @@ TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cu
   // Under bf16 math the blockwise path's GEMMs read staged bf16 copies of head-major strided
   // batches: within bf16 rounding of the exact result (gpu_parity's bound for the same case).
   {
-    const int64_t batch = 2, T = 150, heads = 2, head_dim = 32, C = heads * head_dim, rows = batch * heads * T;
+    const int64_t batch = 2, T = 150, heads = 2, head_dim = 32, C = heads * head_dim;
     const float scale = 1.0f / std::sqrt(float(head_dim));
     const Vec qkv = rnd(size_t(batch * T * 3 * C), 24, -1.5f, 1.5f), dout = rnd(size_t(batch * T * C), 25);
-    Vec out[2], lse[2], dqkv[2];
     t.ctx.gemm_math = kernels::GemmMath::bf16;
-    for (int k = 0; k < 2; ++k) {
-      const dscpp_ops& o = k == 0 ? t.gpu : *t.C();
-      out[k].assign(size_t(batch * T * C), kNaN), lse[k].assign(size_t(rows), kNaN), dqkv[k].assign(qkv.size(), kNaN);
-      Vec ws(size_t(rows), kNaN);
-      REQUIRE(o.flash_attention_forward(&o, qkv.data(), lse[k].data(), out[k].data(), batch, T, heads, head_dim,
-                                        scale) == DSCPP_OK);
-      REQUIRE(o.flash_attention_backward(&o, qkv.data(), out[k].data(), lse[k].data(), dout.data(), dqkv[k].data(),
-                                         ws.data(), batch, T, heads, head_dim, scale) == DSCPP_OK);
-    }
+    const FlashRun r = run_flash(t, qkv, dout, batch, T, heads, head_dim, scale);
+    const Vec(&out)[2] = r.out, (&dqkv)[2] = r.dqkv;
     t.ctx.gemm_math = kernels::GemmMath::fp32;
     CHECK_NORMWISE(out[0], out[1], 2e-2);
     CHECK_NORMWISE(dqkv[0], dqkv[1], 2e-2);
