@@ -9,21 +9,38 @@ __device__ inline Thread this_thread() {
   return {blockIdx.x, threadIdx.x, gridDim.x, blockDim.x};
 }
 
-template <class Body>
-__global__ void elementwise_kernel(int64_t n, Body body) {
-  for_each_element(this_thread(), n, body);
+// The one-dimensional launches differ only in their grid and in the loop that maps a thread to
+// indices (launch.h): one kernel, the loop a type. The bound (every such launch has kThreads
+// threads) lets nvcc cap registers so a full block always launches.
+struct EachElement {
+  template <class Body>
+  __device__ static void run(const Thread& t, int64_t n, Body& body) {
+    for_each_element(t, n, body);
+  }
+};
+struct EachQuad {
+  template <class Body>
+  __device__ static void run(const Thread& t, int64_t n, Body& body) {
+    for_each_quad(t, n, body);
+  }
+};
+struct EachIndex {
+  template <class Body>
+  __device__ static void run(const Thread& t, int64_t n, Body& body) {
+    for_each_index(t, n, body);
+  }
+};
+
+template <class Loop, class Body>
+__global__ void __launch_bounds__(kThreads) grid_kernel(int64_t n, Body body) {
+  Loop::run(this_thread(), n, body);
 }
 
-template <class Body>
-__global__ void quad_kernel(int64_t n, Body body) {
-  for_each_quad(this_thread(), n, body);
-}
-
-// The bound lets nvcc cap registers so a full block always launches: the attention bodies hold
-// whole head-wide vectors per thread and would otherwise be free to ask for more than fits.
-template <class Body>
-__global__ void __launch_bounds__(kThreads) index_kernel(int64_t n, Body body) {
-  for_each_index(this_thread(), n, body);
+template <class Loop, class Body>
+Status launch_grid(Shape s, int64_t n, Stream stream, Body body) {
+  if (s.blocks == 0) return kOk;
+  grid_kernel<Loop><<<s.blocks, s.threads, 0, stream>>>(n, body);
+  return cudaGetLastError();
 }
 
 template <int Depth, class Body>
@@ -82,26 +99,17 @@ __global__ void __launch_bounds__(kReduceThreads) warp_rows_kernel(unsigned rows
 
 template <class Body>
 Status launch_elementwise(int64_t n, Stream stream, Body body) {
-  const Shape s = elementwise_shape(n);
-  if (s.blocks == 0) return kOk;
-  detail::elementwise_kernel<<<s.blocks, s.threads, 0, stream>>>(n, body);
-  return cudaGetLastError();
+  return detail::launch_grid<detail::EachElement>(elementwise_shape(n), n, stream, body);
 }
 
 template <class Body>
 Status launch_quads(int64_t n, Stream stream, Body body) {
-  const Shape s = quad_shape(n);
-  if (s.blocks == 0) return kOk;
-  detail::quad_kernel<<<s.blocks, s.threads, 0, stream>>>(n, body);
-  return cudaGetLastError();
+  return detail::launch_grid<detail::EachQuad>(quad_shape(n), n, stream, body);
 }
 
 template <class Body>
 Status launch_per_index(int64_t n, Stream stream, Body body) {
-  const Shape s = per_index_shape(n);
-  if (s.blocks == 0) return kOk;
-  detail::index_kernel<<<s.blocks, s.threads, 0, stream>>>(n, body);
-  return cudaGetLastError();
+  return detail::launch_grid<detail::EachIndex>(per_index_shape(n), n, stream, body);
 }
 
 template <int Depth, class Body>
