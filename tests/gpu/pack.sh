@@ -18,6 +18,11 @@ build=${2:-build}
 src=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 [ -f "$bundle" ] || { echo "pack.sh: no bundle script at $bundle" >&2; exit 1; }
 [ -f "$src/train-images-idx3-ubyte.gz" ] || { echo "pack.sh: no Fashion-MNIST in $src" >&2; exit 1; }
+# Meson before 1.4 gives nvcc no dependency-file flags, so ninja records no headers for the .cu
+# objects and a change to a kernel header (launch.h, map.h, ops_math.h, …) leaves them stale: a
+# GPU run would measure the old kernels. Every nvcc object is rebuilt before packing.
+ninja -C "$build" -t clean -r cuda_COMPILER > /dev/null
+ninja -C "$build" > /dev/null
 bash "$bundle" "$build"
 [ -f .gpu/bundle.tar.xz ] || { echo "pack.sh: $bundle wrote no .gpu/bundle.tar.xz" >&2; exit 1; }
 
