@@ -39,4 +39,12 @@ Status launch_cast_bf16_to_f32(const uint16_t* src, float* dst, size_t n, Stream
   return launch_map(src, dst, int64_t(n), FromBf16{}, stream);
 }
 
+Status launch_cast_f32_to_16(const float* src, uint16_t* dst, size_t n, bool bf16, Stream stream) {
+  return bf16 ? launch_cast_f32_to_bf16(src, dst, n, stream) : launch_cast_f32_to_f16(src, dst, n, stream);
+}
+
+Status launch_cast_16_to_f32(const uint16_t* src, float* dst, size_t n, bool bf16, Stream stream) {
+  return bf16 ? launch_cast_bf16_to_f32(src, dst, n, stream) : launch_cast_f16_to_f32(src, dst, n, stream);
+}
+
 }  // namespace dscpp::DSCPP_CUDA_NS

@@ -18,4 +18,8 @@ Status launch_cast_f16_to_f32(const uint16_t* src, float* dst, size_t n, Stream 
 Status launch_cast_f32_to_bf16(const float* src, uint16_t* dst, size_t n, Stream stream);
 Status launch_cast_bf16_to_f32(const uint16_t* src, float* dst, size_t n, Stream stream);
 
+// The two above for a 16-bit type chosen at run time: bf16 when `bf16`, else fp16.
+Status launch_cast_f32_to_16(const float* src, uint16_t* dst, size_t n, bool bf16, Stream stream);
+Status launch_cast_16_to_f32(const uint16_t* src, float* dst, size_t n, bool bf16, Stream stream);
+
 }  // namespace dscpp::DSCPP_CUDA_NS

@@ -100,10 +100,11 @@ struct CudnnAttention::Impl {
     }
     fe::error_t status = g->build(handle, {fe::HeurMode_t::A});
     if (!status.is_good()) {
-      log::warn("cuDNN SDPA has no {} plan for batch {}, T {}, {} heads of {} in {}: {}; that attention runs on "
-                "dscpp's fp32 kernels",
-                backward ? "backward" : "forward", s.batch, s.T, s.heads, s.head_dim, kernels::gemm_math_name(s.math),
-                status.get_message());
+      log::warn(
+          "cuDNN SDPA has no {} plan for batch {}, T {}, {} heads of {} in {}: {}; that attention runs on "
+          "dscpp's blockwise attention",
+          backward ? "backward" : "forward", s.batch, s.T, s.heads, s.head_dim, kernels::gemm_math_name(s.math),
+          status.get_message());
       g = nullptr;
     }
     graphs[key] = g;
@@ -115,7 +116,7 @@ struct CudnnAttention::Impl {
     if (!g.get_workspace_size(bytes).is_good()) return false;
     fe::error_t status = g.execute(handle, pack, workspace.get(size_t(bytes > 0 ? bytes : 1), stream));
     if (!status.is_good())
-      log::warn("cuDNN SDPA {} failed: {}; running dscpp's fp32 kernels", what, status.get_message());
+      log::warn("cuDNN SDPA {} failed: {}; running dscpp's blockwise attention", what, status.get_message());
     return status.is_good();
   }
 };
@@ -125,27 +126,23 @@ namespace {
 // launch fails.
 uint16_t* staged(DeviceScratch& scratch, const float* src, size_t n, kernels::GemmMath math, Stream s) {
   auto* dst = scratch.get<uint16_t>(n, s);
-  const Status st = math == kernels::GemmMath::fp16 ? launch_cast_f32_to_f16(src, dst, n, s)
-                                                     : launch_cast_f32_to_bf16(src, dst, n, s);
-  return st == cudaSuccess ? dst : nullptr;
+  return launch_cast_f32_to_16(src, dst, n, math != kernels::GemmMath::fp16, s) == cudaSuccess ? dst : nullptr;
 }
 bool from16(const uint16_t* src, float* dst, size_t n, kernels::GemmMath math, Stream s) {
-  const Status st = math == kernels::GemmMath::fp16 ? launch_cast_f16_to_f32(src, dst, n, s)
-                                                     : launch_cast_bf16_to_f32(src, dst, n, s);
-  return st == cudaSuccess;
+  return launch_cast_16_to_f32(src, dst, n, math != kernels::GemmMath::fp16, s) == cudaSuccess;
 }
 }  // namespace
 
 std::unique_ptr<CudnnAttention> CudnnAttention::create(Stream stream) {
   if (fe::cudnn_dlhandle == nullptr) fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
   if (fe::cudnn_dlhandle == nullptr) {
-    log::warn("cuDNN is not loadable ({}): attention runs on dscpp's fp32 kernels", dlerror());
+    log::warn("cuDNN is not loadable ({}): attention runs on dscpp's blockwise attention", dlerror());
     return nullptr;
   }
   auto impl = std::make_unique<Impl>();
   impl->stream = stream;
   if (const cudnnStatus_t st = fe::detail::create_handle(&impl->handle); st != CUDNN_STATUS_SUCCESS) {
-    log::warn("cuDNN could not start ({}): attention runs on dscpp's fp32 kernels", fe::detail::get_error_string(st));
+    log::warn("cuDNN could not start ({}): attention runs on dscpp's blockwise attention", fe::detail::get_error_string(st));
     impl->handle = nullptr;
     return nullptr;
   }
@@ -160,8 +157,8 @@ bool CudnnAttention::forward(const Shape& s, const float* qkv, float* lse, float
   Impl& m = *impl_;
   const auto g = m.graph(s, false);
   if (!g) return false;
-  const size_t n = size_t(s.batch * s.T * s.heads * s.head_dim);
-  const int64_t C = s.heads * s.head_dim;
+  const size_t n = s.elements();
+  const int64_t C = s.width();
   uint16_t* q = staged(m.qkv16, qkv, 3 * n, s.math, m.stream);
   uint16_t* o = m.out16.get<uint16_t>(n, m.stream);
   if (q == nullptr) return false;
@@ -176,16 +173,16 @@ bool CudnnAttention::backward(const Shape& s, const float* qkv, const float* out
   Impl& m = *impl_;
   const auto g = m.graph(s, true);
   if (!g) return false;
-  const size_t n = size_t(s.batch * s.T * s.heads * s.head_dim);
-  const int64_t C = s.heads * s.head_dim;
+  const size_t n = s.elements();
+  const int64_t C = s.width();
   uint16_t* q = staged(m.qkv16, qkv, 3 * n, s.math, m.stream);
   uint16_t* o = staged(m.out16, out, n, s.math, m.stream);
   uint16_t* d = staged(m.dout16, dout, n, s.math, m.stream);
   uint16_t* dq = m.dqkv16.get<uint16_t>(3 * n, m.stream);
   if (q == nullptr || o == nullptr || d == nullptr) return false;
-  std::unordered_map<int64_t, void*> pack{{kQ, q},   {kK, q + C},   {kV, q + 2 * C}, {kO, o},
-                                          {kDO, d},  {kDQ, dq},     {kDK, dq + C},   {kDV, dq + 2 * C},
-                                          {kStats, const_cast<float*>(lse)}};
+  std::unordered_map<int64_t, void*> pack{{kQ, q},       {kK, q + C},       {kV, q + 2 * C},
+                                          {kO, o},       {kDO, d},          {kDQ, dq},
+                                          {kDK, dq + C}, {kDV, dq + 2 * C}, {kStats, const_cast<float*>(lse)}};
   return m.execute(*g, pack, "backward") && from16(dq, dqkv, 3 * n, s.math, m.stream);
 } catch (const Error&) {
   return false;
@@ -196,11 +193,14 @@ bool CudnnAttention::backward(const Shape& s, const float* qkv, const float* out
 struct CudnnAttention::Impl {};
 
 std::unique_ptr<CudnnAttention> CudnnAttention::create(Stream) {
-  log::info("attention on 16-bit GEMM math: dscpp's fp32 kernels (this build has no cuDNN SDPA: the cuDNN frontend "
-            "headers were not found when it was configured)");
+  log::info(
+      "attention on 16-bit GEMM math: dscpp's blockwise attention (this build has no cuDNN SDPA: the cuDNN frontend "
+      "headers were not found when it was configured)");
   return nullptr;
 }
-bool CudnnAttention::forward(const Shape&, const float*, float*, float*) { return false; }
+bool CudnnAttention::forward(const Shape&, const float*, float*, float*) {
+  return false;
+}
 bool CudnnAttention::backward(const Shape&, const float*, const float*, const float*, const float*, float*) {
   return false;
 }

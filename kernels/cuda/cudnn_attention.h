@@ -31,7 +31,9 @@ class CudnnAttention {
   struct Shape {
     int64_t batch, T, heads, head_dim;
     float scale;
-    kernels::GemmMath math;  // bf16 or fp16: the dtype cuDNN computes in
+    kernels::GemmMath math;                             // bf16 or fp16: the dtype cuDNN computes in
+    int64_t width() const { return heads * head_dim; }  // C of a B × T × C tensor
+    size_t elements() const { return size_t(batch * T * heads * head_dim); }  // of out (q, k, v each)
   };
   // The table's flash_attention_forward / _backward (fp32 in and out); false: not run, nothing
   // written, the caller runs its own kernels.

@@ -237,7 +237,8 @@ int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout,
     // back: one wait, at the end of backward where the embedding layer sits.
     std::vector<int32_t> host(static_cast<size_t>(n));
     if (n > 0) {
-      DSCPP_CUDA_CHECK(cudaMemcpyAsync(host.data(), ids, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
+      DSCPP_CUDA_CHECK(
+          cudaMemcpyAsync(host.data(), ids, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, c.stream));
       DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
     }
     if (!ids_in_range(host.data(), n, vocab)) return int(DSCPP_E_INVALID_ARGUMENT);
@@ -246,8 +247,8 @@ int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout,
     if (count == 0) return int(DSCPP_OK);
     int32_t* dev = c.scratch.get<int32_t>(segments.size(), c.stream);
     // From pageable memory: the copy has taken `segments` when it returns.
-    DSCPP_CUDA_CHECK(cudaMemcpyAsync(dev, segments.data(), segments.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     c.stream));
+    DSCPP_CUDA_CHECK(
+        cudaMemcpyAsync(dev, segments.data(), segments.size() * sizeof(int32_t), cudaMemcpyHostToDevice, c.stream));
     return status(ops::embedding_backward(dev, n, count, F(dout), F(dtable), dim, c.stream));
   });
 }
@@ -342,8 +343,8 @@ int gemm_on(const OpsContext& c, dscpp_transpose ta, dscpp_transpose tb, int64_t
   const cublasOperation_t opb = tb == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t s;
   if (c.gemm_math == kernels::GemmMath::fp32)
-    s = cublasSgemmStridedBatched(c.blas, opb, opa, int(N), int(M), int(K), &alpha, F(B), int(ldb), sb, F(A),
-                                  int(lda), sa, &beta, C, int(ldc), sc, int(batch));
+    s = cublasSgemmStridedBatched(c.blas, opb, opa, int(N), int(M), int(K), &alpha, F(B), int(ldb), sb, F(A), int(lda),
+                                  sa, &beta, C, int(ldc), sc, int(batch));
   else
     s = cublasGemmStridedBatchedEx(c.blas, opb, opa, int(N), int(M), int(K), &alpha, B, operand_type(c.gemm_math),
                                    int(ldb), sb, A, operand_type(c.gemm_math), int(lda), sa, &beta, C, CUDA_R_32F,
@@ -359,9 +360,8 @@ int64_t operand_span(dscpp_transpose t, int64_t rows, int64_t cols, int64_t ld, 
 
 const void* OpsContext::stage(int slot, const void* src, int64_t n) {
   auto* dst = staged[slot].get<uint16_t>(size_t(n), stream);
-  const Status s = gemm_math == kernels::GemmMath::bf16
-                       ? launch_cast_f32_to_bf16(static_cast<const float*>(src), dst, size_t(n), stream)
-                       : launch_cast_f32_to_f16(static_cast<const float*>(src), dst, size_t(n), stream);
+  const Status s = launch_cast_f32_to_16(static_cast<const float*>(src), dst, size_t(n),
+                                         gemm_math == kernels::GemmMath::bf16, stream);
   if (s != kOk) fail("casting a GEMM operand to 16 bits failed ({})", int(s));
   return dst;
 }
