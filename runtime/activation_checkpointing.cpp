@@ -56,7 +56,7 @@ std::string describe_checkpointing(const CheckpointingOptions& o, int num_layers
 }
 
 ActivationLayout make_activation_layout(const std::vector<LayerDecl>& layers, const CheckpointingOptions& o,
-                                        int64_t micro_batch) {
+                                        int64_t micro_batch, int64_t element_bytes) {
   ActivationLayout a;
   const int n = static_cast<int>(layers.size());
   const int segments = o.enabled ? static_cast<int>(o.checkpoints) + 1 : 1;
@@ -77,7 +77,7 @@ ActivationLayout make_activation_layout(const std::vector<LayerDecl>& layers, co
       const LayerDecl& d = layers[static_cast<size_t>(l)];
       a.segment_of[static_cast<size_t>(l)] = s;
       a.output_at[static_cast<size_t>(l)] = at;
-      at += aligned(micro_batch * d.output_numel * 4);
+      at += aligned(micro_batch * d.output_numel * element_bytes);
       a.saved_at[static_cast<size_t>(l)] = at;
       at += aligned(micro_batch * d.saved_bytes);
       max_out = std::max(max_out, d.output_numel);
@@ -85,7 +85,8 @@ ActivationLayout make_activation_layout(const std::vector<LayerDecl>& layers, co
     a.arena_bytes = std::max(a.arena_bytes, at);
     if (s == 0) continue;
     const int64_t bytes =
-        micro_batch * layers[static_cast<size_t>(a.segment_begin[static_cast<size_t>(s)]) - 1].output_numel * 4;
+        micro_batch * layers[static_cast<size_t>(a.segment_begin[static_cast<size_t>(s)]) - 1].output_numel *
+        element_bytes;
     a.checkpoint_bytes[static_cast<size_t>(s)] = bytes;
     a.checkpoint_at[static_cast<size_t>(s)] = a.contiguous ? a.checkpoint_total : 0;
     if (a.contiguous) a.checkpoint_total += aligned(bytes);
@@ -94,7 +95,7 @@ ActivationLayout make_activation_layout(const std::vector<LayerDecl>& layers, co
   }
   if (!a.contiguous) a.checkpoint_total = separate_total;
   if (a.checkpoints_on_host) a.staging_bytes = largest_checkpoint;
-  a.grad_bytes = 2 * micro_batch * max_out * 4;
+  a.grad_bytes = 2 * micro_batch * max_out * element_bytes;
   return a;
 }
 

@@ -19,7 +19,8 @@
 //
 // Memory (category activations, planned by the same layout the runner allocates from):
 //   arena        max over segments of Σ (output + saved) of the segment's layers, each 64-aligned
-//   checkpoints  Σ over kept boundaries of micro_batch · output_numel · 4 bytes, on the device,
+//   checkpoints  Σ over kept boundaries of micro_batch · output_numel elements of the compute
+//                dtype (4 or 2 bytes), on the device,
 //                or with cpu_checkpointing on the host device (plus one device staging buffer of
 //                the largest checkpoint that recompute copies it back into)
 //   gradients    two buffers of the largest layer output that backward ping-pongs between
@@ -85,8 +86,9 @@ struct ActivationLayout {
   int64_t host_bytes() const { return checkpoints_on_host ? checkpoint_total : 0; }
 };
 
+// `element_bytes`: of the compute dtype, in which layer outputs and their gradients are stored.
 ActivationLayout make_activation_layout(const std::vector<LayerDecl>& layers, const CheckpointingOptions& o,
-                                        int64_t micro_batch);
+                                        int64_t micro_batch, int64_t element_bytes = 4);
 
 // The memory behind an ActivationLayout: the arena, the checkpoints (device or host), staging.
 class ActivationMemory {

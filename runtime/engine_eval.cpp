@@ -8,6 +8,7 @@
 #include "runtime/engine.h"
 
 #include "checkpoint/checkpoint_dir.h"
+#include "kernels/device_math.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -132,8 +133,16 @@ int infer_forward(const dscpp_infer* self, const void* inputs_host, int64_t batc
     }
     ctx->params->begin_pass(false, false);
     ctx->runner->forward(in.data(), nullptr, batch, false, 0);
-    ctx->device->copy_to_host(outputs_host, ctx->runner->last_output(),
-                              static_cast<size_t>(batch * ctx->runner->last_output_numel()) * 4);
+    // The loss layer's output in the compute dtype, handed over as fp32 (the ABI's promise).
+    const int64_t n = batch * ctx->runner->last_output_numel();
+    const void* out = ctx->runner->last_output();
+    DeviceBuffer widened;
+    if (ctx->runner->compute_dtype() != DType::f32) {
+      widened = DeviceBuffer(*ctx->device, static_cast<size_t>(n) * 4, MemCategory::buffers);
+      kernels::math_of(*ctx->device).convert_into(widened.data(), DType::f32, out, ctx->runner->compute_dtype(), n);
+      out = widened.data();
+    }
+    ctx->device->copy_to_host(outputs_host, out, static_cast<size_t>(n) * 4);
     return DSCPP_OK;
   } catch (const std::exception& e) {
     snprintf(err->message, sizeof(err->message), "%s", e.what());

@@ -19,6 +19,8 @@ MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& 
   mp.world = world_.size();
   mp.dtype = dtype_;
   mp.grad_dtype = grad_dtype_;
+  mp.compute_dtype = dtype_of(ops_.dtype);
+  if (plugin_.data().input_dtype == DSCPP_F32) mp.float_input_numel = plugin_.data().input_numel;
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
   mp.training = !options_.eval_only;
   mp.micro_batch = micro_;

@@ -18,9 +18,15 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
       max_batch_(max_batch),
       param_dtype_(param_dtype),
       grad_dtype_(grad_dtype),
+      compute_(dtype_of(ops.dtype)),
       ckpt_(checkpointing),
-      act_layout_(make_activation_layout(plugin.layers(), checkpointing, max_batch)) {
+      act_layout_(make_activation_layout(plugin.layers(), checkpointing, max_batch, dtype_size(compute_))) {
   const auto& layers = plugin.layers();
+  if (compute_ != DType::f32 && compute_ != param_dtype_)
+    fail("the ops table computes in {} but parameters are stored in {}: a 16-bit compute dtype needs parameters of "
+         "that dtype",
+         dtype_name(compute_), dtype_name(param_dtype_));
+  const auto ce = static_cast<int64_t>(dtype_size(compute_));
   acts_ = std::make_unique<ActivationMemory>(act_layout_, device, host);
   segment_input_.assign(static_cast<size_t>(act_layout_.segments()), nullptr);
   if (ckpt_.enabled && ckpt_.profile) profile_.emplace(act_layout_.segments());
@@ -29,10 +35,13 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
   workspace_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_ws), MemCategory::buffers);
   grad_a_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
   grad_b_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
-  if (param_dtype_ != DType::f32)
+  if (param_dtype_ != compute_)
     param32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
-  if (grad_dtype_ != DType::f32)
-    grad32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
+  if (grad_dtype_ != compute_)
+    grad_stage_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel * ce), MemCategory::buffers);
+  if (compute_ != DType::f32 && plugin.data().input_dtype == DSCPP_F32)
+    input_cast_ = DeviceBuffer(device, static_cast<size_t>(max_batch * plugin.data().input_numel * ce),
+                               MemCategory::buffers);
   layer_slots_.assign(layers.size() + 1, 0);
   for (const ParamSlot& s : layout.params) ++layer_slots_[static_cast<size_t>(s.layer) + 1];
   for (size_t l = 0; l < layers.size(); ++l) layer_slots_[l + 1] += layer_slots_[l];
@@ -56,22 +65,23 @@ void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward) {
   auto [first, end] = layout_.layer_range[static_cast<size_t>(layer)];
   const void* params = m.params;
   void* grads = m.grads;
-  // fp32 views of the layer: widened 16-bit parameters, and zeroed fp32 gradients that are
-  // added into the 16-bit gradient storage after the call.
-  if (param_dtype_ != DType::f32) {
+  // Views in the compute dtype where storage has another: widened 16-bit parameters, and zeroed
+  // gradients that are added into gradient storage after the call.
+  if (param_dtype_ != compute_) {
     kernels::math_of(device_).load_to_f32(m.params, param_dtype_, param32_.as<float>(), 1.0f, end - first);
     params = param32_.data();
   }
-  if (backward && grad_dtype_ != DType::f32) {
-    device_.zero(grad32_.data(), static_cast<size_t>(end - first) * 4);
-    grads = grad32_.data();
+  const auto ce = static_cast<int64_t>(dtype_size(compute_));
+  if (backward && grad_dtype_ != compute_) {
+    device_.zero(grad_stage_.data(), static_cast<size_t>((end - first) * ce));
+    grads = grad_stage_.data();
   }
   for (size_t i = layer_slots_[static_cast<size_t>(layer)]; i < layer_slots_[static_cast<size_t>(layer) + 1]; ++i) {
     const ParamSlot& s = layout_.params[i];
     param_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
-        static_cast<const float*>(params) + (s.offset - first);
+        static_cast<const char*>(params) + (s.offset - first) * ce;
     grad_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
-        backward ? static_cast<float*>(grads) + (s.offset - first) : nullptr;
+        backward ? static_cast<char*>(grads) + (s.offset - first) * ce : nullptr;
   }
 }
 
@@ -99,6 +109,11 @@ dscpp_layer_ctx LayerRunner::context(int layer) const {
 dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int64_t batch, bool training,
                                    uint64_t rng_seed) {
   DSCPP_CHECK(batch > 0 && batch <= max_batch_);
+  if (input_cast_.data() != nullptr) {  // float data in the compute dtype, once per micro-batch
+    kernels::math_of(device_).convert_into(input_cast_.data(), compute_, input, DType::f32,
+                                           batch * plugin_.data().input_numel);
+    input = input_cast_.data();
+  }
   input_ = input;
   target_ = target;
   batch_ = batch;
@@ -111,7 +126,8 @@ dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int
 
 size_t LayerRunner::checkpoint_bytes(int segment) const {
   const int before = act_layout_.segment_begin[static_cast<size_t>(segment)] - 1;
-  return static_cast<size_t>(batch_ * plugin_.layers()[static_cast<size_t>(before)].output_numel) * sizeof(float);
+  return static_cast<size_t>(batch_ * plugin_.layers()[static_cast<size_t>(before)].output_numel) *
+         dtype_size(compute_);
 }
 
 // The segment's layers forward, in the arena: in the forward pass after keeping the segment's
@@ -169,9 +185,9 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
       ctx.loss_grad = loss_grad;
     }
     plugin_.backward(l, ctx);
-    if (grad_dtype_ != DType::f32) {
+    if (grad_dtype_ != compute_) {
       auto [first, end] = layout_.layer_range[static_cast<size_t>(l)];
-      kernels::math_of(device_).accumulate_into(mem.grads, grad_dtype_, grad32_.as<float>(), end - first);
+      kernels::math_of(device_).add_into(mem.grads, grad_dtype_, grad_stage_.data(), compute_, end - first);
     }
     if (after_layer) after_layer(l, true);
     if (layer_done) layer_done(l);

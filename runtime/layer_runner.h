@@ -8,12 +8,16 @@
 // are is asked per call from a memory source (the engine's ZeRO stage decides: whole arrays,
 // partition-group staging buffers, gathered stage-3 buffers), addressed by the flat layout.
 //
-// Storage dtypes: with fp16/bf16 parameters (and gradients) the CPU ops still compute in fp32:
-// before a layer runs its parameters are widened into an fp32 scratch, and after its backward
-// the fp32 gradients are added into 16-bit gradient storage with one rounding (DeepSpeed
-// accumulates 16-bit gradients the same way). So memory for parameters and gradients is
-// 16-bit, loss scaling and overflow act on 16-bit gradients, and activations stay fp32.
-// Gradients may be kept in fp32 while parameters are 16-bit (data_types.grad_accum_dtype).
+// Dtypes: the layers compute in the ops table's dtype (the compute dtype). With fp16/bf16
+// parameters it is either that 16-bit dtype (the CUDA table: parameters go to the layers as they
+// are stored, activations and their gradients are 16-bit, a float data input is cast once before
+// layer 0) or fp32 (the CPU table, or DSCPP_COMPUTE_DTYPE=fp32: before a layer runs its
+// parameters are widened into an fp32 scratch, and activations stay fp32). Gradients the layer
+// produces go straight into gradient storage when it has the compute dtype; otherwise (fp32
+// compute with 16-bit gradients, or 16-bit compute with data_types.grad_accum_dtype fp32) into a
+// zeroed scratch of the compute dtype that is then added into storage with one rounding
+// (DeepSpeed accumulates 16-bit gradients the same way). Either way loss scaling and overflow
+// act on the stored gradients.
 #pragma once
 
 #include "core/device.h"
@@ -64,7 +68,9 @@ class LayerRunner {
   // this micro-step are complete.
   void backward(float loss_grad, const std::function<void(int)>& layer_done = {});
 
+  // The loss layer's output of the last forward, in the compute dtype.
   const void* last_output() const { return acts_->output(static_cast<int>(plugin_.layers().size()) - 1); }
+  DType compute_dtype() const { return compute_; }
   int64_t last_output_numel() const { return plugin_.layers().back().output_numel; }
   int64_t max_batch() const { return max_batch_; }
   const ActivationLayout& activation_layout() const { return act_layout_; }
@@ -82,7 +88,7 @@ class LayerRunner {
   dscpp_ops ops_;
   const FlatLayout& layout_;
   int64_t max_batch_;
-  DType param_dtype_, grad_dtype_;
+  DType param_dtype_, grad_dtype_, compute_;
   CheckpointingOptions ckpt_;
   ActivationLayout act_layout_;
   std::unique_ptr<ActivationMemory> acts_;
@@ -90,7 +96,9 @@ class LayerRunner {
   std::vector<const void*> segment_input_;  // per segment, on the device, for the micro-batch in flight
   MemorySource source_;
   DeviceBuffer workspace_, grad_a_, grad_b_;
-  DeviceBuffer param32_, grad32_;  // fp32 views of one layer when storage is 16-bit
+  // One layer's parameters widened to fp32 (fp32 compute over 16-bit storage), its gradients in
+  // the compute dtype when storage has another, and the data input in the compute dtype.
+  DeviceBuffer param32_, grad_stage_, input_cast_;
   std::vector<size_t> layer_slots_;  // layout.params[layer_slots_[l], layer_slots_[l+1]) are layer l's
   std::vector<std::vector<const void*>> param_ptrs_;
   std::vector<std::vector<void*>> grad_ptrs_;

@@ -104,27 +104,31 @@ int run(const Args& a) {
   Device& device = *rank_device.device;
   const std::string device_name = device.name();
 
-  // The plugin first: with --epochs, the number of optimizer steps (which "auto" in the
-  // scheduler may need) follows from its train split and the batch sizes.
+  config::RunFacts facts;
+  facts.world_size = id.world_size;
+  facts.total_steps_flag = "--steps (or --epochs)";
+  std::optional<int64_t> steps = a.steps;
+  // A first pass reads the precision (the plugin is told its compute dtype) and the batch sizes
+  // (a placeholder step count satisfies "auto"); its errors are reported after the second.
+  facts.total_steps = steps.value_or(1);
+  config::LoadedConfig loaded = config::load_config_file(a.config, facts);
+  rank_device.ops.dtype = runtime::compute_dtype_for(loaded.ok() && loaded.config.bf16.enabled,
+                                                     loaded.ok() && loaded.config.fp16.enabled, rank_device.ops_16bit);
+
+  // The plugin before the second pass: with --epochs, the number of optimizer steps (which
+  // "auto" in the scheduler may need) follows from its train split and the batch sizes.
   runtime::Plugin plugin(a.model);
   dscpp_host_info host_info{};
   host_info.struct_size = sizeof(host_info);
   host_info.rank = id.rank;
   host_info.world_size = id.world_size;
   host_info.local_rank = id.local_rank;
-  host_info.compute_dtype = DSCPP_F32;
+  host_info.compute_dtype = rank_device.ops.dtype;
   host_info.seed = a.seed;
   host_info.device_name = device_name.c_str();
   host_info.log = plugin_log;
   plugin.create(a.plugin_args, host_info);
 
-  config::RunFacts facts;
-  facts.world_size = id.world_size;
-  facts.total_steps_flag = "--steps (or --epochs)";
-  std::optional<int64_t> steps = a.steps;
-  // A first pass only reads the batch sizes (a placeholder step count satisfies "auto").
-  facts.total_steps = steps.value_or(1);
-  config::LoadedConfig loaded = config::load_config_file(a.config, facts);
   if (!steps && loaded.ok()) {
     const config::DsConfig& c = loaded.config;
     steps = runtime::steps_for_epochs(a.epochs.value_or(1.0), plugin.data().train_size, id.world_size,
@@ -167,11 +171,19 @@ int run(const Args& a) {
     if (rank_device.set_gemm_math)
       log::info("GEMMs: {}", gemm_math == kernels::GemmMath::fp32
                                  ? std::string("exact fp32")
-                                 : fmt::format("{} tensor cores (operands cast to {}, fp32 accumulation)",
-                                               kernels::gemm_math_name(gemm_math), kernels::gemm_math_name(gemm_math)));
+                                 : ops.dtype != DSCPP_F32
+                                     ? fmt::format("{} tensor cores (16-bit operands, fp32 accumulation)",
+                                                   kernels::gemm_math_name(gemm_math))
+                                     : fmt::format("{} tensor cores (operands cast to {}, fp32 accumulation)",
+                                                   kernels::gemm_math_name(gemm_math), kernels::gemm_math_name(gemm_math)));
     else if (gemm_math != kernels::GemmMath::fp32)
       log::info("GEMMs: exact fp32 (the CPU ops table has no reduced-precision GEMMs; {} applies on a GPU)",
                 kernels::gemm_math_name(gemm_math));
+    if (loaded.config.bf16.enabled || loaded.config.fp16.enabled)
+      log::info("layers compute in {}{}", dtype_name(runtime::dtype_of(ops.dtype)),
+                ops.dtype != DSCPP_F32 ? " (activations and the GEMMs' operands and results 16-bit, fp32 arithmetic)"
+                : rank_device.ops_16bit ? " over 16-bit parameters (DSCPP_COMPUTE_DTYPE=fp32)"
+                                        : " over 16-bit parameters (the CPU ops table computes in fp32)");
     log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device {}, {} thread{} per rank, {}", DSCPP_VERSION,
               id.world_size, id.world_size == 1 ? "" : "s", id.source.empty() ? "single process" : id.source,
               world.description, device.name(), threads, threads == 1 ? "" : "s", kernels::blas_description());

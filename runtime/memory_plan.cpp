@@ -63,20 +63,24 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master);
   int64_t max_ws = 0, max_part = 0;
   for (const LayerDecl& l : layers) max_ws = std::max(max_ws, l.workspace_bytes);
-  const ActivationLayout acts = make_activation_layout(layers, in.checkpointing, in.micro_batch);
+  const int64_t ce = static_cast<int64_t>(dtype_size(in.compute_dtype));
+  const ActivationLayout acts = make_activation_layout(layers, in.checkpointing, in.micro_batch, ce);
   at(MemCategory::activations) = acts.device_bytes(in.training);
   p.host[static_cast<size_t>(MemCategory::activations)] = acts.host_bytes();
   for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
   int64_t buffers = in.micro_batch * max_ws;
-  if (!in.training) {  // forward only: the parameters, activations and the fp32 view of a 16-bit layer
+  if (in.compute_dtype != DType::f32) buffers += in.micro_batch * in.float_input_numel * ce;  // the cast data input
+  // fp32 compute over 16-bit parameters: an fp32 view of a layer's parameters.
+  if (in.dtype != in.compute_dtype) buffers += layout.max_layer_numel * 4;
+  if (!in.training) {  // forward only: the parameters, activations and the buffers above
     at(MemCategory::grads) = at(MemCategory::optimizer_state) = 0;
-    at(MemCategory::buffers) = buffers + (e != 4 ? layout.max_layer_numel * 4 : 0);
+    at(MemCategory::buffers) = buffers;
     return p;
   }
   if (in.stage == 1) buffers += 2 * max_part * ge;
   if (in.stage >= 2) buffers += (in.overlap_comm ? 2 : 1) * (layout.max_group_numel + max_part) * ge;
-  if (e != 4) buffers += layout.max_layer_numel * 4;                 // fp32 view of a layer's parameters
-  if (ge != 4) buffers += layout.max_layer_numel * 4 + max_part * 4;  // fp32 layer gradients, unscaled gradient
+  if (in.grad_dtype != in.compute_dtype) buffers += layout.max_layer_numel * ce;  // a layer's gradients, compute dtype
+  if (ge != 4) buffers += max_part * 4;                                           // the unscaled gradient
   at(MemCategory::buffers) = buffers;
   if (in.offload_optimizer != OffloadDevice::none) {
     auto off = [&p](MemCategory c) -> int64_t& { return p.host[static_cast<size_t>(c)]; };

@@ -48,6 +48,8 @@ struct MemoryPlanInputs {
   int world = 1;
   DType dtype = DType::f32;       // parameters
   DType grad_dtype = DType::f32;  // gradients
+  DType compute_dtype = DType::f32;  // the ops table's: activations, and what layers read and write
+  int64_t float_input_numel = 0;     // per sample, when the data input is float (cast to a 16-bit compute dtype)
   int64_t optimizer_bytes_per_element = 8;  // state only (Adam: m and v); the master is added for 16-bit
   int64_t micro_batch = 1;
   bool overlap_comm = false;

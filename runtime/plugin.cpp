@@ -10,6 +10,23 @@
 
 namespace dscpp::runtime {
 
+DType dtype_of(dscpp_dtype d) {
+  switch (d) {
+    case DSCPP_F32: return DType::f32;
+    case DSCPP_F16: return DType::f16;
+    case DSCPP_BF16: return DType::bf16;
+    case DSCPP_I32: return DType::i32;
+  }
+  fail("dscpp_dtype {} is not a dtype of the plugin ABI", static_cast<int>(d));
+}
+
+dscpp_dtype abi_dtype(DType d) {
+  if (d == DType::f32) return DSCPP_F32;
+  if (d == DType::f16) return DSCPP_F16;
+  if (d == DType::bf16) return DSCPP_BF16;
+  fail("{} is not a compute dtype of the plugin ABI", dtype_name(d));
+}
+
 const char* status_name(int code) {
   switch (code) {
     case DSCPP_OK:

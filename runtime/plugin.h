@@ -2,6 +2,7 @@
 // dscpp::Error messages that name the plugin, the layer and the call.
 #pragma once
 
+#include "core/dtype.h"
 #include "dscpp/model.h"
 
 #include <cstdint>
@@ -9,6 +10,10 @@
 #include <vector>
 
 namespace dscpp::runtime {
+
+// The ABI's floating dtypes as the runtime's (DSCPP_I32 → i32).
+DType dtype_of(dscpp_dtype d);
+dscpp_dtype abi_dtype(DType d);  // f32, f16 or bf16; throws for another
 
 struct ParamDecl {
   std::string name;  // full name "<layer>.<param>"

@@ -41,6 +41,7 @@ RankDevice make_cuda() {
   r.ops = cuda::cuda_ops(DSCPP_F32, context.get());
   r.set_gemm_math = [c = context.get()](kernels::GemmMath m) { c->gemm_math = m; };
   r.ops_scratch_peak = [] { return cuda::scratch_bytes().peak.load(); };
+  r.ops_16bit = true;
   r.ops_context = context;
   r.cuda = true;
   r.cuda_index = device->index();
@@ -79,6 +80,7 @@ RankDevice make_rank_device(DeviceChoice choice) {
       r.ops = make_sim_cuda_ops(r.ops_context);
       r.set_gemm_math = [c = r.ops_context](kernels::GemmMath m) { set_sim_cuda_gemm_math(c, m); };
       r.ops_scratch_peak = sim_cuda_ops_scratch_peak;
+      r.ops_16bit = true;
     }
   } else {
     r.device = make_cpu_device();
@@ -93,6 +95,16 @@ kernels::GemmMath gemm_math_for(bool bf16_enabled, bool fp16_enabled) {
     fail("DSCPP_GEMM_MATH={}: expected fp32, tf32, bf16 or fp16", env);
   }
   return bf16_enabled ? kernels::GemmMath::bf16 : fp16_enabled ? kernels::GemmMath::fp16 : kernels::GemmMath::fp32;
+}
+
+dscpp_dtype compute_dtype_for(bool bf16_enabled, bool fp16_enabled, bool table_16bit) {
+  if (const char* env = std::getenv("DSCPP_COMPUTE_DTYPE"); env != nullptr && *env != '\0') {
+    const std::string_view v = env;
+    if (v == "fp32") return DSCPP_F32;
+    if (v != "auto") fail("DSCPP_COMPUTE_DTYPE={}: expected auto or fp32", v);
+  }
+  if (!table_16bit) return DSCPP_F32;
+  return bf16_enabled ? DSCPP_BF16 : fp16_enabled ? DSCPP_F16 : DSCPP_F32;
 }
 
 }  // namespace dscpp::runtime

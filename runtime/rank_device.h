@@ -40,6 +40,8 @@ struct RankDevice {
   // The CUDA ops table's scratch high-water mark in bytes (device memory the engine's accounting
   // does not see); empty for the CPU table.
   std::function<int64_t()> ops_scratch_peak;
+  // The table computes in bf16 and fp16 too (the CUDA table); the CPU table is fp32 only.
+  bool ops_16bit = false;
 };
 
 RankDevice make_rank_device(DeviceChoice choice);
@@ -47,5 +49,11 @@ RankDevice make_rank_device(DeviceChoice choice);
 // The GEMM math a run asks for: DSCPP_GEMM_MATH when set (fp32, tf32, bf16 or fp16; anything else
 // is an error naming them), else bf16 / fp16 when the config enables that precision, else fp32.
 kernels::GemmMath gemm_math_for(bool bf16_enabled, bool fp16_enabled);
+
+// The dtype the layers compute in (the ops table's dtype): bf16 / fp16 when the config enables
+// it and the table computes in 16 bits, else fp32. DSCPP_COMPUTE_DTYPE=fp32 keeps fp32 compute
+// over 16-bit parameters (what every 16-bit run did before 16-bit compute existed); =auto or
+// unset is the rule above; anything else is an error.
+dscpp_dtype compute_dtype_for(bool bf16_enabled, bool fp16_enabled, bool table_16bit);
 
 }  // namespace dscpp::runtime

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "kernels/cuda/cuda_ns.h"
+#include "kernels/cuda/elems.h"
 #include "kernels/gemm_math.h"
 
 #if defined(DSCPP_CUDA_HOST_STUB)
@@ -24,6 +25,11 @@ inline bool stages_operands(kernels::GemmMath m) {
 // The element type of the operands cuBLAS reads.
 inline cudaDataType_t operand_type(kernels::GemmMath m) {
   return m == kernels::GemmMath::bf16 ? CUDA_R_16BF : m == kernels::GemmMath::fp16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// The cuBLAS element type of a tensor in storage s.
+inline cudaDataType_t data_type(Storage s) {
+  return s == Storage::bf16 ? CUDA_R_16BF : s == Storage::f16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 inline cublasComputeType_t compute_type(kernels::GemmMath m) {

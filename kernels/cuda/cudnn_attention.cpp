@@ -122,14 +122,24 @@ struct CudnnAttention::Impl {
 };
 
 namespace {
-// `n` fp32 values cast into `scratch` as the 16-bit type of `math` (raw bits); null when the
-// launch fails.
-uint16_t* staged(DeviceScratch& scratch, const float* src, size_t n, kernels::GemmMath math, Stream s) {
+// The `n` values at src as cuDNN reads them: src itself when the table's tensors are 16-bit,
+// else the fp32 values cast into `scratch` as the 16-bit type of `math` (raw bits); null when
+// the launch fails.
+uint16_t* staged(DeviceScratch& scratch, const void* src, size_t n, const CudnnAttention::Shape& sh, Stream s) {
+  if (sh.tensors16) return static_cast<uint16_t*>(const_cast<void*>(src));
   auto* dst = scratch.get<uint16_t>(n, s);
-  return launch_cast_f32_to_16(src, dst, n, math != kernels::GemmMath::fp16, s) == cudaSuccess ? dst : nullptr;
+  return launch_cast_f32_to_16(static_cast<const float*>(src), dst, n, sh.math != kernels::GemmMath::fp16, s) ==
+                 cudaSuccess
+             ? dst
+             : nullptr;
 }
-bool from16(const uint16_t* src, float* dst, size_t n, kernels::GemmMath math, Stream s) {
-  return launch_cast_16_to_f32(src, dst, n, math != kernels::GemmMath::fp16, s) == cudaSuccess;
+// Where cuDNN writes a result that ends at dst: dst itself for 16-bit tensors, else scratch.
+uint16_t* result(DeviceScratch& scratch, void* dst, size_t n, const CudnnAttention::Shape& sh, Stream s) {
+  return sh.tensors16 ? static_cast<uint16_t*>(dst) : scratch.get<uint16_t>(n, s);
+}
+bool from16(const uint16_t* src, void* dst, size_t n, const CudnnAttention::Shape& sh, Stream s) {
+  if (sh.tensors16) return true;
+  return launch_cast_16_to_f32(src, static_cast<float*>(dst), n, sh.math != kernels::GemmMath::fp16, s) == cudaSuccess;
 }
 }  // namespace
 
@@ -153,37 +163,37 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(Stream stream) {
 }
 
 // A failed allocation (an Error from DeviceScratch) is a "no": the caller runs its own kernels.
-bool CudnnAttention::forward(const Shape& s, const float* qkv, float* lse, float* out) try {
+bool CudnnAttention::forward(const Shape& s, const void* qkv, float* lse, void* out) try {
   Impl& m = *impl_;
   const auto g = m.graph(s, false);
   if (!g) return false;
   const size_t n = s.elements();
   const int64_t C = s.width();
-  uint16_t* q = staged(m.qkv16, qkv, 3 * n, s.math, m.stream);
-  uint16_t* o = m.out16.get<uint16_t>(n, m.stream);
+  uint16_t* q = staged(m.qkv16, qkv, 3 * n, s, m.stream);
+  uint16_t* o = result(m.out16, out, n, s, m.stream);
   if (q == nullptr) return false;
   std::unordered_map<int64_t, void*> pack{{kQ, q}, {kK, q + C}, {kV, q + 2 * C}, {kO, o}, {kStats, lse}};
-  return m.execute(*g, pack, "forward") && from16(o, out, n, s.math, m.stream);
+  return m.execute(*g, pack, "forward") && from16(o, out, n, s, m.stream);
 } catch (const Error&) {
   return false;
 }
 
-bool CudnnAttention::backward(const Shape& s, const float* qkv, const float* out, const float* lse, const float* dout,
-                              float* dqkv) try {
+bool CudnnAttention::backward(const Shape& s, const void* qkv, const void* out, const float* lse, const void* dout,
+                              void* dqkv) try {
   Impl& m = *impl_;
   const auto g = m.graph(s, true);
   if (!g) return false;
   const size_t n = s.elements();
   const int64_t C = s.width();
-  uint16_t* q = staged(m.qkv16, qkv, 3 * n, s.math, m.stream);
-  uint16_t* o = staged(m.out16, out, n, s.math, m.stream);
-  uint16_t* d = staged(m.dout16, dout, n, s.math, m.stream);
-  uint16_t* dq = m.dqkv16.get<uint16_t>(3 * n, m.stream);
+  uint16_t* q = staged(m.qkv16, qkv, 3 * n, s, m.stream);
+  uint16_t* o = staged(m.out16, out, n, s, m.stream);
+  uint16_t* d = staged(m.dout16, dout, n, s, m.stream);
+  uint16_t* dq = result(m.dqkv16, dqkv, 3 * n, s, m.stream);
   if (q == nullptr || o == nullptr || d == nullptr) return false;
   std::unordered_map<int64_t, void*> pack{{kQ, q},       {kK, q + C},       {kV, q + 2 * C},
                                           {kO, o},       {kDO, d},          {kDQ, dq},
                                           {kDK, dq + C}, {kDV, dq + 2 * C}, {kStats, const_cast<float*>(lse)}};
-  return m.execute(*g, pack, "backward") && from16(dq, dqkv, 3 * n, s.math, m.stream);
+  return m.execute(*g, pack, "backward") && from16(dq, dqkv, 3 * n, s, m.stream);
 } catch (const Error&) {
   return false;
 }
@@ -198,10 +208,10 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(Stream) {
       "headers were not found when it was configured)");
   return nullptr;
 }
-bool CudnnAttention::forward(const Shape&, const float*, float*, float*) {
+bool CudnnAttention::forward(const Shape&, const void*, float*, void*) {
   return false;
 }
-bool CudnnAttention::backward(const Shape&, const float*, const float*, const float*, const float*, float*) {
+bool CudnnAttention::backward(const Shape&, const void*, const void*, const float*, const void*, void*) {
   return false;
 }
 

@@ -1,8 +1,8 @@
 // cuDNN's fused causal attention (its SDPA graphs: FlashAttention-2's algorithm on the tensor
 // cores) behind the CUDA ops table's flash_attention_* entries, for runs whose GEMMs are on
-// 16-bit math (kernels/gemm_math.h: bf16 or fp16). cuDNN's SDPA takes only 16-bit inputs, so
-// q/k/v (and, backward, out and dout) are cast from the table's fp32 into scratch, and the
-// results cast back; its statistics output is the same per-query log Σ exp(scale·q·k) (natural
+// 16-bit math (kernels/gemm_math.h: bf16 or fp16) or whose compute dtype is 16-bit. cuDNN's SDPA
+// takes only 16-bit inputs: a 16-bit table's tensors go in as they are; an fp32 table's q/k/v
+// (and, backward, out and dout) are cast into scratch, and the results cast back; its statistics output is the same per-query log Σ exp(scale·q·k) (natural
 // log, fp32) that the table's contract keeps, so either direction may fall back to the fp32
 // kernels of ops_attention.cu and still meet the other.
 //
@@ -32,13 +32,14 @@ class CudnnAttention {
     int64_t batch, T, heads, head_dim;
     float scale;
     kernels::GemmMath math;                             // bf16 or fp16: the dtype cuDNN computes in
+    bool tensors16;                                     // the table's tensors are already in that dtype
     int64_t width() const { return heads * head_dim; }  // C of a B × T × C tensor
     size_t elements() const { return size_t(batch * T * heads * head_dim); }  // of out (q, k, v each)
   };
-  // The table's flash_attention_forward / _backward (fp32 in and out); false: not run, nothing
-  // written, the caller runs its own kernels.
-  bool forward(const Shape& s, const float* qkv, float* lse, float* out);
-  bool backward(const Shape& s, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv);
+  // The table's flash_attention_forward / _backward (tensors fp32, or 16-bit with tensors16);
+  // false: not run, nothing written, the caller runs its own kernels.
+  bool forward(const Shape& s, const void* qkv, float* lse, void* out);
+  bool backward(const Shape& s, const void* qkv, const void* out, const float* lse, const void* dout, void* dqkv);
 
  private:
   struct Impl;

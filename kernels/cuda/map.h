@@ -1,9 +1,11 @@
 // Streaming elementwise maps, out[i] = op(a[i]) or op(a[i], b[i]), the shape of most of the
 // table's elementwise ops and of the fp32 ↔ 16-bit casts. Where every pointer is 16-byte aligned
 // they run as quads (launch.h's for_each_quad: four quads loaded per thread before any is
-// stored), else as the scalar loop; both give the same bits. out may be a (in place).
+// stored), else as the scalar loop; both give the same bits. out may be a (in place). Over
+// compute-dtype views (elems.h) the fp32 ones take that path and the 16-bit ones the scalar loop.
 #pragma once
 
+#include "kernels/cuda/elems.h"
 #include "kernels/cuda/launch.h"
 
 #include <cstdint>
@@ -73,6 +75,32 @@ template <class Op>
 Status launch_map(const float* a, const float* b, float* out, int64_t n, Op op, Stream s) {
   const Map2<Op> body{a, b, out, op};
   return aligned16({a, b, out}) ? launch_quads(n, s, body) : launch_elementwise(n, s, body);
+}
+
+// The maps over views: element by element through the views' conversions.
+template <class Op>
+struct ViewMap1 {
+  Src a;
+  Dst out;
+  Op op;
+  DSCPP_HD void operator()(int64_t i) const { out[i] = op(a[i]); }
+};
+template <class Op>
+struct ViewMap2 {
+  Src a, b;
+  Dst out;
+  Op op;
+  DSCPP_HD void operator()(int64_t i) const { out[i] = op(a[i], b[i]); }
+};
+template <class Op>
+Status launch_map(Src a, Dst out, int64_t n, Op op, Stream s) {
+  if (a.is_f32() && out.is_f32()) return launch_map(a.f32(), out.f32(), n, op, s);
+  return launch_elementwise(n, s, ViewMap1<Op>{a, out, op});
+}
+template <class Op>
+Status launch_map(Src a, Src b, Dst out, int64_t n, Op op, Stream s) {
+  if (a.is_f32() && b.is_f32() && out.is_f32()) return launch_map(a.f32(), b.f32(), out.f32(), n, op, s);
+  return launch_elementwise(n, s, ViewMap2<Op>{a, b, out, op});
 }
 
 }  // namespace dscpp::DSCPP_CUDA_NS

@@ -5,7 +5,8 @@
 // never exist at once, and the work runs on cuBLAS's GEMMs instead of a hand-written loop: on an
 // H200 the earlier one-thread-per-query kernels spent 87% of an fp32 step (ncu).
 //
-// q, k, v, out and their gradients are copied to head-major [batch·heads][T][head_dim] first, so
+// q, k, v, out and their gradients are copied to head-major [batch·heads][T][head_dim] first (in
+// fp32, whatever the compute dtype: the copies are where 16-bit tensors are widened), so
 // one strided-batched GEMM covers every (sequence, head) pair of a block of queries: with the
 // heads of one sequence per GEMM (the first version) the products were too small for cuBLAS's
 // large tiles. A block's score matrix is [pairs][rows][keys] (queries q0 … q0+rows−1, keys
@@ -82,7 +83,7 @@ struct BlockGrad {
 
 // delta[(b·heads + h)·T + t] = Σ_d dout·out over head h's columns of row (b, t).
 struct Delta {
-  const float *out, *dout;
+  Src out, dout;
   float* delta;
   int64_t T, heads, D;
   DSCPP_HD void operator()(int64_t i) const {
@@ -104,14 +105,14 @@ struct HeadLayout {
   }
 };
 struct ToHeads {
-  const float* src;
+  Src src;
   float* dst;
   HeadLayout l;
   DSCPP_HD void operator()(int64_t i) const { dst[i] = src[l.row_index(i)]; }
 };
 struct FromHeads {
   const float* src;
-  float* dst;
+  Dst dst;
   HeadLayout l;
   DSCPP_HD void operator()(int64_t i) const { dst[l.row_index(i)] = src[i]; }
 };
@@ -134,17 +135,17 @@ Status attention_block_grad(float* scores, float* dp, const float* lse, const fl
                             BlockGrad{scores, dp, lse, delta, block_rows(blk), scale});
 }
 
-Status attention_delta(const float* out, const float* dout, float* delta, int64_t batch, int64_t T, int64_t heads,
+Status attention_delta(Src out, Src dout, float* delta, int64_t batch, int64_t T, int64_t heads,
                        int64_t head_dim, Stream s) {
   return launch_per_index(batch * heads * T, s, Delta{out, dout, delta, T, heads, head_dim});
 }
 
-Status attention_to_heads(const float* src, int64_t width, int64_t offset, float* dst, int64_t batch, int64_t T,
+Status attention_to_heads(Src src, int64_t width, int64_t offset, float* dst, int64_t batch, int64_t T,
                           int64_t heads, int64_t head_dim, Stream s) {
   return launch_elementwise(batch * heads * T * head_dim, s, ToHeads{src, dst, {T, heads, head_dim, width, offset}});
 }
 
-Status attention_from_heads(const float* src, float* dst, int64_t width, int64_t offset, int64_t batch, int64_t T,
+Status attention_from_heads(const float* src, Dst dst, int64_t width, int64_t offset, int64_t batch, int64_t T,
                             int64_t heads, int64_t head_dim, Stream s) {
   return launch_elementwise(batch * heads * T * head_dim, s, FromHeads{src, dst, {T, heads, head_dim, width, offset}});
 }

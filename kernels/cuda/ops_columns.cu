@@ -18,14 +18,15 @@ namespace {
 
 struct BiasTerms {
   static constexpr int kOut = 1;
-  const float* dy;
+  Src dy;
   int64_t cols;
   DSCPP_HD void add(int64_t r, int64_t c, float* acc) const { acc[0] += dy[r * cols + c]; }
 };
 // dgamma += Σ dy·x̂, dbeta += Σ dy.
 struct LayerNormTerms {
   static constexpr int kOut = 2;
-  const float *dy, *x, *mean, *rstd;
+  Src dy, x;
+  const float *mean, *rstd;
   int64_t cols;
   DSCPP_HD void add(int64_t r, int64_t c, float* acc) const {
     const int64_t i = r * cols + c;
@@ -38,7 +39,7 @@ struct LayerNormTerms {
 template <class Terms>
 struct ColumnChunks {
   Terms terms;
-  float* out[Terms::kOut];
+  Dst out[Terms::kOut];
   float* partials;  // [kOut][chunks][cols]; unused with one chunk
   int64_t rows, cols;
   ColumnPlan plan;
@@ -61,7 +62,7 @@ struct ColumnChunks {
 // another: 83 µs per layer norm on an H200 (ncu), longer than the first pass.
 struct ColumnTotals {
   static constexpr int kRounds = 1;
-  float *out0, *out1;  // the outputs (out1 unused with one output)
+  Dst out0, out1;  // the outputs (out1 unused with one output)
   const float* partials;
   int64_t cols, chunks;
   DSCPP_HD double partial(const Thread& t, int, const double*) const {
@@ -79,14 +80,14 @@ struct ColumnTotals {
 };
 
 template <class Terms>
-Status column_sums(Terms terms, float* const* out, float* scratch, int64_t rows, int64_t cols, Stream s) {
+Status column_sums(Terms terms, const Dst* out, float* scratch, int64_t rows, int64_t cols, Stream s) {
   if (rows == 0 || cols == 0) return kOk;
   const ColumnPlan plan = column_plan(rows, cols);
   static_assert(Terms::kOut <= 2, "ColumnTotals writes at most two outputs");
   ColumnChunks<Terms> pass1{terms, {}, scratch, rows, cols, plan};
   for (int o = 0; o < Terms::kOut; ++o) pass1.out[o] = out[o];
   if (Status st = launch_per_index(plan.chunks * cols, s, pass1); st != kOk || plan.chunks == 1) return st;
-  const ColumnTotals pass2{out[0], Terms::kOut > 1 ? out[Terms::kOut - 1] : nullptr, scratch, cols, plan.chunks};
+  const ColumnTotals pass2{out[0], Terms::kOut > 1 ? out[Terms::kOut - 1] : Dst{}, scratch, cols, plan.chunks};
   return launch_rows(unsigned(Terms::kOut * cols), plan.chunks, s, pass2);
 }
 
@@ -94,16 +95,16 @@ Status column_sums(Terms terms, float* const* out, float* scratch, int64_t rows,
 // the CPU table adds them (row by row), so the result is the same bits.
 struct SegmentSums {
   const int32_t *order, *start, *id;
-  const float* dout;
-  float* dtable;
+  Src dout;
+  Dst dtable;
   int64_t dim;
   DSCPP_HD void operator()(int64_t i) const {
     const QuotRem sc = divmod(i, dim);
     const int64_t seg = sc.quot, c = sc.rem;
-    float* dst = dtable + int64_t(id[seg]) * dim + c;
-    float acc = *dst;
+    const ElemRef dst = dtable[int64_t(id[seg]) * dim + c];
+    float acc = dst;
     for (int32_t k = start[seg]; k < start[seg + 1]; ++k) acc += dout[int64_t(order[k]) * dim + c];
-    *dst = acc;
+    dst = acc;
   }
 };
 
@@ -115,14 +116,14 @@ int64_t column_scratch_floats(int64_t rows, int64_t cols, int outputs) {
   return plan.chunks == 1 ? 0 : outputs * plan.chunks * cols;
 }
 
-Status bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, float* scratch, Stream s) {
-  float* out[1] = {dbias};
+Status bias_grad(Src dy, Dst dbias, int64_t rows, int64_t cols, float* scratch, Stream s) {
+  const Dst out[1] = {dbias};
   return column_sums(BiasTerms{dy, cols}, out, scratch, rows, cols, s);
 }
 
-Status layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
-                             float* dbeta, int64_t rows, int64_t cols, float* scratch, Stream s) {
-  float* out[2] = {dgamma, dbeta};
+Status layernorm_param_grads(Src dy, Src x, const float* mean, const float* rstd, Dst dgamma, Dst dbeta, int64_t rows,
+                             int64_t cols, float* scratch, Stream s) {
+  const Dst out[2] = {dgamma, dbeta};
   return column_sums(LayerNormTerms{dy, x, mean, rstd, cols}, out, scratch, rows, cols, s);
 }
 
@@ -143,7 +144,7 @@ std::vector<int32_t> embedding_segments(const int32_t* ids, int64_t n) {
   return out;
 }
 
-Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, const float* dout, float* dtable,
+Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, Src dout, Dst dtable,
                           int64_t dim, Stream s) {
   if (count == 0 || dim == 0) return kOk;
   const int32_t* start = segments + n;

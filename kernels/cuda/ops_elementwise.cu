@@ -7,7 +7,7 @@ namespace dscpp::DSCPP_CUDA_NS::ops {
 namespace {
 
 struct Fill {
-  float* x;
+  Dst x;
   float v;
   DSCPP_HD void operator()(int64_t i) const { x[i] = v; }
 };
@@ -36,9 +36,9 @@ struct ReluGradOp {  // (x, dy)
   DSCPP_HD float operator()(float x, float dy) const { return x > 0.0f ? dy : 0.0f; }
 };
 struct Epilogue {
-  float* x;
-  const float *bias, *residual;
-  float* gelu_out;
+  Dst x;
+  Src bias, residual;
+  Dst gelu_out;
   int64_t cols;
   DSCPP_HD void operator()(int64_t i) const {
     float v = x[i];
@@ -58,8 +58,8 @@ struct CheckIds {
 };
 struct Gather {
   const int32_t* ids;
-  const float* table;
-  float* out;
+  Src table;
+  Dst out;
   int64_t dim;
   DSCPP_HD void operator()(int64_t i) const {
     const QuotRem rc = divmod(i, dim);
@@ -75,9 +75,9 @@ struct CheckTargets {
   }
 };
 struct CeGrad {
-  const float* probs;
+  Src probs;
   const int32_t* targets;
-  float* d;
+  Dst d;
   int64_t cols;
   float scale;
   DSCPP_HD void operator()(int64_t i) const {
@@ -89,31 +89,31 @@ struct CeGrad {
 
 }  // namespace
 
-Status fill(float* x, float v, int64_t n, Stream s) {
+Status fill(Dst x, float v, int64_t n, Stream s) {
   return launch_elementwise(n, s, Fill{x, v});
 }
-Status add(const float* a, const float* b, float* y, int64_t n, Stream s) {
+Status add(Src a, Src b, Dst y, int64_t n, Stream s) {
   return launch_map(a, b, y, n, AddOp{}, s);
 }
-Status axpy(float alpha, const float* x, float* y, int64_t n, Stream s) {
-  return launch_map(y, x, y, n, AxpyOp{alpha}, s);
+Status axpy(float alpha, Src x, Dst y, int64_t n, Stream s) {
+  return launch_map(Src(y), x, y, n, AxpyOp{alpha}, s);
 }
-Status scale(float alpha, float* x, int64_t n, Stream s) {
-  return launch_map(x, x, n, ScaleOp{alpha}, s);
+Status scale(float alpha, Dst x, int64_t n, Stream s) {
+  return launch_map(Src(x), x, n, ScaleOp{alpha}, s);
 }
-Status gelu_forward(const float* x, float* y, int64_t n, Stream s) {
+Status gelu_forward(Src x, Dst y, int64_t n, Stream s) {
   return launch_map(x, y, n, GeluOp{}, s);
 }
-Status gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s) {
+Status gelu_backward(Src x, Src dy, Dst dx, int64_t n, Stream s) {
   return launch_map(x, dy, dx, n, GeluGradOp{}, s);
 }
-Status relu_forward(const float* x, float* y, int64_t n, Stream s) {
+Status relu_forward(Src x, Dst y, int64_t n, Stream s) {
   return launch_map(x, y, n, ReluOp{}, s);
 }
-Status relu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s) {
+Status relu_backward(Src x, Src dy, Dst dx, int64_t n, Stream s) {
   return launch_map(x, dy, dx, n, ReluGradOp{}, s);
 }
-Status bias_residual_gelu(float* x, const float* bias, const float* residual, float* gelu_out, int64_t rows,
+Status bias_residual_gelu(Dst x, Src bias, Src residual, Dst gelu_out, int64_t rows,
                           int64_t cols, Stream s) {
   if (bias == nullptr && residual == nullptr && gelu_out == nullptr) return kOk;
   return launch_elementwise(rows * cols, s, Epilogue{x, bias, residual, gelu_out, cols});
@@ -121,13 +121,13 @@ Status bias_residual_gelu(float* x, const float* bias, const float* residual, fl
 Status check_ids(const int32_t* ids, int64_t n, int64_t vocab, int32_t* bad, Stream s) {
   return launch_elementwise(n, s, CheckIds{ids, vocab, bad});
 }
-Status embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n, int64_t dim, Stream s) {
+Status embedding_forward(const int32_t* ids, Src table, Dst out, int64_t n, int64_t dim, Stream s) {
   return launch_elementwise(n * dim, s, Gather{ids, table, out, dim});
 }
 Status check_targets(const int32_t* targets, int64_t rows, int64_t cols, int32_t* bad, Stream s) {
   return launch_elementwise(rows, s, CheckTargets{targets, cols, bad});
 }
-Status cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int64_t cols,
+Status cross_entropy_backward(Src probs, const int32_t* targets, Dst dlogits, int64_t rows, int64_t cols,
                               float scale, Stream s) {
   return launch_elementwise(rows * cols, s, CeGrad{probs, targets, dlogits, cols, scale});
 }

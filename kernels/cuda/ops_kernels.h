@@ -1,6 +1,7 @@
 // Device kernels behind the CUDA ops table (ops_table.cu), one per non-GEMM op of `dscpp_ops`
 // (include/dscpp/model.h), each element through the shared math of kernels/ops_math.h that the
-// CPU table (kernels/cpu/ops) uses. Pointers are device memory, all fp32 unless stated; every
+// CPU table (kernels/cpu/ops) uses. Pointers are device memory: Src/Dst tensors in the table's
+// compute dtype (elems.h), float* ones always fp32; every
 // call is asynchronous on `stream` and returns the launch status. Argument validation (and the
 // host-visible results of cross-entropy) are the table's job: these assume valid arguments.
 //
@@ -8,6 +9,7 @@
 // runs give the same bits.
 #pragma once
 
+#include "kernels/cuda/elems.h"
 #include "kernels/cuda/launch.h"
 
 #include <cstdint>
@@ -16,25 +18,25 @@
 namespace dscpp::DSCPP_CUDA_NS::ops {
 
 // ---- elementwise (ops_elementwise.cu) ----
-Status fill(float* x, float v, int64_t n, Stream s);
-Status add(const float* a, const float* b, float* y, int64_t n, Stream s);
-Status axpy(float alpha, const float* x, float* y, int64_t n, Stream s);
-Status scale(float alpha, float* x, int64_t n, Stream s);
-Status gelu_forward(const float* x, float* y, int64_t n, Stream s);
-Status gelu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s);  // dx = dy·gelu'(x)
-Status relu_forward(const float* x, float* y, int64_t n, Stream s);
-Status relu_backward(const float* x, const float* dy, float* dx, int64_t n, Stream s);
+Status fill(Dst x, float v, int64_t n, Stream s);
+Status add(Src a, Src b, Dst y, int64_t n, Stream s);
+Status axpy(float alpha, Src x, Dst y, int64_t n, Stream s);
+Status scale(float alpha, Dst x, int64_t n, Stream s);
+Status gelu_forward(Src x, Dst y, int64_t n, Stream s);
+Status gelu_backward(Src x, Src dy, Dst dx, int64_t n, Stream s);  // dx = dy·gelu'(x)
+Status relu_forward(Src x, Dst y, int64_t n, Stream s);
+Status relu_backward(Src x, Src dy, Dst dx, int64_t n, Stream s);
 // x[r,c] += bias[c] (+ residual[r,c] when non-null); then gelu_out = gelu(x) when non-null.
 // The linear layer's epilogue; bias may be null too.
-Status bias_residual_gelu(float* x, const float* bias, const float* residual, float* gelu_out, int64_t rows,
+Status bias_residual_gelu(Dst x, Src bias, Src residual, Dst gelu_out, int64_t rows,
                           int64_t cols, Stream s);
 // *bad = 1 when any id is outside [0, vocab) (never cleared here).
 Status check_ids(const int32_t* ids, int64_t n, int64_t vocab, int32_t* bad, Stream s);
-Status embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n, int64_t dim, Stream s);
+Status embedding_forward(const int32_t* ids, Src table, Dst out, int64_t n, int64_t dim, Stream s);
 // *bad = 1 when a target is ≥ cols (never cleared here).
 Status check_targets(const int32_t* targets, int64_t rows, int64_t cols, int32_t* bad, Stream s);
 // dlogits = scale·(probs − onehot(target)) for targets ≥ 0, 0 for ignored rows; dlogits may be probs.
-Status cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int64_t cols,
+Status cross_entropy_backward(Src probs, const int32_t* targets, Dst dlogits, int64_t rows, int64_t cols,
                               float scale, Stream s);
 
 // ---- column reductions (ops_columns.cu) ----
@@ -54,16 +56,15 @@ DSCPP_HD constexpr ColumnPlan column_plan(int64_t rows, int64_t cols) {
 // Device scratch (floats) a reduction of `outputs` sums per column needs; 0 for one chunk.
 int64_t column_scratch_floats(int64_t rows, int64_t cols, int outputs);
 // dbias[c] += Σ_r dy[r,c]; scratch: column_scratch_floats(rows, cols, 1).
-Status bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, float* scratch, Stream s);
+Status bias_grad(Src dy, Dst dbias, int64_t rows, int64_t cols, float* scratch, Stream s);
 // dgamma[c] += Σ_r dy·x̂, dbeta[c] += Σ_r dy; scratch: column_scratch_floats(rows, cols, 2).
-Status layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
-                             float* dbeta, int64_t rows, int64_t cols, float* scratch, Stream s);
+Status layernorm_param_grads(Src dy, Src x, const float* mean, const float* rstd, Dst dgamma, Dst dbeta, int64_t rows, int64_t cols, float* scratch, Stream s);
 // The embedding gradient's plan, made on the host from the ids (n < 2^31): the positions in
 // order of id (stable), then each run of one id's start (count + 1 entries), then its id.
 std::vector<int32_t> embedding_segments(const int32_t* ids, int64_t n);
 // dtable[id,:] += Σ dout[i,:] over id's positions in order, from embedding_segments' result in
 // device memory (`count` runs); the same bits as the CPU table's row-by-row adds.
-Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, const float* dout, float* dtable,
+Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, Src dout, Dst dtable,
                           int64_t dim, Stream s);
 
 // ---- blockwise causal attention (ops_attention.cu) ----
@@ -82,29 +83,29 @@ Status attention_block_grad(float* scores, float* dp, const float* lse, const fl
                             float scale, Stream s);
 // Copies between a row-major batch × T × width tensor's columns offset … offset+heads·head_dim
 // and a head-major [batch·heads][T][head_dim] one.
-Status attention_to_heads(const float* src, int64_t width, int64_t offset, float* dst, int64_t batch, int64_t T,
+Status attention_to_heads(Src src, int64_t width, int64_t offset, float* dst, int64_t batch, int64_t T,
                           int64_t heads, int64_t head_dim, Stream s);
-Status attention_from_heads(const float* src, float* dst, int64_t width, int64_t offset, int64_t batch, int64_t T,
+Status attention_from_heads(const float* src, Dst dst, int64_t width, int64_t offset, int64_t batch, int64_t T,
                             int64_t heads, int64_t head_dim, Stream s);
 // delta per (sequence, head, query) = Σ dout·out over the head's columns (out, dout: batch × T × heads·head_dim).
-Status attention_delta(const float* out, const float* dout, float* delta, int64_t batch, int64_t T, int64_t heads,
+Status attention_delta(Src out, Src dout, float* delta, int64_t batch, int64_t T, int64_t heads,
                        int64_t head_dim, Stream s);
 
 // ---- row ops, one block per row (ops_rows.cu) ----
-Status layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+Status layernorm_forward(Src x, Src gamma, Src beta, Dst y, float* mean, float* rstd,
                          int64_t rows, int64_t cols, float eps, Stream s);
 // dgamma, dbeta accumulate (layernorm_param_grads, with its scratch); dx overwritten (may be dy).
-Status layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
-                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* scratch,
+Status layernorm_backward(Src dy, Src x, Src gamma, const float* mean, const float* rstd, Dst dx, Dst dgamma,
+                          Dst dbeta, int64_t rows, int64_t cols, float* scratch,
                           Stream s);
 // y = softmax(scale·x) per row over its first `live` entries, 0 beyond: live = cols for a plain
 // softmax; with causal, row r of a [groups·T, T] matrix sees entries 0..(r mod T).
-Status softmax_forward(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal, Stream s);
-Status softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale,
+Status softmax_forward(Src x, Dst y, int64_t rows, int64_t cols, float scale, bool causal, Stream s);
+Status softmax_backward(Src y, Src dy, Dst dx, int64_t rows, int64_t cols, float scale,
                         bool causal, Stream s);
 // probs = softmax(logits) per row; per row r with targets[r] ≥ 0: loss[r] = −log p[t] (from
 // log-sum-exp) and hit[r] = (first argmax == t); rows with targets < 0 get loss 0, hit 0.
-Status cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, double* loss, int32_t* hit,
+Status cross_entropy_forward(Src logits, const int32_t* targets, Dst probs, double* loss, int32_t* hit,
                              int64_t rows, int64_t cols, Stream s);
 
 }  // namespace dscpp::DSCPP_CUDA_NS::ops

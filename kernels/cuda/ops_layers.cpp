@@ -5,7 +5,7 @@
 // skips the masked half of the attention GEMMs); the results agree to fp32 rounding, not bit
 // for bit.
 #include "core/error.h"
-#include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32
+#include "kernels/cpu/ops/cpu_ops_internal.h"  // bad_ptr, fits_int32
 #include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/ops_table.h"
@@ -20,7 +20,6 @@
 namespace dscpp::DSCPP_CUDA_NS {
 
 using kernels::cpu::bad_ptr;
-using kernels::cpu::check_table;
 using kernels::cpu::fits_int32;
 
 namespace {
@@ -28,11 +27,12 @@ namespace {
 OpsContext& ctx(const dscpp_ops* o) {
   return *static_cast<OpsContext*>(o->device);
 }
-const float* F(const void* p) {
-  return static_cast<const float*>(p);
+// Element i of a tensor in the table's compute dtype.
+const void* at(const dscpp_ops* o, const void* p, int64_t i) {
+  return static_cast<const char*>(p) + i * storage_bytes(storage_of(o->dtype));
 }
-float* F(void* p) {
-  return static_cast<float*>(p);
+void* at(const dscpp_ops* o, void* p, int64_t i) {
+  return static_cast<char*>(p) + i * storage_bytes(storage_of(o->dtype));
 }
 int status(Status s) {
   return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
@@ -48,26 +48,25 @@ bool attention_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim
 //   probs = causal_softmax(scale·q·kᵀ);  out = probs·v
 int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, void* out, int64_t batch, int64_t T,
                              int64_t heads, int64_t head_dim, float scale) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t C = heads * head_dim, TT = T * T;
   if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
       bad_ptr(probs, batch * heads * TT) || bad_ptr(out, batch * T * C))
     return DSCPP_E_INVALID_ARGUMENT;
   if (batch == 0 || T == 0 || heads == 0) return DSCPP_OK;
   for (int64_t b = 0; b < batch; ++b) {
-    const float* q = F(qkv) + b * T * 3 * C;
-    float* p = F(probs) + b * heads * TT;
-    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, q, 3 * C, head_dim, q + C,
-                                        3 * C, head_dim, 0.0f, p, T, TT, heads))
+    const void* q = at(o, qkv, b * T * 3 * C);
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, q, 3 * C, head_dim,
+                                        at(o, q, C), 3 * C, head_dim, 0.0f, at(o, probs, b * heads * TT), T, TT, heads))
       return s;
   }
-  if (int s = status(ops::softmax_forward(F(probs), F(probs), batch * heads * T, T, scale, true, ctx(o).stream)))
+  if (int s = status(
+          ops::softmax_forward(rd(o, probs), wr(o, probs), batch * heads * T, T, scale, true, ctx(o).stream)))
     return s;
   for (int64_t b = 0; b < batch; ++b) {
-    const float* v = F(qkv) + b * T * 3 * C + 2 * C;
-    if (int s =
-            o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, F(probs) + b * heads * TT,
-                                    T, TT, v, 3 * C, head_dim, 0.0f, F(out) + b * T * C, C, head_dim, heads))
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f,
+                                        at(o, probs, b * heads * TT), T, TT, at(o, qkv, b * T * 3 * C + 2 * C), 3 * C,
+                                        head_dim, 0.0f, at(o, out, b * T * C), C, head_dim, heads))
       return s;
   }
   return DSCPP_OK;
@@ -77,47 +76,53 @@ int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, v
 //   dq = dscores·k;  dk = dscoresᵀ·q;  dv = probsᵀ·dout
 int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* probs, const void* dout, void* dqkv,
                               void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t C = heads * head_dim, TT = T * T;
   if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
       bad_ptr(probs, batch * heads * TT) || bad_ptr(dout, batch * T * C) || bad_ptr(dqkv, batch * T * 3 * C) ||
       bad_ptr(workspace, batch * heads * TT))
     return DSCPP_E_INVALID_ARGUMENT;
   if (batch == 0 || T == 0 || heads == 0) return DSCPP_OK;
-  float* ws = F(workspace);
+  void* ws = workspace;
   for (int64_t b = 0; b < batch; ++b) {
-    const float* v = F(qkv) + b * T * 3 * C + 2 * C;
-    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, F(dout) + b * T * C, C,
-                                        head_dim, v, 3 * C, head_dim, 0.0f, ws + b * heads * TT, T, TT, heads))
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, at(o, dout, b * T * C), C,
+                                        head_dim, at(o, qkv, b * T * 3 * C + 2 * C), 3 * C, head_dim, 0.0f,
+                                        at(o, ws, b * heads * TT), T, TT, heads))
       return s;
   }
-  if (int s = status(ops::softmax_backward(F(probs), ws, ws, batch * heads * T, T, scale, true, ctx(o).stream)))
+  if (int s = status(
+          ops::softmax_backward(rd(o, probs), rd(o, ws), wr(o, ws), batch * heads * T, T, scale, true, ctx(o).stream)))
     return s;
   for (int64_t b = 0; b < batch; ++b) {
-    const float* q = F(qkv) + b * T * 3 * C;
-    float* dq = F(dqkv) + b * T * 3 * C;
-    const float* ds = ws + b * heads * TT;
-    const float* p = F(probs) + b * heads * TT;
-    const float* dy = F(dout) + b * T * C;
-    int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, q + C, 3 * C,
-                                    head_dim, 0.0f, dq, 3 * C, head_dim, heads);
+    const void* q = at(o, qkv, b * T * 3 * C);
+    void* dq = at(o, dqkv, b * T * 3 * C);
+    const void* ds = at(o, ws, b * heads * TT);
+    const void* p = at(o, probs, b * heads * TT);
+    const void* dy = at(o, dout, b * T * C);
+    int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, at(o, q, C),
+                                    3 * C, head_dim, 0.0f, dq, 3 * C, head_dim, heads);
     if (s == DSCPP_OK)
       s = o->gemm_strided_batched(o, DSCPP_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, q, 3 * C, head_dim,
-                                  0.0f, dq + C, 3 * C, head_dim, heads);
+                                  0.0f, at(o, dq, C), 3 * C, head_dim, heads);
     if (s == DSCPP_OK)
       s = o->gemm_strided_batched(o, DSCPP_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, p, T, TT, dy, C, head_dim, 0.0f,
-                                  dq + 2 * C, 3 * C, head_dim, heads);
+                                  at(o, dq, 2 * C), 3 * C, head_dim, heads);
     if (s != DSCPP_OK) return s;
   }
   return DSCPP_OK;
 }
 
-// The entries that keep no T² matrix (ABI 3): under 16-bit GEMM math cuDNN's fused attention
-// where this build and GPU have it (cudnn_attention.h), else blockwise attention on the
-// table's GEMMs and the row kernels of ops_attention.cu.
+// The entries that keep no T² matrix (ABI 3): under a 16-bit compute dtype or 16-bit GEMM math
+// cuDNN's fused attention where this build and GPU have it (cudnn_attention.h), else blockwise
+// attention on the table's GEMMs and the row kernels of ops_attention.cu.
 #if !defined(DSCPP_CUDA_HOST_STUB)
-CudnnAttention* cudnn_for(OpsContext& c) {
-  if (c.gemm_math != kernels::GemmMath::bf16 && c.gemm_math != kernels::GemmMath::fp16) return nullptr;
+// The 16-bit type cuDNN computes in for a table of storage st, or fp32 when it does not apply.
+kernels::GemmMath cudnn_math(const OpsContext& c, Storage st) {
+  if (st != Storage::f32) return st == Storage::bf16 ? kernels::GemmMath::bf16 : kernels::GemmMath::fp16;
+  return stages_operands(c.gemm_math) ? c.gemm_math : kernels::GemmMath::fp32;
+}
+CudnnAttention* cudnn_for(OpsContext& c, kernels::GemmMath math) {
+  if (math == kernels::GemmMath::fp32) return nullptr;
   if (!c.cudnn_attention_tried) {
     c.cudnn_attention_tried = true;
     c.cudnn_attention = CudnnAttention::create(c.stream);
@@ -154,31 +159,29 @@ struct Blocks {
     }
     return DSCPP_OK;
   }
-  // C[pair][M×N] (+)= op(A)·op(B) over every pair; head-major operands are T·D apart, a block's
-  // scores M·N apart. Staged to 16 bits under 16-bit math.
+  // C[pair][M×N] (+)= op(A)·op(B) over every pair, all fp32; head-major operands are T·D apart,
+  // a block's scores M·N apart. Staged to 16 bits under 16-bit math.
   int gemm(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* Cm, int64_t ldc, int64_t sc) const {
-    const void *As = A, *Bs = B;
-    if (stages_operands(c.gemm_math)) {
-      As = c.stage(0, A, operand_span(ta, M, K, lda, sa, pairs()));
-      Bs = c.stage(1, B, operand_span(tb, K, N, ldb, sb, pairs()));
-    }
-    return gemm_on(c, ta, tb, M, N, K, 1.0f, As, lda, sa, Bs, ldb, sb, beta, Cm, ldc, sc, pairs());
+    const void* As = c.operand(0, A, Storage::f32, operand_span(ta, M, K, lda, sa, pairs()));
+    const void* Bs = c.operand(1, B, Storage::f32, operand_span(tb, K, N, ldb, sb, pairs()));
+    return gemm_on(c, c.operand_storage(Storage::f32), Storage::f32, ta, tb, M, N, K, 1.0f, As, lda, sa, Bs, ldb, sb,
+                   beta, Cm, ldc, sc, pairs());
   }
   // The queries of a block (rows of x from q0) times the keys it sees, transposed: [rows × keys].
   int rows_by_keys(const ops::AttentionBlock& k, const float* x, const float* keys, float* out) const {
     return gemm(DSCPP_NO_TRANS, DSCPP_TRANS, k.rows, k.keys, D, x + k.q0 * D, D, T * D, keys, D, T * D, 0.0f, out,
                 k.keys, k.rows * k.keys);
   }
-  int to_heads(const float* src, int64_t width, int64_t offset, float* dst) const {
+  int to_heads(Src src, int64_t width, int64_t offset, float* dst) const {
     return status(ops::attention_to_heads(src, width, offset, dst, batch, T, heads, D, c.stream));
   }
-  int from_heads(const float* src, float* dst, int64_t width, int64_t offset) const {
+  int from_heads(const float* src, Dst dst, int64_t width, int64_t offset) const {
     return status(ops::attention_from_heads(src, dst, width, offset, batch, T, heads, D, c.stream));
   }
 };
 
-int blockwise_forward(OpsContext& c, const Blocks& bl, const float* qkv, float* lse, float* out) {
+int blockwise_forward(OpsContext& c, const Blocks& bl, Src qkv, float* lse, Dst out) {
   const int64_t n = bl.n(), C = bl.heads * bl.D, D = bl.D, T = bl.T;
   float* q = c.attention.get<float>(size_t(4 * n + bl.block_floats()), c.stream);
   float *k = q + n, *v = k + n, *o = v + n, *s = o + n;
@@ -196,8 +199,8 @@ int blockwise_forward(OpsContext& c, const Blocks& bl, const float* qkv, float* 
 
 // Per block: p and ds from the recomputed scores and dout·vᵀ; dq = ds·k (each query once);
 // dk += dsᵀ·q and dv += pᵀ·dout over the blocks.
-int blockwise_backward(OpsContext& c, const Blocks& bl, const float* qkv, const float* out, const float* lse,
-                       const float* dout, float* dqkv, float* delta) {
+int blockwise_backward(OpsContext& c, const Blocks& bl, Src qkv, Src out, const float* lse, Src dout, Dst dqkv,
+                       float* delta) {
   const int64_t n = bl.n(), C = bl.heads * bl.D, D = bl.D, T = bl.T;
   float* q = c.attention.get<float>(size_t(7 * n + 2 * bl.block_floats()), c.stream);
   float *k = q + n, *v = k + n, *g = v + n, *dq = g + n, *dk = dq + n, *dv = dk + n, *s = dv + n;
@@ -228,7 +231,7 @@ int blockwise_backward(OpsContext& c, const Blocks& bl, const float* qkv, const 
 
 int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
                             int64_t heads, int64_t head_dim, float scale) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t n = batch * T * heads * head_dim;
   if (!flash_args_ok(batch, T, heads, head_dim, scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
       bad_ptr(lse, batch * heads * T))
@@ -236,19 +239,19 @@ int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, voi
   if (n == 0) return DSCPP_OK;
   OpsContext& c = ctx(o);
 #if !defined(DSCPP_CUDA_HOST_STUB)
-  if (CudnnAttention* a = cudnn_for(c);
-      a != nullptr && a->forward({batch, T, heads, head_dim, scale, c.gemm_math}, F(qkv), lse, F(out)))
+  const Storage st = storage_of(o->dtype);
+  const kernels::GemmMath math = cudnn_math(c, st);
+  if (CudnnAttention* a = cudnn_for(c, math);
+      a != nullptr && a->forward({batch, T, heads, head_dim, scale, math, st != Storage::f32}, qkv, lse, out))
     return DSCPP_OK;
 #endif
-  return guarded([&] {
-    return blockwise_forward(c, {c, batch, T, heads, head_dim, scale}, F(qkv), lse, F(out));
-  });
+  return guarded([&] { return blockwise_forward(c, {c, batch, T, heads, head_dim, scale}, rd(o, qkv), lse, wr(o, out)); });
 }
 
 int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
                              void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
                              float scale) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t n = batch * T * heads * head_dim, rows = batch * heads * T;
   if (!flash_args_ok(batch, T, heads, head_dim, scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
       bad_ptr(dout, n) || bad_ptr(dqkv, 3 * n) || bad_ptr(lse, rows) || bad_ptr(workspace, rows))
@@ -256,14 +259,15 @@ int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* ou
   if (n == 0) return DSCPP_OK;
   OpsContext& c = ctx(o);
 #if !defined(DSCPP_CUDA_HOST_STUB)
-  if (CudnnAttention* a = cudnn_for(c);
-      a != nullptr &&
-      a->backward({batch, T, heads, head_dim, scale, c.gemm_math}, F(qkv), F(out), lse, F(dout), F(dqkv)))
+  const Storage st = storage_of(o->dtype);
+  const kernels::GemmMath math = cudnn_math(c, st);
+  if (CudnnAttention* a = cudnn_for(c, math);
+      a != nullptr && a->backward({batch, T, heads, head_dim, scale, math, st != Storage::f32}, qkv, out, lse, dout, dqkv))
     return DSCPP_OK;
 #endif
   return guarded([&] {
-    return blockwise_backward(c, {c, batch, T, heads, head_dim, scale}, F(qkv), F(out), lse,
-                              F(dout), F(dqkv), workspace);
+    return blockwise_backward(c, {c, batch, T, heads, head_dim, scale}, rd(o, qkv), rd(o, out), lse, rd(o, dout),
+                              wr(o, dqkv), workspace);
   });
 }
 
@@ -278,73 +282,77 @@ LtLinear* lt_for(OpsContext& c) {
 #endif
 
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the
-// GEMM as β = 1; another residual is added by the epilogue. On a GPU, cuBLASLt fuses the bias
-// into the GEMM where it can (lt_linear.h). Under 16-bit GEMM math x and W are
-// cast once here and the GEMM reads the copies.
+// GEMM as β = 1; another residual is added by the epilogue. On a GPU with an fp32 table,
+// cuBLASLt fuses the bias into the GEMM where it can (lt_linear.h). Under 16-bit GEMM math an
+// fp32 table's x and W are cast once here and the GEMM reads the copies; a 16-bit table's GEMM
+// reads them as they are.
 int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual, void* y,
                    void* gelu_out, int64_t rows, int64_t in, int64_t out) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (rows < 0 || in < 0 || out < 0 || bad_ptr(x, rows * in) || bad_ptr(W, out * in) || bad_ptr(y, rows * out))
     return DSCPP_E_INVALID_ARGUMENT;
   if (rows == 0 || out == 0) return DSCPP_OK;
   const bool residual_in_y = residual != nullptr && residual == y;
   OpsContext& c = ctx(o);
+  const Storage st = storage_of(o->dtype);
   return guarded([&] {
-    const bool half = stages_operands(c.gemm_math);
-    const void* xs = half ? c.stage(0, x, rows * in) : x;
-    const void* Ws = half ? c.stage(1, W, out * in) : W;
+    const void* xs = c.operand(0, x, st, rows * in);
+    const void* Ws = c.operand(1, W, st, out * in);
 #if !defined(DSCPP_CUDA_HOST_STUB)
-    if (LtLinear* lt = lt_for(c); lt != nullptr && (residual == nullptr || residual_in_y) &&
-                                  lt->forward(c.gemm_math, xs, Ws, F(bias), residual_in_y, F(y), rows, in, out))
-      return gelu_out == nullptr ? int(DSCPP_OK) : status(ops::gelu_forward(F(y), F(gelu_out), rows * out, c.stream));
+    if (LtLinear* lt = st == Storage::f32 ? lt_for(c) : nullptr;
+        lt != nullptr && (residual == nullptr || residual_in_y) &&
+        lt->forward(c.gemm_math, xs, Ws, static_cast<const float*>(bias), residual_in_y, static_cast<float*>(y), rows,
+                    in, out))
+      return gelu_out == nullptr ? int(DSCPP_OK)
+                                 : status(ops::gelu_forward(rd(o, y), wr(o, gelu_out), rows * out, c.stream));
 #endif
-    if (int s = gemm_on(c, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, xs, in, 0, Ws, in, 0,
-                        residual_in_y ? 1.0f : 0.0f, F(y), out, 0, 1))
+    if (int s = gemm_on(c, c.operand_storage(st), st, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, xs, in, 0, Ws,
+                        in, 0, residual_in_y ? 1.0f : 0.0f, y, out, 0, 1))
       return s;
-    return status(ops::bias_residual_gelu(F(y), F(bias), residual_in_y ? nullptr : F(residual), F(gelu_out), rows,
-                                          out, c.stream));
+    return status(ops::bias_residual_gelu(wr(o, y), rd(o, bias), residual_in_y ? Src{} : rd(o, residual),
+                                          wr(o, gelu_out), rows, out, c.stream));
   });
 }
 
 // dW += dyᵀ·x;  dbias += Σ_rows dy;  dx = dy·W, times gelu'(gelu_pre) when given. Under 16-bit
-// GEMM math dy is cast once for both GEMMs.
+// GEMM math an fp32 table's dy is cast once for both GEMMs.
 int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const void* W, void* dW, void* dbias, void* dx,
                     const void* gelu_pre, int64_t rows, int64_t in, int64_t out) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (rows < 0 || in < 0 || out < 0 || bad_ptr(dy, rows * out) || bad_ptr(x, rows * in) || bad_ptr(W, out * in) ||
       bad_ptr(dW, out * in))
     return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
+  const Storage st = storage_of(o->dtype), ab = c.operand_storage(st);
   return guarded([&] {
-    const bool half = stages_operands(c.gemm_math);
-    const void* dys = half ? c.stage(0, dy, rows * out) : dy;
-    const void* xs = half ? c.stage(1, x, rows * in) : x;
+    const void* dys = c.operand(0, dy, st, rows * out);
+    const void* xs = c.operand(1, x, st, rows * in);
     bool fused_dW = false;
 #if !defined(DSCPP_CUDA_HOST_STUB)
-    // On a GPU: dW with the bias gradient from the same GEMM (into scratch, then added), through
-    // cuBLASLt where it can (lt_linear.h).
-    LtLinear* lt = rows > 0 && out > 0 && in > 0 ? lt_for(c) : nullptr;
+    // On a GPU with an fp32 table: dW with the bias gradient from the same GEMM (into scratch,
+    // then added), through cuBLASLt where it can (lt_linear.h).
+    LtLinear* lt = st == Storage::f32 && rows > 0 && out > 0 && in > 0 ? lt_for(c) : nullptr;
     if (lt != nullptr && dbias != nullptr) {
       float* partial = c.scratch.get<float>(size_t(out), c.stream);
-      fused_dW = lt->weight_and_bias_grad(c.gemm_math, dys, xs, F(dW), partial, rows, in, out);
+      fused_dW = lt->weight_and_bias_grad(c.gemm_math, dys, xs, static_cast<float*>(dW), partial, rows, in, out);
       if (fused_dW)
-        if (int s = status(ops::axpy(1.0f, partial, F(dbias), out, c.stream))) return s;
+        if (int s = status(ops::axpy(1.0f, partial, wr(o, dbias), out, c.stream))) return s;
     }
 #endif
     if (!fused_dW) {
-      if (int s = gemm_on(c, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dys, out, 0, xs, in, 0, 1.0f, F(dW), in,
-                          0, 1))
+      if (int s = gemm_on(c, ab, st, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dys, out, 0, xs, in, 0, 1.0f, dW,
+                          in, 0, 1))
         return s;
       if (dbias != nullptr)
         if (int s = o->bias_grad(o, dy, dbias, rows, out)) return s;
     }
     if (dx == nullptr) return int(DSCPP_OK);
-    const void* Ws = half ? c.stage(1, W, out * in) : W;  // slot 1's x is read by a GEMM enqueued before
-    if (int s = gemm_on(c, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dys, out, 0, Ws, in, 0, 0.0f, F(dx), in,
-                        0, 1))
+    const void* Ws = c.operand(1, W, st, out * in);  // slot 1's x is read by a GEMM enqueued before
+    if (int s = gemm_on(c, ab, st, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dys, out, 0, Ws, in, 0, 0.0f, dx,
+                        in, 0, 1))
       return s;
     if (gelu_pre == nullptr) return int(DSCPP_OK);
-    return status(ops::gelu_backward(F(gelu_pre), F(dx), F(dx), rows * in, c.stream));
+    return status(ops::gelu_backward(rd(o, gelu_pre), rd(o, dx), wr(o, dx), rows * in, c.stream));
   });
 }
 

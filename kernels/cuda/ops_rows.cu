@@ -15,12 +15,13 @@ DSCPP_HD inline double sum(int, double a, double b) {
 // Rounds: Σx, then Σ(x − mean)²; finish writes y, mean, rstd.
 struct LayerNormFwd {
   static constexpr int kRounds = 2;
-  const float *x, *gamma, *beta;
-  float *y, *mean, *rstd;
+  Src x, gamma, beta;
+  Dst y;
+  float *mean, *rstd;
   int64_t cols;
   float eps;
   DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
-    const float* xr = x + int64_t(t.block) * cols;
+    const Src xr = x + int64_t(t.block) * cols;
     const float m = static_cast<float>(totals[0] / double(cols));
     double acc = 0;
     for (int64_t c = t.thread; c < cols; c += t.threads) acc += round == 0 ? xr[c] : hd::layernorm_sq_dev(xr[c], m);
@@ -42,8 +43,9 @@ struct LayerNormFwd {
 // elements before it writes them, and the sums are complete before anyone writes).
 struct LayerNormDx {
   static constexpr int kRounds = 2;
-  const float *dy, *x, *gamma, *mean, *rstd;
-  float* dx;
+  Src dy, x, gamma;
+  const float *mean, *rstd;
+  Dst dx;
   int64_t cols;
   DSCPP_HD double partial(const Thread& t, int round, const double*) const {
     const int64_t off = int64_t(t.block) * cols;
@@ -73,8 +75,8 @@ DSCPP_HD inline int64_t live_cols(unsigned row, int64_t cols, bool causal) {
 // Rounds: max of a·x, then Σ e^(a·x − max); finish writes y (0 beyond the live entries).
 struct SoftmaxFwd {
   static constexpr int kRounds = 2;
-  const float* x;
-  float* y;
+  Src x;
+  Dst y;
   int64_t cols;
   float a;
   bool causal;
@@ -90,8 +92,8 @@ struct SoftmaxFwd {
 
 struct SoftmaxBwd {
   static constexpr int kRounds = 1;
-  const float *y, *dy;
-  float* dx;
+  Src y, dy;
+  Dst dx;
   int64_t cols;
   float a;
   bool causal;
@@ -115,14 +117,14 @@ struct SoftmaxBwd {
 // hence x[target] is taken in a round, before anyone writes.
 struct CrossEntropyFwd {
   static constexpr int kRounds = 4;
-  const float* x;
+  Src x;
   const int32_t* targets;
-  float* probs;
+  Dst probs;
   double* loss;
   int32_t* hit;
   int64_t cols;
   DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
-    const float* xr = x + int64_t(t.block) * cols;
+    const Src xr = x + int64_t(t.block) * cols;
     const float m = static_cast<float>(totals[0]);
     const int32_t target = targets[t.block];
     double acc = round == 0 ? -3.402823466e38 : (round == 2 ? double(cols) : 0.0);
@@ -163,7 +165,7 @@ Status per_row(int64_t rows, Stream s, Body body, Shift shift) {
 
 }  // namespace
 
-Status layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+Status layernorm_forward(Src x, Src gamma, Src beta, Dst y, float* mean, float* rstd,
                          int64_t rows, int64_t cols, float eps, Stream s) {
   if (cols == 0) return kOk;
   return per_row(rows, s, LayerNormFwd{x, gamma, beta, y, mean, rstd, cols, eps}, [](LayerNormFwd b, int64_t r0) {
@@ -172,9 +174,8 @@ Status layernorm_forward(const float* x, const float* gamma, const float* beta, 
   });
 }
 
-Status layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
-                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* scratch,
-                          Stream s) {
+Status layernorm_backward(Src dy, Src x, Src gamma, const float* mean, const float* rstd, Dst dx, Dst dgamma,
+                          Dst dbeta, int64_t rows, int64_t cols, float* scratch, Stream s) {
   if (rows == 0 || cols == 0) return kOk;
   // Parameter gradients first: dx may overwrite dy.
   if (Status st = layernorm_param_grads(dy, x, mean, rstd, dgamma, dbeta, rows, cols, scratch, s); st != kOk) return st;
@@ -184,7 +185,7 @@ Status layernorm_backward(const float* dy, const float* x, const float* gamma, c
   });
 }
 
-Status softmax_forward(const float* x, float* y, int64_t rows, int64_t cols, float scale, bool causal, Stream s) {
+Status softmax_forward(Src x, Dst y, int64_t rows, int64_t cols, float scale, bool causal, Stream s) {
   if (cols == 0) return kOk;
   // A causal slice must start on a matrix boundary for r mod T to stay right: the slices
   // are multiples of cols only when causal rows fit one grid (groups·T < 2^31), which the
@@ -195,7 +196,7 @@ Status softmax_forward(const float* x, float* y, int64_t rows, int64_t cols, flo
   });
 }
 
-Status softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols, float scale,
+Status softmax_backward(Src y, Src dy, Dst dx, int64_t rows, int64_t cols, float scale,
                         bool causal, Stream s) {
   if (cols == 0) return kOk;
   return per_row(rows, s, SoftmaxBwd{y, dy, dx, cols, scale, causal}, [](SoftmaxBwd b, int64_t r0) {
@@ -204,7 +205,7 @@ Status softmax_backward(const float* y, const float* dy, float* dx, int64_t rows
   });
 }
 
-Status cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, double* loss, int32_t* hit,
+Status cross_entropy_forward(Src logits, const int32_t* targets, Dst probs, double* loss, int32_t* hit,
                              int64_t rows, int64_t cols, Stream s) {
   if (cols == 0) return kOk;
   return per_row(rows, s, CrossEntropyFwd{logits, targets, probs, loss, hit, cols}, [](CrossEntropyFwd b, int64_t r0) {

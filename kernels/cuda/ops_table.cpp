@@ -1,11 +1,12 @@
 // The CUDA ops table: argument checks as in the CPU table, cuBLAS for the GEMMs (exact fp32 like
-// the CPU's sgemm unless the context's gemm_math puts them on the tensor cores), the kernels of
+// the CPU's sgemm unless the context's gemm_math puts them on the tensor cores; 16-bit in and out
+// with fp32 accumulation under a 16-bit compute dtype), the kernels of
 // ops_kernels.h for the rest, all on the context's stream. Ops that must answer on the host
 // (invalid ids or targets, the loss sums, the embedding gradient's grouping, copies) synchronise
 // the stream; everything else returns as soon as it is enqueued.
 #include "kernels/cuda/ops_table.h"
 
-#include "kernels/cpu/ops/cpu_ops_internal.h"  // check_table, bad_ptr, fits_int32: the same argument rules
+#include "kernels/cpu/ops/cpu_ops_internal.h"  // bad_ptr, fits_int32: the same argument rules
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/compute_type.h"
@@ -30,7 +31,6 @@ class LtLinear {};
 namespace dscpp::DSCPP_CUDA_NS {
 
 using kernels::cpu::bad_ptr;
-using kernels::cpu::check_table;
 using kernels::cpu::fits_int32;
 using kernels::cpu::ids_in_range;
 
@@ -47,29 +47,25 @@ OpsContext& ctx(const dscpp_ops* o) {
 int status(Status s) {
   return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
 }
-const float* F(const void* p) {
-  return static_cast<const float*>(p);
-}
-float* F(void* p) {
-  return static_cast<float*>(p);
-}
 
 int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K,
                  float alpha, const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb,
                  float beta, void* C, int64_t ldc, int64_t sc, int64_t batch) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (!fits_int32(M) || !fits_int32(N) || !fits_int32(K) || !fits_int32(lda) || !fits_int32(ldb) || !fits_int32(ldc) ||
       !fits_int32(batch))
     return DSCPP_E_INVALID_ARGUMENT;
   if (M == 0 || N == 0 || batch == 0) return DSCPP_OK;
   if (A == nullptr || B == nullptr || C == nullptr) return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
+  const Storage st = storage_of(o->dtype);
   return guarded([&] {
-    if (stages_operands(c.gemm_math) && K > 0) {
-      A = c.stage(0, A, operand_span(ta, M, K, lda, sa, batch));
-      B = c.stage(1, B, operand_span(tb, K, N, ldb, sb, batch));
+    if (K > 0) {
+      A = c.operand(0, A, st, operand_span(ta, M, K, lda, sa, batch));
+      B = c.operand(1, B, st, operand_span(tb, K, N, ldb, sb, batch));
     }
-    return gemm_on(c, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, F(C), ldc, sc, batch);
+    return gemm_on(c, c.operand_storage(st), st, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                   batch);
   });
 }
 
@@ -82,49 +78,49 @@ int gemm(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, 
 
 template <class Launch>
 int unary_op(const dscpp_ops* o, const void* x, void* y, int64_t n, Launch launch) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(launch(F(x), F(y), n, ctx(o).stream));
+  return status(launch(rd(o, x), wr(o, y), n, ctx(o).stream));
 }
 
 int fill(const dscpp_ops* o, void* x, float v, int64_t n) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::fill(F(x), v, n, ctx(o).stream));
+  return status(ops::fill(wr(o, x), v, n, ctx(o).stream));
 }
 int copy(const dscpp_ops* o, const void* x, void* y, int64_t n) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0 || x == y) return DSCPP_OK;
-  return status(cudaMemcpyAsync(y, x, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, ctx(o).stream));
+  return status(cudaMemcpyAsync(y, x, size_t(n * storage_bytes(storage_of(o->dtype))), cudaMemcpyDeviceToDevice, ctx(o).stream));
 }
 int add(const dscpp_ops* o, const void* a, const void* b, void* y, int64_t n) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(a, n) || bad_ptr(b, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::add(F(a), F(b), F(y), n, ctx(o).stream));
+  return status(ops::add(rd(o, a), rd(o, b), wr(o, y), n, ctx(o).stream));
 }
 int axpy(const dscpp_ops* o, float alpha, const void* x, void* y, int64_t n) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::axpy(alpha, F(x), F(y), n, ctx(o).stream));
+  return status(ops::axpy(alpha, rd(o, x), wr(o, y), n, ctx(o).stream));
 }
 int scale(const dscpp_ops* o, float alpha, void* x, int64_t n) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::scale(alpha, F(x), n, ctx(o).stream));
+  return status(ops::scale(alpha, wr(o, x), n, ctx(o).stream));
 }
 int bias_add(const dscpp_ops* o, void* x, const void* bias, int64_t rows, int64_t cols) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(x, rows * cols) || bad_ptr(bias, rows > 0 ? cols : 0))
     return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::bias_residual_gelu(F(x), F(bias), nullptr, nullptr, rows, cols, ctx(o).stream));
+  return status(ops::bias_residual_gelu(wr(o, x), rd(o, bias), Src{}, Dst{}, rows, cols, ctx(o).stream));
 }
 int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int64_t cols) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(dy, rows * cols) || bad_ptr(dbias, cols)) return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
   return guarded(
-      [&] { return status(ops::bias_grad(F(dy), F(dbias), rows, cols, c.column_scratch(rows, cols, 1), c.stream)); });
+      [&] { return status(ops::bias_grad(rd(o, dy), wr(o, dbias), rows, cols, c.column_scratch(rows, cols, 1), c.stream)); });
 }
 int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   return unary_op(o, x, y, n, ops::gelu_forward);
@@ -134,9 +130,9 @@ int relu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
 }
 template <class Launch>
 int binary_op(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n, Launch launch) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(launch(F(x), F(dy), F(dx), n, ctx(o).stream));
+  return status(launch(rd(o, x), rd(o, dy), wr(o, dx), n, ctx(o).stream));
 }
 int gelu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
   return binary_op(o, x, dy, dx, n, ops::gelu_backward);
@@ -149,36 +145,37 @@ int relu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, i
 
 int layernorm_forward(const dscpp_ops* o, const void* x, const void* gamma, const void* beta, void* y, float* mean,
                       float* rstd, int64_t rows, int64_t cols, float eps) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t n = rows * cols;
   if (rows < 0 || cols < 0 || (cols == 0 && rows > 0) || bad_ptr(x, n) || bad_ptr(y, n) || bad_ptr(gamma, cols) ||
       bad_ptr(beta, cols) || bad_ptr(mean, rows) || bad_ptr(rstd, rows) || !(eps >= 0.0f))
     return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::layernorm_forward(F(x), F(gamma), F(beta), F(y), mean, rstd, rows, cols, eps, ctx(o).stream));
+  return status(ops::layernorm_forward(rd(o, x), rd(o, gamma), rd(o, beta), wr(o, y), mean, rstd, rows, cols, eps, ctx(o).stream));
 }
 int layernorm_backward(const dscpp_ops* o, const void* dy, const void* x, const void* gamma, const float* mean,
                        const float* rstd, void* dx, void* dgamma, void* dbeta, int64_t rows, int64_t cols) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t n = rows * cols;
   if (rows < 0 || cols < 0 || bad_ptr(dy, n) || bad_ptr(x, n) || bad_ptr(dx, n) || bad_ptr(gamma, cols) ||
       bad_ptr(dgamma, cols) || bad_ptr(dbeta, cols) || bad_ptr(mean, rows) || bad_ptr(rstd, rows))
     return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
   return guarded([&] {
-    return status(ops::layernorm_backward(F(dy), F(x), F(gamma), mean, rstd, F(dx), F(dgamma), F(dbeta), rows, cols,
+    return status(ops::layernorm_backward(rd(o, dy), rd(o, x), rd(o, gamma), mean, rstd, wr(o, dx), wr(o, dgamma),
+                                          wr(o, dbeta), rows, cols,
                                           c.column_scratch(rows, cols, 2), c.stream));
   });
 }
 int softmax_forward(const dscpp_ops* o, const void* x, void* y, int64_t rows, int64_t cols) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(x, rows * cols) || bad_ptr(y, rows * cols)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::softmax_forward(F(x), F(y), rows, cols, 1.0f, false, ctx(o).stream));
+  return status(ops::softmax_forward(rd(o, x), wr(o, y), rows, cols, 1.0f, false, ctx(o).stream));
 }
 int softmax_backward(const dscpp_ops* o, const void* y, const void* dy, void* dx, int64_t rows, int64_t cols) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t n = rows * cols;
   if (rows < 0 || cols < 0 || bad_ptr(y, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::softmax_backward(F(y), F(dy), F(dx), rows, cols, 1.0f, false, ctx(o).stream));
+  return status(ops::softmax_backward(rd(o, y), rd(o, dy), wr(o, dx), rows, cols, 1.0f, false, ctx(o).stream));
 }
 // Causal rows must fit one grid so that row r of the launch is query r mod T (ops_rows.cu).
 bool causal_ok(int64_t groups, int64_t T) {
@@ -186,18 +183,18 @@ bool causal_ok(int64_t groups, int64_t T) {
 }
 int causal_softmax_forward(const dscpp_ops* o, const void* scores, void* probs, int64_t groups, int64_t T,
                            float scale) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (!causal_ok(groups, T) || bad_ptr(scores, groups * T * T) || bad_ptr(probs, groups * T * T))
     return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::softmax_forward(F(scores), F(probs), groups * T, T, scale, true, ctx(o).stream));
+  return status(ops::softmax_forward(rd(o, scores), wr(o, probs), groups * T, T, scale, true, ctx(o).stream));
 }
 int causal_softmax_backward(const dscpp_ops* o, const void* probs, const void* dprobs, void* dscores, int64_t groups,
                             int64_t T, float scale) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t n = groups * T * T;
   if (!causal_ok(groups, T) || bad_ptr(probs, n) || bad_ptr(dprobs, n) || bad_ptr(dscores, n))
     return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::softmax_backward(F(probs), F(dprobs), F(dscores), groups * T, T, scale, true, ctx(o).stream));
+  return status(ops::softmax_backward(rd(o, probs), rd(o, dprobs), wr(o, dscores), groups * T, T, scale, true, ctx(o).stream));
 }
 
 // Runs check(flag) on the stream and reads the flag back: true when the kernel set it.
@@ -213,7 +210,7 @@ bool flagged(OpsContext& c, Check check) {
 
 int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table, void* out, int64_t n, int64_t vocab,
                       int64_t dim) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(out, n * dim) ||
       bad_ptr(table, n > 0 ? vocab * dim : 0))
     return DSCPP_E_INVALID_ARGUMENT;
@@ -221,12 +218,12 @@ int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table,
   return guarded([&] {
     if (flagged(c, [&](int32_t* f) { return ops::check_ids(ids, n, vocab, f, c.stream); }))
       return int(DSCPP_E_INVALID_ARGUMENT);
-    return status(ops::embedding_forward(ids, F(table), F(out), n, dim, c.stream));
+    return status(ops::embedding_forward(ids, rd(o, table), wr(o, out), n, dim, c.stream));
   });
 }
 int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout, void* dtable, int64_t n, int64_t vocab,
                        int64_t dim) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(dout, n * dim) ||
       bad_ptr(dtable, n > 0 ? vocab * dim : 0))
     return DSCPP_E_INVALID_ARGUMENT;
@@ -249,13 +246,13 @@ int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout,
     // From pageable memory: the copy has taken `segments` when it returns.
     DSCPP_CUDA_CHECK(
         cudaMemcpyAsync(dev, segments.data(), segments.size() * sizeof(int32_t), cudaMemcpyHostToDevice, c.stream));
-    return status(ops::embedding_backward(dev, n, count, F(dout), F(dtable), dim, c.stream));
+    return status(ops::embedding_backward(dev, n, count, rd(o, dout), wr(o, dtable), dim, c.stream));
   });
 }
 
 int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t* targets, void* probs, int64_t rows,
                           int64_t cols, double* loss_sum, int64_t* counted, int64_t* correct) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t n = rows * cols;
   if (rows < 0 || cols < 0 || (cols == 0 && rows > 0) || bad_ptr(logits, n) || bad_ptr(probs, n) ||
       bad_ptr(targets, rows) || !loss_sum || !counted || !correct)
@@ -266,7 +263,7 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
       return int(DSCPP_E_INVALID_ARGUMENT);
     double* row_loss = c.row_loss.get<double>(size_t(rows), c.stream);
     int32_t* row_hit = c.row_hit.get<int32_t>(size_t(rows), c.stream);
-    DSCPP_CUDA_CHECK(ops::cross_entropy_forward(F(logits), targets, F(probs), row_loss, row_hit, rows, cols, c.stream));
+    DSCPP_CUDA_CHECK(ops::cross_entropy_forward(rd(o, logits), targets, wr(o, probs), row_loss, row_hit, rows, cols, c.stream));
     // Per-row results summed on the host in row order, as the CPU table does: the fp64 total
     // is the same for any launch shape.
     std::vector<double> loss(static_cast<size_t>(rows));
@@ -292,7 +289,7 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
 }
 int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t* targets, void* dlogits, int64_t rows,
                            int64_t cols, float scale) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   const int64_t n = rows * cols;
   if (rows < 0 || cols < 0 || bad_ptr(probs, n) || bad_ptr(dlogits, n) || bad_ptr(targets, rows))
     return DSCPP_E_INVALID_ARGUMENT;
@@ -300,14 +297,14 @@ int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t*
   return guarded([&] {
     if (flagged(c, [&](int32_t* f) { return ops::check_targets(targets, rows, cols, f, c.stream); }))
       return int(DSCPP_E_INVALID_ARGUMENT);
-    return status(ops::cross_entropy_backward(F(probs), targets, F(dlogits), rows, cols, scale, c.stream));
+    return status(ops::cross_entropy_backward(rd(o, probs), targets, wr(o, dlogits), rows, cols, scale, c.stream));
   });
 }
 
 // ---- copies --------------------------------------------------------------------------------------
 
 int copy_bytes(const dscpp_ops* o, const void* src, void* dst, size_t bytes) {
-  if (int s = check_table(o)) return s;
+  if (int s = check_ops(o)) return s;
   if (bytes > 0 && (src == nullptr || dst == nullptr)) return DSCPP_E_INVALID_ARGUMENT;
   if (bytes == 0) return DSCPP_OK;
   if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx(o).stream) != cudaSuccess) return DSCPP_E_INTERNAL;
@@ -335,20 +332,22 @@ OpsContext::~OpsContext() {
 
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same memory: swap
 // the operands and M/N, keep the transposes.
-int gemm_on(const OpsContext& c, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
-            const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb, float beta, float* C,
-            int64_t ldc, int64_t sc, int64_t batch) {
+int gemm_on(const OpsContext& c, Storage ab, Storage cs, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N,
+            int64_t K, float alpha, const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb,
+            float beta, void* C, int64_t ldc, int64_t sc, int64_t batch) {
   if (M == 0 || N == 0 || batch == 0) return DSCPP_OK;
   const cublasOperation_t opa = ta == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = tb == DSCPP_TRANS ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const bool all_f32 = ab == Storage::f32 && cs == Storage::f32;
   cublasStatus_t s;
-  if (c.gemm_math == kernels::GemmMath::fp32)
-    s = cublasSgemmStridedBatched(c.blas, opb, opa, int(N), int(M), int(K), &alpha, F(B), int(ldb), sb, F(A), int(lda),
-                                  sa, &beta, C, int(ldc), sc, int(batch));
+  if (all_f32 && c.gemm_math != kernels::GemmMath::tf32)
+    s = cublasSgemmStridedBatched(c.blas, opb, opa, int(N), int(M), int(K), &alpha, static_cast<const float*>(B),
+                                  int(ldb), sb, static_cast<const float*>(A), int(lda), sa, &beta,
+                                  static_cast<float*>(C), int(ldc), sc, int(batch));
   else
-    s = cublasGemmStridedBatchedEx(c.blas, opb, opa, int(N), int(M), int(K), &alpha, B, operand_type(c.gemm_math),
-                                   int(ldb), sb, A, operand_type(c.gemm_math), int(lda), sa, &beta, C, CUDA_R_32F,
-                                   int(ldc), sc, int(batch), compute_type(c.gemm_math), CUBLAS_GEMM_DEFAULT);
+    s = cublasGemmStridedBatchedEx(c.blas, opb, opa, int(N), int(M), int(K), &alpha, B, data_type(ab), int(ldb), sb, A,
+                                   data_type(ab), int(lda), sa, &beta, C, data_type(cs), int(ldc), sc, int(batch),
+                                   all_f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   return s == CUBLAS_STATUS_SUCCESS ? DSCPP_OK : DSCPP_E_INTERNAL;
 }
 
@@ -358,11 +357,17 @@ int64_t operand_span(dscpp_transpose t, int64_t rows, int64_t cols, int64_t ld, 
   return (batch - 1) * stride + (stored_rows - 1) * ld + stored_cols;
 }
 
-const void* OpsContext::stage(int slot, const void* src, int64_t n) {
+Storage OpsContext::operand_storage(Storage s) const {
+  if (s != Storage::f32 || !stages_operands(gemm_math)) return s;
+  return gemm_math == kernels::GemmMath::bf16 ? Storage::bf16 : Storage::f16;
+}
+
+const void* OpsContext::operand(int slot, const void* src, Storage s, int64_t n) {
+  if (operand_storage(s) == s) return src;
   auto* dst = staged[slot].get<uint16_t>(size_t(n), stream);
-  const Status s = launch_cast_f32_to_16(static_cast<const float*>(src), dst, size_t(n),
-                                         gemm_math == kernels::GemmMath::bf16, stream);
-  if (s != kOk) fail("casting a GEMM operand to 16 bits failed ({})", int(s));
+  const Status st = launch_cast_f32_to_16(static_cast<const float*>(src), dst, size_t(n),
+                                          gemm_math == kernels::GemmMath::bf16, stream);
+  if (st != kOk) fail("casting a GEMM operand to 16 bits failed ({})", int(st));
   return dst;
 }
 

@@ -1,6 +1,8 @@
-// The plugin ops table (include/dscpp/model.h) on a CUDA device: fp32 like the CPU table
-// (kernels/cpu/ops/cpu_ops.h), GEMMs through cuBLAS, the rest through the kernels of
-// ops_kernels.h. The table's `device` is its OpsContext: the stream every op is enqueued on and
+// The plugin ops table (include/dscpp/model.h) on a CUDA device: GEMMs through cuBLAS, the rest
+// through the kernels of ops_kernels.h. Its compute dtype is fp32 (as the CPU table's,
+// kernels/cpu/ops/cpu_ops.h) or bf16 / fp16: then every floating tensor is 16-bit in memory, the
+// GEMMs read and write it directly with fp32 accumulation, and the other kernels load to fp32,
+// compute in fp32 and round once on the store (elems.h). The table's `device` is its OpsContext: the stream every op is enqueued on and
 // the cuBLAS handle bound to it. One context per thread that runs layers.
 //
 // Built with DSCPP_CUDA_HOST_STUB (kernels/cuda/sim), the same table runs on the CPU: kernels
@@ -11,6 +13,7 @@
 #include "core/error.h"
 #include "dscpp/model.h"
 #include "kernels/cuda/device_scratch.h"
+#include "kernels/cuda/elems.h"
 #include "kernels/cuda/launch.h"  // Stream: cudaStream_t, or the host stub's stream
 #include "kernels/gemm_math.h"
 
@@ -44,10 +47,12 @@ struct OpsContext {
   // segments, a fused bias gradient); valid until the next op that asks for scratch.
   DeviceScratch scratch;
   float* column_scratch(int64_t rows, int64_t cols, int outputs);
-  // Under bf16/fp16 GEMM math a GEMM's operands are cast to 16 bits first (compute_type.h): a
-  // copy of the first n fp32 elements at src in slot 0 or 1 (a GEMM's two operands), valid
-  // until that slot is staged again. Throws Error when a CUDA call fails.
-  const void* stage(int slot, const void* src, int64_t n);
+  // What cuBLAS reads for a GEMM operand of the first n elements at src in storage s: the tensor
+  // itself, except fp32 under bf16/fp16 GEMM math (compute_type.h), where it is a 16-bit copy
+  // in slot 0 or 1 (a GEMM's two operands), valid until that slot is staged again. Throws Error
+  // when a CUDA call fails. operand_storage(s) is that operand's storage.
+  const void* operand(int slot, const void* src, Storage s, int64_t n);
+  Storage operand_storage(Storage s) const;
   DeviceScratch staged[2];
   DeviceScratch attention;  // blockwise attention: head-major copies and one block of queries' scores
   // cuDNN's fused attention, for the flash entries under 16-bit GEMM math: made on first use
@@ -71,17 +76,32 @@ int guarded(F f) {
   }
 }
 
-// Row-major C = op(A)·op(B) for `batch` strided matrices on the context's cuBLAS handle in its
-// GEMM math; A and B are fp32, or under 16-bit math the copies stage() made. Returns a dscpp
-// status. The table's gemm entries and its composite ops share it.
-int gemm_on(const OpsContext& c, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
-            const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb, float beta, float* C,
-            int64_t ldc, int64_t sc, int64_t batch);
+// Row-major C = op(A)·op(B) for `batch` strided matrices on the context's cuBLAS handle: A and B
+// as operand() gave them (both in storage ab), C in storage cs, fp32 accumulation (exact fp32,
+// or TF32 under tf32 math, when everything is fp32). Returns a dscpp status. The table's gemm
+// entries and its composite ops share it.
+int gemm_on(const OpsContext& c, Storage ab, Storage cs, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N,
+            int64_t K, float alpha, const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb,
+            float beta, void* C, int64_t ldc, int64_t sc, int64_t batch);
 // Elements a row-major rows × cols operand (as op() reads it: transposed when t is DSCPP_TRANS)
-// spans over a strided batch, the gaps between matrices included: what stage() must copy.
+// spans over a strided batch, the gaps between matrices included: what operand() must copy.
 int64_t operand_span(dscpp_transpose t, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch);
 
-// fp32 is implemented; other dtypes answer DSCPP_E_UNSUPPORTED from every op, as on the CPU.
+// The storage of the table's floating tensors.
+inline Storage storage_of(dscpp_dtype d) {
+  return d == DSCPP_BF16 ? Storage::bf16 : d == DSCPP_F16 ? Storage::f16 : Storage::f32;
+}
+// 0 when the table can run (non-null, a floating compute dtype), else the status every op answers.
+inline int check_ops(const dscpp_ops* o) {
+  if (o == nullptr) return DSCPP_E_INVALID_ARGUMENT;
+  return o->dtype == DSCPP_F32 || o->dtype == DSCPP_BF16 || o->dtype == DSCPP_F16 ? DSCPP_OK : DSCPP_E_UNSUPPORTED;
+}
+// A tensor argument of the table as the kernels take it.
+inline Src rd(const dscpp_ops* o, const void* p) { return {p, storage_of(o->dtype)}; }
+inline Dst wr(const dscpp_ops* o, void* p) { return {p, storage_of(o->dtype)}; }
+
+// The table for compute dtype fp32, bf16 or fp16 (another dtype answers DSCPP_E_UNSUPPORTED from
+// every op, as on the CPU).
 dscpp_ops cuda_ops(dscpp_dtype dtype, OpsContext* context);
 
 }  // namespace dscpp::DSCPP_CUDA_NS

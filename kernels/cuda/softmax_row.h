@@ -9,7 +9,9 @@
 
 namespace dscpp::DSCPP_CUDA_NS::ops {
 
-DSCPP_HD inline double softmax_partial(const float* row, int64_t live, float scale, const Thread& t, int round,
+// Row and Out: float pointers (attention's fp32 scores) or compute-dtype views (elems.h).
+template <class Row>
+DSCPP_HD inline double softmax_partial(Row row, int64_t live, float scale, const Thread& t, int round,
                                        const double* totals) {
   if (round == 0) {
     float m = -3.402823466e38f;
@@ -27,7 +29,8 @@ DSCPP_HD inline double softmax_combine(int round, double p, double q) {
 }
 
 // out may be row.
-DSCPP_HD inline void softmax_write(const float* row, float* out, int64_t cols, int64_t live, float scale,
+template <class Row, class Out>
+DSCPP_HD inline void softmax_write(Row row, Out out, int64_t cols, int64_t live, float scale,
                                    const double* totals, const Thread& t) {
   const float m = static_cast<float>(totals[0]), inv = 1.0f / static_cast<float>(totals[1]);
   for (int64_t c = t.thread; c < cols; c += t.threads)

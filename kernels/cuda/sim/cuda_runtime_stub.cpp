@@ -194,7 +194,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long strideC, int batchCount, cublasComputeType_t computeType,
                                           cublasGemmAlgo_t) {
   const bool half = Atype == Btype && (Atype == CUDA_R_16BF || Atype == CUDA_R_16F);
-  if ((Atype != CUDA_R_32F && !half) || Btype != Atype || Ctype != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((Atype != CUDA_R_32F && !half) || Btype != Atype || (Ctype != CUDA_R_32F && Ctype != Atype))
+    return CUBLAS_STATUS_INVALID_VALUE;
   kernels::GemmMath math;
   switch (computeType) {
     case CUBLAS_COMPUTE_32F: math = kernels::GemmMath::fp32; break;
@@ -219,9 +220,21 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     if (!ra.empty()) a = ra.data();
     if (!rb.empty()) b = rb.data();
   }
-  return cublasSgemmStridedBatched(handle, transa, transb, m, n, k, static_cast<const float*>(alpha), a, lda, strideA,
-                                   b, ldb, strideB, static_cast<const float*>(beta), static_cast<float*>(C), ldc,
-                                   strideC, batchCount);
+  if (Ctype == CUDA_R_32F)
+    return cublasSgemmStridedBatched(handle, transa, transb, m, n, k, static_cast<const float*>(alpha), a, lda,
+                                     strideA, b, ldb, strideB, static_cast<const float*>(beta), static_cast<float*>(C),
+                                     ldc, strideC, batchCount);
+  // A 16-bit C: its span widened (exactly, gaps included), the fp32 GEMM there, every element
+  // rounded back once (the gaps round-trip unchanged).
+  ProtectedAccess on_device;
+  std::vector<float> c32 = widened_span(C, Ctype, span_of(m, n, ldc, strideC, batchCount), kernels::GemmMath::fp32);
+  const cublasStatus_t st =
+      cublasSgemmStridedBatched(handle, transa, transb, m, n, k, static_cast<const float*>(alpha), a, lda, strideA, b,
+                                ldb, strideB, static_cast<const float*>(beta), c32.data(), ldc, strideC, batchCount);
+  auto* h = static_cast<uint16_t*>(C);
+  for (size_t i = 0; i < c32.size(); ++i)
+    h[i] = Ctype == CUDA_R_16BF ? float_to_bf16_bits(c32[i]) : float_to_fp16_bits(c32[i]);
+  return st;
 }
 
 }  // namespace dscpp::DSCPP_CUDA_NS

@@ -81,7 +81,8 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 // The mixed-precision form. With fp32 operands: computeType CUBLAS_COMPUTE_32F is the call
 // above; the _FAST_ types round A and B to TF32 / bf16 / fp16 (kernels/gemm_math.h's emulation
 // of the tensor cores' input conversion) and accumulate in fp32. With 16-bit operands (A and B
-// both CUDA_R_16BF or both CUDA_R_16F, C fp32, CUBLAS_COMPUTE_32F): widened, then the fp32 GEMM.
+// both CUDA_R_16BF or both CUDA_R_16F, C fp32 or their type, CUBLAS_COMPUTE_32F): widened, then the
+// fp32 GEMM, a 16-bit C rounded once.
 enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
 enum cublasComputeType_t {
   CUBLAS_COMPUTE_32F = 68,
