@@ -16,8 +16,11 @@
  * Pointer conventions:
  *  - "device" pointers (parameters, gradients, activations, workspace) may only be touched
  *    through `dscpp_ops`; "host" pointers (load_sample buffers, metrics) are plain memory.
- *  - Floating tensors are in `ops->dtype` (the compute dtype); token ids and class labels are
- *    int32. Matrices are row-major.
+ *  - Floating tensors are in `ops->dtype` (the compute dtype: fp32, or bf16 / fp16 in a run with
+ *    that precision on a device whose table computes in 16 bits, as the CUDA table does);
+ *    layer 0's float data input arrives in it too. Statistics the ops keep in fp32 say so
+ *    (layer-norm mean/rstd, attention's lse). Token ids and class labels are int32.
+ *    Matrices are row-major.
  *  - Gradients of parameters ACCUMULATE: backward adds into `grads[i]` (the runtime zeroes
  *    them when it needs to). `grad_input` is OVERWRITTEN.
  *
@@ -36,7 +39,8 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 3u /* 2: causal attention and linear layers; 3: flash attention */
+#define DSCPP_MODEL_ABI_VERSION 4u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
+                                    compute dtypes reach layers, layer 0's float input included */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -211,7 +215,8 @@ typedef struct dscpp_layer_desc {
 typedef struct dscpp_data_desc {
   int64_t train_size; /* samples in the train split */
   int64_t eval_size;  /* samples in the eval split (may be 0) */
-  dscpp_dtype input_dtype; /* DSCPP_F32 (always fp32, whatever the compute dtype) or DSCPP_I32 */
+  dscpp_dtype input_dtype; /* DSCPP_F32 or DSCPP_I32: what load_sample writes (a float input is fp32
+                              there, and reaches layer 0 in the compute dtype) */
   int64_t input_numel;     /* per sample */
   dscpp_dtype target_dtype; /* DSCPP_I32 */
   int64_t target_numel;     /* per sample */
@@ -250,7 +255,8 @@ typedef struct dscpp_layer_ctx {
   uint64_t rng_seed;          /* same for a layer's forward and its backward in one micro-step */
   const void* const* params;  /* [num_params] device, compute dtype */
   void* const* grads;         /* [num_params] device; backward accumulates; NULL in forward */
-  const void* input;          /* batch × previous output_numel (layer 0: the data input) */
+  const void* input;          /* batch × previous output_numel (layer 0: the data input, floats in
+                                 the compute dtype) */
   void* output;               /* forward: batch × output_numel */
   void* saved;                /* batch × saved_bytes, written by forward, read by backward */
   void* workspace;            /* batch × workspace_bytes */

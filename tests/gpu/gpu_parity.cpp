@@ -430,3 +430,130 @@ TEST_CASE("linear layers (cuBLASLt epilogues and the kernel path) match the CPU 
     CHECK(ctx.lt_linear != nullptr);  // cuBLASLt started (its first failure, if any, is in the log)
   }
 }
+
+namespace {
+// Inputs for a 16-bit table: fp32 values exactly representable in the dtype (for the CPU
+// table), and their bits on the device (for the CUDA table).
+struct Half {
+  std::vector<float> f;
+  std::vector<uint16_t> h;
+  Half(const std::vector<float>& v, bool bf16) : f(v.size()), h(v.size()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      h[i] = bf16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
+      f[i] = bf16 ? bf16_bits_to_float(h[i]) : fp16_bits_to_float(h[i]);
+    }
+  }
+};
+std::vector<uint16_t> zeros16(int64_t n) {
+  return std::vector<uint16_t>(static_cast<size_t>(n));
+}
+std::vector<float> widen(const std::vector<uint16_t>& h, bool bf16) {
+  std::vector<float> r(h.size());
+  for (size_t i = 0; i < h.size(); ++i) r[i] = bf16 ? bf16_bits_to_float(h[i]) : fp16_bits_to_float(h[i]);
+  return r;
+}
+}  // namespace
+
+// The table with a 16-bit compute dtype (what bf16/fp16 runs train with) at training sizes,
+// against the CPU table's fp32 ops on the same inputs rounded to the dtype: each result is
+// rounded once (tests/unit/test_cuda_ops_16bit.cpp checks every op on the host stub), so 1 unit
+// roundoff u16 (2⁻⁸ bf16, 2⁻¹¹ fp16) plus the fp32 sums' order: 1.5 u16. Composite results
+// round more than once (the linear layer's y before its bias, the GELU of the rounded y, dx
+// before the GELU backward): 3 u16. cuDNN's attention keeps its probabilities in 16 bits for
+// P·V and its backward products: 4 u16 forward, 8 u16 for dqkv, as the blockwise path also
+// meets (it rounds once).
+TEST_CASE("the bf16 and fp16 ops tables match the CPU table's fp32 ops to their roundings", "[gpu]") {
+  const dscpp_ops c = kernels::cpu_ops(DSCPP_F32);
+  for (bool bf16 : {true, false}) {
+    CAPTURE(bf16);
+    const double u = bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    cuda::OpsContext ctx(device()->compute_stream());
+    ctx.gemm_math = bf16 ? kernels::GemmMath::bf16 : kernels::GemmMath::fp16;
+    const dscpp_ops g = cuda::cuda_ops(bf16 ? DSCPP_BF16 : DSCPP_F16, &ctx);
+    auto on = [](const Half& v) { return On<uint16_t>(v.h); };
+    {  // linear forward and backward at a GPT-2 MLP's shape
+      const int64_t rows = 512, in = 768, out = 3072;
+      const Half x(randoms(rows * in, 110), bf16), W(randoms(out * in, 111, -0.05f, 0.05f), bf16),
+          b(randoms(out, 112), bf16), dy(randoms(rows * out, 113), bf16), pre(randoms(rows * in, 114), bf16);
+      On<uint16_t> gx = on(x), gW = on(W), gb = on(b), gdy = on(dy), gpre = on(pre),
+                   y(zeros16(rows * out)), ge(zeros16(rows * out)),
+                   dW(zeros16(out * in)), db(zeros16(out)),
+                   dx(zeros16(rows * in));
+      std::vector<float> cy(rows * out), cg(rows * out), cW(out * in), cb(out), cdx(rows * in);
+      REQUIRE(g.linear_forward(&g, gx.p(), gW.p(), gb.p(), nullptr, y.p(), ge.p(), rows, in, out) == DSCPP_OK);
+      REQUIRE(c.linear_forward(&c, x.f.data(), W.f.data(), b.f.data(), nullptr, cy.data(), cg.data(), rows, in, out) ==
+              DSCPP_OK);
+      CHECK(normwise(widen(y.get(), bf16), cy) <= 3 * u);
+      CHECK(normwise(widen(ge.get(), bf16), cg) <= 3 * u);
+      REQUIRE(g.linear_backward(&g, gdy.p(), gx.p(), gW.p(), dW.p(), db.p(), dx.p(), gpre.p(), rows, in, out) ==
+              DSCPP_OK);
+      REQUIRE(c.linear_backward(&c, dy.f.data(), x.f.data(), W.f.data(), cW.data(), cb.data(), cdx.data(), pre.f.data(),
+                                rows, in, out) == DSCPP_OK);
+      CHECK(normwise(widen(dW.get(), bf16), cW) <= 1.5 * u);
+      CHECK(normwise(widen(db.get(), bf16), cb) <= 1.5 * u);
+      CHECK(normwise(widen(dx.get(), bf16), cdx) <= 3 * u);
+    }
+    {  // layer norm and cross-entropy over 1024 rows
+      const int64_t rows = 1024, cols = 768, vocab = 4099;
+      const Half x(randoms(rows * cols, 115), bf16), gm(randoms(cols, 116, 0.5f, 1.5f), bf16), bt(randoms(cols, 117), bf16),
+          dy(randoms(rows * cols, 118), bf16), logits(randoms(rows * vocab, 119, -4.0f, 4.0f), bf16);
+      On<uint16_t> gx = on(x), ggm = on(gm), gbt = on(bt), gdy = on(dy), glog = on(logits),
+                   y(zeros16(rows * cols)), dx(zeros16(rows * cols)),
+                   dg(zeros16(cols)), db(zeros16(cols)),
+                   probs(zeros16(rows * vocab));
+      On<float> mean(zeros(rows)), rstd(zeros(rows));
+      std::vector<float> cy(rows * cols), cm(rows), cr(rows), cdx(rows * cols), cdg(cols), cdb(cols), cp(rows * vocab);
+      REQUIRE(g.layernorm_forward(&g, gx.p(), ggm.p(), gbt.p(), y.p(), mean.p(), rstd.p(), rows, cols, 1e-5f) == DSCPP_OK);
+      REQUIRE(c.layernorm_forward(&c, x.f.data(), gm.f.data(), bt.f.data(), cy.data(), cm.data(), cr.data(), rows, cols,
+                                  1e-5f) == DSCPP_OK);
+      CHECK(normwise(widen(y.get(), bf16), cy) <= 1.5 * u);
+      CHECK(normwise(mean.get(), cm) <= 1e-5);
+      REQUIRE(g.layernorm_backward(&g, gdy.p(), gx.p(), ggm.p(), mean.p(), rstd.p(), dx.p(), dg.p(), db.p(), rows,
+                                   cols) == DSCPP_OK);
+      REQUIRE(c.layernorm_backward(&c, dy.f.data(), x.f.data(), gm.f.data(), cm.data(), cr.data(), cdx.data(),
+                                   cdg.data(), cdb.data(), rows, cols) == DSCPP_OK);
+      CHECK(normwise(widen(dx.get(), bf16), cdx) <= 1.5 * u);
+      CHECK(normwise(widen(dg.get(), bf16), cdg) <= 1.5 * u);
+      CHECK(normwise(widen(db.get(), bf16), cdb) <= 1.5 * u);
+      std::vector<int32_t> targets(rows);
+      for (int64_t r = 0; r < rows; ++r) targets[size_t(r)] = int32_t((r * 37) % vocab);
+      On<int32_t> gt(targets);
+      double lg = 0, lc = 0;
+      int64_t ng = 0, nc = 0, hg = 0, hc = 0;
+      REQUIRE(g.cross_entropy_forward(&g, glog.p(), gt.p(), probs.p(), rows, vocab, &lg, &ng, &hg) == DSCPP_OK);
+      REQUIRE(c.cross_entropy_forward(&c, logits.f.data(), targets.data(), cp.data(), rows, vocab, &lc, &nc, &hc) ==
+              DSCPP_OK);
+      CHECK(std::fabs(lg - lc) <= 1e-5 * std::fabs(lc));
+      CHECK((ng == nc && hg == hc));
+      CHECK(normwise(widen(probs.get(), bf16), cp) <= 1.5 * u);
+    }
+    {  // flash attention through cuDNN (tensors as they are) and the blockwise path
+      const int64_t B = 2, T = 300, H = 4, D = 64, n = B * T * H * D, rows = B * H * T;
+      const float scale = 0.125f;
+      const Half qkv(randoms(3 * n, 120, -1.5f, 1.5f), bf16), dout(randoms(n, 121), bf16);
+      std::vector<float> out(n), lse(rows), dqkv(3 * n), ws(rows);
+      REQUIRE(c.flash_attention_forward(&c, qkv.f.data(), lse.data(), out.data(), B, T, H, D, scale) == DSCPP_OK);
+      const Half out16(out, bf16);  // the same forward output into both backwards
+      REQUIRE(c.flash_attention_backward(&c, qkv.f.data(), out16.f.data(), lse.data(), dout.f.data(), dqkv.data(),
+                                         ws.data(), B, T, H, D, scale) == DSCPP_OK);
+      for (bool cudnn : {true, false}) {
+        CAPTURE(cudnn);
+        cuda::OpsContext actx(device()->compute_stream());
+        actx.cudnn_attention_tried = !cudnn;
+        const dscpp_ops a = cuda::cuda_ops(bf16 ? DSCPP_BF16 : DSCPP_F16, &actx);
+        On<uint16_t> gq = on(qkv), gdo = on(dout), go = on(out16), gout(zeros16(n)),
+                     gdq(zeros16(3 * n));
+        On<float> glse(zeros(rows)), gws(zeros(rows)), clse(lse);
+        REQUIRE(a.flash_attention_forward(&a, gq.p(), glse.p(), gout.p(), B, T, H, D, scale) == DSCPP_OK);
+#if DSCPP_HAVE_CUDNN_SDPA
+        if (cudnn) CHECK(actx.cudnn_attention != nullptr);
+#endif
+        CHECK(normwise(widen(gout.get(), bf16), out) <= 4 * u);
+        CHECK(normwise(glse.get(), lse) <= 1e-3);
+        REQUIRE(a.flash_attention_backward(&a, gq.p(), go.p(), clse.p(), gdo.p(), gdq.p(), gws.p(), B, T, H, D, scale) ==
+                DSCPP_OK);
+        CHECK(normwise(widen(gdq.get(), bf16), dqkv) <= 8 * u);
+      }
+    }
+  }
+}
