@@ -97,6 +97,13 @@ TEST_CASE("16-bit CUDA table: GEMMs and elementwise ops round once", "[cuda_ops_
     REQUIRE(t.half.add(t.H(), a.h.data(), b.h.data(), y.h.data(), n) == DSCPP_OK);
     REQUIRE(t.C()->add(t.C(), a.f.data(), b.f.data(), y.f.data(), n) == DSCPP_OK);
     CHECK_16(y, u);
+    {  // off a 16-byte boundary: the element-by-element path, not the quads
+      Pair y1 = t.nans(size_t(n));
+      REQUIRE(t.half.add(t.H(), a.h.data() + 1, b.h.data() + 3, y1.h.data() + 1, n - 3) == DSCPP_OK);
+      REQUIRE(t.C()->add(t.C(), a.f.data() + 1, b.f.data() + 3, y1.f.data() + 1, n - 3) == DSCPP_OK);
+      const Vec got = y1.widened();
+      CHECK_NORMWISE(Vec(got.begin() + 1, got.end() - 2), Vec(y1.f.begin() + 1, y1.f.end() - 2), u);
+    }
     Pair z = t.pair(size_t(n), 6);
     REQUIRE(t.half.axpy(t.H(), -0.7f, a.h.data(), z.h.data(), n) == DSCPP_OK);
     REQUIRE(t.C()->axpy(t.C(), -0.7f, a.f.data(), z.f.data(), n) == DSCPP_OK);
