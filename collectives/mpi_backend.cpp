@@ -9,6 +9,7 @@
 // dscpp::Error naming the group, the operation and MPI's own text.
 #include "build_config.h"
 #include "collectives/backend.h"
+#include "core/knobs.h"
 
 #if DSCPP_HAVE_MPI
 #include <fmt/format.h>
@@ -159,7 +160,7 @@ MPI_Op mpi_op(ReduceOp op) {
 // drive the chunked paths with small buffers.
 size_t max_count_from_env() {
   size_t limit = INT_MAX;
-  if (const char* text = std::getenv("DSCPP_MPI_MAX_COUNT"); text != nullptr && *text != '\0') {
+  if (const char* text = knob("DSCPP_MPI_MAX_COUNT"); text != nullptr && *text != '\0') {
     char* end = nullptr;
     unsigned long long value = std::strtoull(text, &end, 10);
     if (*end != '\0' || value == 0) fail("DSCPP_MPI_MAX_COUNT='{}': expected a positive element count", text);

@@ -38,6 +38,7 @@
 
 #include "collectives/backend.h"
 #include "collectives/shm_reduce.h"
+#include "core/knobs.h"
 
 namespace dscpp::comm {
 namespace {
@@ -104,7 +105,7 @@ int usable_cpus() {
 // round's slots stay in L2 while they are reduced and copied out (measured: see the commit).
 size_t slot_bytes_setting() {
   size_t bytes = 512 * 1024;
-  if (const char* env = std::getenv("DSCPP_SHM_SLOT_KB")) {
+  if (const char* env = knob("DSCPP_SHM_SLOT_KB")) {
     const long kb = std::strtol(env, nullptr, 10);
     if (kb >= 4 && kb <= 64 * 1024) bytes = size_t(kb) * 1024;
   }

@@ -15,6 +15,7 @@
 #include "build_config.h"
 #include "collectives/communicator.h"
 #include "collectives/tcp_store.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "core/rank_discovery.h"
 
@@ -256,8 +257,14 @@ World create_world(const CommOptions& o) {
 
 CommOptions comm_options_from_env() {
   CommOptions o;
-  auto env = process_env();
-  if (auto id = discover_rank(env)) {
+  const EnvGetter launcher_env = process_env();
+  // dscpp's own variables through the knob table, the launchers' as they are.
+  auto env = [&launcher_env](const char* name) -> std::optional<std::string> {
+    if (!std::string_view(name).starts_with("DSCPP_")) return launcher_env(name);
+    const char* v = knob(name);
+    return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+  };
+  if (auto id = discover_rank(launcher_env)) {
     o.rank = id->rank;
     o.world_size = id->world_size;
   }

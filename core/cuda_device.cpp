@@ -2,6 +2,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/device_select.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "kernels/cuda/check.h"
 
@@ -191,7 +192,8 @@ std::unique_ptr<CudaDevice> make_cuda_device_from_env() {
   }
   // The backend decides whether ranks past the visible devices may share one (dscpp-runtime
   // puts its --comm_backend here too).
-  const std::string backend = env("DSCPP_COMM_BACKEND").value_or("auto");
+  const char* backend_env = knob("DSCPP_COMM_BACKEND");
+  const std::string backend = backend_env != nullptr ? backend_env : "auto";
   const std::optional<std::string> cvd = env("CUDA_VISIBLE_DEVICES");
   const int index = choose_cuda_device(local_rank, visible, cvd, backend);
   if (cuda_device_shared(local_rank, visible, cvd))

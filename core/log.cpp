@@ -1,5 +1,7 @@
 #include "core/log.h"
 
+#include "core/knobs.h"
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -28,7 +30,7 @@ std::shared_ptr<spdlog::logger>& logger() {
   static std::shared_ptr<spdlog::logger> instance = [] {
     auto l = spdlog::stderr_color_mt("dscpp");
     l->set_pattern("%^%l%$: %v");
-    if (const char* env = std::getenv("DSCPP_LOG_LEVEL")) l->set_level(spdlog::level::from_str(env));
+    if (const char* env = knob("DSCPP_LOG_LEVEL")) l->set_level(spdlog::level::from_str(env));
     return l;
   }();
   return instance;

@@ -1,6 +1,7 @@
 #include "core/protected_memory.h"
 
 #include "core/error.h"
+#include "core/knobs.h"
 
 #include <sys/mman.h>
 
@@ -32,7 +33,7 @@ class Region {
     if (p == MAP_FAILED)
       fail("protected memory: reserving {} GiB of address space failed: {}", kReserve >> 30, std::strerror(errno));
     base_ = static_cast<char*>(p);
-    const char* env = std::getenv("DSCPP_PROTECTED_MEMORY");
+    const char* env = knob("DSCPP_PROTECTED_MEMORY");
     const std::string_view want = env != nullptr ? env : "";
     if (!want.empty() && want != "keys" && want != "mprotect")
       fail("DSCPP_PROTECTED_MEMORY='{}': expected keys (per-thread protection keys, the default where the CPU has "

@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include "core/knobs.h"
 #include "core/protected_memory.h"
 
 #include <algorithm>
@@ -16,8 +17,8 @@ namespace dscpp {
 namespace {
 
 int default_threads() {
-  for (const char* name : {"DSCPP_NUM_THREADS", "OMP_NUM_THREADS"}) {
-    if (const char* v = std::getenv(name)) {
+  for (const char* v : {knob("DSCPP_NUM_THREADS"), static_cast<const char*>(std::getenv("OMP_NUM_THREADS"))}) {
+    if (v != nullptr) {
       int n = std::atoi(v);
       if (n > 0) return n;
     }

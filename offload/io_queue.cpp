@@ -5,6 +5,7 @@
 
 #include "build_config.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 
 namespace dscpp::offload {
@@ -34,7 +35,7 @@ std::unique_ptr<IoQueue> make_io_queue(AioBackend resolved, int depth) {
 
 AioBackend resolve_backend(AioBackend requested, int depth) {
   if (requested == AioBackend::automatic) {
-    if (const char* env = std::getenv(kBackendEnv)) requested = parse_backend(env, kBackendEnv);
+    if (const char* env = knob(kBackendEnv)) requested = parse_backend(env, kBackendEnv);
   }
   if (requested != AioBackend::automatic) {
     make_io_queue(requested, depth);  // throws with the reason when it cannot work here

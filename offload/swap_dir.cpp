@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "offload/direct_file.h"
 
@@ -277,7 +278,7 @@ SwapDir::~SwapDir() {
 }
 
 std::string swap_job_id_from_env() {
-  if (const char* id = std::getenv("DSCPP_JOB_ID"); id && *id) return id;
+  if (const char* id = knob("DSCPP_JOB_ID"); id && *id) return id;
   if (const char* id = std::getenv("SLURM_JOB_ID"); id && *id) return std::string("slurm") + id;
   return "p" + std::to_string(getpid());
 }

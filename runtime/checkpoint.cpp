@@ -7,6 +7,7 @@
 #include "checkpoint/tensor_source.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/fault_injection.h"
 #include "runtime/local_partitions.h"
 
 #include <fmt/format.h>
@@ -266,12 +267,12 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
   if (v.gather_16bit_weights) write_gathered_weights((fs::path(staging) / "model_16bit.safetensors").string(), v, comm);
   if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
   comm.barrier();
-  // Fault injection for the tests of the commit protocol: die with every file written but
-  // the checkpoint not yet committed (the most convincing moment for a torn checkpoint).
-  if (const char* f = std::getenv("DSCPP_FAULT_INJECT"); f && std::string(f) == "save_before_commit") {
+  // Tests of the commit protocol: die with every file written but the checkpoint not yet
+  // committed (the most convincing moment for a torn checkpoint).
+  inject_fault(FaultPoint::checkpoint_commit, 0, comm.rank(), comm.size(), [&] {
     log::error("DSCPP_FAULT_INJECT=save_before_commit: dying before committing {}", tag);
     std::_Exit(17);
-  }
+  });
   if (comm.rank() == 0) ckpt::commit_checkpoint(save_dir, tag);
   comm.barrier();
   return (fs::path(save_dir) / tag).string();

@@ -13,9 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
-#include <set>
 #include <filesystem>
 
 namespace dscpp::runtime {
@@ -65,8 +63,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
   if (cfg_.wall_clock_breakdown) timers_.synchronize_with(&device_);
   comms_log_ = comms_logger_from_config(loaded, world);
-  if (const char* inject = std::getenv("DSCPP_INJECT_OVERFLOW")) inject_overflow_ = parse_step_list(inject);
-  if (const char* inject = std::getenv("DSCPP_INJECT_DIVERGENCE")) inject_divergence_ = std::atoll(inject);
+  check_fault_settings();
   micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
   gas_ = cfg_.gradient_accumulation_steps.value_or(1);
   train_batch_ = cfg_.train_batch_size.value_or(micro_ * gas_ * world.size());
@@ -372,8 +369,8 @@ void Engine::train_step() {
   }
   ++counters_.global_steps;
   counters_.global_samples += train_batch_;
-  // Fault injection for tests of --check_schedule: the last rank takes a different path.
-  if (counters_.global_steps == inject_divergence_ && world_.rank() == world_.size() - 1) world_.barrier();
+  // Tests of --check_schedule: one rank takes a different path.
+  inject_fault(FaultPoint::step_end, counters_.global_steps, world_.rank(), world_.size(), [this] { world_.barrier(); });
   // --check_schedule: a rank that ends the step early is caught here, not left hanging.
   world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
   if (profiling) report_profile(profiler_->end_step());
@@ -396,12 +393,14 @@ bool Engine::prepare_gradients(float* grad_scale) {
   const bool partitioned = stage_ > 0 && world_.size() > 1;
   // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
   if (scaler_->checks_overflow() || (dtype_ == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
-    if (inject_overflow_.count(counters_.global_steps + 1) && world_.rank() == world_.size() - 1)
+    // Tests of loss scaling: an inf in one rank's gradients.
+    inject_fault(FaultPoint::gradients_reduced, counters_.global_steps + 1, world_.rank(), world_.size(), [&] {
       over_groups([&](void* g, int64_t, Device& where) {
         unsigned char inf[8];  // kInf in the gradients' dtype, written from the host
         kernels::store_from_f32(inf, grads_->dtype(), &kInf, 1);
         where.copy_from_host(g, inf, dtype_size(grads_->dtype()));
       });
+    });
     double overflow = 0;
     over_groups([&](void* g, int64_t n, Device& where) {
       overflow = overflow != 0 || kernels::math_of(where).any_nonfinite(g, grads_->dtype(), n);

@@ -32,7 +32,6 @@
 
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 
 namespace dscpp::runtime {
@@ -133,8 +132,6 @@ class Engine {
   OffloadDevice param_offload_ = OffloadDevice::none;  // zero_optimization.offload_param (stage 3)
   SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
   std::unique_ptr<LossScaler> scaler_;
-  std::set<int64_t> inject_overflow_;  // DSCPP_INJECT_OVERFLOW: steps whose gradients get an inf (fault injection)
-  int64_t inject_divergence_ = -1;     // DSCPP_INJECT_DIVERGENCE: the step after which the last rank adds a barrier
   Timers timers_;
   CsvMonitor csv_;
   std::shared_ptr<comm::CommsLogger> comms_log_;  // comms_logger.enabled

@@ -1,11 +1,28 @@
-// Fault injection for tests, driven by environment variables the engine reads at start-up.
+// Faults the tests inject, behind one hook. The settings come from the environment, read once
+// (DSCPP_INJECT_OVERFLOW, DSCPP_INJECT_DIVERGENCE, DSCPP_FAULT_INJECT: core/knobs.h says what
+// each takes); the engine and the checkpoint writer only name the points where a fault may
+// happen and what it does there, so no injection rule lives in their code.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string_view>
 
 namespace dscpp::runtime {
+
+enum class FaultPoint {
+  gradients_reduced,  // before the overflow check of a step: DSCPP_INJECT_OVERFLOW's steps, last rank
+  step_end,           // after a step: DSCPP_INJECT_DIVERGENCE's step, last rank
+  checkpoint_commit,  // every file of a save written, not yet committed: DSCPP_FAULT_INJECT=save_before_commit
+};
+
+// Runs `fault` when the environment asked for one at `point` of `step` (1-based, as logged) on
+// `rank` of `world_size`. Throws dscpp::Error naming the variable when its value is malformed.
+void inject_fault(FaultPoint point, int64_t step, int rank, int world_size, const std::function<void()>& fault);
+
+// Reads and checks the settings now, so that a malformed value stops the run at start-up.
+void check_fault_settings();
 
 // DSCPP_INJECT_OVERFLOW's step list: "3,4,9-12" → {3, 4, 9, 10, 11, 12}; fails naming the bad item.
 std::set<int64_t> parse_step_list(std::string_view text);

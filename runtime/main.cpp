@@ -4,6 +4,7 @@
 #include "collectives/communicator.h"
 #include "configs/load.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "core/rank_discovery.h"
 #include "kernels/cpu/ops/cpu_ops.h"
@@ -84,7 +85,7 @@ int run(const Args& a) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   // Under the dscpp launcher every line already carries "[rank R]"; don't say it twice.
-  const char* prefixed = std::getenv("DSCPP_PREFIXED_OUTPUT");
+  const char* prefixed = knob("DSCPP_PREFIXED_OUTPUT");
   if (prefixed && std::string(prefixed) == "1")
     log::init_logging(-1);
   else
@@ -202,7 +203,7 @@ int run(const Args& a) {
   o.shuffle = !a.no_shuffle;
   o.eval_only = a.eval_only;
   if (world.node_count * world.local_size == id.world_size) o.ranks_per_node = world.local_size;
-  if (const char* r = std::getenv("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
+  if (const char* r = knob("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
   runtime::Engine engine(plugin, loaded, *world.world, device, ops, o, rank_device.host.get());
   engine.run();
   if (id.rank == 0 && rank_device.ops_scratch_peak)

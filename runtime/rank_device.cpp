@@ -9,6 +9,7 @@
 
 #if DSCPP_HAVE_CUDA
 #include "core/cuda_device.h"
+#include "core/knobs.h"
 #include "kernels/cuda/cuda_math.h"
 #include "kernels/cuda/ops_table.h"
 
@@ -73,7 +74,7 @@ RankDevice make_rank_device(DeviceChoice choice) {
     // DSCPP_SIM_OPS=cpu keeps the CPU ops table (the memory is host memory either way): the
     // engine's device math alone is then compared with the CPU device bit for bit, while the
     // CUDA table reorders the row ops' sums (tests/system/device_path.sh runs both).
-    const char* table = std::getenv("DSCPP_SIM_OPS");
+    const char* table = knob("DSCPP_SIM_OPS");
     if (table != nullptr && std::string_view(table) == "cpu") {
       r.ops = make_sim_cpu_ops(*r.device, r.ops_context);
     } else {
@@ -90,7 +91,7 @@ RankDevice make_rank_device(DeviceChoice choice) {
 }
 
 kernels::GemmMath gemm_math_for(bool bf16_enabled, bool fp16_enabled) {
-  if (const char* env = std::getenv("DSCPP_GEMM_MATH"); env != nullptr && *env != '\0') {
+  if (const char* env = knob("DSCPP_GEMM_MATH"); env != nullptr && *env != '\0') {
     if (auto m = kernels::parse_gemm_math(env)) return *m;
     fail("DSCPP_GEMM_MATH={}: expected fp32, tf32, bf16 or fp16", env);
   }
@@ -98,7 +99,7 @@ kernels::GemmMath gemm_math_for(bool bf16_enabled, bool fp16_enabled) {
 }
 
 dscpp_dtype compute_dtype_for(bool bf16_enabled, bool fp16_enabled, bool table_16bit) {
-  if (const char* env = std::getenv("DSCPP_COMPUTE_DTYPE"); env != nullptr && *env != '\0') {
+  if (const char* env = knob("DSCPP_COMPUTE_DTYPE"); env != nullptr && *env != '\0') {
     const std::string_view v = env;
     if (v == "fp32") return DSCPP_F32;
     if (v != "auto") fail("DSCPP_COMPUTE_DTYPE={}: expected auto or fp32", v);

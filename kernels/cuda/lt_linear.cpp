@@ -3,6 +3,7 @@
 // r×c matrix with row stride ld is a column-major c×r matrix with leading dimension ld.
 #include "kernels/cuda/lt_linear.h"
 
+#include "core/knobs.h"
 #include "core/log.h"
 #include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/device_scratch.h"
@@ -130,7 +131,7 @@ struct LtLinear::Impl {
 };
 
 std::unique_ptr<LtLinear> LtLinear::create(Stream stream) {
-  if (const char* env = std::getenv("DSCPP_CUBLASLT"); env != nullptr && std::string_view(env) == "0") return nullptr;
+  if (const char* env = knob("DSCPP_CUBLASLT"); env != nullptr && std::string_view(env) == "0") return nullptr;
   auto impl = std::make_unique<Impl>();
   impl->stream = stream;
   if (cublasLtCreate(&impl->handle) != CUBLAS_STATUS_SUCCESS) {

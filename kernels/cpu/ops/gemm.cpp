@@ -1,6 +1,7 @@
 // The GEMM entries of the CPU ops table: argument checks, the choice of kernel (dscpp's AVX-512
 // kernel where the CPU has it, OpenBLAS otherwise or when DSCPP_GEMM=openblas), and the split
 // of one GEMM or a batch of them over the core thread pool.
+#include "core/knobs.h"
 #include "core/protected_memory.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops/cpu_ops.h"
@@ -27,7 +28,7 @@ constexpr double kParallelFlops = 1 << 19;
 
 GemmBackend default_backend() {
   GemmBackend b = gemm_avx512_available() ? GemmBackend::avx512 : GemmBackend::openblas;
-  if (const char* env = std::getenv("DSCPP_GEMM"); env && *env) {
+  if (const char* env = knob("DSCPP_GEMM"); env && *env) {
     const std::string want = env;
     if (want == "openblas") b = GemmBackend::openblas;
     else if (want == "avx512" && gemm_avx512_available()) b = GemmBackend::avx512;

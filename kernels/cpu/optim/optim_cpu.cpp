@@ -3,6 +3,7 @@
 #include "kernels/cpu/optim/optim_cpu.h"
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/optim/span_loops.h"
 
@@ -68,7 +69,7 @@ Level best_level() {
 std::atomic<int>& level_slot() {
   static std::atomic<int> slot = [] {
     Level level = best_level();
-    if (const char* env = std::getenv("DSCPP_OPTIM_SIMD"); env && *env) {
+    if (const char* env = knob("DSCPP_OPTIM_SIMD"); env && *env) {
       Level wanted = parse_level(env);
       if (cpu_supports(wanted)) level = wanted;
     }

@@ -1,0 +1,33 @@
+// Every DSCPP_* environment variable dscpp's programs read, declared once (as NCCL declares its
+// parameters in one table): the name, what it takes, what unset means and what it does. Code
+// reads one only through knob(), which refuses a name the table lacks, so this table is the
+// complete list — `dscpp report` prints it with the values set now, docs/knobs.md lists it, and
+// tests/unit/test_knobs.cpp checks that no source names a DSCPP_ variable the table lacks and
+// that the document and the table agree.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace dscpp {
+
+struct Knob {
+  std::string_view name;
+  std::string_view area;    // communication, compute, memory, launch, logging, testing
+  std::string_view values;  // what it takes
+  std::string_view unset;   // what happens when it is not set
+  std::string_view what;    // what it does, in a sentence
+};
+
+std::span<const Knob> knobs();
+
+// getenv for a declared knob: the value, or nullptr when unset. Throws dscpp::Error for a name
+// that is not in the table (a dscpp bug: declare it there).
+const char* knob(std::string_view name);
+
+// The table as text, one knob per paragraph, with "(set: VALUE)" where the variable is set in
+// this process's environment: what `dscpp report` prints.
+std::string format_knobs();
+
+}  // namespace dscpp
