@@ -27,13 +27,16 @@ namespace {
 OpsContext& ctx(const dscpp_ops* o) {
   return *static_cast<OpsContext*>(o->device);
 }
+
 // Element i of a tensor in the table's compute dtype.
 const void* at(const dscpp_ops* o, const void* p, int64_t i) {
   return static_cast<const char*>(p) + i * storage_bytes(storage_of(o->dtype));
 }
+
 void* at(const dscpp_ops* o, void* p, int64_t i) {
   return static_cast<char*>(p) + i * storage_bytes(storage_of(o->dtype));
 }
+
 int status(Status s) {
   return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
 }
@@ -41,75 +44,6 @@ int status(Status s) {
 bool attention_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
   return batch >= 0 && T >= 0 && heads >= 0 && head_dim >= 0 && fits_int32(3 * heads * head_dim) &&
          fits_int32(batch * heads * T);
-}
-
-// Per sequence b, over the heads as a strided batch (head h of q/k/v at column h·head_dim of
-// its part of a 3C-wide row):
-//   probs = causal_softmax(scale·q·kᵀ);  out = probs·v
-int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, void* out, int64_t batch, int64_t T,
-                             int64_t heads, int64_t head_dim, float scale) {
-  if (int s = check_ops(o)) return s;
-  const int64_t C = heads * head_dim, TT = T * T;
-  if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
-      bad_ptr(probs, batch * heads * TT) || bad_ptr(out, batch * T * C))
-    return DSCPP_E_INVALID_ARGUMENT;
-  if (batch == 0 || T == 0 || heads == 0) return DSCPP_OK;
-  for (int64_t b = 0; b < batch; ++b) {
-    const void* q = at(o, qkv, b * T * 3 * C);
-    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, q, 3 * C, head_dim,
-                                        at(o, q, C), 3 * C, head_dim, 0.0f, at(o, probs, b * heads * TT), T, TT, heads))
-      return s;
-  }
-  if (int s = status(
-          ops::softmax_forward(rd(o, probs), wr(o, probs), batch * heads * T, T, scale, true, ctx(o).stream)))
-    return s;
-  for (int64_t b = 0; b < batch; ++b) {
-    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f,
-                                        at(o, probs, b * heads * TT), T, TT, at(o, qkv, b * T * 3 * C + 2 * C), 3 * C,
-                                        head_dim, 0.0f, at(o, out, b * T * C), C, head_dim, heads))
-      return s;
-  }
-  return DSCPP_OK;
-}
-
-//   dprobs = dout·vᵀ;  dscores = causal_softmax_backward(probs, dprobs)·scale (in workspace);
-//   dq = dscores·k;  dk = dscoresᵀ·q;  dv = probsᵀ·dout
-int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* probs, const void* dout, void* dqkv,
-                              void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
-  if (int s = check_ops(o)) return s;
-  const int64_t C = heads * head_dim, TT = T * T;
-  if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
-      bad_ptr(probs, batch * heads * TT) || bad_ptr(dout, batch * T * C) || bad_ptr(dqkv, batch * T * 3 * C) ||
-      bad_ptr(workspace, batch * heads * TT))
-    return DSCPP_E_INVALID_ARGUMENT;
-  if (batch == 0 || T == 0 || heads == 0) return DSCPP_OK;
-  void* ws = workspace;
-  for (int64_t b = 0; b < batch; ++b) {
-    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, at(o, dout, b * T * C), C,
-                                        head_dim, at(o, qkv, b * T * 3 * C + 2 * C), 3 * C, head_dim, 0.0f,
-                                        at(o, ws, b * heads * TT), T, TT, heads))
-      return s;
-  }
-  if (int s = status(
-          ops::softmax_backward(rd(o, probs), rd(o, ws), wr(o, ws), batch * heads * T, T, scale, true, ctx(o).stream)))
-    return s;
-  for (int64_t b = 0; b < batch; ++b) {
-    const void* q = at(o, qkv, b * T * 3 * C);
-    void* dq = at(o, dqkv, b * T * 3 * C);
-    const void* ds = at(o, ws, b * heads * TT);
-    const void* p = at(o, probs, b * heads * TT);
-    const void* dy = at(o, dout, b * T * C);
-    int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, at(o, q, C),
-                                    3 * C, head_dim, 0.0f, dq, 3 * C, head_dim, heads);
-    if (s == DSCPP_OK)
-      s = o->gemm_strided_batched(o, DSCPP_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, q, 3 * C, head_dim,
-                                  0.0f, at(o, dq, C), 3 * C, head_dim, heads);
-    if (s == DSCPP_OK)
-      s = o->gemm_strided_batched(o, DSCPP_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, p, T, TT, dy, C, head_dim, 0.0f,
-                                  at(o, dq, 2 * C), 3 * C, head_dim, heads);
-    if (s != DSCPP_OK) return s;
-  }
-  return DSCPP_OK;
 }
 
 // The entries that keep no T² matrix (ABI 3): under a 16-bit compute dtype or 16-bit GEMM math
@@ -121,6 +55,7 @@ kernels::GemmMath cudnn_math(const OpsContext& c, Storage st) {
   if (st != Storage::f32) return st == Storage::bf16 ? kernels::GemmMath::bf16 : kernels::GemmMath::fp16;
   return stages_operands(c.gemm_math) ? c.gemm_math : kernels::GemmMath::fp32;
 }
+
 CudnnAttention* cudnn_for(OpsContext& c, kernels::GemmMath math) {
   if (math == kernels::GemmMath::fp32) return nullptr;
   if (!c.cudnn_attention_tried) {
@@ -129,6 +64,7 @@ CudnnAttention* cudnn_for(OpsContext& c, kernels::GemmMath math) {
   }
   return c.cudnn_attention.get();
 }
+
 #endif
 
 bool flash_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
@@ -229,6 +165,89 @@ int blockwise_backward(OpsContext& c, const Blocks& bl, Src qkv, Src out, const 
   return st ? st : bl.from_heads(dv, dqkv, 3 * C, 2 * C);
 }
 
+#if !defined(DSCPP_CUDA_HOST_STUB)
+LtLinear* lt_for(OpsContext& c) {
+  if (!c.lt_linear_tried) {
+    c.lt_linear_tried = true;
+    c.lt_linear = LtLinear::create(c.stream);
+  }
+  return c.lt_linear.get();
+}
+#endif
+
+}  // namespace
+
+namespace op {
+
+// Per sequence b, over the heads as a strided batch (head h of q/k/v at column h·head_dim of
+// its part of a 3C-wide row):
+//   probs = causal_softmax(scale·q·kᵀ);  out = probs·v
+int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, void* out, int64_t batch, int64_t T,
+                             int64_t heads, int64_t head_dim, float scale) {
+  if (int s = check_ops(o)) return s;
+  const int64_t C = heads * head_dim, TT = T * T;
+  if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
+      bad_ptr(probs, batch * heads * TT) || bad_ptr(out, batch * T * C))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (batch == 0 || T == 0 || heads == 0) return DSCPP_OK;
+  for (int64_t b = 0; b < batch; ++b) {
+    const void* q = at(o, qkv, b * T * 3 * C);
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, q, 3 * C, head_dim,
+                                        at(o, q, C), 3 * C, head_dim, 0.0f, at(o, probs, b * heads * TT), T, TT, heads))
+      return s;
+  }
+  if (int s = status(
+          ops::softmax_forward(rd(o, probs), wr(o, probs), batch * heads * T, T, scale, true, ctx(o).stream)))
+    return s;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f,
+                                        at(o, probs, b * heads * TT), T, TT, at(o, qkv, b * T * 3 * C + 2 * C), 3 * C,
+                                        head_dim, 0.0f, at(o, out, b * T * C), C, head_dim, heads))
+      return s;
+  }
+  return DSCPP_OK;
+}
+
+//   dprobs = dout·vᵀ;  dscores = causal_softmax_backward(probs, dprobs)·scale (in workspace);
+//   dq = dscores·k;  dk = dscoresᵀ·q;  dv = probsᵀ·dout
+int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* probs, const void* dout, void* dqkv,
+                              void* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim, float scale) {
+  if (int s = check_ops(o)) return s;
+  const int64_t C = heads * head_dim, TT = T * T;
+  if (!attention_args_ok(batch, T, heads, head_dim) || bad_ptr(qkv, batch * T * 3 * C) ||
+      bad_ptr(probs, batch * heads * TT) || bad_ptr(dout, batch * T * C) || bad_ptr(dqkv, batch * T * 3 * C) ||
+      bad_ptr(workspace, batch * heads * TT))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (batch == 0 || T == 0 || heads == 0) return DSCPP_OK;
+  void* ws = workspace;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_TRANS, T, T, head_dim, 1.0f, at(o, dout, b * T * C), C,
+                                        head_dim, at(o, qkv, b * T * 3 * C + 2 * C), 3 * C, head_dim, 0.0f,
+                                        at(o, ws, b * heads * TT), T, TT, heads))
+      return s;
+  }
+  if (int s = status(
+          ops::softmax_backward(rd(o, probs), rd(o, ws), wr(o, ws), batch * heads * T, T, scale, true, ctx(o).stream)))
+    return s;
+  for (int64_t b = 0; b < batch; ++b) {
+    const void* q = at(o, qkv, b * T * 3 * C);
+    void* dq = at(o, dqkv, b * T * 3 * C);
+    const void* ds = at(o, ws, b * heads * TT);
+    const void* p = at(o, probs, b * heads * TT);
+    const void* dy = at(o, dout, b * T * C);
+    int s = o->gemm_strided_batched(o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, at(o, q, C),
+                                    3 * C, head_dim, 0.0f, dq, 3 * C, head_dim, heads);
+    if (s == DSCPP_OK)
+      s = o->gemm_strided_batched(o, DSCPP_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, ds, T, TT, q, 3 * C, head_dim,
+                                  0.0f, at(o, dq, C), 3 * C, head_dim, heads);
+    if (s == DSCPP_OK)
+      s = o->gemm_strided_batched(o, DSCPP_TRANS, DSCPP_NO_TRANS, T, head_dim, T, 1.0f, p, T, TT, dy, C, head_dim, 0.0f,
+                                  at(o, dq, 2 * C), 3 * C, head_dim, heads);
+    if (s != DSCPP_OK) return s;
+  }
+  return DSCPP_OK;
+}
+
 int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
                             int64_t heads, int64_t head_dim, float scale) {
   if (int s = check_ops(o)) return s;
@@ -270,16 +289,6 @@ int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* ou
                               wr(o, dqkv), workspace);
   });
 }
-
-#if !defined(DSCPP_CUDA_HOST_STUB)
-LtLinear* lt_for(OpsContext& c) {
-  if (!c.lt_linear_tried) {
-    c.lt_linear_tried = true;
-    c.lt_linear = LtLinear::create(c.stream);
-  }
-  return c.lt_linear.get();
-}
-#endif
 
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the
 // GEMM as β = 1; another residual is added by the epilogue. On a GPU with an fp32 table,
@@ -356,15 +365,6 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
   });
 }
 
-}  // namespace
-
-void fill_attention_linear_ops(dscpp_ops& t) {
-  t.causal_attention_forward = causal_attention_forward;
-  t.causal_attention_backward = causal_attention_backward;
-  t.flash_attention_forward = flash_attention_forward;
-  t.flash_attention_backward = flash_attention_backward;
-  t.linear_forward = linear_forward;
-  t.linear_backward = linear_backward;
-}
+}  // namespace op
 
 }  // namespace dscpp::DSCPP_CUDA_NS

@@ -39,18 +39,56 @@ namespace {
 void blas_check(cublasStatus_t s, const char* call) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("{} failed: {} ({})", call, cublasGetStatusString(s), static_cast<int>(s));
 }
+
 #define DSCPP_CUBLAS_CHECK(call) blas_check((call), #call)
 
 OpsContext& ctx(const dscpp_ops* o) {
   return *static_cast<OpsContext*>(o->device);
 }
+
 int status(Status s) {
   return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
 }
 
-int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K,
-                 float alpha, const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb,
-                 float beta, void* C, int64_t ldc, int64_t sc, int64_t batch) {
+// ---- elementwise -------------------------------------------------------------------------------
+
+template <class Launch>
+int unary_op(const dscpp_ops* o, const void* x, void* y, int64_t n, Launch launch) {
+  if (int s = check_ops(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(launch(rd(o, x), wr(o, y), n, ctx(o).stream));
+}
+
+template <class Launch>
+int binary_op(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n, Launch launch) {
+  if (int s = check_ops(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(launch(rd(o, x), rd(o, dy), wr(o, dx), n, ctx(o).stream));
+}
+
+// Causal rows must fit one grid so that row r of the launch is query r mod T (ops_rows.cu).
+bool causal_ok(int64_t groups, int64_t T) {
+  return groups >= 0 && T >= 0 && fits_int32(groups * T);
+}
+
+// Runs check(flag) on the stream and reads the flag back: true when the kernel set it.
+template <class Check>
+bool flagged(OpsContext& c, Check check) {
+  DSCPP_CUDA_CHECK(cudaMemsetAsync(c.flag, 0, sizeof(int32_t), c.stream));
+  DSCPP_CUDA_CHECK(check(c.flag));
+  int32_t host = 0;
+  DSCPP_CUDA_CHECK(cudaMemcpyAsync(&host, c.flag, sizeof host, cudaMemcpyDeviceToHost, c.stream));
+  DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
+  return host != 0;
+}
+
+}  // namespace
+
+namespace op {
+
+int gemm_strided_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K,
+                         float alpha, const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb,
+                         float beta, void* C, int64_t ldc, int64_t sc, int64_t batch) {
   if (int s = check_ops(o)) return s;
   if (!fits_int32(M) || !fits_int32(N) || !fits_int32(K) || !fits_int32(lda) || !fits_int32(ldb) || !fits_int32(ldc) ||
       !fits_int32(batch))
@@ -71,16 +109,7 @@ int gemm_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int
 
 int gemm(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
          const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc) {
-  return gemm_batched(o, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-}
-
-// ---- elementwise -------------------------------------------------------------------------------
-
-template <class Launch>
-int unary_op(const dscpp_ops* o, const void* x, void* y, int64_t n, Launch launch) {
-  if (int s = check_ops(o)) return s;
-  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(launch(rd(o, x), wr(o, y), n, ctx(o).stream));
+  return gemm_strided_batched(o, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
 int fill(const dscpp_ops* o, void* x, float v, int64_t n) {
@@ -88,33 +117,39 @@ int fill(const dscpp_ops* o, void* x, float v, int64_t n) {
   if (n < 0 || bad_ptr(x, n)) return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::fill(wr(o, x), v, n, ctx(o).stream));
 }
+
 int copy(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0 || x == y) return DSCPP_OK;
   return status(cudaMemcpyAsync(y, x, size_t(n * storage_bytes(storage_of(o->dtype))), cudaMemcpyDeviceToDevice, ctx(o).stream));
 }
+
 int add(const dscpp_ops* o, const void* a, const void* b, void* y, int64_t n) {
   if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(a, n) || bad_ptr(b, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::add(rd(o, a), rd(o, b), wr(o, y), n, ctx(o).stream));
 }
+
 int axpy(const dscpp_ops* o, float alpha, const void* x, void* y, int64_t n) {
   if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::axpy(alpha, rd(o, x), wr(o, y), n, ctx(o).stream));
 }
+
 int scale(const dscpp_ops* o, float alpha, void* x, int64_t n) {
   if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n)) return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::scale(alpha, wr(o, x), n, ctx(o).stream));
 }
+
 int bias_add(const dscpp_ops* o, void* x, const void* bias, int64_t rows, int64_t cols) {
   if (int s = check_ops(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(x, rows * cols) || bad_ptr(bias, rows > 0 ? cols : 0))
     return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::bias_residual_gelu(wr(o, x), rd(o, bias), Src{}, Dst{}, rows, cols, ctx(o).stream));
 }
+
 int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int64_t cols) {
   if (int s = check_ops(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(dy, rows * cols) || bad_ptr(dbias, cols)) return DSCPP_E_INVALID_ARGUMENT;
@@ -122,21 +157,19 @@ int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int
   return guarded(
       [&] { return status(ops::bias_grad(rd(o, dy), wr(o, dbias), rows, cols, c.column_scratch(rows, cols, 1), c.stream)); });
 }
+
 int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   return unary_op(o, x, y, n, ops::gelu_forward);
 }
+
 int relu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   return unary_op(o, x, y, n, ops::relu_forward);
 }
-template <class Launch>
-int binary_op(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n, Launch launch) {
-  if (int s = check_ops(o)) return s;
-  if (n < 0 || bad_ptr(x, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
-  return status(launch(rd(o, x), rd(o, dy), wr(o, dx), n, ctx(o).stream));
-}
+
 int gelu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
   return binary_op(o, x, dy, dx, n, ops::gelu_backward);
 }
+
 int relu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
   return binary_op(o, x, dy, dx, n, ops::relu_backward);
 }
@@ -152,6 +185,7 @@ int layernorm_forward(const dscpp_ops* o, const void* x, const void* gamma, cons
     return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::layernorm_forward(rd(o, x), rd(o, gamma), rd(o, beta), wr(o, y), mean, rstd, rows, cols, eps, ctx(o).stream));
 }
+
 int layernorm_backward(const dscpp_ops* o, const void* dy, const void* x, const void* gamma, const float* mean,
                        const float* rstd, void* dx, void* dgamma, void* dbeta, int64_t rows, int64_t cols) {
   if (int s = check_ops(o)) return s;
@@ -166,21 +200,20 @@ int layernorm_backward(const dscpp_ops* o, const void* dy, const void* x, const 
                                           c.column_scratch(rows, cols, 2), c.stream));
   });
 }
+
 int softmax_forward(const dscpp_ops* o, const void* x, void* y, int64_t rows, int64_t cols) {
   if (int s = check_ops(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(x, rows * cols) || bad_ptr(y, rows * cols)) return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::softmax_forward(rd(o, x), wr(o, y), rows, cols, 1.0f, false, ctx(o).stream));
 }
+
 int softmax_backward(const dscpp_ops* o, const void* y, const void* dy, void* dx, int64_t rows, int64_t cols) {
   if (int s = check_ops(o)) return s;
   const int64_t n = rows * cols;
   if (rows < 0 || cols < 0 || bad_ptr(y, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::softmax_backward(rd(o, y), rd(o, dy), wr(o, dx), rows, cols, 1.0f, false, ctx(o).stream));
 }
-// Causal rows must fit one grid so that row r of the launch is query r mod T (ops_rows.cu).
-bool causal_ok(int64_t groups, int64_t T) {
-  return groups >= 0 && T >= 0 && fits_int32(groups * T);
-}
+
 int causal_softmax_forward(const dscpp_ops* o, const void* scores, void* probs, int64_t groups, int64_t T,
                            float scale) {
   if (int s = check_ops(o)) return s;
@@ -188,6 +221,7 @@ int causal_softmax_forward(const dscpp_ops* o, const void* scores, void* probs, 
     return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::softmax_forward(rd(o, scores), wr(o, probs), groups * T, T, scale, true, ctx(o).stream));
 }
+
 int causal_softmax_backward(const dscpp_ops* o, const void* probs, const void* dprobs, void* dscores, int64_t groups,
                             int64_t T, float scale) {
   if (int s = check_ops(o)) return s;
@@ -195,17 +229,6 @@ int causal_softmax_backward(const dscpp_ops* o, const void* probs, const void* d
   if (!causal_ok(groups, T) || bad_ptr(probs, n) || bad_ptr(dprobs, n) || bad_ptr(dscores, n))
     return DSCPP_E_INVALID_ARGUMENT;
   return status(ops::softmax_backward(rd(o, probs), rd(o, dprobs), wr(o, dscores), groups * T, T, scale, true, ctx(o).stream));
-}
-
-// Runs check(flag) on the stream and reads the flag back: true when the kernel set it.
-template <class Check>
-bool flagged(OpsContext& c, Check check) {
-  DSCPP_CUDA_CHECK(cudaMemsetAsync(c.flag, 0, sizeof(int32_t), c.stream));
-  DSCPP_CUDA_CHECK(check(c.flag));
-  int32_t host = 0;
-  DSCPP_CUDA_CHECK(cudaMemcpyAsync(&host, c.flag, sizeof host, cudaMemcpyDeviceToHost, c.stream));
-  DSCPP_CUDA_CHECK(cudaStreamSynchronize(c.stream));
-  return host != 0;
 }
 
 int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table, void* out, int64_t n, int64_t vocab,
@@ -221,6 +244,7 @@ int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table,
     return status(ops::embedding_forward(ids, rd(o, table), wr(o, out), n, dim, c.stream));
   });
 }
+
 int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout, void* dtable, int64_t n, int64_t vocab,
                        int64_t dim) {
   if (int s = check_ops(o)) return s;
@@ -287,6 +311,7 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
     return int(DSCPP_OK);
   });
 }
+
 int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t* targets, void* dlogits, int64_t rows,
                            int64_t cols, float scale) {
   if (int s = check_ops(o)) return s;
@@ -301,9 +326,8 @@ int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t*
   });
 }
 
-// ---- copies --------------------------------------------------------------------------------------
-
-int copy_bytes(const dscpp_ops* o, const void* src, void* dst, size_t bytes) {
+// Device <-> host, either direction (cudaMemcpyDefault: unified addressing tells them apart).
+int to_host(const dscpp_ops* o, const void* src, void* dst, size_t bytes) {
   if (int s = check_ops(o)) return s;
   if (bytes > 0 && (src == nullptr || dst == nullptr)) return DSCPP_E_INVALID_ARGUMENT;
   if (bytes == 0) return DSCPP_OK;
@@ -311,9 +335,11 @@ int copy_bytes(const dscpp_ops* o, const void* src, void* dst, size_t bytes) {
   return status(cudaStreamSynchronize(ctx(o).stream));
 }
 
-}  // namespace
+int from_host(const dscpp_ops* o, const void* src, void* dst, size_t bytes) {
+  return to_host(o, src, dst, bytes);
+}
 
-void fill_attention_linear_ops(dscpp_ops& t);  // ops_layers.cpp
+}  // namespace op
 
 // ---- context ---------------------------------------------------------------------------------------
 
@@ -381,32 +407,7 @@ dscpp_ops cuda_ops(dscpp_dtype dtype, OpsContext* context) {
   t.struct_size = static_cast<uint32_t>(sizeof(dscpp_ops));
   t.dtype = dtype;
   t.device = context;
-  t.gemm = gemm;
-  t.gemm_strided_batched = gemm_batched;
-  t.fill = fill;
-  t.copy = copy;
-  t.add = add;
-  t.axpy = axpy;
-  t.scale = scale;
-  t.bias_add = bias_add;
-  t.bias_grad = bias_grad;
-  t.gelu_forward = gelu_forward;
-  t.gelu_backward = gelu_backward;
-  t.relu_forward = relu_forward;
-  t.relu_backward = relu_backward;
-  t.layernorm_forward = layernorm_forward;
-  t.layernorm_backward = layernorm_backward;
-  t.softmax_forward = softmax_forward;
-  t.softmax_backward = softmax_backward;
-  t.causal_softmax_forward = causal_softmax_forward;
-  t.causal_softmax_backward = causal_softmax_backward;
-  t.embedding_forward = embedding_forward;
-  t.embedding_backward = embedding_backward;
-  t.cross_entropy_forward = cross_entropy_forward;
-  t.cross_entropy_backward = cross_entropy_backward;
-  t.to_host = copy_bytes;
-  t.from_host = copy_bytes;
-  fill_attention_linear_ops(t);
+  DSCPP_FILL_OPS;
   return t;
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/cuda/elems.h"
 #include "kernels/cuda/launch.h"  // Stream: cudaStream_t, or the host stub's stream
 #include "kernels/gemm_math.h"
+#include "kernels/ops_list.h"
 
 #include <cstdint>
 
@@ -99,6 +100,12 @@ inline int check_ops(const dscpp_ops* o) {
 // A tensor argument of the table as the kernels take it.
 inline Src rd(const dscpp_ops* o, const void* p) { return {p, storage_of(o->dtype)}; }
 inline Dst wr(const dscpp_ops* o, void* p) { return {p, storage_of(o->dtype)}; }
+
+// The table's entries (kernels/ops_list.h): ops_table.cpp defines the GEMMs, elementwise, row
+// ops and copies, ops_layers.cpp attention and the linear layers.
+namespace op {
+DSCPP_DECLARE_OPS
+}  // namespace op
 
 // The table for compute dtype fp32, bf16 or fp16 (another dtype answers DSCPP_E_UNSUPPORTED from
 // every op, as on the CPU).

@@ -42,6 +42,7 @@ AttentionPair pair_of(const float* qkv, const Shape& s, int64_t p, float scale) 
   const float* q = qkv + b * s.T * 3 * C + h * s.D;
   return AttentionPair{q, q + C, q + 2 * C, 3 * C, s.T, s.D, scale};
 }
+
 int64_t out_offset(const Shape& s, int64_t p) { return (p / s.heads) * s.T * s.C() + (p % s.heads) * s.D; }
 
 GemmArgs product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -132,6 +133,18 @@ void pair_backward(const float* x, const float* dy, float* dx, const Shape& s, f
   else backward_composed(a, probs, dop, s.C(), dq, dq + s.C(), dq + 2 * s.C(), dscores);
 }
 
+// A thread's T² buffers for the flash entries (grown, never shrunk: one pair's worth).
+float* thread_buffer(int which, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[which];
+  if (int64_t(b.size()) < n) b.resize(size_t(n));
+  return b.data();
+}
+
+}  // namespace
+
+namespace op {
+
 int causal_attention_forward(const dscpp_ops* o, const void* qkv, void* probs, void* out, int64_t batch, int64_t T,
                              int64_t heads, int64_t head_dim, float scale) {
   const Shape s{batch, T, heads, head_dim};
@@ -166,14 +179,6 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
                   after >= 0 ? pr + after * T * T : nullptr, ws + p * T * T);
   });
   return DSCPP_OK;
-}
-
-// A thread's T² buffers for the flash entries (grown, never shrunk: one pair's worth).
-float* thread_buffer(int which, int64_t n) {
-  thread_local std::vector<float> buffers[2];
-  std::vector<float>& b = buffers[which];
-  if (int64_t(b.size()) < n) b.resize(size_t(n));
-  return b.data();
 }
 
 int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
@@ -213,13 +218,6 @@ int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* ou
   return DSCPP_OK;
 }
 
-}  // namespace
-
-void fill_attention_ops(dscpp_ops& t) {
-  t.causal_attention_forward = causal_attention_forward;
-  t.causal_attention_backward = causal_attention_backward;
-  t.flash_attention_forward = flash_attention_forward;
-  t.flash_attention_backward = flash_attention_backward;
-}
+}  // namespace op
 
 }  // namespace dscpp::kernels::cpu

@@ -12,8 +12,7 @@
 #include <cstring>
 
 namespace dscpp::kernels {
-namespace cpu {
-namespace {
+namespace cpu::op {
 
 // Device memory is host memory on the CPU; memmove because a caller may pass one buffer twice.
 int to_host(const dscpp_ops* o, const void* src, void* dst, size_t bytes) {
@@ -22,15 +21,9 @@ int to_host(const dscpp_ops* o, const void* src, void* dst, size_t bytes) {
   if (bytes > 0) std::memmove(dst, src, bytes);
   return DSCPP_OK;
 }
+int from_host(const dscpp_ops* o, const void* src, void* dst, size_t bytes) { return to_host(o, src, dst, bytes); }
 
-}  // namespace
-
-void fill_copy_ops(dscpp_ops& t) {
-  t.to_host = to_host;
-  t.from_host = to_host;
-}
-
-}  // namespace cpu
+}  // namespace cpu::op
 
 dscpp_ops cpu_ops(dscpp_dtype dtype, void* device) {
   dscpp_ops t{};
@@ -39,12 +32,8 @@ dscpp_ops cpu_ops(dscpp_dtype dtype, void* device) {
   t.device = device;
   // One set of functions for every dtype: each op checks `dtype` first, so a table for a dtype
   // without kernels answers DSCPP_E_UNSUPPORTED from every entry instead of holding NULLs.
-  cpu::fill_gemm_ops(t);
-  cpu::fill_copy_ops(t);
-  cpu::fill_elementwise_ops(t);
-  cpu::fill_row_ops(t);
-  cpu::fill_attention_ops(t);
-  cpu::fill_linear_ops(t);
+  namespace op = cpu::op;
+  DSCPP_FILL_OPS;
   return t;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "dscpp/model.h"
+#include "kernels/ops_list.h"
 #include "kernels/ops_math.h"
 
 #include <cstdint>
@@ -57,12 +58,12 @@ void softmax_row_backward(const float* y, const float* dy, float a, float* dx, i
 void gelu_rows(const float* x, float* y, int64_t n);
 void gelu_backward_rows(const float* x, const float* dy, float* dx, int64_t n);
 
-// Each file fills its part of the table (fp32 implementations; each op rechecks the dtype).
-void fill_gemm_ops(dscpp_ops& t);        // gemm.cpp: gemm, gemm_strided_batched
-void fill_copy_ops(dscpp_ops& t);        // cpu_ops.cpp: copies to/from host
-void fill_elementwise_ops(dscpp_ops& t); // elementwise.cpp: fill … relu, bias
-void fill_row_ops(dscpp_ops& t);         // row_ops.cpp: layernorm, softmaxes, embedding, cross-entropy
-void fill_attention_ops(dscpp_ops& t);   // attention.cpp: fused causal attention
-void fill_linear_ops(dscpp_ops& t);      // linear.cpp: linear layers with fused epilogues
+// The table's entries (kernels/ops_list.h), defined over the files: gemm.cpp (GEMMs), cpu_ops.cpp
+// (copies to and from the host), elementwise.cpp (fill … relu, bias), row_ops.cpp (layer norm,
+// softmaxes, embedding, cross-entropy), attention.cpp (fused causal attention), linear.cpp
+// (linear layers with fused epilogues). Each checks the table's dtype first.
+namespace op {
+DSCPP_DECLARE_OPS
+}  // namespace op
 
 }  // namespace dscpp::kernels::cpu

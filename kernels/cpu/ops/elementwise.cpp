@@ -15,21 +15,26 @@ constexpr int64_t kLine = 16;  // floats per 64-byte cache line
 DSCPP_SIMD void fill_k(float* x, float v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = v;
 }
+
 DSCPP_SIMD void add_k(const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
+
 DSCPP_SIMD void axpy_k(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
+
 DSCPP_SIMD void scale_k(float alpha, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
+
 DSCPP_SIMD void bias_add_k(float* x, const float* bias, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = x + r * cols;
     for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
   }
 }
+
 // Column sums of dy over all rows for columns [c0, c1), added to dbias. Summed in a local tile
 // first so the existing gradient is added once, and in row order, so the result does not
 // depend on the thread count.
@@ -46,17 +51,21 @@ DSCPP_SIMD void bias_grad_k(const float* dy, float* dbias, int64_t rows, int64_t
     for (int64_t j = 0; j < w; ++j) dbias[t0 + j] += acc[j];
   }
 }
+
 // GELU and its derivative are the shared element functions of kernels/ops_math.h; inlined,
 // these loops vectorise as before.
 DSCPP_SIMD void gelu_fwd_k(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = hd::gelu(x[i]);
 }
+
 DSCPP_SIMD void gelu_bwd_k(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * hd::gelu_grad(x[i]);
 }
+
 DSCPP_SIMD void relu_fwd_k(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
+
 DSCPP_SIMD void relu_bwd_k(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
@@ -66,6 +75,37 @@ template <class F>
 void chunked(int64_t n, int64_t grain, F&& f) {
   dscpp::parallel_for(n, grain, [&](int64_t b, int64_t e) { f(b, e); }, kLine);
 }
+
+int check_matrix(int64_t rows, int64_t cols) { return rows < 0 || cols < 0 ? DSCPP_E_INVALID_ARGUMENT : DSCPP_OK; }
+
+// Unary ops: validate, then run kernel(x + b, ..., e − b) over chunks.
+template <class K>
+int unary(const dscpp_ops* o, const void* x, void* y, int64_t n, int64_t grain, K kernel) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  const auto* px = static_cast<const float*>(x);
+  auto* py = static_cast<float*>(y);
+  chunked(n, grain, [&](int64_t b, int64_t e) { kernel(px + b, py + b, e - b); });
+  return DSCPP_OK;
+}
+
+template <class K>
+int binary(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n, int64_t grain, K kernel) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
+  const auto* px = static_cast<const float*>(x);
+  const auto* pdy = static_cast<const float*>(dy);
+  auto* pdx = static_cast<float*>(dx);
+  chunked(n, grain, [&](int64_t b, int64_t e) { kernel(px + b, pdy + b, pdx + b, e - b); });
+  return DSCPP_OK;
+}
+
+// GELU costs ~30 flops per element, so its chunks can be smaller than a streaming loop's.
+constexpr int64_t kGeluGrain = kGrainElements / 4;
+
+}  // namespace
+
+namespace op {
 
 int fill(const dscpp_ops* o, void* x, float v, int64_t n) {
   if (int s = check_table(o)) return s;
@@ -114,8 +154,6 @@ int scale(const dscpp_ops* o, float alpha, void* x, int64_t n) {
   return DSCPP_OK;
 }
 
-int check_matrix(int64_t rows, int64_t cols) { return rows < 0 || cols < 0 ? DSCPP_E_INVALID_ARGUMENT : DSCPP_OK; }
-
 int bias_add(const dscpp_ops* o, void* x, const void* bias, int64_t rows, int64_t cols) {
   if (int s = check_table(o)) return s;
   if (check_matrix(rows, cols) || bad_ptr(x, rows * cols) || bad_ptr(bias, rows > 0 ? cols : 0))
@@ -138,60 +176,25 @@ int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int
   return DSCPP_OK;
 }
 
-// Unary ops: validate, then run kernel(x + b, ..., e − b) over chunks.
-template <class K>
-int unary(const dscpp_ops* o, const void* x, void* y, int64_t n, int64_t grain, K kernel) {
-  if (int s = check_table(o)) return s;
-  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
-  const auto* px = static_cast<const float*>(x);
-  auto* py = static_cast<float*>(y);
-  chunked(n, grain, [&](int64_t b, int64_t e) { kernel(px + b, py + b, e - b); });
-  return DSCPP_OK;
-}
-template <class K>
-int binary(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n, int64_t grain, K kernel) {
-  if (int s = check_table(o)) return s;
-  if (n < 0 || bad_ptr(x, n) || bad_ptr(dy, n) || bad_ptr(dx, n)) return DSCPP_E_INVALID_ARGUMENT;
-  const auto* px = static_cast<const float*>(x);
-  const auto* pdy = static_cast<const float*>(dy);
-  auto* pdx = static_cast<float*>(dx);
-  chunked(n, grain, [&](int64_t b, int64_t e) { kernel(px + b, pdy + b, pdx + b, e - b); });
-  return DSCPP_OK;
-}
-
-// GELU costs ~30 flops per element, so its chunks can be smaller than a streaming loop's.
-constexpr int64_t kGeluGrain = kGrainElements / 4;
-
 int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   return unary(o, x, y, n, kGeluGrain, gelu_fwd_k);
 }
+
 int gelu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
   return binary(o, x, dy, dx, n, kGeluGrain, gelu_bwd_k);
 }
+
 int relu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   return unary(o, x, y, n, kGrainElements, relu_fwd_k);
 }
+
 int relu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
   return binary(o, x, dy, dx, n, kGrainElements, relu_bwd_k);
 }
 
-}  // namespace
+}  // namespace op
 
 void gelu_rows(const float* x, float* y, int64_t n) { gelu_fwd_k(x, y, n); }
 void gelu_backward_rows(const float* x, const float* dy, float* dx, int64_t n) { gelu_bwd_k(x, dy, dx, n); }
-
-void fill_elementwise_ops(dscpp_ops& t) {
-  t.fill = fill;
-  t.copy = copy;
-  t.add = add;
-  t.axpy = axpy;
-  t.scale = scale;
-  t.bias_add = bias_add;
-  t.bias_grad = bias_grad;
-  t.gelu_forward = gelu_forward;
-  t.gelu_backward = gelu_backward;
-  t.relu_forward = relu_forward;
-  t.relu_backward = relu_backward;
-}
 
 }  // namespace dscpp::kernels::cpu

@@ -210,7 +210,7 @@ GemmArgs make_args(dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N,
   return g;
 }
 
-namespace {
+namespace op {
 
 int gemm(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose tb, int64_t M, int64_t N, int64_t K, float alpha,
          const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc) {
@@ -233,12 +233,7 @@ int gemm_strided_batched(const dscpp_ops* o, dscpp_transpose ta, dscpp_transpose
   return DSCPP_OK;
 }
 
-}  // namespace
-
-void fill_gemm_ops(dscpp_ops& t) {
-  t.gemm = gemm;
-  t.gemm_strided_batched = gemm_strided_batched;
-}
+}  // namespace op
 
 }  // namespace cpu
 

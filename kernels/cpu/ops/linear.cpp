@@ -13,6 +13,10 @@ namespace {
 
 bool bad_sizes(int64_t rows, int64_t in, int64_t out) { return !fits_int32(rows) || !fits_int32(in) || !fits_int32(out); }
 
+}  // namespace
+
+namespace op {
+
 int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual, void* y,
                    void* gelu_out, int64_t rows, int64_t in, int64_t out) {
   if (int s = check_table(o)) return s;
@@ -53,11 +57,6 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
   return DSCPP_OK;
 }
 
-}  // namespace
-
-void fill_linear_ops(dscpp_ops& t) {
-  t.linear_forward = linear_forward;
-  t.linear_backward = linear_backward;
-}
+}  // namespace op
 
 }  // namespace dscpp::kernels::cpu

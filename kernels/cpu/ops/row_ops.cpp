@@ -15,6 +15,7 @@ namespace dscpp::kernels::cpu {
 namespace {
 
 constexpr int64_t kLine = 16;   // floats per cache line: column splits never share one
+
 constexpr int64_t kTile = 256;  // columns of a reduction tile kept on the stack
 
 // Row ops that call exp_f cost ~20 flops per element; their chunks can be smaller.
@@ -27,6 +28,7 @@ DSCPP_SIMD float row_max_scaled(const float* x, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) m = std::max(m, a * x[i]);
   return m;
 }
+
 // y[i] = exp(a·x[i] − m); returns Σ y.
 DSCPP_SIMD float row_exp(const float* x, float a, float m, float* y, int64_t n) {
   float s = 0.0f;
@@ -38,20 +40,22 @@ DSCPP_SIMD float row_exp(const float* x, float a, float m, float* y, int64_t n) 
   }
   return s;
 }
+
 DSCPP_SIMD void row_scale(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
+
 DSCPP_SIMD float row_dot(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
+
 // dx = a·y·(dy − dot): the softmax backward of one row, scaled by a.
 DSCPP_SIMD void row_softmax_bwd(const float* y, const float* dy, float dot, float a, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = hd::softmax_grad(y[i], dy[i], dot, a);
 }
-
 
 // ---- layer norm ----------------------------------------------------------------------------
 
@@ -120,6 +124,28 @@ DSCPP_SIMD void ln_bwd_params_k(const float* dy, const float* x, const float* me
 }
 
 int check_rows(int64_t rows, int64_t cols) { return rows < 0 || cols < 0 ? DSCPP_E_INVALID_ARGUMENT : DSCPP_OK; }
+
+// ---- embedding -------------------------------------------------------------------------------
+
+DSCPP_SIMD void add_to(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+// ---- softmax cross-entropy ---------------------------------------------------------------
+
+bool targets_valid(const int32_t* targets, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (targets[r] >= cols) return false;
+  return true;
+}
+
+DSCPP_SIMD void ce_bwd_row(const float* p, float a, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = hd::cross_entropy_grad(p[i], false, a);
+}
+
+}  // namespace
+
+namespace op {
 
 int layernorm_forward(const dscpp_ops* o, const void* x, const void* gamma, const void* beta, void* y, float* mean,
                       float* rstd, int64_t rows, int64_t cols, float eps) {
@@ -230,12 +256,6 @@ int causal_softmax_backward(const dscpp_ops* o, const void* probs, const void* d
   return DSCPP_OK;
 }
 
-// ---- embedding -------------------------------------------------------------------------------
-
-DSCPP_SIMD void add_to(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
-}
-
 int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table, void* out, int64_t n, int64_t vocab,
                       int64_t dim) {
   if (int s = check_table(o)) return s;
@@ -265,14 +285,6 @@ int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout,
     for (int64_t i = 0; i < n; ++i) add_to(pd + i * dim + c0, pt + int64_t{ids[i]} * dim + c0, c1 - c0);
   }, kLine);
   return DSCPP_OK;
-}
-
-// ---- softmax cross-entropy ---------------------------------------------------------------
-
-bool targets_valid(const int32_t* targets, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    if (targets[r] >= cols) return false;
-  return true;
 }
 
 int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t* targets, void* probs, int64_t rows,
@@ -317,10 +329,6 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
   return DSCPP_OK;
 }
 
-DSCPP_SIMD void ce_bwd_row(const float* p, float a, float* d, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = hd::cross_entropy_grad(p[i], false, a);
-}
-
 int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t* targets, void* dlogits, int64_t rows,
                            int64_t cols, float scale) {
   if (int s = check_table(o)) return s;
@@ -346,7 +354,7 @@ int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t*
   return DSCPP_OK;
 }
 
-}  // namespace
+}  // namespace op
 
 float softmax_row(const float* x, float a, float* y, int64_t n) {
   if (n == 0) return -INFINITY;
@@ -358,19 +366,6 @@ float softmax_row(const float* x, float a, float* y, int64_t n) {
 
 void softmax_row_backward(const float* y, const float* dy, float a, float* dx, int64_t n) {
   row_softmax_bwd(y, dy, row_dot(y, dy, n), a, dx, n);
-}
-
-void fill_row_ops(dscpp_ops& t) {
-  t.layernorm_forward = layernorm_forward;
-  t.layernorm_backward = layernorm_backward;
-  t.softmax_forward = softmax_forward;
-  t.softmax_backward = softmax_backward;
-  t.causal_softmax_forward = causal_softmax_forward;
-  t.causal_softmax_backward = causal_softmax_backward;
-  t.embedding_forward = embedding_forward;
-  t.embedding_backward = embedding_backward;
-  t.cross_entropy_forward = cross_entropy_forward;
-  t.cross_entropy_backward = cross_entropy_backward;
 }
 
 }  // namespace dscpp::kernels::cpu

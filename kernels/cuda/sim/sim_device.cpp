@@ -4,6 +4,7 @@
 #include "core/protected_memory.h"
 #include "kernels/cuda/cuda_math.h"
 #include "kernels/cpu/ops/cpu_ops.h"
+#include "kernels/ops_list.h"
 #include "kernels/cuda/ops_table.h"
 
 #include <cstddef>
@@ -111,41 +112,9 @@ dscpp_ops make_sim_cpu_ops(Device& device, std::shared_ptr<void>& context) {
   context = inner;
   dscpp_ops t = *inner;
   t.device = inner.get();
-#define DSCPP_AS_KERNEL(name) t.name = &AsKernel<decltype(dscpp_ops::name)>::call<&dscpp_ops::name>
-  DSCPP_AS_KERNEL(gemm);
-  DSCPP_AS_KERNEL(gemm_strided_batched);
-  DSCPP_AS_KERNEL(fill);
-  DSCPP_AS_KERNEL(copy);
-  DSCPP_AS_KERNEL(add);
-  DSCPP_AS_KERNEL(axpy);
-  DSCPP_AS_KERNEL(scale);
-  DSCPP_AS_KERNEL(bias_add);
-  DSCPP_AS_KERNEL(bias_grad);
-  DSCPP_AS_KERNEL(gelu_forward);
-  DSCPP_AS_KERNEL(gelu_backward);
-  DSCPP_AS_KERNEL(relu_forward);
-  DSCPP_AS_KERNEL(relu_backward);
-  DSCPP_AS_KERNEL(layernorm_forward);
-  DSCPP_AS_KERNEL(layernorm_backward);
-  DSCPP_AS_KERNEL(softmax_forward);
-  DSCPP_AS_KERNEL(softmax_backward);
-  DSCPP_AS_KERNEL(causal_softmax_forward);
-  DSCPP_AS_KERNEL(causal_softmax_backward);
-  DSCPP_AS_KERNEL(embedding_forward);
-  DSCPP_AS_KERNEL(embedding_backward);
-  DSCPP_AS_KERNEL(cross_entropy_forward);
-  DSCPP_AS_KERNEL(cross_entropy_backward);
-  DSCPP_AS_KERNEL(to_host);
-  DSCPP_AS_KERNEL(from_host);
-  DSCPP_AS_KERNEL(causal_attention_forward);
-  DSCPP_AS_KERNEL(causal_attention_backward);
-  DSCPP_AS_KERNEL(linear_forward);
-  DSCPP_AS_KERNEL(linear_backward);
-  DSCPP_AS_KERNEL(flash_attention_forward);
-  DSCPP_AS_KERNEL(flash_attention_backward);
+#define DSCPP_AS_KERNEL(name) t.name = &AsKernel<decltype(dscpp_ops::name)>::call<&dscpp_ops::name>;
+  DSCPP_OPS_TABLE(DSCPP_AS_KERNEL)
 #undef DSCPP_AS_KERNEL
-  static_assert(sizeof(dscpp_ops) == offsetof(dscpp_ops, flash_attention_backward) + sizeof(t.flash_attention_backward),
-                "a dscpp_ops entry was added: wrap it above");
   return t;
 }
 
