@@ -40,9 +40,8 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
       options_(std::move(options)),
       csv_(world.rank() == 0 ? loaded.config.csv_monitor : config::TensorboardConfig{}) {
   const config::ZeroConfig& z = cfg_.zero_optimization;
-  stage_ = static_cast<int>(z.stage);
-  if (stage_ < 0 || stage_ > 3) fail("zero_optimization.stage must be 0, 1, 2 or 3 (got {})", stage_);
-  if (stage_ > 0 && cfg_.gradient_predivide_factor != 1.0)
+  zero_ = ZeroPlan::for_stage(static_cast<int>(z.stage));
+  if (zero_.optimizer_partitioned && cfg_.gradient_predivide_factor != 1.0)
     fail("gradient_predivide_factor {} applies to stage-0 allreduce only: at ZeRO stages 1-3 gradients are scaled "
          "by 1/world before the reduction (DeepSpeed requires 1.0 there too); remove the key or use stage 0",
          cfg_.gradient_predivide_factor);
@@ -56,7 +55,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     if (!parsed || (*parsed != DType::f32 && *parsed != DType::f16 && *parsed != DType::bf16))
       fail("data_types.grad_accum_dtype: expected fp32, fp16 or bf16, found \"{}\"", *g);
     grad_dtype_ = *parsed;
-  } else if (dtype_ == DType::bf16 && stage_ == 0) {
+  } else if (dtype_ == DType::bf16 && !zero_.optimizer_partitioned) {
     grad_dtype_ = DType::f32;
   }
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
@@ -75,17 +74,17 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
 
   Grouping grouping;
-  grouping.parts = stage_ == 0 ? 1 : world.size();
-  if (stage_ == 3)
+  grouping.parts = zero_.parts(world.size());
+  if (zero_.parameters_partitioned)
     grouping.layer_per_group = true;
-  else if (stage_ > 0)  // a group is one reduce-scatter and one allgather: both bucket sizes bound it
+  else if (zero_.optimizer_partitioned)  // a group is one reduce-scatter and one allgather: both sizes bound it
     grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
   layout_ = make_flat_layout(plugin.layers(), grouping);
   ckpt_ = checkpointing_options(loaded, static_cast<int>(plugin.layers().size()));
   if (!options_.eval_only) {
     if (!cfg_.optimizer) fail("the config has no optimizer section");
     offload_ = optimizer_offload_options(cfg_);
-    if (offload_.device != OffloadDevice::none && stage_ == 0)
+    if (offload_.device != OffloadDevice::none && !zero_.optimizer_partitioned)
       fail("zero_optimization.offload_optimizer.device is \"{}\": optimizer offload needs ZeRO stage 1, 2 or 3 "
            "(stage is 0), as in DeepSpeed",
            offload_device_name(offload_.device));
@@ -93,19 +92,21 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
     // sub-group's state: on the host, or on the device for those a partial offload keeps there).
     optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
   }
-  const ParamOffload offload = param_offload_from_config(z, cfg_.aio, stage_ == 3);
+  const ParamOffload offload = param_offload_from_config(z, cfg_.aio, zero_.parameters_partitioned);
   param_offload_ = offload.device;
-  if (options_.eval_only && world.rank() == 0 && (stage_ != 3 || offload.device == OffloadDevice::none))
-    log::warn("--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
-              "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
-              stage_, stage_ == 3 ? "its partitions on the device" : "the whole model");
+  if (options_.eval_only && world.rank() == 0 &&
+      (!zero_.parameters_partitioned || offload.device == OffloadDevice::none))
+    log::warn(
+        "--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
+        "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
+        zero_.stage, zero_.parameters_partitioned ? "its partitions on the device" : "the whole model");
 
   const int nodes = options_.ranks_per_node > 0 ? world.size() / options_.ranks_per_node : 1;
-  const Stage3Options s3 = stage3_options(z, world.size(), nodes, world.rank() == 0);
+  const Stage3Options s3 = stage3_options(z, zero_, world.size(), nodes, world.rank() == 0);
   plan_ = plan_memory_for(s3, offload);
   if (world.rank() == 0)
-    log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", stage_, world.size(),
-              world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
+    log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", zero_.stage,
+              world.size(), world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
               scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
               format_memory_plan(plan_, nullptr, deepspeed_estimate()));
   if (world.rank() == 0) {
@@ -126,7 +127,8 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   comm::Communicator& world = world_;
   Device& device = device_;
   Plugin& plugin = plugin_;
-  params_ = std::make_unique<ParamStore>(layout_, world, device, dtype_, stage_ == 3, s3, host_, offload);
+  params_ =
+      std::make_unique<ParamStore>(layout_, world, device, dtype_, zero_.parameters_partitioned, s3, host_, offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
   if (cfg_.flops_profiler.enabled) profiler_ = make_profiler();
   runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, dtype_,
@@ -147,20 +149,20 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
 
   MasterOptions mo;
-  mo.sub_group_size = stage_ == 3 ? z.sub_group_size : 0;
+  mo.sub_group_size = zero_.parameters_partitioned ? z.sub_group_size : 0;
   mo.offload = offload_;
   mo.host = host_;
   mo.rank = world.rank();
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
 
   GradReduceOptions r;
-  r.stage = stage_;
+  r.reduction = zero_.reduction;
   r.bucket_elements = z.reduce_bucket_size;
   r.predivide_factor = cfg_.gradient_predivide_factor;
   r.prescale = cfg_.prescale_gradients;
   r.reduce_scatter = z.reduce_scatter;
   r.overlap = z.overlap();
-  r.quantized_gradients = stage_ == 3 && z.zero_quantized_gradients;
+  r.quantized_gradients = zero_.parameters_partitioned && z.zero_quantized_gradients;
   r.ranks_per_node = std::max(1, options_.ranks_per_node);
   if (offload_.device != OffloadDevice::none) {  // the offloaded sub-groups' share (all unless ratio < 1)
     r.partition_device = host_;
@@ -168,7 +170,7 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   }
   if (cfg_.communication_data_type)
     r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
-  else if (dtype_ == DType::bf16 && stage_ == 0)
+  else if (dtype_ == DType::bf16 && !zero_.optimizer_partitioned)
     r.comm_dtype = DType::bf16;  // BF16_Optimizer reduces its fp32 gradients in bf16 by default
   grads_ = std::make_unique<GradReducer>(world, layout_, device, grad_dtype_, r);
 
@@ -193,13 +195,13 @@ CheckpointView Engine::checkpoint_view() {
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
   v.counters = &counters_;
-  v.zero_stage = stage_;
+  v.zero_stage = zero_.stage;
   v.train_batch_size = train_batch_;
   v.micro_batch = micro_;
   v.gradient_accumulation_steps = gas_;
   v.seed = options_.seed;
   v.config_json = config::format_effective_config_json(loaded_);
-  v.gather_16bit_weights = stage_ == 3 && cfg_.zero_optimization.gather_16bit_weights_on_model_save;
+  v.gather_16bit_weights = zero_.parameters_partitioned && cfg_.zero_optimization.gather_16bit_weights_on_model_save;
   return v;
 }
 
@@ -208,20 +210,20 @@ void Engine::initialise_params() {
   // model), each from (seed, name, index) whatever the layout; below stage 3 every rank holds
   // everything and owns it all for this purpose. Through the parameters' home, wherever the
   // slices live (device, host, NVMe).
-  const int owner = stage_ == 3 ? world_.rank() : 0;
+  const int owner = zero_.parameters_partitioned ? world_.rank() : 0;
   ParamHome& home = params_->home();
   std::vector<float> host;
   for (size_t gi = 0; gi < layout_.groups.size(); ++gi) {
     const PartitionGroup& g = layout_.groups[gi];
-    const int64_t own_begin = stage_ == 3 ? g.owned_begin(owner) : g.begin;
-    const int64_t own_end = own_begin + (stage_ == 3 ? g.part : g.numel);
+    const int64_t own_begin = zero_.parameters_partitioned ? g.owned_begin(owner) : g.begin;
+    const int64_t own_end = own_begin + (zero_.parameters_partitioned ? g.part : g.numel);
     for (const ParamSlot& s : layout_.params) {
       if (s.layer < g.first_layer || s.layer >= g.end_layer) continue;  // another group's
       int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
       if (hi <= lo) continue;
       host.resize(static_cast<size_t>(hi - lo));
       init_range(options_.seed, s.name, s.init, s.init_a, lo - s.offset, hi - lo, host.data());
-      if (stage_ == 3) {
+      if (zero_.parameters_partitioned) {
         home.write_from_host(static_cast<int>(gi), lo - own_begin, hi - lo, host.data());
       } else {
         std::vector<unsigned char> converted(host.size() * dtype_size(dtype_));
@@ -318,7 +320,8 @@ void Engine::train_step() {
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
   // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
   // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
-  float loss_grad = static_cast<float>(scaler_->scale() / static_cast<double>(gas_ * (stage_ > 0 ? world_.size() : 1)));
+  float loss_grad = static_cast<float>(scaler_->scale() /
+                                       static_cast<double>(gas_ * (zero_.optimizer_partitioned ? world_.size() : 1)));
   // The profiled step is bracketed (and each layer in it, through enter/leave) by device
   // synchronizations, so that its latencies are device time on an asynchronous device.
   const bool profiling = profiling_step();
@@ -390,7 +393,7 @@ bool Engine::prepare_gradients(float* grad_scale) {
   last_grad_norm_ = -1;
   // Stage 0: the gradients are already reduced and identical on every rank, so local answers
   // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
-  const bool partitioned = stage_ > 0 && world_.size() > 1;
+  const bool partitioned = zero_.optimizer_partitioned && world_.size() > 1;
   // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
   if (scaler_->checks_overflow() || (dtype_ == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
     // Tests of loss scaling: an inf in one rank's gradients.

@@ -14,10 +14,10 @@
 
 #include "collectives/communicator.h"
 #include "configs/load.h"
-#include "runtime/comms_log.h"
 #include "core/device.h"
 #include "runtime/batch_loader.h"
 #include "runtime/checkpoint.h"
+#include "runtime/comms_log.h"
 #include "runtime/flops_profiler.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/layer_runner.h"
@@ -29,6 +29,7 @@
 #include "runtime/param_store.h"
 #include "runtime/plugin.h"
 #include "runtime/train_log.h"
+#include "runtime/zero_plan.h"
 
 #include <memory>
 #include <optional>
@@ -81,7 +82,7 @@ class Engine {
   int64_t total_steps() const { return total_steps_; }
   const TrainCounters& counters() const { return counters_; }
   const FlatLayout& layout() const { return layout_; }
-  int zero_stage() const { return stage_; }
+  int zero_stage() const { return zero_.stage; }
 
  private:
   void allocate(const Stage3Options& s3, const ParamOffload& offload);
@@ -114,7 +115,7 @@ class Engine {
   TrainOptions options_;
 
   int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
-  int stage_ = 0;
+  ZeroPlan zero_;
   DType dtype_ = DType::f32;       // parameter storage
   DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
   FlatLayout layout_;

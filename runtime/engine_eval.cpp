@@ -56,16 +56,18 @@ void Engine::run_eval_only() {
 void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
   // Training's advice (stages, optimizer state) does not apply: only gathered layers and activations are here.
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
-  fail("{}\n--eval_only: this rank needs its gathered layers (the largest group alone is {}; planned parameters on "
-       "the device: {}) plus activations and buffers for micro-batch {} ({}). Raise --device_memory_limit, lower "
-       "train_micro_batch_size_per_gpu or stage3_prefetch_bucket_size{}.",
-       e.what(), format_bytes(layout_.max_group_numel * elem),
-       format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::params)]), micro_,
-       format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
-                    plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
-       stage_ == 3 && cfg_.zero_optimization.param_offload_device() != "none"
-           ? ""
-           : ", or use zero_optimization stage 3 with offload_param cpu or nvme so that the partitions leave the device");
+  fail(
+      "{}\n--eval_only: this rank needs its gathered layers (the largest group alone is {}; planned parameters on "
+      "the device: {}) plus activations and buffers for micro-batch {} ({}). Raise --device_memory_limit, lower "
+      "train_micro_batch_size_per_gpu or stage3_prefetch_bucket_size{}.",
+      e.what(), format_bytes(layout_.max_group_numel * elem),
+      format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::params)]), micro_,
+      format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
+                   plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
+      zero_.parameters_partitioned && cfg_.zero_optimization.param_offload_device() != "none"
+          ? ""
+          : ", or use zero_optimization stage 3 with offload_param cpu or nvme so that the partitions leave the "
+            "device");
 }
 
 EvalResult Engine::evaluate() {
@@ -81,7 +83,7 @@ EvalResult Engine::evaluate() {
   // At stage 3 a forward pass is collective (gathers): every rank runs as many batches as the
   // rank with the most samples, the others following the gathers without computing.
   int64_t batches = (static_cast<int64_t>(mine.size()) + micro_ - 1) / micro_;
-  if (stage_ == 3 && world_.size() > 1) {
+  if (zero_.parameters_partitioned && world_.size() > 1) {
     int64_t most = batches;
     world_.allreduce(&most, 1, DType::i64, comm::ReduceOp::max);
     for (int64_t b = batches; b < most; ++b) params_->follow_forward();
@@ -155,7 +157,7 @@ void Engine::report() {
   if (!plugin_.has_report()) return;
   // The plugin reports on rank 0. At stage 3 each of its forward passes is collective, so rank
   // 0 announces every pass (1) and the end (0); the other ranks follow the gathers.
-  const bool collective = stage_ == 3 && world_.size() > 1;
+  const bool collective = zero_.parameters_partitioned && world_.size() > 1;
   if (world_.rank() != 0) {
     if (!collective) return;
     for (int64_t cmd = 1; world_.broadcast(&cmd, 1, DType::i64, 0), cmd == 1;) params_->follow_forward();

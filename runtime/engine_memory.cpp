@@ -15,7 +15,7 @@ namespace dscpp::runtime {
 MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& offload) const {
   const config::ZeroConfig& z = cfg_.zero_optimization;
   MemoryPlanInputs mp;
-  mp.stage = stage_;
+  mp.zero = zero_;
   mp.world = world_.size();
   mp.dtype = dtype_;
   mp.grad_dtype = grad_dtype_;
@@ -26,13 +26,14 @@ MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& 
   mp.micro_batch = micro_;
   mp.overlap_comm = z.overlap();
   mp.checkpointing = ckpt_;
-  if (stage_ == 3)  // gathered groups, plus hpZ's copies (parameters too)
+  if (zero_.parameters_partitioned)  // gathered groups, plus hpZ's copies (parameters too)
     mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3) + ParamStore::hpz_secondary_bound(layout_, s3);
   mp.offload_optimizer = offload_.device;
   if (offload_.device != OffloadDevice::none) {
     // As MasterWeights will split them: the first sub-groups offloaded, the rest on the device.
-    const OffloadSplit split =
-        offload_split(make_sub_groups(layout_, stage_ == 3, stage_ == 3 ? z.sub_group_size : 0), offload_);
+    const OffloadSplit split = offload_split(
+        make_sub_groups(layout_, zero_.parameters_partitioned, zero_.parameters_partitioned ? z.sub_group_size : 0),
+        offload_);
     mp.max_sub_group = split.largest_offloaded;
     mp.offloaded_elements = split.offloaded_elements;
     mp.offload_ratio = offload_.ratio;
@@ -66,9 +67,9 @@ int64_t Engine::deepspeed_estimate() const {
   double P = static_cast<double>(layout_.numel);
   // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
   const bool off = offload_.device != OffloadDevice::none, off_params = param_offload_ != OffloadDevice::none;
-  return stage_ == 3
+  return zero_.parameters_partitioned
              ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, off_params, off, true).gpu_bytes
-                     : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
+             : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
 }
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
@@ -80,7 +81,7 @@ void Engine::out_of_memory(const OutOfDeviceMemory& e) {
   const int64_t limit = device_.stats().limit;
   auto states = [&](int stage, int ranks) { return model_state_bytes(stage, ranks, layout_.total, elem, optim); };
   std::string options;
-  for (int s = stage_ + 1; s <= 3 && world_.size() > 1; ++s)
+  for (int s = zero_.stage + 1; s <= 3 && world_.size() > 1; ++s)
     options += fmt::format("{}stage {}: {}", options.empty() ? "" : ", ", s, format_bytes(states(s, world_.size())));
   std::string ranks_needed;
   if (limit > 0)
@@ -90,14 +91,15 @@ void Engine::out_of_memory(const OutOfDeviceMemory& e) {
                                    format_bytes(states(3, n)), format_bytes(other));
         break;
       }
-  fail("{}\nAt ZeRO stage {} on {} rank{} this rank holds {} of model states; planned in all: {} ({} of it "
-       "activations and buffers for micro-batch {}).{}{} Or offload (zero_optimization.offload_optimizer / "
-       "offload_param), or lower train_micro_batch_size_per_gpu.",
-       e.what(), stage_, world_.size(), world_.size() == 1 ? "" : "s", format_bytes(plan_.model_states()),
-       format_bytes(plan_.total()), format_bytes(other), micro_,
-       options.empty() ? (world_.size() == 1 ? " With one rank ZeRO has nothing to partition across: add ranks." : "")
-                       : fmt::format(" Model states per rank at higher stages: {}.", options),
-       ranks_needed);
+  fail(
+      "{}\nAt ZeRO stage {} on {} rank{} this rank holds {} of model states; planned in all: {} ({} of it "
+      "activations and buffers for micro-batch {}).{}{} Or offload (zero_optimization.offload_optimizer / "
+      "offload_param), or lower train_micro_batch_size_per_gpu.",
+      e.what(), zero_.stage, world_.size(), world_.size() == 1 ? "" : "s", format_bytes(plan_.model_states()),
+      format_bytes(plan_.total()), format_bytes(other), micro_,
+      options.empty() ? (world_.size() == 1 ? " With one rank ZeRO has nothing to partition across: add ranks." : "")
+                      : fmt::format(" Model states per rank at higher stages: {}.", options),
+      ranks_needed);
 }
 
 void Engine::log_memory_peaks() {

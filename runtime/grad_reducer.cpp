@@ -25,8 +25,8 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
       elem_(dtype_size(dtype)),
       wire_elem_(dtype_size(wire_)),
       opt_(options) {
-  DSCPP_CHECK_EQ(layout.parts, opt_.stage == 0 ? 1 : comm.size());
-  if (opt_.stage <= 1)
+  DSCPP_CHECK_EQ(layout.parts, opt_.reduction == GradReduction::allreduce ? 1 : comm.size());
+  if (opt_.reduction != GradReduction::into_partition)
     full_ = DeviceBuffer(device, static_cast<size_t>(layout.total) * elem_, MemCategory::grads, true);
   else {
     if (opt_.partition_device)
@@ -47,16 +47,16 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
         DeviceBuffer(*opt_.partition_device, static_cast<size_t>(widest) * wire_elem_, MemCategory::buffers);
   }
   const int per_node = std::max(1, opt_.ranks_per_node);
-  if (opt_.stage == 3 && opt_.quantized_gradients && comm.size() > per_node && comm.size() % per_node == 0) {
+  if (opt_.quantized_gradients && comm.size() > per_node && comm.size() % per_node == 0) {
     qgz_node_ = comm.split(comm.rank() / per_node, comm.rank(), "qgz-node");
     qgz_cross_ = comm.split(comm.rank() % per_node, comm.rank(), "qgz-cross");
   }
-  if (opt_.stage >= 1) {
-    staging_.resize(opt_.stage == 1 || opt_.overlap ? 2 : 1);
+  if (opt_.reduction != GradReduction::allreduce) {
+    staging_.resize(opt_.reduction == GradReduction::into_whole_array || opt_.overlap ? 2 : 1);
     int64_t max_part = 0;
     for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
     for (Staging& s : staging_) {
-      if (opt_.stage >= 2)
+      if (opt_.reduction == GradReduction::into_partition)
         s.buffer = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * elem_, MemCategory::buffers);
       s.out = DeviceBuffer(device, static_cast<size_t>(max_part) * wire_elem_, MemCategory::buffers);
       if (wire_ != dtype_)
@@ -67,16 +67,20 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
 
 void* GradReducer::owned(int group) const {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
-  switch (opt_.stage) {
-    case 0: return at(full_, g.begin);
-    case 1: return at(full_, g.owned_begin(comm_.rank()));
-    default: return partition_at(g.part_offset);
+  switch (opt_.reduction) {
+    case GradReduction::allreduce:
+      return at(full_, g.begin);
+    case GradReduction::into_whole_array:
+      return at(full_, g.owned_begin(comm_.rank()));
+    case GradReduction::into_partition:
+      break;
   }
+  return partition_at(g.part_offset);
 }
 
 Device& GradReducer::owned_device(int group) const {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
-  return opt_.stage >= 2 && g.part_offset < split_ ? *opt_.partition_device : device_;
+  return opt_.reduction == GradReduction::into_partition && g.part_offset < split_ ? *opt_.partition_device : device_;
 }
 
 bool GradReducer::crosses(int group) const {
@@ -104,7 +108,7 @@ void GradReducer::begin_micro(bool first, bool last) {
 
 void* GradReducer::layer_grads(int layer) {
   int64_t at = layout_.layer_range[static_cast<size_t>(layer)].first;
-  if (opt_.stage <= 1) return this->at(full_, at);
+  if (opt_.reduction != GradReduction::into_partition) return this->at(full_, at);
   int group = layout_.layer_group[static_cast<size_t>(layer)];
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   if (current_ < 0 || staging_[static_cast<size_t>(current_)].group != group) {
@@ -140,7 +144,8 @@ void GradReducer::launch_bucket(int64_t begin, int64_t end) {
 void GradReducer::launch_group(int group, void* input) {
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   ++reductions_;
-  if (opt_.stage == 1) {  // no staging buffer in backward: take the next result buffer here
+  if (opt_.reduction ==
+      GradReduction::into_whole_array) {  // no staging buffer in backward: take the next result buffer here
     current_ = (current_ + 1) % static_cast<int>(staging_.size());
     if (staging_[static_cast<size_t>(current_)].work) finish(staging_[static_cast<size_t>(current_)]);
     staging_[static_cast<size_t>(current_)].group = group;
@@ -152,7 +157,8 @@ void GradReducer::launch_group(int group, void* input) {
     input = s.wire.data();
   }
   // Nothing there to add to yet; and the collective can write there.
-  const bool into_partition = opt_.stage >= 2 && first_ && !converted && !crosses(group);
+  const bool into_partition =
+      opt_.reduction == GradReduction::into_partition && first_ && !converted && !crosses(group);
   if (qgz_node_) {
     s.direct = false;
     s.work = quantized_reduce_scatter(*qgz_node_, *qgz_cross_, device_, input, s.out.data(), g.part, wire_);
@@ -161,7 +167,8 @@ void GradReducer::launch_group(int group, void* input) {
     s.work = comm_.reduce_scatter_async(input, into_partition ? partition_at(g.part_offset) : s.out.data(),
                                         static_cast<size_t>(g.part), wire_);
   } else {
-    s.direct = opt_.stage == 1 && !converted;  // in place in the whole array: the own slice is already there
+    s.direct = opt_.reduction == GradReduction::into_whole_array &&
+               !converted;  // in place in the whole array: the own slice is already there
     s.work = comm_.allreduce_async(input, static_cast<size_t>(g.numel), wire_);
   }
 }
@@ -185,7 +192,8 @@ void GradReducer::finish(Staging& s) {
       where = opt_.partition_device;
     }
     kernels::DeviceMath& math = kernels::math_of(*where);
-    if (first_ || opt_.stage == 1)  // stage 1 reduces the accumulated sum once: replace
+    if (first_ ||
+        opt_.reduction == GradReduction::into_whole_array)  // stage 1 reduces the accumulated sum once: replace
       math.convert_into(dst, dtype_, src, wire_, g.part);
     else
       math.add_into(dst, dtype_, src, wire_, g.part);
@@ -195,7 +203,7 @@ void GradReducer::finish(Staging& s) {
 
 void GradReducer::layer_done(int layer) {
   int64_t ready = layout_.layer_range[static_cast<size_t>(layer)].first;
-  if (opt_.stage == 0) {
+  if (opt_.reduction == GradReduction::allreduce) {
     if (last_ && pending_end_ - ready > opt_.bucket_elements) {
       launch_bucket(ready, pending_end_);
       pending_end_ = ready;
@@ -205,7 +213,7 @@ void GradReducer::layer_done(int layer) {
   int group = layout_.layer_group[static_cast<size_t>(layer)];
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   if (layer != g.first_layer || g.numel == 0) return;  // the group's backward is not complete yet
-  if (opt_.stage == 1) {
+  if (opt_.reduction == GradReduction::into_whole_array) {
     if (last_) launch_group(group, at(full_, g.begin));
   } else {
     launch_group(group, staging_[static_cast<size_t>(current_)].buffer.data());  // current_: this group's staging
@@ -213,7 +221,7 @@ void GradReducer::layer_done(int layer) {
 }
 
 void GradReducer::end_micro() {
-  if (opt_.stage >= 1) {
+  if (opt_.reduction != GradReduction::allreduce) {
     for (Staging& s : staging_)
       if (s.work) finish(s);
     return;

@@ -26,6 +26,7 @@
 #include "collectives/communicator.h"
 #include "core/device.h"
 #include "runtime/flat_layout.h"
+#include "runtime/zero_plan.h"
 
 #include <memory>
 #include <optional>
@@ -34,7 +35,7 @@
 namespace dscpp::runtime {
 
 struct GradReduceOptions {
-  int stage = 0;
+  GradReduction reduction = GradReduction::allreduce;  // the ZeRO plan's (zero_plan.h)
   int64_t bucket_elements = 500000000;  // stage 0 allreduce buckets
   double predivide_factor = 1.0;        // stage 0
   bool prescale = false;                // stage 0
@@ -50,7 +51,7 @@ struct GradReduceOptions {
   // stays on the training device (partial optimizer offload: the gradients of the sub-groups
   // that step on the device). −1: all of them.
   int64_t partition_device_elements = -1;
-  // ZeRO++ qgZ at stage 3 (runtime/zeropp.h): with more than one node of `ranks_per_node` ranks,
+  // ZeRO++ qgZ, stage 3 only (runtime/zeropp.h): with more than one node of `ranks_per_node` ranks,
   // each group's reduce-scatter becomes the two-hop int4 all-to-all; on one node it stays a
   // plain reduce-scatter, as in DeepSpeed.
   bool quantized_gradients = false;

@@ -45,21 +45,22 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   MemoryPlan p;
   p.offload_optimizer = in.offload_optimizer;
   p.offload_ratio = in.offload_ratio;
-  p.params_offloaded = in.stage == 3 && in.offload_param != OffloadDevice::none;
+  p.params_offloaded = in.zero.parameters_partitioned && in.offload_param != OffloadDevice::none;
   auto at = [&p](MemCategory c) -> int64_t& { return p.bytes[static_cast<size_t>(c)]; };
   const int64_t e = static_cast<int64_t>(dtype_size(in.dtype));
-  const bool params_off = in.stage == 3 && in.offload_param != OffloadDevice::none;
+  const bool params_off = in.zero.parameters_partitioned && in.offload_param != OffloadDevice::none;
   // Offloaded parameters cannot be their own master (MasterWeights): an fp32 copy on the device.
   const int64_t master = in.dtype == DType::f32 && !params_off ? 0 : 4;
-  at(MemCategory::params) = in.stage == 3 ? ((params_off ? 0 : layout.part_total) + in.stage3_live_elements) * e
-                                          : layout.total * e;
+  at(MemCategory::params) = in.zero.parameters_partitioned
+                                ? ((params_off ? 0 : layout.part_total) + in.stage3_live_elements) * e
+                                : layout.total * e;
   if (params_off) {
     p.host[static_cast<size_t>(MemCategory::params)] = in.param_host_bytes;
     p.nvme[static_cast<size_t>(MemCategory::params)] = in.param_nvme_bytes;
     p.host[static_cast<size_t>(MemCategory::buffers)] = in.param_swap_buffer_bytes;
   }
   const int64_t ge = static_cast<int64_t>(dtype_size(in.grad_dtype));
-  at(MemCategory::grads) = in.stage >= 2 ? layout.part_total * ge : layout.total * ge;
+  at(MemCategory::grads) = in.zero.gradients_partitioned ? layout.part_total * ge : layout.total * ge;
   at(MemCategory::optimizer_state) = layout.part_total * (in.optimizer_bytes_per_element + master);
   int64_t max_ws = 0, max_part = 0;
   for (const LayerDecl& l : layers) max_ws = std::max(max_ws, l.workspace_bytes);
@@ -77,8 +78,9 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
     at(MemCategory::buffers) = buffers;
     return p;
   }
-  if (in.stage == 1) buffers += 2 * max_part * ge;
-  if (in.stage >= 2) buffers += (in.overlap_comm ? 2 : 1) * (layout.max_group_numel + max_part) * ge;
+  if (in.zero.reduction == GradReduction::into_whole_array) buffers += 2 * max_part * ge;
+  if (in.zero.reduction == GradReduction::into_partition)
+    buffers += (in.overlap_comm ? 2 : 1) * (layout.max_group_numel + max_part) * ge;
   if (in.grad_dtype != in.compute_dtype) buffers += layout.max_layer_numel * ce;  // a layer's gradients, compute dtype
   if (ge != 4) buffers += max_part * 4;                                           // the unscaled gradient
   at(MemCategory::buffers) = buffers;
@@ -96,7 +98,7 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
       p.host[optim] = in.swap_pool_bytes;
       p.nvme[optim] = in.swap_file_bytes;
     }
-    if (in.stage >= 2) {
+    if (in.zero.gradients_partitioned) {
       off(MemCategory::grads) = offloaded * ge;
       at(MemCategory::grads) = resident * ge;
     }

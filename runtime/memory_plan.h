@@ -33,6 +33,7 @@
 #include "runtime/activation_checkpointing.h"
 #include "runtime/flat_layout.h"
 #include "runtime/plugin.h"
+#include "runtime/zero_plan.h"
 
 #include <array>
 #include <string>
@@ -44,7 +45,7 @@ enum class OffloadDevice { none, cpu, nvme };
 const char* offload_device_name(OffloadDevice d);
 
 struct MemoryPlanInputs {
-  int stage = 0;
+  ZeroPlan zero;
   int world = 1;
   DType dtype = DType::f32;       // parameters
   DType grad_dtype = DType::f32;  // gradients

@@ -8,14 +8,14 @@
 
 namespace dscpp::runtime {
 
-Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, int nodes, bool log) {
+Stage3Options stage3_options(const config::ZeroConfig& z, const ZeroPlan& zero, int world_size, int nodes, bool log) {
   Stage3Options s3;
   s3.prefetch_bucket_size = z.prefetch_bucket_size;
   s3.max_live_parameters = z.max_live_parameters;
   s3.max_reuse_distance = z.max_reuse_distance;
   s3.param_persistence_threshold = z.param_persistence_threshold;
   s3.model_persistence_threshold = z.model_persistence_threshold;
-  if (z.stage != 3) return s3;  // the config check already refused ZeRO++ below stage 3
+  if (!zero.parameters_partitioned) return s3;  // the config check already refused ZeRO++ below stage 3
   s3.quantized_weights = z.zero_quantized_weights;
   const int64_t h = z.zero_hpz_partition_size;
   if (h > 1 && (h > world_size || world_size % h != 0))

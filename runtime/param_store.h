@@ -37,6 +37,7 @@
 #include "core/device.h"
 #include "runtime/flat_layout.h"
 #include "runtime/param_home.h"
+#include "runtime/zero_plan.h"
 
 #include <cstdint>
 #include <memory>
@@ -58,7 +59,7 @@ struct Stage3Options {
 // The stage-3 knobs of zero_optimization; throws naming the key when zero_hpz_partition_size
 // does not divide the world. `log`: say which ZeRO++ switches are on (qgZ lives in GradReducer;
 // `nodes` says whether it applies).
-Stage3Options stage3_options(const config::ZeroConfig& z, int world_size, int nodes, bool log);
+Stage3Options stage3_options(const config::ZeroConfig& z, const ZeroPlan& zero, int world_size, int nodes, bool log);
 
 class ParamStore {
  public:
