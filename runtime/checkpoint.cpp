@@ -98,7 +98,7 @@ void restore_scaler(const ckpt::Manifest& m, LossScaler* scaler, bool log_here) 
 
 ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalPartitions& local) {
   ckpt::Manifest m;
-  m.zero_stage = v.zero_stage;
+  m.zero_stage = v.zero.stage;
   m.world_size = world_size;
   m.params_dtype = std::string(dtype_name(v.params_dtype));
   m.global_steps = v.counters->global_steps;
@@ -106,7 +106,7 @@ ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalP
   m.optimizer_type = v.optimizer->name();
   m.optimizer_states = local.states();
   m.optimizer_step = local.optimizer_step();
-  if (v.zero_stage == 0) {
+  if (!v.zero.optimizer_partitioned) {
     m.storage = ckpt::Storage::by_name;
     m.files = {ckpt::kModelFile, ckpt::kOptimizerFile};
   } else {
@@ -287,11 +287,11 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
   if (m.get<uint64_t>("data_sampler.seed") != v.seed && log_here)
     log::warn("checkpoint {} was trained with --seed {}, this run uses {}: the data order after resuming differs",
               tag_dir, m.get<uint64_t>("data_sampler.seed"), v.seed);
-  if ((m.zero_stage != v.zero_stage || m.world_size != comm.size()) && log_here)
+  if ((m.zero_stage != v.zero.stage || m.world_size != comm.size()) && log_here)
     log::info(
         "resharding {}: saved by {} rank(s) at ZeRO stage {} ({} parameters), loading into {} rank(s) at stage {} "
         "({} parameters)",
-        tag_dir, m.world_size, m.zero_stage, m.params_dtype, comm.size(), v.zero_stage, dtype_name(v.params_dtype));
+        tag_dir, m.world_size, m.zero_stage, m.params_dtype, comm.size(), v.zero.stage, dtype_name(v.params_dtype));
 
   std::unique_ptr<ckpt::TensorSource> source = ckpt::open_source(m);
   std::vector<std::string> whats{ckpt::kMasterWeights};

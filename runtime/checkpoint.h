@@ -30,6 +30,7 @@
 #include "runtime/master_weights.h"
 #include "runtime/optimizer.h"
 #include "runtime/param_store.h"
+#include "runtime/zero_plan.h"
 
 #include <cstdint>
 #include <string>
@@ -54,7 +55,7 @@ struct CheckpointView {
   LossScaler* scaler = nullptr;  // fp16 runs; nullptr when there is none
   TrainCounters* counters = nullptr;
   Device* device = nullptr;
-  int zero_stage = 0;
+  ZeroPlan zero;
   DType params_dtype = DType::f32;
   int64_t train_batch_size = 0;
   int64_t micro_batch = 0;

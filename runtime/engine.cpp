@@ -195,7 +195,7 @@ CheckpointView Engine::checkpoint_view() {
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
   v.counters = &counters_;
-  v.zero_stage = zero_.stage;
+  v.zero = zero_;
   v.train_batch_size = train_batch_;
   v.micro_batch = micro_;
   v.gradient_accumulation_steps = gas_;

@@ -34,10 +34,11 @@ const char* offload_device_name(OffloadDevice d) {
 }
 
 int64_t model_state_bytes(int stage, int world, int64_t elements, int64_t elem_bytes, int64_t optimizer_bytes) {
+  const ZeroPlan zero = ZeroPlan::for_stage(stage);
   const int64_t per_rank = (elements + world - 1) / world;
-  int64_t params = stage == 3 ? per_rank * elem_bytes : elements * elem_bytes;
-  int64_t grads = stage >= 2 ? per_rank * elem_bytes : elements * elem_bytes;
-  int64_t optim = (stage >= 1 ? per_rank : elements) * optimizer_bytes;
+  int64_t params = (zero.parameters_partitioned ? per_rank : elements) * elem_bytes;
+  int64_t grads = (zero.gradients_partitioned ? per_rank : elements) * elem_bytes;
+  int64_t optim = (zero.optimizer_partitioned ? per_rank : elements) * optimizer_bytes;
   return params + grads + optim;
 }
 
