@@ -13,8 +13,9 @@ build="g++ cmake meson ninja-build pkg-config git
 libopenmpi-dev openmpi-bin libssh2-1-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
 catch2 libgloo-dev liburing-dev libaio-dev libopenblas-dev zlib1g-dev
 dataset-fashion-mnist fortunes"
-# The launcher's system tests: real sshd hosts in network namespaces, a real SLURM cluster.
-test_extra="python3 openssh-server openssh-client iproute2 util-linux procps
+# The launcher's system tests: real sshd hosts in network namespaces, a real SLURM cluster
+# (tests/testbed/netns-hosts.sh, tests/testbed/slurm-local.sh; launch_ssh.sh also uses bc).
+test_extra="python3 openssh-server openssh-client iproute2 util-linux mount procps bc
 slurmctld slurmd slurm-client munge
 python3-numpy python3-pip python3-torch"
 # PyPI packages the tests use as independent references (checkpoints must open in `safetensors`).

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# dscpp inside a real SLURM allocation (../shared/testbed/slurm-local.sh, 2 nodes): the
+# dscpp inside a real SLURM allocation (tests/testbed/slurm-local.sh, 2 nodes): the
 # shipped sbatch script runs dscpp once; dscpp reads the allocation, starts 4 ranks through
 # srun, each with the right RANK/LOCAL_RANK/WORLD_SIZE/CROSS_RANK/MASTER_*; a failing rank
 # ends the job quickly with its code named.
 #   launch_slurm.sh DSCPP SOURCE_ROOT
+# The testbed script comes from SOURCE_ROOT/tests/testbed, or from $DSCPP_TESTBED when set.
+# Needs root and SLURM + MUNGE (scripts/setup.sh test); exits 77 (skip) otherwise.
 set -u
 dscpp=$(readlink -f "$1") root=$(readlink -f "$2")
 [ "$(id -u)" = 0 ] || { echo "needs root (slurmd runs jobs as root here)"; exit 77; }
-testbed=""
-for d in "${DSCPP_TESTBED:-}" "$root/../shared/testbed" /work/shared/testbed; do
-  [ -n "$d" ] && [ -x "$d/slurm-local.sh" ] && { testbed=$d; break; }
+testbed=${DSCPP_TESTBED:-$root/tests/testbed}
+[ -x "$testbed/slurm-local.sh" ] || { echo "FAIL: testbed script $testbed/slurm-local.sh missing or not executable"; exit 1; }
+for b in slurmctld slurmd munged; do
+  command -v $b >/dev/null || { echo "SLURM/MUNGE is not installed (scripts/setup.sh test)"; exit 77; }
 done
-[ -n "$testbed" ] || { echo "no testbed scripts (set DSCPP_TESTBED)"; exit 77; }
-command -v slurmctld >/dev/null || { echo "SLURM is not installed (scripts/setup.sh test)"; exit 77; }
 
 export SLURM_LOCAL_DIR=/tmp/dscpp-slurm-$$ SLURM_LOCAL_PORT=$((17000 + $$ % 2000))
 S=$testbed/slurm-local.sh

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # System test of the SSH starter (launcher/ssh*.cpp) against real sshd "hosts": network
-# namespaces brought up by the shared testbed (netns-hosts.sh). Drives run_remote/ssh_capture
-# through tests/ssh_run_check, and `dscpp --hostfile` once the launcher CLI has it.
+# namespaces brought up by the project's testbed (tests/testbed/netns-hosts.sh). Drives
+# run_remote/ssh_capture through tests/ssh_run_check, and `dscpp --hostfile` once the launcher
+# CLI has it.
 #   launch_ssh.sh DSCPP_EXE SOURCE_ROOT
-# Needs root and `ip netns`; exits 77 (skip) otherwise, or when the testbed is not found
-# ($DSCPP_TESTBED, SOURCE_ROOT/../shared/testbed, /work/shared/testbed).
+# The testbed scripts come from SOURCE_ROOT/tests/testbed, or from $DSCPP_TESTBED when set.
+# Needs root, `ip netns` and OpenSSH (scripts/setup.sh test); exits 77 (skip) otherwise.
 set -uo pipefail
 
 DSCPP=$1
@@ -13,11 +14,8 @@ skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces, sshd)"
 ip netns list >/dev/null 2>&1 || skip "needs iproute2 with 'ip netns'"
 [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null || skip "needs openssh-server and openssh-client"
-T=""
-for d in "${DSCPP_TESTBED:-}" "$SRC/../shared/testbed" /work/shared/testbed; do
-  [ -n "$d" ] && [ -x "$d/netns-hosts.sh" ] && { T="$d/netns-hosts.sh"; break; }
-done
-[ -n "$T" ] || skip "testbed netns-hosts.sh not found (set DSCPP_TESTBED to its directory)"
+T=${DSCPP_TESTBED:-$SRC/tests/testbed}/netns-hosts.sh
+[ -x "$T" ] || { echo "FAIL: testbed script $T missing or not executable"; exit 1; }
 RUN=${SSH_RUN_CHECK:-$(dirname "$DSCPP")/../tests/ssh_run_check}
 [ -x "$RUN" ] || { echo "FAIL: ssh_run_check not built at $RUN"; exit 1; }
 
