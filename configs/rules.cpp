@@ -99,6 +99,9 @@ class Rules {
       const auto& o = *z.offload_optimizer;
       if (stage() == 0)
         error("zero_optimization.offload_optimizer", "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0)");
+      if (o.buffer_count < 1 || o.buffer_count > 1024)
+        error("zero_optimization.offload_optimizer.buffer_count",
+              fmt::format("must be between 1 and 1024, found {}", o.buffer_count));
       if (o.device == "nvme" && !o.nvme_path)
         error("zero_optimization.offload_optimizer.nvme_path",
               "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
@@ -196,6 +199,14 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
   add(z.reflow.has_value(), "zero_optimization.reflow (ReFlow)");
   add(z.offload_optimizer && z.offload_optimizer->super_offload,
       "zero_optimization.offload_optimizer.super_offload (SuperOffload)");
+  auto int8 = [](const std::optional<std::string>& t) { return t && (*t == "int8" || *t == "torch.int8"); };
+  add(int8(c.data_types.grad_accum_dtype), "data_types.grad_accum_dtype int8 (gradients accumulate in fp32, fp16 or bf16)");
+  add(int8(c.communication_data_type), "communication_data_type int8 (gradients travel in fp32, fp16 or bf16)");
+  // DeepSpeed divides before its stage-3 reduce-scatter (and at stages 1-2 with reduce_scatter
+  // off); dscpp scales by 1/world before every ZeRO reduction instead, so only stage 0 honours it.
+  add(z.stage > 0 && c.gradient_predivide_factor != 1.0,
+      "gradient_predivide_factor other than 1.0 at ZeRO stages 1-3 (dscpp applies it to the stage-0 allreduce "
+      "only; remove the key or use stage 0)");
   return out;
 }
 

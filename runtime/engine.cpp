@@ -1,5 +1,6 @@
 #include "runtime/engine.h"
 
+#include "configs/plans.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -40,24 +41,13 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
       options_(std::move(options)),
       csv_(world.rank() == 0 ? loaded.config.csv_monitor : config::TensorboardConfig{}) {
   const config::ZeroConfig& z = cfg_.zero_optimization;
+  // The config's checks have run (configs/rules.cpp, unsupported_features): what is left here is
+  // resolving it into what the engine runs.
   zero_ = ZeroPlan::for_stage(static_cast<int>(z.stage));
-  if (zero_.optimizer_partitioned && cfg_.gradient_predivide_factor != 1.0)
-    fail("gradient_predivide_factor {} applies to stage-0 allreduce only: at ZeRO stages 1-3 gradients are scaled "
-         "by 1/world before the reduction (DeepSpeed requires 1.0 there too); remove the key or use stage 0",
-         cfg_.gradient_predivide_factor);
-  if (cfg_.fp16.enabled) dtype_ = DType::f16;
-  if (cfg_.bf16.enabled) dtype_ = DType::bf16;
-  // DeepSpeed's gradient accumulation dtype: as configured, else fp32 for bf16
-  // without ZeRO (its BF16_Optimizer), else the parameters' dtype.
-  grad_dtype_ = dtype_;
-  if (const auto& g = cfg_.data_types.grad_accum_dtype) {
-    auto parsed = parse_dtype(*g);
-    if (!parsed || (*parsed != DType::f32 && *parsed != DType::f16 && *parsed != DType::bf16))
-      fail("data_types.grad_accum_dtype: expected fp32, fp16 or bf16, found \"{}\"", *g);
-    grad_dtype_ = *parsed;
-  } else if (dtype_ == DType::bf16 && !zero_.optimizer_partitioned) {
-    grad_dtype_ = DType::f32;
-  }
+  const config::PrecisionPlan precision = config::precision_plan(cfg_);
+  dtype_ = precision.params;
+  grad_dtype_ = precision.grads;
+  wire_dtype_ = precision.wire;
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
   // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
   if (cfg_.wall_clock_breakdown) timers_.synchronize_with(&device_);
@@ -84,10 +74,6 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   if (!options_.eval_only) {
     if (!cfg_.optimizer) fail("the config has no optimizer section");
     offload_ = optimizer_offload_options(cfg_);
-    if (offload_.device != OffloadDevice::none && !zero_.optimizer_partitioned)
-      fail("zero_optimization.offload_optimizer.device is \"{}\": optimizer offload needs ZeRO stage 1, 2 or 3 "
-           "(stage is 0), as in DeepSpeed",
-           offload_device_name(offload_.device));
     // Offloaded to the CPU, the optimizer's loops run on the host (MasterWeights places each
     // sub-group's state: on the host, or on the device for those a partial offload keeps there).
     optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
@@ -168,10 +154,7 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
     r.partition_device = host_;
     r.partition_device_elements = master_->split().offloaded_elements;
   }
-  if (cfg_.communication_data_type)
-    r.comm_dtype = parse_dtype(*cfg_.communication_data_type);
-  else if (dtype_ == DType::bf16 && !zero_.optimizer_partitioned)
-    r.comm_dtype = DType::bf16;  // BF16_Optimizer reduces its fp32 gradients in bf16 by default
+  r.comm_dtype = wire_dtype_;
   grads_ = std::make_unique<GradReducer>(world, layout_, device, grad_dtype_, r);
 
   DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,

@@ -116,6 +116,7 @@ class Engine {
 
   int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
   ZeroPlan zero_;
+  std::optional<DType> wire_dtype_;  // the gradients' communication dtype (configs/plans.h)
   DType dtype_ = DType::f32;       // parameter storage
   DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
   FlatLayout layout_;

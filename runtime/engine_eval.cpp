@@ -8,9 +8,10 @@
 #include "runtime/engine.h"
 
 #include "checkpoint/checkpoint_dir.h"
-#include "kernels/device_math.h"
+#include "configs/plans.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/device_math.h"
 
 #include <filesystem>
 
@@ -64,7 +65,7 @@ void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
       format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::params)]), micro_,
       format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
                    plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
-      zero_.parameters_partitioned && cfg_.zero_optimization.param_offload_device() != "none"
+      zero_.parameters_partitioned && config::param_offload_device(cfg_.zero_optimization) != OffloadDevice::none
           ? ""
           : ", or use zero_optimization stage 3 with offload_param cpu or nvme so that the partitions leave the "
             "device");

@@ -25,13 +25,6 @@ int64_t MemoryPlan::total() const { return sum(bytes); }
 int64_t MemoryPlan::host_total() const { return sum(host); }
 int64_t MemoryPlan::nvme_total() const { return sum(nvme); }
 
-const char* offload_device_name(OffloadDevice d) {
-  switch (d) {
-    case OffloadDevice::cpu: return "cpu";
-    case OffloadDevice::nvme: return "nvme";
-    default: return "none";
-  }
-}
 
 int64_t model_state_bytes(int stage, int world, int64_t elements, int64_t elem_bytes, int64_t optimizer_bytes) {
   const ZeroPlan zero = ZeroPlan::for_stage(stage);

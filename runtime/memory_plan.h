@@ -28,6 +28,7 @@
 // no gradients, no optimizer state and no backward buffers.
 #pragma once
 
+#include "configs/plans.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "runtime/activation_checkpointing.h"
@@ -40,9 +41,8 @@
 
 namespace dscpp::runtime {
 
-// Where offloaded state goes (offload_optimizer / offload_param device).
-enum class OffloadDevice { none, cpu, nvme };
-const char* offload_device_name(OffloadDevice d);
+using config::OffloadDevice;  // configs/plans.h
+using config::offload_device_name;
 
 struct MemoryPlanInputs {
   ZeroPlan zero;

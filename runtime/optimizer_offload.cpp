@@ -270,17 +270,11 @@ int offloaded_sub_groups(const OptimizerOffload& options, int sub_groups) {
 OptimizerOffload optimizer_offload_options(const config::DsConfig& config) {
   OptimizerOffload out;
   const auto& z = config.zero_optimization;
-  if (!z.offload_optimizer || z.offload_optimizer->device == "none") return out;
+  out.device = config::optimizer_offload_device(z);
+  if (out.device == OffloadDevice::none) return out;
   const config::OffloadOptimizerConfig& o = *z.offload_optimizer;
-  if (o.device == "cpu")
-    out.device = OffloadDevice::cpu;
-  else if (o.device == "nvme")
-    out.device = OffloadDevice::nvme;
-  else
-    fail("{}.device: expected \"none\", \"cpu\" or \"nvme\", found \"{}\"", kKey, o.device);
-  out.ratio = o.ratio;  // in [0, 1], and < 1 only at stage 3: the config checker refused the rest
-  if (o.buffer_count < 1 || o.buffer_count > 1024)
-    fail("{}.buffer_count must be between 1 and 1024, found {}", kKey, o.buffer_count);
+  // ratio in [0, 1] and < 1 only at stage 3, buffer_count in 1-1024: configs/rules.cpp checked.
+  out.ratio = o.ratio;
   out.nvme_path = o.nvme_path.value_or("");
   out.buffer_count = static_cast<int>(o.buffer_count);
   out.pin_memory = o.pin_memory;

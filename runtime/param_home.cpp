@@ -18,12 +18,7 @@ ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const con
   ParamOffload o;
   if (!zero.offload_param || !stage3) return o;
   const config::OffloadParamConfig& c = *zero.offload_param;
-  if (c.device == "cpu")
-    o.device = OffloadDevice::cpu;
-  else if (c.device == "nvme")
-    o.device = OffloadDevice::nvme;
-  else if (c.device != "none")
-    fail("zero_optimization.offload_param.device: expected none, cpu or nvme, found \"{}\"", c.device);
+  o.device = config::param_offload_device(zero);
   o.nvme_path = c.nvme_path.value_or("");
   o.buffer_count = c.buffer_count;
   o.buffer_size = c.buffer_size;
