@@ -1,5 +1,5 @@
 // The per-element update rules of every optimizer dscpp implements, shared by the CPU loops
-// (kernels/cpu/optim) and, later, the CUDA kernels.
+// (kernels/cpu/optim) and the CUDA kernels (kernels/cuda/optim.cu).
 //
 // Each rule is a template over the lane type T: `float` here and in CUDA, a SIMD wrapper in the
 // CPU loops (which supplies operators and hd_fma / hd_sqrt / hd_sign_step overloads). All math

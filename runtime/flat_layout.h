@@ -10,8 +10,8 @@
 //   a rank's partitions, concatenated:   group g's slice at [part_offset, part_offset + part)
 //
 // Stage 0 is the degenerate case (parts = 1: the rank owns everything). Stages 1 and 2 group
-// layers up to reduce_bucket_size elements (one reduce-scatter per group, launched as soon as
-// the group's backward is done); stage 3 makes every layer its own group (gathered before the
+// layers up to the smaller of reduce_bucket_size and allgather_bucket_size elements (a group is
+// one reduce-scatter, launched as soon as its backward is done, and one allgather); stage 3 makes every layer its own group (gathered before the
 // layer runs, released after). Every slice boundary follows from (layer parameter counts,
 // parts, grouping), which the checkpoint manifest records, so another world size can reshard.
 #pragma once
