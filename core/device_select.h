@@ -1,6 +1,6 @@
 // Which CUDA device a rank uses, decided without CUDA so the rule is unit-tested everywhere:
 // device LOCAL_RANK among the visible ones, or the only visible device when the launcher gave
-// each rank its own CUDA_VISIBLE_DEVICES (dscpp's launcher does, see launcher/world.cpp).
+// each rank its own CUDA_VISIBLE_DEVICES (dscpp's launcher does, see launcher/launch_plan.cpp).
 // More ranks than devices may share them (LOCAL_RANK mod visible) only over a backend that
 // stages through host memory: NCCL refuses two ranks on one device.
 #pragma once

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "launcher/world.h"
+#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

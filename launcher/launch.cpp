@@ -1,18 +1,7 @@
+// run_launch: from flags to running ranks, the same steps whatever the runner (resources, plan,
+// runner, master address, plan printout, dry run or pre-flight, attempts); what differs per
+// runner is behind launcher/runners/runner.h. Also the rank-shim that mpirun/srun start.
 #include "launcher/launch.h"
-
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <glob.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-extern char** environ;
-
-#include <fmt/core.h>
-#include <filesystem>
-#include <sstream>
 
 #include "build_config.h"
 #include "core/error.h"
@@ -22,12 +11,19 @@ extern char** environ;
 #include "launcher/gpu_sharing.h"
 #include "launcher/hostfile.h"
 #include "launcher/job_commands.h"
-#include "launcher/node_agent.h"
 #include "launcher/resources.h"
 #include "launcher/restart.h"
+#include "launcher/runners/runner.h"
 #include "launcher/slurm_env.h"
-#include "launcher/ssh.h"
-#include "launcher/supervisor.h"
+#include "launcher/supervisor/supervisor.h"
+
+#include <fmt/core.h>
+#include <glob.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+extern char** environ;
 
 namespace dscpp::launcher {
 namespace {
@@ -43,44 +39,6 @@ int local_gpu_count() {
   globfree(&g);
   return n;
 }
-
-bool is_local_host(const std::string& host) {
-  if (host == "localhost" || host == "127.0.0.1" || host == "::1") return true;
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return host == name;
-}
-
-// The first IPv4 address `host` resolves to here, or "" when it does not resolve.
-std::string resolve_ipv4(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return "";
-  char text[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, text, sizeof text);
-  freeaddrinfo(res);
-  return text;
-}
-
-// Whether something on this machine already listens on `port` (what rank 0's store needs).
-bool local_port_free(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return true;
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
-}
-
-}  // namespace
-
-namespace {
 
 struct Resolved {
   WorldPlan plan;
@@ -133,111 +91,23 @@ Resolved resolve_resources(const LaunchArgs& args, const Environment& env) {
   return r;
 }
 
-std::string choose_runner(const LaunchArgs& args, const Resolved& r) {
-  if (!args.launcher.empty()) {
-    static const char* known[] = {"local", "ssh", "openmpi", "slurm", "pdsh"};
-    for (const char* k : known)
-      if (args.launcher == k) return args.launcher == "pdsh" ? "ssh" : args.launcher;
-    fail("--launcher {}: expected local, ssh, openmpi or slurm (pdsh's role is dscpp's ssh runner)", args.launcher);
-  }
-  if (r.from_slurm) return "slurm";
+// --launcher, else SLURM's runner inside an allocation, the local runner for this machine
+// alone, and ssh for anything else.
+std::unique_ptr<Runner> pick_runner(const LaunchArgs& args, const Resolved& r) {
+  if (!args.launcher.empty()) return make_runner(args.launcher, args);
+  if (r.from_slurm) return make_runner("slurm", args);
   bool single_local = r.plan.hosts.size() == 1 && is_local_host(r.plan.hosts[0].host);
-  if (single_local && !args.force_multi) return "local";
-  return "ssh";
+  return make_runner(single_local && !args.force_multi ? "local" : "ssh", args);
 }
 
-// Rank 0's address as every host can reach it: given, or loopback for one local host, or
-// the first host's address as this machine resolves it, or as that host reports it.
-std::string choose_master_addr(const LaunchArgs& args, const WorldPlan& plan, const std::string& runner,
-                               const SshOptions& ssh) {
+// Rank 0's address as every host can reach it: given, or loopback when every host is this
+// machine, or what the runner finds out about the first host.
+std::string choose_master_addr(const LaunchArgs& args, const WorldPlan& plan, const Runner& runner) {
   if (!args.master_addr.empty()) return args.master_addr;
-  const std::string& first = plan.hosts.front().host;
   bool all_local = true;
   for (const auto& h : plan.hosts) all_local = all_local && is_local_host(h.host);
-  if (runner == "local" || all_local) return "127.0.0.1";
-  if (runner == "slurm") {
-    // SLURM knows the node's address even when its name does not resolve here.
-    std::string out = first_line_of("scontrol show node " + shell_quote(first) + " -o 2>/dev/null");
-    size_t at = out.find("NodeAddr=");
-    if (at != std::string::npos) {
-      std::string ip = resolve_ipv4(out.substr(at + 9, out.find(' ', at + 9) - at - 9));
-      if (!ip.empty()) {
-        log::info("master address {} (SLURM's NodeAddr of {})", ip, first);
-        return ip;
-      }
-    }
-  }
-  std::string addr = resolve_ipv4(first);
-  if (!addr.empty() && addr.rfind("127.", 0) != 0) {
-    log::info("master address {} (how this host resolves {}); pass --master_addr to choose another", addr, first);
-    return addr;
-  }
-  if (runner == "ssh") {
-    std::string out = ssh_capture(first, "hostname -I", ssh);
-    std::string token = out.substr(0, out.find_first_of(" \t\n"));
-    if (!token.empty()) {
-      log::info("master address {} (first address `hostname -I` reports on {}); pass --master_addr to choose another",
-                token, first);
-      return token;
-    }
-  }
-  fail("cannot work out the address of {} (rank 0's host); pass --master_addr with an address every host can reach",
-       first);
-}
-
-std::string sha256_of(const std::string& path) {
-  std::string out = first_line_of("sha256sum " + shell_quote(path) + " 2>/dev/null");
-  return out.substr(0, out.find(' '));
-}
-
-// Before any rank starts: every host answers, runs the same dscpp build and sees the same
-// program file, and rank 0's port is free. Each failure names the host and what to do.
-void preflight_ssh(const WorldPlan& plan, const std::string& dscpp, const ProgramSpec& program, const SshOptions& ssh) {
-  // Files every host must have identical: dscpp itself (it runs the agent), the runtime a
-  // plugin runs under, and the program file.
-  std::vector<std::string> files = {dscpp};
-  const std::string& exe = program.argv.front();
-  if (exe.front() == '/' && exe != program.file) files.push_back(exe);
-  if (!program.file.empty()) files.push_back(program.file);
-  std::vector<std::string> hashes;
-  std::string cmd = "sha256sum";
-  for (const auto& f : files) hashes.push_back(sha256_of(f)), cmd += " " + shell_quote(f);
-  // Rank 0's host also reports whether the master port is taken.
-  std::vector<RemoteCommand> checks;
-  for (const auto& h : plan.hosts) {
-    std::string c = cmd;
-    if (&h == &plan.hosts.front())
-      c += fmt::format("; echo PORT; ss -Htln 'sport = :{}' 2>/dev/null | head -1", plan.master_port);
-    checks.push_back({h.host, c, {}, false});
-  }
-  std::vector<RemoteCapture> results = ssh_capture_all(checks, ssh);
-  std::string problems;
-  for (size_t i = 0; i < results.size(); ++i) {
-    const std::string& host = plan.hosts[i].host;
-    const RemoteCapture& r = results[i];
-    if (std::string why = r.failure(cmd); !why.empty()) {
-      problems += fmt::format("\n  {}: {}", host, why);
-      continue;
-    }
-    std::istringstream lines(r.out);
-    for (size_t f = 0; f < files.size(); ++f) {
-      std::string line;
-      std::getline(lines, line);
-      if (line.substr(0, 64) != hashes[f])
-        problems += fmt::format(
-            "\n  {}: {} differs from this host's copy (sha256 {}... here); the same file must be "
-            "at the same path on every host",
-            host, files[f], hashes[f].substr(0, 12));
-    }
-    std::string marker, port_line;
-    if (i == 0 && std::getline(lines, marker) && std::getline(lines, port_line) && !port_line.empty())
-      problems += fmt::format(
-          "\n  {}: port {} (rank 0's rendezvous) is already in use; pass --master_port with a "
-          "free port",
-          host, plan.master_port);
-  }
-  if (!problems.empty())
-    fail("pre-flight found problems before starting any rank (--no_ssh_check skips these checks):{}", problems);
+  if (all_local) return "127.0.0.1";
+  return runner.master_addr(plan);
 }
 
 // The ranks placed on this machine without a GPU each (not devices_are_gpus) see all of its
@@ -259,12 +129,12 @@ GpuSharing local_gpu_sharing(const LaunchArgs& args, const WorldPlan& plan, cons
   return {};
 }
 
-void print_plan(const Resolved& r, const std::string& runner, const EnvList& exported, const std::string& gpu_line) {
-  const WorldPlan& plan = r.plan;
+void print_plan(const std::string& pool_source, const WorldPlan& plan, std::string_view runner, const EnvList& exported,
+                const std::string& gpu_line) {
   std::string out =
       fmt::format("dscpp plan: {} rank{} on {} host{} from {}; runner {}; master {}:{}\n", plan.world_size(),
-                  plan.world_size() == 1 ? "" : "s", plan.node_count(), plan.node_count() == 1 ? "" : "s",
-                  r.pool_source, runner, plan.master_addr, plan.master_port);
+                  plan.world_size() == 1 ? "" : "s", plan.node_count(), plan.node_count() == 1 ? "" : "s", pool_source,
+                  runner, plan.master_addr, plan.master_port);
   for (int n = 0; n < plan.node_count(); ++n) {
     auto ranks = plan.ranks_on(n);
     out += fmt::format("  {:<20} slots {:<12} ranks {}-{}\n", plan.hosts[n].host, format_id_ranges(plan.hosts[n].slots),
@@ -279,60 +149,13 @@ void print_plan(const Resolved& r, const std::string& runner, const EnvList& exp
   std::fputs(out.c_str(), stderr);
 }
 
-}  // namespace
-
-namespace {
-
-// Runs one local child (mpirun, srun) whose ranks print their own prefixes, under the same
-// supervision as ranks: signals to dscpp tear it down, nothing outlives dscpp.
-AttemptResult run_backend(const std::vector<std::string>& argv, const EnvList& env) {
-  RankLaunch child;
-  child.rank = -1;
-  child.argv = argv;
-  child.env = env;
-  SupervisorOptions options;
-  options.host = argv.front();  // failure messages name the backend; the ranks' shims name the rank
-  GroupResult g = run_rank_group({child}, options);
-  return {g.exit_code, g.stopped, g.first_failure ? g.first_failure->describe(options.host) : ""};
-}
-
-// The rendezvous port of a restarted job. The previous attempt's rank 0 (the store) has exited,
-// so its port is normally free at once (TIME_WAIT does not matter: the store binds with
-// SO_REUSEADDR). When rank 0 runs here, wait up to 10 s for it, then take the next free port
-// above it; on an ssh host, wait the same 10 s and warn if it stays taken.
-int port_for_restart(const WorldPlan& plan, const std::string& runner, const SshOptions& ssh) {
-  const int port = plan.master_port;
-  const std::string& host = plan.hosts.front().host;
-  if (runner == "local" || is_local_host(host)) {
-    for (int i = 0; i < 100; ++i) {
-      if (local_port_free(port)) return port;
-      usleep(100'000);
-    }
-    for (int p = port + 1; p <= std::min(port + 100, 65535); ++p)
-      if (local_port_free(p)) {
-        log::warn("port {} is still taken on this machine; the restarted job's rendezvous uses port {}", port, p);
-        return p;
-      }
-    fail("port {} and the 100 ports above it are taken on this machine; cannot restart the job", port);
-  }
-  if (runner == "ssh") {
-    std::string wait = fmt::format(
-        "for i in $(seq 1 50); do ss -Htln 'sport = :{}' 2>/dev/null | grep -q . || exit 0; sleep 0.2; done; "
-        "echo taken",
-        port);
-    try {
-      if (ssh_capture(host, wait, ssh).find("taken") != std::string::npos)
-        log::warn("port {} on {} is still taken 10 s after the job stopped; restarting anyway", port, host);
-    } catch (const Error& e) {
-      log::warn("could not check port {} on {} before restarting: {}", port, host, e.what());
-    }
-  }
-  return port;  // mpirun/srun return only after their tasks exited
-}
-
-std::string join_words(const std::vector<std::string>& argv) {
-  std::string out;
-  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shell_quote(a);
+// --dry_run: attempt 0's commands and rank 0's environment, exactly as they would run.
+std::string dry_run_text(const Runner& runner, const Job& job) {
+  AttemptCommands c = runner.commands(job, 0);
+  std::string out = runner.describe(job, c);
+  out += "environment of each rank (rank 0 shown; RANK/LOCAL_RANK/CROSS_RANK differ per rank):\n";
+  for (const auto& [k, v] : rank_env(job.plan, job.plan.ranks().front(), EnvOptions{c.agent.env, false, 0}))
+    out += "  " + k + "=" + shell_quote(v) + "\n";
   return out;
 }
 
@@ -378,88 +201,27 @@ int run_launch(const LaunchArgs& args) {
         "ranks; run dscpp once (e.g. in the sbatch script, not under srun/mpirun), or run PROGRAM directly",
         *why);
   Resolved r = resolve_resources(args, env);
-  const std::string runner = choose_runner(args, r);
-  const std::string dscpp = self_executable();
-  const ProgramSpec program = resolve_program(args.program, args.no_local_rank, dscpp);
-  SshOptions ssh;
-  ssh.port = args.ssh_port;
-  r.plan.master_port = args.master_port;
-  r.plan.master_addr = choose_master_addr(args, r.plan, runner, ssh);
+  const std::unique_ptr<Runner> runner = pick_runner(args, r);
+  Job job{.args = args, .plan = r.plan, .from_hostfile = r.from_hostfile};
+  job.dscpp = self_executable();
+  job.program = resolve_program(args.program, args.no_local_rank, job.dscpp);
+  job.plan.master_port = args.master_port;
+  job.plan.master_addr = choose_master_addr(args, job.plan, *runner);
   std::error_code ec;
-  const std::string cwd = fs::current_path(ec).string();
-  ExportInputs inputs;
-  inputs.environment = env;
-  inputs.cwd = cwd;
-  inputs.cli_env = args.env;
-  // Locally every rank inherits dscpp's whole environment; other hosts get the forwarded set.
-  const EnvList exported =
-      runner == "local" ? build_exported_env(ExportInputs{{}, cwd, args.env}) : build_exported_env(inputs);
+  job.cwd = fs::current_path(ec).string();
+  // Ranks that inherit dscpp's environment need only the env files and --env on top of it.
+  job.exported =
+      build_exported_env(ExportInputs{runner->inherits_environment() ? Environment{} : env, job.cwd, args.env});
 
   if (args.max_restarts < 0) fail("--max_restarts {}: expected 0 or more", args.max_restarts);
 
-  // The exact commands of attempt `restart` (0 = the first): only the restart variables and,
-  // rarely, the rendezvous port differ between attempts. --dry_run prints attempt 0's.
-  struct Commands {
-    NodeAgentArgs agent;                // local: run here; ssh: the agent on each host
-    std::vector<RemoteCommand> remote;  // ssh
-    EnvList backend_env;                // openmpi, slurm: set on mpirun/srun, forwarded to the ranks
-    std::vector<std::string> backend;   // openmpi, slurm: the mpirun/srun command line
-  };
-  auto build = [&](int restart) {
-    Commands c;
-    EnvList env = exported;
-    for (auto& kv : restart_env(restart, args.max_restarts)) env.push_back(kv);
-    // Every runner prefixes each output line with "[rank R]", so programs that prefix their own
-    // logs (dscpp-runtime) can leave it out.
-    env.push_back({"DSCPP_PREFIXED_OUTPUT", "1"});
-    NodeAgentArgs& agent = c.agent;
-    agent.world_info = encode_world_info(r.plan.hosts);
-    agent.master_addr = r.plan.master_addr;
-    agent.master_port = r.plan.master_port;
-    agent.devices_are_gpus = r.plan.devices_are_gpus;
-    agent.env = env;
-    agent.program = program.argv;
-    agent.local_rank_at = program.local_rank_at;
-    agent.bind_cores_to_rank = args.bind_cores_to_rank;
-    agent.bind_core_list = args.bind_core_list;
-    agent.each_rank_log_dir = args.each_rank_log_dir;
-    c.backend_env = {{"MASTER_ADDR", r.plan.master_addr}, {"MASTER_PORT", std::to_string(r.plan.master_port)}};
-    c.backend_env.insert(c.backend_env.end(), env.begin(), env.end());
-    std::vector<std::string> backend_names;
-    for (const auto& [k, v] : c.backend_env) backend_names.push_back(k);
-    if (runner == "ssh") {
-      for (int n = 0; n < r.plan.node_count(); ++n) {
-        agent.node_rank = n;
-        // The agent stops its ranks when its stdin closes: that is how teardown reaches it.
-        c.remote.push_back({r.plan.hosts[n].host, agent_command(cwd, dscpp, node_agent_argv(agent)), {}, true});
-      }
-    } else if (runner == "openmpi") {
-      c.backend =
-          mpirun_argv(r.plan, backend_names, args.launcher_args, dscpp, program, args.no_local_rank, geteuid() == 0);
-    } else if (runner == "slurm") {
-      const bool filtered = r.from_hostfile || !args.include.empty() || !args.exclude.empty();
-      c.backend = srun_argv(r.plan, filtered, args.launcher_args, dscpp, program, args.no_local_rank);
-    }
-    agent.node_rank = 0;
-    agent.stop_on_stdin_eof = false;  // the local runner's agent is this process
-    return c;
-  };
-
-  const GpuSharing sharing = local_gpu_sharing(args, r.plan, exported, env);
-  print_plan(r, runner, runner == "local" ? EnvList{} : exported, sharing.plan_line);
+  const GpuSharing sharing = local_gpu_sharing(args, job.plan, job.exported, env);
+  print_plan(r.pool_source, job.plan, runner->name(), runner->inherits_environment() ? EnvList{} : job.exported,
+             sharing.plan_line);
   // NCCL itself would refuse only after every rank started and loaded its model.
   if (!sharing.refusal.empty()) fail("{}", sharing.refusal);
   if (args.dry_run) {
-    Commands c = build(0);
-    std::string out;
-    if (runner == "local")
-      out += "command (each rank, in this process group): " + join_words(rank_argv(program, 0)) + "\n";
-    for (const auto& rc : c.remote) out += fmt::format("command on {}: {}\n", rc.host, rc.command);
-    if (!c.backend.empty()) out += "command: " + join_words(c.backend) + "\n";
-    out += "environment of each rank (rank 0 shown; RANK/LOCAL_RANK/CROSS_RANK differ per rank):\n";
-    for (const auto& [k, v] : rank_env(r.plan, r.plan.ranks().front(), EnvOptions{c.agent.env, false, 0}))
-      out += "  " + k + "=" + shell_quote(v) + "\n";
-    std::fputs(out.c_str(), stdout);
+    std::fputs(dry_run_text(*runner, job).c_str(), stdout);
     return 0;
   }
 
@@ -467,22 +229,10 @@ int run_launch(const LaunchArgs& args) {
     std::string path = fmt::format("/tmp/{}.deepspeed", getpid());
     if (FILE* f = std::fopen(path.c_str(), "w")) std::fprintf(f, "%d\n", getpid()), std::fclose(f);
   }
-  if (runner == "ssh" && !args.no_ssh_check) preflight_ssh(r.plan, dscpp, program, ssh);
-  return run_with_restarts(args.max_restarts, [&](int restart) -> AttemptResult {
-    if (restart > 0) r.plan.master_port = port_for_restart(r.plan, runner, ssh);
-    Commands c = build(restart);
-    if (runner == "local") {
-      if (restart == 0 && !local_port_free(r.plan.master_port))
-        fail("port {} is already in use on this machine (rank 0 listens there); pass --master_port with a free port",
-             r.plan.master_port);
-      GroupResult g = run_node_agent_group(c.agent);
-      return {g.exit_code, g.stopped, g.first_failure ? g.first_failure->describe(r.plan.hosts[0].host) : ""};
-    }
-    if (runner == "ssh") {
-      RemoteRunResult rr = run_remote(c.remote, ssh, RemoteRunOptions{});
-      return {rr.exit_code, rr.stopped, rr.first_failure ? rr.first_failure->describe() : ""};
-    }
-    return run_backend(c.backend, c.backend_env);
+  runner->preflight(job);
+  return run_with_restarts(args.max_restarts, [&](int restart) {
+    if (restart > 0) job.plan.master_port = runner->port_for_restart(job.plan);
+    return runner->attempt(job, restart);
   });
 }
 

@@ -1,13 +1,13 @@
 // `dscpp [launcher options] PROGRAM [args]`: from flags to running ranks. Resources come from
 // the hostfile, else the SLURM allocation, else this machine; a runner (local, ssh, openmpi,
-// slurm) starts them; the first failure anywhere stops everything (and, with --max_restarts,
-// starts the whole job again: launcher/restart.h).
+// slurm: launcher/runners/) starts them; the first failure anywhere stops everything (and,
+// with --max_restarts, starts the whole job again: launcher/restart.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "launcher/world.h"
+#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

@@ -5,9 +5,9 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "launcher/commands.h"
+#include "launcher/commands/commands.h"
 #include "launcher/launch.h"
-#include "launcher/node_agent.h"
+#include "launcher/supervisor/node_agent.h"
 
 namespace {
 

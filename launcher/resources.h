@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/world.h"
+#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "launcher/world.h"
+#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

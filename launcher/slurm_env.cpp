@@ -1,6 +1,6 @@
 // SLURM environment parsing. The hostlist grammar and its expansion order were checked
 // against `scontrol show hostnames` of SLURM 22.05 (the unit test keeps doing so when
-// scontrol is installed); the variables against sbatch/srun on shared/testbed/slurm-local.sh
+// scontrol is installed); the variables against sbatch/srun on tests/testbed/slurm-local.sh
 // (captures in tests/data/launcher/slurm_*_env.txt).
 #include "launcher/slurm_env.h"
 

@@ -2,6 +2,7 @@
 
 #include "build_config.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "kernels/cuda/sim/sim_device.h"
 
@@ -9,7 +10,6 @@
 
 #if DSCPP_HAVE_CUDA
 #include "core/cuda_device.h"
-#include "core/knobs.h"
 #include "kernels/cuda/cuda_math.h"
 #include "kernels/cuda/ops_table.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# System test of the SSH starter (launcher/ssh*.cpp) against real sshd "hosts": network
+# System test of the SSH starter (launcher/ssh/) against real sshd "hosts": network
 # namespaces brought up by the project's testbed (tests/testbed/netns-hosts.sh). Drives
 # run_remote/ssh_capture through tests/ssh_run_check, and `dscpp --hostfile` once the launcher
 # CLI has it.

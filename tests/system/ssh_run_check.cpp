@@ -16,7 +16,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "launcher/ssh.h"
+#include "launcher/ssh/ssh.h"
 
 using namespace dscpp::launcher;
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "launcher/world.h"
+#include "launcher/launch_plan.h"
 
 using namespace launcher_test;
 

@@ -16,9 +16,9 @@
 #include "core/error.h"
 #include "launcher/env_export.h"
 #include "launcher/hostfile.h"
+#include "launcher/launch_plan.h"
 #include "launcher/resources.h"
 #include "launcher/slurm_env.h"
-#include "launcher/world.h"
 
 using namespace launcher_test;
 
@@ -275,7 +275,7 @@ TEST_CASE("SLURM hostlists: same as scontrol show hostnames (oracle)", "[slurm][
     WARN("scontrol not on PATH (apt-get install slurm-client): oracle comparison skipped");
     return;
   }
-  // scontrol needs a config to start, not a cluster (as in shared/testbed/slurm-local.sh).
+  // scontrol needs a config to start, not a running cluster (see tests/testbed/slurm-local.sh).
   TempDir dir;
   fs::path conf = dir.write("slurm.conf",
                             "ClusterName=oracle\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\n"

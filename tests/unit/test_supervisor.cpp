@@ -21,9 +21,9 @@
 #include <thread>
 
 #include "core/error.h"
-#include "launcher/node_agent.h"
 #include "launcher/resources.h"
-#include "launcher/supervisor.h"
+#include "launcher/supervisor/node_agent.h"
+#include "launcher/supervisor/supervisor.h"
 
 using namespace dscpp::launcher;
 

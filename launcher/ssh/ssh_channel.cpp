@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "launcher/ssh_internal.h"
+#include "launcher/ssh/ssh_internal.h"
 
 namespace dscpp::launcher::ssh_internal {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "launcher/env_export.h"  // shell_quote
-#include "launcher/world.h"
+#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

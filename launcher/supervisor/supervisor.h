@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/world.h"
+#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

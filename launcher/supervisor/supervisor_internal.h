@@ -1,4 +1,4 @@
-// What the supervisor's files share, private to launcher/supervisor*.cpp: the signal scope (its
+// What the supervisor's files share, private to launcher/supervisor/: the signal scope (its
 // pipe wakes the loop; a forked child restores the caller's dispositions through it) and the
 // fork side (a rank's exec plan, the child up to exec, the death watchdog), declared here
 // because supervisor.cpp drives them from another file.
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "launcher/supervisor.h"
+#include "launcher/supervisor/supervisor.h"
 
 namespace dscpp::launcher::supervisor_internal {
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "launcher/commands.h"
+#include "launcher/commands/commands.h"
 #include "launcher/job_commands.h"
 
 namespace dscpp::launcher {

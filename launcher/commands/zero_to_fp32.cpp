@@ -1,7 +1,7 @@
 // `dscpp zero-to-fp32 CKPT OUT`: the consolidation itself is checkpoint/zero_to_fp32.h (no
 // engine: the launcher never links the runtime); this adds the progress lines and summary.
 #include "checkpoint/zero_to_fp32.h"
-#include "launcher/commands.h"
+#include "launcher/commands/commands.h"
 
 #include <fmt/format.h>
 

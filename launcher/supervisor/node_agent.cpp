@@ -1,4 +1,4 @@
-#include "launcher/node_agent.h"
+#include "launcher/supervisor/node_agent.h"
 
 #include <unistd.h>
 
@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "launcher/job_commands.h"
 #include "launcher/resources.h"
-#include "launcher/supervisor.h"
+#include "launcher/supervisor/supervisor.h"
 
 namespace dscpp::launcher {
 

@@ -1,6 +1,6 @@
-// Rank numbering, the per-rank environment and DeepSpeed's world-info
-// encoding (§6).
-#include "launcher/world.h"
+// The launch plan's rules (launch_plan.h): rank numbering, the per-rank environment and
+// DeepSpeed's world-info encoding (§6).
+#include "launcher/launch_plan.h"
 
 #include <algorithm>
 #include <climits>

@@ -10,7 +10,7 @@
 // This file holds the poll() loop over all hosts and the public entry points; one host's state
 // machine is HostSession (ssh_internal.h: login in ssh_login.cpp, the command in ssh_channel.cpp),
 // and the known_hosts check is in ssh_host_key.cpp.
-#include "launcher/ssh.h"
+#include "launcher/ssh/ssh.h"
 
 #include <libssh2.h>
 #include <poll.h>
@@ -23,7 +23,7 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "launcher/ssh_internal.h"
+#include "launcher/ssh/ssh_internal.h"
 
 namespace dscpp::launcher {
 

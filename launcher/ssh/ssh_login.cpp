@@ -19,7 +19,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "launcher/ssh_internal.h"
+#include "core/knobs.h"
+#include "launcher/ssh/ssh_internal.h"
 
 namespace dscpp::launcher::ssh_internal {
 namespace {
@@ -57,7 +58,7 @@ Login resolve(const SshOptions& options) {
   if (l.o.known_hosts.empty()) l.o.known_hosts = ssh_dir + "known_hosts";
   const char* sock = std::getenv("SSH_AUTH_SOCK");
   l.o.use_agent = l.o.use_agent && sock && *sock;
-  if (const char* p = std::getenv("DSCPP_SSH_PASSPHRASE")) l.passphrase = p, l.have_passphrase = true;
+  if (const char* p = knob("DSCPP_SSH_PASSPHRASE")) l.passphrase = p, l.have_passphrase = true;
   return l;
 }
 

@@ -16,7 +16,7 @@
 // This file holds the Supervisor (starting ranks, relaying their output, noticing exits,
 // stopping and reaping); signal handling is in supervisor_signals.cpp, and everything that runs
 // after fork() in supervisor_fork.cpp (supervisor_internal.h).
-#include "launcher/supervisor.h"
+#include "launcher/supervisor/supervisor.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -39,7 +39,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "launcher/supervisor_internal.h"
+#include "launcher/supervisor/supervisor_internal.h"
 
 namespace dscpp::launcher {
 

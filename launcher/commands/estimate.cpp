@@ -10,7 +10,7 @@
 #include "configs/json.h"
 #include "core/error.h"
 #include "core/zero_estimate.h"
-#include "launcher/commands.h"
+#include "launcher/commands/commands.h"
 #include "launcher/env_export.h"
 #include "launcher/job_commands.h"
 

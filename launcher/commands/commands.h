@@ -1,4 +1,4 @@
-// The `dscpp` subcommands other than launching (which arrives with the launcher proper).
+// The `dscpp` subcommands other than launching (launch.h), each defined in its own file here.
 // CLI parsing lives in main.cpp only: CLI11 is expensive to compile.
 #pragma once
 

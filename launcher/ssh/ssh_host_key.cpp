@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "launcher/ssh_internal.h"
+#include "launcher/ssh/ssh_internal.h"
 
 namespace dscpp::launcher::ssh_internal {
 namespace {

@@ -1,4 +1,4 @@
-// What the SSH starter's files share, private to launcher/ssh*.cpp. The per-host state machine
+// What the SSH starter's files share, private to launcher/ssh/. The per-host state machine
 // is declared here because its login half (ssh_login.cpp) and its command half (ssh_channel.cpp)
 // are separate files, and the poll() loop that drives all hosts (ssh.cpp) is a third.
 #pragma once
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/ssh.h"
+#include "launcher/ssh/ssh.h"
 
 namespace dscpp::launcher::ssh_internal {
 

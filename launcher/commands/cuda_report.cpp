@@ -1,4 +1,4 @@
-#include "launcher/cuda_report.h"
+#include "launcher/commands/cuda_report.h"
 
 #include "build_config.h"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/supervisor.h"
-#include "launcher/world.h"
+#include "launcher/launch_plan.h"
+#include "launcher/supervisor/supervisor.h"
 
 namespace dscpp::launcher {
 

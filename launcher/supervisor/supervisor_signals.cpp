@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <iterator>
 
-#include "launcher/supervisor_internal.h"
+#include "launcher/supervisor/supervisor_internal.h"
 
 namespace dscpp::launcher::supervisor_internal {
 namespace {

@@ -19,7 +19,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "launcher/supervisor_internal.h"
+#include "launcher/supervisor/supervisor_internal.h"
 
 extern char** environ;
 

@@ -1,0 +1,50 @@
+// The local runner: every rank is a child of this process, supervised here as the node agent
+// supervises one host's ranks (this process is that agent), so the ranks inherit dscpp's whole
+// environment and rank 0's port can be checked and chosen directly.
+#include "core/error.h"
+#include "launcher/runners/runner_internal.h"
+
+#include <fmt/core.h>
+
+namespace dscpp::launcher::runner_internal {
+namespace {
+
+class LocalRunner final : public Runner {
+ public:
+  std::string_view name() const override { return "local"; }
+
+  // Every rank runs here, whatever the hosts are called.
+  std::string master_addr(const WorldPlan& /*plan*/) const override { return "127.0.0.1"; }
+
+  int port_for_restart(const WorldPlan& plan) const override { return free_local_port_for_restart(plan.master_port); }
+
+  bool inherits_environment() const override { return true; }
+
+  AttemptCommands commands(const Job& job, int restart) const override {
+    AttemptCommands c = common_commands(job, restart);
+    c.agent.stop_on_stdin_eof = false;  // this process is the agent: its stdin is the user's
+    return c;
+  }
+
+  std::string describe(const Job& job, const AttemptCommands& /*commands*/) const override {
+    return "command (each rank, in this process group): " + join_words(rank_argv(job.program, 0)) + "\n";
+  }
+
+  AttemptResult attempt(const Job& job, int restart) const override {
+    AttemptCommands c = commands(job, restart);
+    // Only the first attempt: a restart already moved to a free port (port_for_restart).
+    if (restart == 0 && !local_port_free(job.plan.master_port))
+      fail("port {} is already in use on this machine (rank 0 listens there); pass --master_port with a free port",
+           job.plan.master_port);
+    GroupResult g = run_node_agent_group(c.agent);
+    return {g.exit_code, g.stopped, g.first_failure ? g.first_failure->describe(job.plan.hosts[0].host) : ""};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> local_runner() {
+  return std::make_unique<LocalRunner>();
+}
+
+}  // namespace dscpp::launcher::runner_internal
