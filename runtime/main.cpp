@@ -8,11 +8,11 @@
 #include "core/log.h"
 #include "core/rank_discovery.h"
 #include "kernels/cpu/ops/cpu_ops.h"
-#include "runtime/describe_model.h"
-#include "runtime/engine.h"
+#include "runtime/observe/describe_model.h"
+#include "runtime/train/engine.h"
 #include "runtime/rank_device.h"
-#include "runtime/plugin.h"
-#include "runtime/sampler.h"
+#include "runtime/train/plugin.h"
+#include "runtime/train/sampler.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

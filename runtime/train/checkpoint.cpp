@@ -1,0 +1,337 @@
+#include "runtime/train/checkpoint.h"
+
+#include "build_config.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/tensor_source.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "runtime/train/fault_injection.h"
+#include "runtime/zero/local_partitions.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace dscpp::runtime {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string step_tag(int64_t global_steps) {
+  return fmt::format("global_step{}", global_steps);
+}
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+LocalPartitions local_partitions(const CheckpointView& v, comm::Communicator& comm) {
+  return LocalPartitions(*v.layout, comm.rank(), v.master, v.optimizer, v.params);
+}
+
+// ---- loss scaler <-> JSON (DeepSpeed restores options and state from the checkpoint) ----
+
+json scaler_json(const LossScaler* s) {
+  if (!s || !s->checks_overflow()) return nullptr;  // bf16/fp32: nothing to continue
+  const LossScalerOptions& o = s->options();
+  const LossScalerState& st = s->state();
+  return {{"rule", static_cast<int>(o.rule)},
+          {"rule_name", rule_name(o.rule)},
+          {"init_scale", o.init_scale},
+          {"scale_window", o.scale_window},
+          {"hysteresis", o.hysteresis},
+          {"consecutive_hysteresis", o.consecutive_hysteresis},
+          {"min_scale", o.min_scale},
+          {"raise_at_min_scale", o.raise_at_min_scale},
+          {"cur_scale", st.cur_scale},
+          {"cur_iter", st.cur_iter},
+          {"last_overflow_iter", st.last_overflow_iter},
+          {"cur_hysteresis", st.cur_hysteresis},
+          {"skipped_steps", st.skipped_steps}};
+}
+
+// An fp16 run continues the saved scaler, options included (DeepSpeed replaces the whole
+// scaler on load, so fp16 settings changed in the config do not apply after a resume). A run
+// without loss scaling ignores a saved scaler; an fp16 run from a checkpoint without one
+// starts its scaler fresh.
+void restore_scaler(const ckpt::Manifest& m, LossScaler* scaler, bool log_here) {
+  const bool saved = m.has("loss_scaler") && !m.at("loss_scaler").is_null();
+  const bool scaling = scaler && scaler->checks_overflow();
+  if (!saved || !scaling) {
+    if (scaling && log_here)
+      log::info("checkpoint {} has no loss-scaler state (not an fp16 run): the scaler starts at {}", m.tag_dir,
+                scaler->scale());
+    return;
+  }
+  LossScalerOptions o;
+  int rule = m.get<int>("loss_scaler.rule");
+  if (rule < 0 || rule > static_cast<int>(LossScaleRule::legacy))
+    fail("checkpoint {}: loss_scaler.rule {} is not a known rule", m.tag_dir, rule);
+  o.rule = static_cast<LossScaleRule>(rule);
+  o.init_scale = m.get<double>("loss_scaler.init_scale");
+  o.scale_window = m.get<int64_t>("loss_scaler.scale_window");
+  o.hysteresis = m.get<int64_t>("loss_scaler.hysteresis");
+  o.consecutive_hysteresis = m.get<bool>("loss_scaler.consecutive_hysteresis");
+  o.min_scale = m.get<double>("loss_scaler.min_scale");
+  o.raise_at_min_scale = m.get<bool>("loss_scaler.raise_at_min_scale");
+  LossScalerState st;
+  st.cur_scale = m.get<double>("loss_scaler.cur_scale");
+  st.cur_iter = m.get<int64_t>("loss_scaler.cur_iter");
+  st.last_overflow_iter = m.get<int64_t>("loss_scaler.last_overflow_iter");
+  st.cur_hysteresis = m.get<int64_t>("loss_scaler.cur_hysteresis");
+  st.skipped_steps = m.get<int64_t>("loss_scaler.skipped_steps");
+  *scaler = LossScaler(o);
+  scaler->restore(st);
+}
+
+// ---- manifest ----------------------------------------------------------------------------
+
+ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalPartitions& local) {
+  ckpt::Manifest m;
+  m.zero_stage = v.zero.stage;
+  m.world_size = world_size;
+  m.params_dtype = std::string(dtype_name(v.params_dtype));
+  m.global_steps = v.counters->global_steps;
+  m.layout = local.layout();
+  m.optimizer_type = v.optimizer->name();
+  m.optimizer_states = local.states();
+  m.optimizer_step = local.optimizer_step();
+  if (!v.zero.optimizer_partitioned) {
+    m.storage = ckpt::Storage::by_name;
+    m.files = {ckpt::kModelFile, ckpt::kOptimizerFile};
+  } else {
+    m.storage = ckpt::Storage::partitions;
+    for (int r = 0; r < world_size; ++r) m.files.push_back(ckpt::rank_file_name(r));
+  }
+  m.doc = {
+      {"dscpp_version", DSCPP_VERSION},
+      {"train_batch_size", v.train_batch_size},
+      {"train_micro_batch_size_per_gpu", v.micro_batch},
+      {"gradient_accumulation_steps", v.gradient_accumulation_steps},
+      {"global_samples", v.counters->global_samples},
+      {"skipped_steps", v.counters->skipped_steps},
+      {"micro_steps", v.counters->micro_steps},
+      {"lr_scheduler", {{"type", v.schedule->name()}, {"last_batch_iteration", v.schedule->last_batch_iteration()}}},
+      {"data_sampler", {{"seed", v.seed}, {"micro_batches_consumed", v.counters->micro_steps}}},
+      {"loss_scaler", scaler_json(v.scaler)},
+  };
+  try {
+    m.doc["ds_config"] = json::parse(v.config_json);
+  } catch (const std::exception&) {
+    m.doc["ds_config"] = v.config_json;
+  }
+  return m;
+}
+
+// Every way the checkpoint does not fit the running model and config, in words.
+std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointView& v, const LocalPartitions& local) {
+  std::vector<std::string> problems;
+  // Weights only (--eval_only): neither the data position nor the optimizer matter.
+  if (int64_t tb = m.get<int64_t>("train_batch_size"); v.optimizer && tb != v.train_batch_size)
+    problems.push_back(
+        fmt::format("it was trained with train_batch_size {}, this run has {} (the data position "
+                    "would not resume exactly)",
+                    tb, v.train_batch_size));
+  if (!v.optimizer)
+    ;
+  else if (m.optimizer_type != v.optimizer->name())
+    problems.push_back(fmt::format("its optimizer is {}, this run's is {}", m.optimizer_type, v.optimizer->name()));
+  else if (m.optimizer_states != local.states())
+    problems.push_back(fmt::format("its optimizer state is [{}], this run's {} keeps [{}]",
+                                   fmt::join(m.optimizer_states, ", "), m.optimizer_type,
+                                   fmt::join(local.states(), ", ")));
+  std::map<std::string, std::vector<int64_t>> saved;
+  for (const ckpt::ParamDesc& p : m.layout.params) saved[p.name] = p.shape;
+  for (const ParamSlot& s : v.layout->params) {
+    auto it = saved.find(s.name);
+    if (it == saved.end()) {
+      problems.push_back(fmt::format("parameter '{}' {} is not in it", s.name, shape_text(s.shape)));
+      continue;
+    }
+    if (it->second != s.shape)
+      problems.push_back(fmt::format("parameter '{}' has shape {} in it, the model declares {}", s.name,
+                                     shape_text(it->second), shape_text(s.shape)));
+    saved.erase(it);
+  }
+  for (const auto& [name, shape] : saved)
+    problems.push_back(
+        fmt::format("it has parameter '{}' {} that the model does not declare", name, shape_text(shape)));
+  return problems;
+}
+
+// ---- writing -----------------------------------------------------------------------------
+
+void write_by_name(const std::string& staging, const LocalPartitions& local,
+                   const std::map<std::string, std::string>& meta) {
+  const ckpt::PartitionLayout& l = local.layout();
+  std::vector<ckpt::TensorToWrite> model, optimizer;
+  for (size_t i = 0; i < l.params.size(); ++i)
+    model.push_back({l.params[i].name, DType::f32, l.params[i].shape, nullptr,
+                     [&local, i](int64_t first, int64_t count, void* dst) {
+                       local.copy_param_out(i, ckpt::kMasterWeights, first, count, static_cast<float*>(dst));
+                     }});
+  for (const std::string& state : local.states())
+    for (size_t i = 0; i < l.params.size(); ++i)
+      optimizer.push_back({l.params[i].name + "/" + state, DType::f32, l.params[i].shape, nullptr,
+                           [&local, i, state](int64_t first, int64_t count, void* dst) {
+                             local.copy_param_out(i, state, first, count, static_cast<float*>(dst));
+                           }});
+  ckpt::write_safetensors((fs::path(staging) / ckpt::kModelFile).string(), model, meta);
+  ckpt::write_safetensors((fs::path(staging) / ckpt::kOptimizerFile).string(), optimizer, meta);
+}
+
+void write_partitions(const std::string& path, const LocalPartitions& local,
+                      const std::map<std::string, std::string>& meta) {
+  std::vector<std::string> whats{ckpt::kMasterWeights};
+  whats.insert(whats.end(), local.states().begin(), local.states().end());
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (const std::string& what : whats)
+    tensors.push_back({what,
+                       DType::f32,
+                       {local.layout().part_total},
+                       nullptr,
+                       [&local, what](int64_t first, int64_t count, void* dst) {
+                         local.copy_out(what, first, count, static_cast<float*>(dst));
+                       }});
+  ckpt::write_safetensors(path, tensors, meta);
+}
+
+void write_manifest(const std::string& path, const ckpt::Manifest& m) {
+  std::ofstream f(path);
+  f << ckpt::manifest_json(m).dump(2) << "\n";
+  f.close();
+  if (!f) fail("cannot write {}", path);
+}
+
+// After the master weights changed: the 16-bit parameters follow, and every rank sees them.
+void publish_master(const CheckpointView& v) {
+  if (v.master) v.master->write_params();  // without a master (--eval_only) the weights went straight in
+  v.params->publish();
+}
+
+}  // namespace
+
+namespace {
+// Every rank takes part in one allgather per group (device memory: one group at a time); rank 0
+// keeps the gathered bytes on the host and writes them by parameter name.
+void write_gathered_weights(const std::string& path, const CheckpointView& v, comm::Communicator& comm) {
+  const FlatLayout& layout = *v.layout;
+  const size_t elem = dtype_size(v.params_dtype);
+  std::vector<std::vector<unsigned char>> host(layout.groups.size());
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    const PartitionGroup& group = layout.groups[g];
+    if (group.numel == 0) continue;
+    DeviceBuffer gathered(*v.device, static_cast<size_t>(group.numel) * elem, MemCategory::buffers);
+    v.params->gather_to(static_cast<int>(g), gathered.data());
+    if (comm.rank() != 0) continue;
+    host[g].resize(gathered.bytes());
+    v.device->copy_to_host(host[g].data(), gathered.data(), gathered.bytes());
+  }
+  if (comm.rank() != 0) return;
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (const ParamSlot& s : layout.params) {
+    size_t g = static_cast<size_t>(layout.layer_group[static_cast<size_t>(s.layer)]);
+    tensors.push_back({s.name, v.params_dtype, s.shape,
+                       host[g].data() + (s.offset - layout.groups[g].begin) * static_cast<int64_t>(elem), {}});
+  }
+  ckpt::write_safetensors(path, tensors, {{"format", "dscpp"}, {"content", "consolidated parameters"}});
+}
+}  // namespace
+
+std::string save_checkpoint(const std::string& save_dir, const std::string& tag, comm::Communicator& comm,
+                            const CheckpointView& v) {
+  LocalPartitions local = local_partitions(v, comm);
+  ckpt::Manifest m = manifest_of(v, comm.size(), local);
+  if (comm.rank() == 0) ckpt::remove_stale_staging(save_dir);
+  comm.barrier();  // the debris of a crashed save is gone before anyone writes into its staging dir
+  const std::string staging = ckpt::checkpoint_staging_dir(save_dir, tag);
+  std::map<std::string, std::string> meta{{"format", "dscpp"}, {"global_steps", std::to_string(m.global_steps)}};
+  if (m.storage == ckpt::Storage::by_name) {
+    // Stage 0: every rank holds the same model and optimizer state; rank 0 writes them once.
+    if (comm.rank() == 0) write_by_name(staging, local, meta);
+  } else {
+    meta["rank"] = std::to_string(comm.rank());
+    meta["world_size"] = std::to_string(comm.size());
+    write_partitions((fs::path(staging) / m.files[static_cast<size_t>(comm.rank())]).string(), local, meta);
+  }
+  if (v.gather_16bit_weights) write_gathered_weights((fs::path(staging) / "model_16bit.safetensors").string(), v, comm);
+  if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
+  comm.barrier();
+  // Tests of the commit protocol: die with every file written but the checkpoint not yet
+  // committed (the most convincing moment for a torn checkpoint).
+  inject_fault(FaultPoint::checkpoint_commit, 0, comm.rank(), comm.size(), [&] {
+    log::error("DSCPP_FAULT_INJECT=save_before_commit: dying before committing {}", tag);
+    std::_Exit(17);
+  });
+  if (comm.rank() == 0) ckpt::commit_checkpoint(save_dir, tag);
+  comm.barrier();
+  return (fs::path(save_dir) / tag).string();
+}
+
+void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const CheckpointView& v) {
+  ckpt::Manifest m = ckpt::read_manifest(tag_dir);
+  LocalPartitions local = local_partitions(v, comm);
+  if (auto problems = mismatches(m, v, local); !problems.empty())
+    fail("checkpoint {} does not match this run: {}", tag_dir, fmt::join(problems, "; "));
+  const bool log_here = comm.rank() == 0;
+  if (m.get<uint64_t>("data_sampler.seed") != v.seed && log_here)
+    log::warn("checkpoint {} was trained with --seed {}, this run uses {}: the data order after resuming differs",
+              tag_dir, m.get<uint64_t>("data_sampler.seed"), v.seed);
+  if ((m.zero_stage != v.zero.stage || m.world_size != comm.size()) && log_here)
+    log::info(
+        "resharding {}: saved by {} rank(s) at ZeRO stage {} ({} parameters), loading into {} rank(s) at stage {} "
+        "({} parameters)",
+        tag_dir, m.world_size, m.zero_stage, m.params_dtype, comm.size(), v.zero.stage, dtype_name(v.params_dtype));
+
+  std::unique_ptr<ckpt::TensorSource> source = ckpt::open_source(m);
+  std::vector<std::string> whats{ckpt::kMasterWeights};
+  whats.insert(whats.end(), local.states().begin(), local.states().end());
+  v.params->settle();
+  local.load_owned(*source, whats);
+  if (!v.master) {  // weights only (--eval_only): the fp32 master went into the parameters
+    publish_master(v);
+    comm.barrier();
+    return;
+  }
+  for (size_t g = 0; g < v.layout->groups.size(); ++g)
+    if (int oi = v.master->optimizer_group(static_cast<int>(g)); oi >= 0)
+      v.optimizer->set_step_count(oi, m.optimizer_step);
+  v.schedule->set_last_batch_iteration(m.get<int64_t>("lr_scheduler.last_batch_iteration"));
+  restore_scaler(m, v.scaler, log_here);
+  v.counters->global_steps = m.global_steps;
+  v.counters->global_samples = m.get<int64_t>("global_samples");
+  v.counters->skipped_steps = m.get<int64_t>("skipped_steps");
+  v.counters->micro_steps = m.get<int64_t>("micro_steps");
+  publish_master(v);
+  comm.barrier();
+}
+
+void load_initial_weights(const std::string& path, comm::Communicator& comm, const CheckpointView& v) {
+  ckpt::NamedTensorSource source(path);
+  std::vector<std::string> problems;
+  for (const ParamSlot& s : v.layout->params) {
+    int64_t i = source.find(s.name);
+    if (i < 0)
+      problems.push_back(fmt::format("parameter '{}' {} is missing", s.name, shape_text(s.shape)));
+    else if (const auto& shape = source.params()[static_cast<size_t>(i)].shape; shape != s.shape)
+      problems.push_back(fmt::format("parameter '{}' has shape {} in the file but the model declares {}", s.name,
+                                     shape_text(shape), shape_text(s.shape)));
+  }
+  if (!problems.empty()) fail("{} does not fit the model: {}", path, fmt::join(problems, "; "));
+  LocalPartitions local = local_partitions(v, comm);
+  v.params->settle();
+  local.load_owned(source, {ckpt::kMasterWeights});
+  publish_master(v);
+}
+
+}  // namespace dscpp::runtime

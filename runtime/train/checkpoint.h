@@ -1,0 +1,85 @@
+// Engine checkpoints: DeepSpeed's directory shape (<save_dir>/latest, <save_dir>/<tag>/),
+// tensors in safetensors files a user can open, and a manifest that says what is where
+// (the files and their format: checkpoint/manifest.h).
+//
+// What is saved is every bit of state a resumed run needs to continue exactly: the fp32
+// master weights (never the 16-bit parameters: they are the master rounded), the optimizer
+// state and step count, the loss-scaler state (fp16), the LR-schedule position, the
+// counters (global steps and samples, skipped steps, micro steps: the data position and the
+// per-micro-step seeds follow from them).
+//
+// Stage 0: rank 0 writes model.safetensors (fp32 by parameter name) and
+// optimizer.safetensors. Stages 1–3: every rank writes its own partitions; rank 0 the
+// manifest. Written through checkpoint/checkpoint_dir.h (staging directory, rename,
+// `latest` last), so an interrupted save never replaces the last good checkpoint.
+//
+// Loading accepts a checkpoint of any stage and world size: each rank reads, for every
+// parameter, just the fragments its own partitions hold under the running layout (the
+// saved layout says where they are), so no rank materialises more than it owns; padding
+// keeps the running layout's initial values. The 16-bit parameters then follow from the
+// master (DeepSpeed's load_from_fp32_weights) and are published (stage 1/2 allgather, stage
+// 3 persistent groups). The manifest is checked against the running model and config first
+// and every mismatch is named.
+#pragma once
+
+#include "collectives/communicator.h"
+#include "core/device.h"
+#include "runtime/zero/flat_layout.h"
+#include "runtime/optim/loss_scaler.h"
+#include "runtime/optim/lr_schedule.h"
+#include "runtime/zero/master_weights.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/zero/param_store.h"
+#include "runtime/zero/zero_plan.h"
+
+#include <cstdint>
+#include <string>
+
+namespace dscpp::runtime {
+
+struct TrainCounters {
+  int64_t global_steps = 0;
+  int64_t global_samples = 0;
+  int64_t skipped_steps = 0;
+  int64_t micro_steps = 0;
+};
+
+// master, optimizer and schedule are null for a weights-only engine (--eval_only): loading then
+// reads just the fp32 master weights, rounded into the parameters, and saving is not possible.
+struct CheckpointView {
+  const FlatLayout* layout = nullptr;
+  MasterWeights* master = nullptr;
+  ParamStore* params = nullptr;
+  Optimizer* optimizer = nullptr;
+  LrSchedule* schedule = nullptr;
+  LossScaler* scaler = nullptr;  // fp16 runs; nullptr when there is none
+  TrainCounters* counters = nullptr;
+  Device* device = nullptr;
+  ZeroPlan zero;
+  DType params_dtype = DType::f32;
+  int64_t train_batch_size = 0;
+  int64_t micro_batch = 0;
+  int64_t gradient_accumulation_steps = 0;
+  uint64_t seed = 0;
+  std::string config_json;  // the effective DeepSpeed config, stored for reference
+  // stage3_gather_16bit_weights_on_model_save: also write the consolidated parameters in their
+  // training dtype as <tag>/model_16bit.safetensors (DeepSpeed's save_16bit_model), gathered
+  // one partition group at a time; rank 0 holds them in host memory to write them.
+  bool gather_16bit_weights = false;
+};
+
+std::string step_tag(int64_t global_steps);  // "global_step<N>"
+
+// Collective over `comm`. Returns the committed tag directory.
+std::string save_checkpoint(const std::string& save_dir, const std::string& tag, comm::Communicator& comm,
+                            const CheckpointView& view);
+// Collective over `comm`. `tag_dir` is <load_dir>/<tag>. Throws dscpp::Error listing every
+// mismatch between the checkpoint and the running model/config.
+void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const CheckpointView& view);
+
+// --init_from: the fp32 master weights from a safetensors file by parameter name (any float
+// dtype), each rank reading only what it owns; then the parameters follow and are published.
+// Collective over `comm`. Throws dscpp::Error naming every missing or misshapen parameter.
+void load_initial_weights(const std::string& path, comm::Communicator& comm, const CheckpointView& view);
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,470 @@
+#include "runtime/train/engine.h"
+
+#include "configs/plans.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "runtime/train/fault_injection.h"
+#include "runtime/train/init.h"
+#include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host
+#include "kernels/device_math.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <filesystem>
+
+namespace dscpp::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communicator& world, Device& device,
+               const dscpp_ops& ops, TrainOptions options, Device* host)
+    : plugin_(plugin),
+      loaded_(loaded),
+      cfg_(loaded.config),
+      world_(world),
+      device_(device),
+      own_host_(host ? nullptr : make_host_device()),
+      host_(host ? host : own_host_.get()),
+      ops_(ops),
+      options_(std::move(options)),
+      csv_(world.rank() == 0 ? loaded.config.csv_monitor : config::TensorboardConfig{}) {
+  const config::ZeroConfig& z = cfg_.zero_optimization;
+  // The config's checks have run (configs/rules.cpp, unsupported_features): what is left here is
+  // resolving it into what the engine runs.
+  zero_ = ZeroPlan::for_stage(static_cast<int>(z.stage));
+  const config::PrecisionPlan precision = config::precision_plan(cfg_);
+  dtype_ = precision.params;
+  grad_dtype_ = precision.grads;
+  wire_dtype_ = precision.wire;
+  scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
+  // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
+  if (cfg_.wall_clock_breakdown) timers_.synchronize_with(&device_);
+  comms_log_ = comms_logger_from_config(loaded, world);
+  check_fault_settings();
+  micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
+  gas_ = cfg_.gradient_accumulation_steps.value_or(1);
+  train_batch_ = cfg_.train_batch_size.value_or(micro_ * gas_ * world.size());
+  DSCPP_CHECK_EQ(train_batch_, micro_ * gas_ * world.size());
+
+  total_steps_ = options_.steps ? *options_.steps
+                                : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
+                                                   micro_, gas_, cfg_.dataloader_drop_last);
+  if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
+
+  Grouping grouping;
+  grouping.parts = zero_.parts(world.size());
+  if (zero_.parameters_partitioned)
+    grouping.layer_per_group = true;
+  else if (zero_.optimizer_partitioned)  // a group is one reduce-scatter and one allgather: both sizes bound it
+    grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
+  layout_ = make_flat_layout(plugin.layers(), grouping);
+  ckpt_ = checkpointing_options(loaded, static_cast<int>(plugin.layers().size()));
+  if (!options_.eval_only) {
+    if (!cfg_.optimizer) fail("the config has no optimizer section");
+    offload_ = optimizer_offload_options(cfg_);
+    // Offloaded to the CPU, the optimizer's loops run on the host (MasterWeights places each
+    // sub-group's state: on the host, or on the device for those a partial offload keeps there).
+    optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
+  }
+  const ParamOffload offload = param_offload_from_config(z, cfg_.aio, zero_.parameters_partitioned);
+  param_offload_ = offload.device;
+  if (options_.eval_only && world.rank() == 0 &&
+      (!zero_.parameters_partitioned || offload.device == OffloadDevice::none))
+    log::warn(
+        "--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
+        "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
+        zero_.stage, zero_.parameters_partitioned ? "its partitions on the device" : "the whole model");
+
+  const int nodes = options_.ranks_per_node > 0 ? world.size() / options_.ranks_per_node : 1;
+  const Stage3Options s3 = stage3_options(z, zero_, world.size(), nodes, world.rank() == 0);
+  plan_ = plan_memory_for(s3, offload);
+  if (world.rank() == 0)
+    log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", zero_.stage,
+              world.size(), world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
+              scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
+              format_memory_plan(plan_, nullptr, deepspeed_estimate()));
+  if (world.rank() == 0) {
+    const auto act = static_cast<size_t>(MemCategory::activations);
+    log::info("{}; planned activations per rank (bytes): device={}, host={}",
+              describe_checkpointing(ckpt_, static_cast<int>(plugin.layers().size())), plan_.bytes[act],
+              plan_.host[act]);
+  }
+  try {
+    allocate(s3, offload);
+  } catch (const OutOfDeviceMemory& e) {
+    out_of_memory(e);
+  }
+}
+
+void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
+  const config::ZeroConfig& z = cfg_.zero_optimization;
+  comm::Communicator& world = world_;
+  Device& device = device_;
+  Plugin& plugin = plugin_;
+  params_ =
+      std::make_unique<ParamStore>(layout_, world, device, dtype_, zero_.parameters_partitioned, s3, host_, offload);
+  if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
+  if (cfg_.flops_profiler.enabled) profiler_ = make_profiler();
+  runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, dtype_,
+                                          grad_dtype_, ckpt_, host_);
+  runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
+    LayerRunner::LayerMemory m{params_->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
+                               pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
+    // After the gather: the layer's own time. A recompute belongs to backward (DeepSpeed profiles
+    // the forward pass; recompute_fwd_factor accounts for recomputation).
+    if (profiler_) profiler_->enter(layer, pass != LayerPass::forward);
+    return m;
+  });
+  runner_->after_layer = [this](int layer, bool backward) {
+    if (profiler_) profiler_->leave();
+    params_->layer_done(layer, backward);
+    if (backward) grads_->layer_done(layer);
+  };
+  if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
+
+  MasterOptions mo;
+  mo.sub_group_size = zero_.parameters_partitioned ? z.sub_group_size : 0;
+  mo.offload = offload_;
+  mo.host = host_;
+  mo.rank = world.rank();
+  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
+
+  GradReduceOptions r;
+  r.reduction = zero_.reduction;
+  r.bucket_elements = z.reduce_bucket_size;
+  r.predivide_factor = cfg_.gradient_predivide_factor;
+  r.prescale = cfg_.prescale_gradients;
+  r.reduce_scatter = z.reduce_scatter;
+  r.overlap = z.overlap();
+  r.quantized_gradients = zero_.parameters_partitioned && z.zero_quantized_gradients;
+  r.ranks_per_node = std::max(1, options_.ranks_per_node);
+  if (offload_.device != OffloadDevice::none) {  // the offloaded sub-groups' share (all unless ratio < 1)
+    r.partition_device = host_;
+    r.partition_device_elements = master_->split().offloaded_elements;
+  }
+  r.comm_dtype = wire_dtype_;
+  grads_ = std::make_unique<GradReducer>(world, layout_, device, grad_dtype_, r);
+
+  DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,
+                             cfg_.dataloader_drop_last);
+  loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, cfg_.dataloader_drop_last);
+
+  schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
+
+}
+
+Engine::~Engine() = default;
+
+CheckpointView Engine::checkpoint_view() {
+  CheckpointView v;
+  v.layout = &layout_;
+  v.master = master_.get();
+  v.params = params_.get();
+  v.device = &device_;
+  v.params_dtype = dtype_;
+  v.scaler = scaler_->checks_overflow() ? scaler_.get() : nullptr;
+  v.optimizer = optimizer_.get();
+  v.schedule = schedule_.get();
+  v.counters = &counters_;
+  v.zero = zero_;
+  v.train_batch_size = train_batch_;
+  v.micro_batch = micro_;
+  v.gradient_accumulation_steps = gas_;
+  v.seed = options_.seed;
+  v.config_json = config::format_effective_config_json(loaded_);
+  v.gather_16bit_weights = zero_.parameters_partitioned && cfg_.zero_optimization.gather_16bit_weights_on_model_save;
+  return v;
+}
+
+void Engine::initialise_params() {
+  // Only the elements this rank owns (zero.Init: at stage 3 no rank ever holds the whole
+  // model), each from (seed, name, index) whatever the layout; below stage 3 every rank holds
+  // everything and owns it all for this purpose. Through the parameters' home, wherever the
+  // slices live (device, host, NVMe).
+  const int owner = zero_.parameters_partitioned ? world_.rank() : 0;
+  ParamHome& home = params_->home();
+  std::vector<float> host;
+  for (size_t gi = 0; gi < layout_.groups.size(); ++gi) {
+    const PartitionGroup& g = layout_.groups[gi];
+    const int64_t own_begin = zero_.parameters_partitioned ? g.owned_begin(owner) : g.begin;
+    const int64_t own_end = own_begin + (zero_.parameters_partitioned ? g.part : g.numel);
+    for (const ParamSlot& s : layout_.params) {
+      if (s.layer < g.first_layer || s.layer >= g.end_layer) continue;  // another group's
+      int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
+      if (hi <= lo) continue;
+      host.resize(static_cast<size_t>(hi - lo));
+      init_range(options_.seed, s.name, s.init, s.init_a, lo - s.offset, hi - lo, host.data());
+      if (zero_.parameters_partitioned) {
+        home.write_from_host(static_cast<int>(gi), lo - own_begin, hi - lo, host.data());
+      } else {
+        std::vector<unsigned char> converted(host.size() * dtype_size(dtype_));
+        convert(host.data(), DType::f32, converted.data(), dtype_, host.size());
+        device_.copy_from_host(static_cast<char*>(params_->full()) + lo * static_cast<int64_t>(dtype_size(dtype_)),
+                               converted.data(), converted.size());
+      }
+    }
+  }
+  if (master_) master_->refresh_from_params();
+  params_->publish();
+}
+
+void Engine::run() {
+  if (options_.eval_only) return run_eval_only();
+  auto t0 = Clock::now();
+  initialise_params();
+  if (!options_.init_from.empty()) {
+    load_initial_weights(options_.init_from, world_, checkpoint_view());
+    if (world_.rank() == 0) log::info("initial weights from {}", options_.init_from);
+  }
+  std::string resume_dir = options_.load_dir;
+  if (resume_dir.empty() && options_.resume_from_save_dir && !options_.save_dir.empty() &&
+      ckpt::read_latest_tag(options_.save_dir)) {
+    resume_dir = options_.save_dir;
+    if (world_.rank() == 0) log::info("restarted job: resuming from the newest checkpoint in {}", resume_dir);
+  }
+  if (!resume_dir.empty()) load(resume_dir);
+  // The data position follows from the samples seen, whatever the world size was.
+  loader_->seek(counters_.global_samples / (micro_ * world_.size()));
+
+  if (world_.rank() == 0)
+    log::info("model {}: {} layers, {} parameters ({} fp32); {} train / {} eval samples; training to step {} "
+              "(train_batch_size {} = micro {} × accumulation {} × {} ranks); init {:.2f} s",
+              plugin_.name(), plugin_.layers().size(), layout_.numel, format_bytes(layout_.numel * 4),
+              plugin_.data().train_size, plugin_.data().eval_size, total_steps_, train_batch_, micro_, gas_,
+              world_.size(), seconds_since(t0));
+
+  window_start_ = Clock::now();
+  // DeepSpeed's throughput timer leaves out the first 2 steps (warm-up); so does the summary.
+  const int64_t first_step = counters_.global_steps, warmup = 2;
+  const Clock::time_point run_start = Clock::now();
+  Clock::time_point timed_from = run_start;
+  while (counters_.global_steps < total_steps_) {
+    try {
+      train_step();
+    } catch (const OutOfDeviceMemory& e) {
+      out_of_memory(e);
+    }
+    int64_t step = counters_.global_steps;
+    if (step - first_step == 1 && world_.rank() == 0) {
+      MemoryStats m = device_.stats();
+      MemoryStats h = host_stats();
+      log::info("memory after the first step:\n{}", format_memory_plan(plan_, &m, deepspeed_estimate(), &h));
+    }
+    if (step - first_step == warmup) timed_from = Clock::now();
+    if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
+      EvalResult r = evaluate();
+      if (world_.rank() == 0)
+        log::info("eval at step {}: loss {:.4f}, accuracy {:.2f}% ({} samples)", step, r.loss, 100 * r.accuracy,
+                  r.counted);
+    }
+    if (!options_.save_dir.empty() && options_.save_interval > 0 && step % options_.save_interval == 0 &&
+        step < total_steps_)
+      save(options_.save_dir);
+  }
+  if (int64_t timed = counters_.global_steps - first_step - warmup; timed > 0 && world_.rank() == 0) {
+    double secs = seconds_since(timed_from);
+    double samples = static_cast<double>(timed * train_batch_) / secs;
+    log::info("trained {} steps in {:.2f} s; after the first {}: {:.1f} samples/s{}", counters_.global_steps - first_step,
+              seconds_since(run_start), warmup, samples,
+              plugin_.data().tokens_per_sample
+                  ? fmt::format(", {:.0f} tokens/s", samples * static_cast<double>(plugin_.data().tokens_per_sample))
+                  : std::string());
+  }
+  if (options_.eval && plugin_.data().eval_size > 0) {
+    EvalResult r = evaluate();
+    if (world_.rank() == 0)
+      log::info("final eval: loss {:.4f}, accuracy {:.2f}% ({} samples)", r.loss, 100 * r.accuracy, r.counted);
+  }
+  if (!options_.save_dir.empty()) save(options_.save_dir);
+  report();  // collective at stage 3
+  log_memory_peaks();
+  if (world_.rank() == 0 && world_.size() > 1) {
+    log::info("communication (rank 0, whole run): {}", comm::format_traffic(world_.stats()));
+    for (const comm::Communicator* c : {params_->hpz_group(), grads_ ? grads_->qgz_node() : nullptr,
+                                        grads_ ? grads_->qgz_cross() : nullptr})
+      if (c) log::info("{} group communication (rank 0, whole run): {}", c->group_name(), comm::format_traffic(c->stats()));
+  }
+  if (comms_log_ && world_.rank() == 0) log::info("{}", comms_log_->summary());
+}
+
+void Engine::train_step() {
+  double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
+  // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
+  // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
+  float loss_grad = static_cast<float>(scaler_->scale() /
+                                       static_cast<double>(gas_ * (zero_.optimizer_partitioned ? world_.size() : 1)));
+  // The profiled step is bracketed (and each layer in it, through enter/leave) by device
+  // synchronizations, so that its latencies are device time on an asynchronous device.
+  const bool profiling = profiling_step();
+  if (profiling) profiler_->begin_step(device_);
+  for (int64_t j = 0; j < gas_; ++j) {
+    MicroBatch mb;
+    {
+      Timers::Scope t(timers_, "data");
+      mb = loader_->next();
+    }
+    dscpp_metrics m;
+    {
+      Timers::Scope t(timers_, "fwd");
+      params_->begin_pass(false, true);
+      m = runner_->forward(mb.input, mb.target, mb.size, true, static_cast<uint64_t>(counters_.micro_steps));
+    }
+    loss_sum += m.counted ? m.loss_sum / static_cast<double>(m.counted) : 0.0;
+    {
+      Timers::Scope t(timers_, "bwd");
+      params_->begin_pass(true, true);
+      grads_->begin_micro(j == 0, j == gas_ - 1);
+      runner_->backward(loss_grad);
+    }
+    {
+      Timers::Scope t(timers_, "bwd_allreduce");
+      grads_->end_micro();
+    }
+    ++counters_.micro_steps;
+  }
+  {
+    Timers::Scope t(timers_, "step");
+    float grad_scale = 1.0f;
+    if (prepare_gradients(&grad_scale)) {
+      StepOverrides o;
+      o.lr = schedule_->lr();
+      o.momentum = schedule_->momentum();
+      o.beta2 = schedule_->beta2();
+      master_->step([this](int g) { return grads_->owned(g); }, grads_->dtype(), grad_scale, o);
+      last_lr_ = *o.lr;
+      schedule_->step();
+      grads_->zero();
+      Timers::Scope g(timers_, "optimizer_allgather");
+      params_->publish();
+    } else {
+      ++counters_.skipped_steps;  // DeepSpeed: no optimizer or LR step, global_steps still advances
+      grads_->zero();
+    }
+  }
+  ++counters_.global_steps;
+  counters_.global_samples += train_batch_;
+  // Tests of --check_schedule: one rank takes a different path.
+  inject_fault(FaultPoint::step_end, counters_.global_steps, world_.rank(), world_.size(), [this] { world_.barrier(); });
+  // --check_schedule: a rank that ends the step early is caught here, not left hanging.
+  world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
+  if (profiling) report_profile(profiler_->end_step());
+  log_step(loss_sum / static_cast<double>(gas_));
+}
+
+bool Engine::prepare_gradients(float* grad_scale) {
+  const double scale = scaler_->scale();
+  // Over this rank's gradient slices, group by group in order (thread-count independent), each
+  // with the device it lives on (offloaded slices: the host).
+  auto over_groups = [this](auto&& f) {
+    for (size_t g = 0; g < layout_.groups.size(); ++g)
+      if (layout_.groups[g].part > 0)
+        f(grads_->owned(static_cast<int>(g)), layout_.groups[g].part, grads_->owned_device(static_cast<int>(g)));
+  };
+  *grad_scale = static_cast<float>(1.0 / scale);
+  last_grad_norm_ = -1;
+  // Stage 0: the gradients are already reduced and identical on every rank, so local answers
+  // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
+  const bool partitioned = zero_.optimizer_partitioned && world_.size() > 1;
+  // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
+  if (scaler_->checks_overflow() || (dtype_ == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
+    // Tests of loss scaling: an inf in one rank's gradients.
+    inject_fault(FaultPoint::gradients_reduced, counters_.global_steps + 1, world_.rank(), world_.size(), [&] {
+      over_groups([&](void* g, int64_t, Device& where) {
+        unsigned char inf[8];  // kInf in the gradients' dtype, written from the host
+        kernels::store_from_f32(inf, grads_->dtype(), &kInf, 1);
+        where.copy_from_host(g, inf, dtype_size(grads_->dtype()));
+      });
+    });
+    double overflow = 0;
+    over_groups([&](void* g, int64_t n, Device& where) {
+      overflow = overflow != 0 || kernels::math_of(where).any_nonfinite(g, grads_->dtype(), n);
+    });
+    // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
+    // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
+    if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
+    if (scaler_->checks_overflow()) scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
+    if (overflow != 0) return false;
+  }
+  double max_norm = cfg_.gradient_clipping;
+  if (max_norm <= 0 && cfg_.steps_per_print <= 0) return true;
+  double sq = 0;
+  over_groups([&](void* g, int64_t n, Device& where) { sq += kernels::math_of(where).sum_squares(g, grads_->dtype(), n); });
+  if (partitioned) world_.allreduce(&sq, 1, DType::f64);
+  double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
+  last_grad_norm_ = std::isfinite(norm) ? norm : -1;
+  if (max_norm > 0) {
+    // DeepSpeed's rule: unscale and clip in one multiplication.
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) *grad_scale = static_cast<float>(scale == 1.0 ? coef : coef / scale);
+  }
+  return true;
+}
+
+void Engine::log_step(double local_loss) {
+  // The loss the user sees is the mean over ranks; one small allreduce per step.
+  double loss = local_loss;
+  if (world_.size() > 1) {
+    world_.allreduce(&loss, 1, DType::f64);
+    loss /= world_.size();
+  }
+  int64_t step = counters_.global_steps;
+  if (world_.rank() == 0) {
+    csv_.record("Train/Samples/train_loss", counters_.global_samples, loss);
+    csv_.record("Train/Samples/lr", counters_.global_samples, last_lr_);
+  }
+  window_loss_ += loss;
+  ++window_steps_;
+  int64_t every = cfg_.steps_per_print;
+  if (every <= 0 || (step % every != 0 && step != total_steps_)) return;
+  double secs = seconds_since(window_start_);
+  StepReport r;
+  r.step = step;
+  r.total_steps = total_steps_;
+  r.loss = window_loss_ / static_cast<double>(window_steps_);
+  r.lr = last_lr_;
+  r.samples_per_s = static_cast<double>(window_steps_ * train_batch_) / secs;
+  r.tokens_per_s = r.samples_per_s * static_cast<double>(plugin_.data().tokens_per_sample);
+  r.grad_norm = last_grad_norm_;
+  r.skipped = counters_.skipped_steps;
+  if (scaler_->checks_overflow()) r.loss_scale = scaler_->scale();
+  r.memory = device_.stats();
+  const std::string swap = swap_line(secs);
+  if (world_.rank() == 0) {
+    log::info("{}", format_step_line(r));
+    if (!swap.empty()) log::info("{}", swap);
+    if (std::string p = runner_->checkpoint_profile(); !p.empty()) log::info("{}", p);
+    if (cfg_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
+  }
+  window_start_ = Clock::now();
+  window_steps_ = 0;
+  window_loss_ = 0;
+}
+
+void Engine::save(const std::string& save_dir) {
+  auto t0 = Clock::now();
+  std::string dir = save_checkpoint(save_dir, step_tag(counters_.global_steps), world_, checkpoint_view());
+  if (world_.rank() == 0) log::info("saved checkpoint {} in {:.2f} s", dir, seconds_since(t0));
+}
+
+void Engine::load(const std::string& load_dir) {
+  auto tag = ckpt::read_latest_tag(load_dir);
+  if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to resume from", load_dir);
+  std::string dir = (std::filesystem::path(load_dir) / *tag).string();
+  load_checkpoint(dir, world_, checkpoint_view());
+  if (world_.rank() == 0)
+    log::info("resumed from {} at step {} ({} samples seen)", dir, counters_.global_steps, counters_.global_samples);
+}
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,150 @@
+// The training engine: one rank's step loop around a model plugin.
+//
+// Per step (DeepSpeed's protocol):
+//   for each of the GAS micro-batches: forward → loss → backward with d(loss) = 1/GAS
+//   reduce gradients over the world → global-norm clip → optimizer step on the owned
+//   partition → publish updated parameters → schedule step
+// The ZeRO stage decides only where things live, through three parts that share one flat
+// layout (runtime/zero/flat_layout.h): ParamStore (whole or partitioned parameters, stage-3
+// gathers), GradReducer (allreduce or reduce-scatter, when) and MasterWeights (the fp32
+// weights this rank updates and the optimizer over them; offload_optimizer moves them, or with
+// ratio < 1 the first sub-groups of them, to the host or NVMe, runtime/offload/optimizer_offload.h). The loop, data, logging and checkpoint protocol
+// are the same for every stage.
+#pragma once
+
+#include "collectives/communicator.h"
+#include "configs/load.h"
+#include "core/device.h"
+#include "runtime/train/batch_loader.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/observe/comms_log.h"
+#include "runtime/observe/flops_profiler.h"
+#include "runtime/zero/grad_reducer.h"
+#include "runtime/train/layer_runner.h"
+#include "runtime/optim/loss_scaler.h"
+#include "runtime/optim/lr_schedule.h"
+#include "runtime/zero/master_weights.h"
+#include "runtime/observe/memory_plan.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/zero/param_store.h"
+#include "runtime/train/plugin.h"
+#include "runtime/observe/train_log.h"
+#include "runtime/zero/zero_plan.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace dscpp::runtime {
+
+struct TrainOptions {
+  std::optional<int64_t> steps;   // optimizer steps to reach (global_steps), or
+  std::optional<double> epochs;   // passes over the train split; default 1 epoch
+  std::string save_dir;
+  int64_t save_interval = 0;      // steps; 0 = only at the end (when save_dir is set)
+  std::string load_dir;           // resume from <load_dir>/latest
+  bool resume_from_save_dir = false;  // restarted job: resume from <save_dir>/latest if any
+  int64_t eval_interval = 0;      // steps; 0 = only at the end
+  bool eval = true;               // evaluate at the end (when the model has an eval split)
+  uint64_t seed = 42;
+  std::string init_from;          // safetensors with initial weights
+  bool shuffle = true;
+  // ZeRO-Inference: evaluate the eval split forward-only (weights from load_dir or init_from),
+  // with no gradients, no optimizer state and no training.
+  bool eval_only = false;
+  // Ranks per node when every node holds the same number (else 0): ZeRO++ qgZ's hierarchy.
+  int ranks_per_node = 0;
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;  // correct / counted
+  int64_t counted = 0;
+};
+
+class Engine {
+ public:
+  // `host`: the host memory offload and cpu_checkpointing use (pinned next to a GPU), which
+  // must outlive the engine (the communicators stage device buffers through it too); null: the
+  // engine makes its own with make_host_device().
+  Engine(Plugin& plugin, const config::LoadedConfig& config, comm::Communicator& world, Device& device,
+         const dscpp_ops& ops, TrainOptions options, Device* host = nullptr);
+  ~Engine();
+
+  // Initialise (or load), train to the target, evaluate, save — everything the CLI asks for.
+  void run();
+
+  void train_step();
+  EvalResult evaluate();
+  void save(const std::string& save_dir);
+  void load(const std::string& load_dir);  // from <load_dir>/latest
+
+  int64_t total_steps() const { return total_steps_; }
+  const TrainCounters& counters() const { return counters_; }
+  const FlatLayout& layout() const { return layout_; }
+  int zero_stage() const { return zero_.stage; }
+
+ private:
+  void allocate(const Stage3Options& s3, const ParamOffload& offload);
+  MemoryPlan plan_memory_for(const Stage3Options& s3, const ParamOffload& offload) const;  // engine_memory.cpp
+  void run_eval_only();  // engine_eval.cpp
+  [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);  // engine_memory.cpp, as the reports below
+  [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
+  int64_t deepspeed_estimate() const;
+  void initialise_params();
+  // Overflow check, global norm, clip and unscale factor; returns false when the step must be skipped.
+  bool prepare_gradients(float* grad_scale);
+  void log_step(double loss);
+  void report();
+  void log_memory_peaks();
+  CheckpointView checkpoint_view();
+  MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
+  std::string swap_line(double window_s);                 // engine_report.cpp
+  std::unique_ptr<FlopsProfiler> make_profiler() const;   // engine_report.cpp
+  void report_profile(double step_s);                     // engine_report.cpp
+  bool profiling_step() const { return profiler_ && counters_.global_steps + 1 == profiler_->profile_step(); }
+
+  Plugin& plugin_;
+  const config::LoadedConfig& loaded_;
+  const config::DsConfig& cfg_;
+  comm::Communicator& world_;
+  Device& device_;
+  std::unique_ptr<Device> own_host_;  // when the caller gave no host device
+  Device* host_;  // offloaded state (offload_optimizer / offload_param device cpu or nvme buffers)
+  dscpp_ops ops_;
+  TrainOptions options_;
+
+  int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
+  ZeroPlan zero_;
+  std::optional<DType> wire_dtype_;  // the gradients' communication dtype (configs/plans.h)
+  DType dtype_ = DType::f32;       // parameter storage
+  DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
+  FlatLayout layout_;
+  MemoryPlan plan_;
+  CheckpointingOptions ckpt_;  // activation_checkpointing
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<GradReducer> grads_;
+  std::unique_ptr<FlopsProfiler> profiler_;  // flops_profiler.enabled; outlives runner_, which uses its ops
+  std::unique_ptr<LayerRunner> runner_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<MasterWeights> master_;
+  OptimizerOffload offload_;  // zero_optimization.offload_optimizer
+  OffloadDevice param_offload_ = OffloadDevice::none;  // zero_optimization.offload_param (stage 3)
+  SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
+  std::unique_ptr<LossScaler> scaler_;
+  Timers timers_;
+  CsvMonitor csv_;
+  std::shared_ptr<comm::CommsLogger> comms_log_;  // comms_logger.enabled
+  TrainCounters counters_;
+  int64_t total_steps_ = 0;
+  double last_grad_norm_ = -1;
+  double last_lr_ = 0;  // the lr the last optimizer step used
+  // Throughput window since the last print.
+  std::chrono::steady_clock::time_point window_start_;
+  int64_t window_steps_ = 0;
+  double window_loss_ = 0;
+};
+
+}  // namespace dscpp::runtime

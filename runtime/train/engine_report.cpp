@@ -1,0 +1,49 @@
+// Reports the engine prints during training beyond the step line: the NVMe swap line and the
+// flops profiler's summary.
+#include "core/log.h"
+#include "offload/byte_size.h"
+#include "runtime/train/engine.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+namespace dscpp::runtime {
+
+// NVMe optimizer swapping since the last print: traffic, and the share of the wall time the
+// step spent blocked on it (what pipeline_read/pipeline_write exist to hide).
+std::string Engine::swap_line(double window_s) {
+  if (offload_.device != OffloadDevice::nvme || !master_) return "";
+  SwapStats now = master_->swap_stats(), d = now;
+  d.bytes_read -= swap_at_print_.bytes_read;
+  d.bytes_written -= swap_at_print_.bytes_written;
+  d.wait_s -= swap_at_print_.wait_s;
+  swap_at_print_ = now;
+  return fmt::format("optimizer swap (rank {}): read {}, wrote {}, io_wait={:.3f} s = {:.1f}% of {:.3f} s of steps",
+                     world_.rank(), format_bytes(d.bytes_read), format_bytes(d.bytes_written), d.wait_s,
+                     100.0 * d.wait_s / std::max(window_s, 1e-9), window_s);
+}
+
+std::unique_ptr<FlopsProfiler> Engine::make_profiler() const {
+  std::vector<std::string> names;
+  std::vector<int64_t> params;
+  for (size_t l = 0; l < plugin_.layers().size(); ++l) {
+    names.push_back(plugin_.layers()[l].name);
+    params.push_back(layout_.layer_range[l].second - layout_.layer_range[l].first);
+  }
+  return std::make_unique<FlopsProfiler>(ops_, std::move(names), std::move(params), cfg_.flops_profiler);
+}
+
+// DeepSpeed prints the profile on rank 0, into output_file when one is set.
+void Engine::report_profile(double step_s) {
+  if (world_.rank() != 0) return;
+  const std::string text = profiler_->report(step_s, train_batch_ / world_.size());
+  const auto& file = cfg_.flops_profiler.output_file;
+  if (!file) return log::info("{}", text);
+  std::ofstream out(*file);
+  out << text;
+  if (!out) fail("flops_profiler.output_file {}: cannot write it", *file);
+  log::info("flops profiler: step {} profile written to {}", profiler_->profile_step(), *file);
+}
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,75 @@
+#include "runtime/train/fault_injection.h"
+
+#include "core/error.h"
+#include "core/knobs.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace dscpp::runtime {
+
+std::set<int64_t> parse_step_list(std::string_view text) {
+  std::set<int64_t> out;
+  for (std::string_view rest = text; !rest.empty();) {
+    size_t comma = rest.find(',');
+    std::string item(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty()) continue;
+    size_t dash = item.find('-', 1);
+    try {
+      int64_t lo = std::stoll(item.substr(0, dash)),
+              hi = dash == std::string::npos ? lo : std::stoll(item.substr(dash + 1));
+      for (int64_t v = lo; v <= hi; ++v) out.insert(v);
+    } catch (const std::exception&) {
+      fail("DSCPP_INJECT_OVERFLOW: '{}' is not a step or a range of steps (expected e.g. 3,5,9-12)", item);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+struct FaultSettings {
+  std::set<int64_t> overflow_steps;
+  int64_t divergence_step = -1;
+  bool die_before_commit = false;
+};
+
+FaultSettings read_settings() {
+  FaultSettings f;
+  if (const char* v = knob("DSCPP_INJECT_OVERFLOW")) f.overflow_steps = parse_step_list(v);
+  if (const char* v = knob("DSCPP_INJECT_DIVERGENCE")) {
+    char* end = nullptr;
+    f.divergence_step = std::strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0') fail("DSCPP_INJECT_DIVERGENCE='{}': expected a step number", v);
+  }
+  if (const char* v = knob("DSCPP_FAULT_INJECT"); v && *v) {
+    if (std::string_view(v) != "save_before_commit")
+      fail("DSCPP_FAULT_INJECT='{}': expected save_before_commit", v);
+    f.die_before_commit = true;
+  }
+  return f;
+}
+
+const FaultSettings& settings() {
+  static const FaultSettings s = read_settings();
+  return s;
+}
+
+}  // namespace
+
+void check_fault_settings() { settings(); }
+
+void inject_fault(FaultPoint point, int64_t step, int rank, int world_size, const std::function<void()>& fault) {
+  const FaultSettings& s = settings();
+  const bool last_rank = rank == world_size - 1;
+  bool now = false;
+  switch (point) {
+    case FaultPoint::gradients_reduced: now = last_rank && s.overflow_steps.count(step) > 0; break;
+    case FaultPoint::step_end: now = last_rank && step == s.divergence_step; break;
+    case FaultPoint::checkpoint_commit: now = s.die_before_commit; break;
+  }
+  if (now) fault();
+}
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,198 @@
+#include "runtime/train/layer_runner.h"
+
+#include "core/error.h"
+#include "kernels/device_math.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace dscpp::runtime {
+
+LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
+                         int64_t max_batch, DType param_dtype, DType grad_dtype,
+                         const CheckpointingOptions& checkpointing, Device* host)
+    : plugin_(plugin),
+      device_(device),
+      ops_(ops),
+      layout_(layout),
+      max_batch_(max_batch),
+      param_dtype_(param_dtype),
+      grad_dtype_(grad_dtype),
+      compute_(dtype_of(ops.dtype)),
+      ckpt_(checkpointing),
+      act_layout_(make_activation_layout(plugin.layers(), checkpointing, max_batch, dtype_size(compute_))) {
+  const auto& layers = plugin.layers();
+  if (compute_ != DType::f32 && compute_ != param_dtype_)
+    fail("the ops table computes in {} but parameters are stored in {}: a 16-bit compute dtype needs parameters of "
+         "that dtype",
+         dtype_name(compute_), dtype_name(param_dtype_));
+  const auto ce = static_cast<int64_t>(dtype_size(compute_));
+  acts_ = std::make_unique<ActivationMemory>(act_layout_, device, host);
+  segment_input_.assign(static_cast<size_t>(act_layout_.segments()), nullptr);
+  if (ckpt_.enabled && ckpt_.profile) profile_.emplace(act_layout_.segments());
+  int64_t max_ws = 0;
+  for (const LayerDecl& l : layers) max_ws = std::max(max_ws, l.workspace_bytes);
+  workspace_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_ws), MemCategory::buffers);
+  grad_a_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
+  grad_b_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
+  if (param_dtype_ != compute_)
+    param32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
+  if (grad_dtype_ != compute_)
+    grad_stage_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel * ce), MemCategory::buffers);
+  if (compute_ != DType::f32 && plugin.data().input_dtype == DSCPP_F32)
+    input_cast_ = DeviceBuffer(device, static_cast<size_t>(max_batch * plugin.data().input_numel * ce),
+                               MemCategory::buffers);
+  layer_slots_.assign(layers.size() + 1, 0);
+  for (const ParamSlot& s : layout.params) ++layer_slots_[static_cast<size_t>(s.layer) + 1];
+  for (size_t l = 0; l < layers.size(); ++l) layer_slots_[l + 1] += layer_slots_[l];
+  param_ptrs_.resize(layers.size());
+  grad_ptrs_.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    param_ptrs_[l].assign(layers[l].params.size(), nullptr);
+    grad_ptrs_[l].assign(layers[l].params.size(), nullptr);
+  }
+}
+
+void LayerRunner::bind(void* params, void* grads) {
+  const int64_t pe = static_cast<int64_t>(dtype_size(param_dtype_)), ge = static_cast<int64_t>(dtype_size(grad_dtype_));
+  source_ = [this, params, grads, pe, ge](int layer, LayerPass) {
+    int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
+    return LayerMemory{static_cast<const char*>(params) + first * pe, grads ? static_cast<char*>(grads) + first * ge : nullptr};
+  };
+}
+
+void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward) {
+  auto [first, end] = layout_.layer_range[static_cast<size_t>(layer)];
+  const void* params = m.params;
+  void* grads = m.grads;
+  // Views in the compute dtype where storage has another: widened 16-bit parameters, and zeroed
+  // gradients that are added into gradient storage after the call.
+  if (param_dtype_ != compute_) {
+    kernels::math_of(device_).load_to_f32(m.params, param_dtype_, param32_.as<float>(), 1.0f, end - first);
+    params = param32_.data();
+  }
+  const auto ce = static_cast<int64_t>(dtype_size(compute_));
+  if (backward && grad_dtype_ != compute_) {
+    device_.zero(grad_stage_.data(), static_cast<size_t>((end - first) * ce));
+    grads = grad_stage_.data();
+  }
+  for (size_t i = layer_slots_[static_cast<size_t>(layer)]; i < layer_slots_[static_cast<size_t>(layer) + 1]; ++i) {
+    const ParamSlot& s = layout_.params[i];
+    param_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
+        static_cast<const char*>(params) + (s.offset - first) * ce;
+    grad_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
+        backward ? static_cast<char*>(grads) + (s.offset - first) * ce : nullptr;
+  }
+}
+
+dscpp_layer_ctx LayerRunner::context(int layer) const {
+  dscpp_layer_ctx ctx{};
+  ctx.struct_size = sizeof(dscpp_layer_ctx);
+  ctx.ops = &ops_;
+  ctx.batch = batch_;
+  ctx.training = training_ ? 1 : 0;
+  // Distinct per layer, identical for a layer's forward and backward in one micro-step.
+  ctx.rng_seed = rng_seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(layer);
+  ctx.params = param_ptrs_[static_cast<size_t>(layer)].data();
+  const int segment = act_layout_.segment_of[static_cast<size_t>(layer)];
+  // A segment's first layer reads the segment's input: the batch, or its checkpoint.
+  ctx.input = layer == 0 ? input_
+              : layer == act_layout_.segment_begin[static_cast<size_t>(segment)]
+                  ? segment_input_[static_cast<size_t>(segment)]
+                  : acts_->output(layer - 1);
+  ctx.output = acts_->output(layer);
+  ctx.saved = acts_->saved(layer);
+  ctx.workspace = workspace_.data();
+  return ctx;
+}
+
+dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int64_t batch, bool training,
+                                   uint64_t rng_seed) {
+  DSCPP_CHECK(batch > 0 && batch <= max_batch_);
+  if (input_cast_.data() != nullptr) {  // float data in the compute dtype, once per micro-batch
+    kernels::math_of(device_).convert_into(input_cast_.data(), compute_, input, DType::f32,
+                                           batch * plugin_.data().input_numel);
+    input = input_cast_.data();
+  }
+  input_ = input;
+  target_ = target;
+  batch_ = batch;
+  training_ = training;
+  rng_seed_ = rng_seed;
+  metrics_ = {};
+  for (int s = 0; s < act_layout_.segments(); ++s) forward_segment(s, false);
+  return metrics_;
+}
+
+size_t LayerRunner::checkpoint_bytes(int segment) const {
+  const int before = act_layout_.segment_begin[static_cast<size_t>(segment)] - 1;
+  return static_cast<size_t>(batch_ * plugin_.layers()[static_cast<size_t>(before)].output_numel) *
+         dtype_size(compute_);
+}
+
+// The segment's layers forward, in the arena: in the forward pass after keeping the segment's
+// input as its checkpoint, or in backward (recompute) from that checkpoint, with the same
+// contexts — so the same values, bit for bit.
+void LayerRunner::forward_segment(int segment, bool recompute) {
+  const int begin = act_layout_.segment_begin[static_cast<size_t>(segment)];
+  const int end = act_layout_.segment_begin[static_cast<size_t>(segment) + 1];
+  const int n = static_cast<int>(plugin_.layers().size());
+  if (ckpt_.synchronize) device_.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (segment > 0) {
+    segment_input_[static_cast<size_t>(segment)] =
+        recompute ? acts_->restore(segment, checkpoint_bytes(segment))
+                  : acts_->keep(segment, acts_->output(begin - 1), checkpoint_bytes(segment));
+  }
+  for (int l = begin; l < end; ++l) {
+    point_at(l, source_(l, recompute ? LayerPass::recompute : LayerPass::forward), false);
+    dscpp_layer_ctx ctx = context(l);
+    if (l == n - 1) {  // the loss layer is in the last segment, which is never recomputed
+      ctx.target = target_;
+      ctx.metrics = &metrics_;
+    }
+    plugin_.forward(l, ctx);
+    // A recomputed segment's last layer is backward's next: keep its parameters gathered.
+    if (after_layer && !(recompute && l == end - 1)) after_layer(l, false);
+  }
+  if (ckpt_.synchronize) device_.synchronize();
+  if (profile_) profile_->add(segment, recompute, std::chrono::steady_clock::now() - t0);
+}
+
+std::string LayerRunner::checkpoint_profile() {
+  return profile_ ? profile_->report(act_layout_) : std::string();
+}
+
+void LayerRunner::backward(float loss_grad, const std::function<void(int)>& layer_done) {
+  DSCPP_CHECK(batch_ > 0 && target_ != nullptr);
+  int n = static_cast<int>(plugin_.layers().size());
+  void* grad_out = nullptr;
+  for (int l = n - 1; l >= 0; --l) {
+    const int segment = act_layout_.segment_of[static_cast<size_t>(l)];
+    // Entering a segment other than the last from above: its activations are gone, run it again.
+    if (segment + 1 < act_layout_.segments() && l == act_layout_.segment_begin[static_cast<size_t>(segment) + 1] - 1)
+      forward_segment(segment, true);
+    LayerMemory mem = source_(l, LayerPass::backward);
+    point_at(l, mem, true);
+    dscpp_layer_ctx ctx = context(l);
+    ctx.grads = grad_ptrs_[static_cast<size_t>(l)].data();
+    ctx.grad_output = grad_out;
+    void* grad_in = l == 0 ? nullptr : (grad_out == grad_a_.data() ? grad_b_.data() : grad_a_.data());
+    ctx.grad_input = grad_in;
+    if (l == n - 1) {
+      ctx.target = target_;
+      ctx.metrics = &metrics_;
+      ctx.loss_grad = loss_grad;
+    }
+    plugin_.backward(l, ctx);
+    if (grad_dtype_ != compute_) {
+      auto [first, end] = layout_.layer_range[static_cast<size_t>(l)];
+      kernels::math_of(device_).add_into(mem.grads, grad_dtype_, grad_stage_.data(), compute_, end - first);
+    }
+    if (after_layer) after_layer(l, true);
+    if (layer_done) layer_done(l);
+    grad_out = grad_in;
+  }
+}
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,114 @@
+// Runs the plugin's layers forward and backward over memory the runtime owns.
+//
+// The runner keeps every layer's output of the current micro-batch (the next layer's backward
+// needs its input) plus the bytes each layer asked to save, one shared workspace, and two
+// gradient buffers that backward ping-pongs between. With activation checkpointing it keeps
+// only the segments' inputs and runs each segment's forward again in backward
+// (runtime/train/activation_checkpointing.h says where every activation byte lives). Where a layer's parameters and gradients
+// are is asked per call from a memory source (the engine's ZeRO stage decides: whole arrays,
+// partition-group staging buffers, gathered stage-3 buffers), addressed by the flat layout.
+//
+// Dtypes: the layers compute in the ops table's dtype (the compute dtype). With fp16/bf16
+// parameters it is either that 16-bit dtype (the CUDA table: parameters go to the layers as they
+// are stored, activations and their gradients are 16-bit, a float data input is cast once before
+// layer 0) or fp32 (the CPU table, or DSCPP_COMPUTE_DTYPE=fp32: before a layer runs its
+// parameters are widened into an fp32 scratch, and activations stay fp32). Gradients the layer
+// produces go straight into gradient storage when it has the compute dtype; otherwise (fp32
+// compute with 16-bit gradients, or 16-bit compute with data_types.grad_accum_dtype fp32) into a
+// zeroed scratch of the compute dtype that is then added into storage with one rounding
+// (DeepSpeed accumulates 16-bit gradients the same way). Either way loss scaling and overflow
+// act on the stored gradients.
+#pragma once
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "runtime/train/activation_checkpointing.h"
+#include "runtime/zero/flat_layout.h"
+#include "runtime/train/plugin.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dscpp::runtime {
+
+// Why a layer's memory is asked for: its forward, the forward again from a checkpoint inside
+// backward (parameters only, as in backward's order), or its backward.
+enum class LayerPass { forward, recompute, backward };
+
+class LayerRunner {
+ public:
+  // `checkpointing` from the config; `host` holds the checkpoints with cpu_checkpointing.
+  LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
+              int64_t max_batch, DType param_dtype = DType::f32, DType grad_dtype = DType::f32,
+              const CheckpointingOptions& checkpointing = {}, Device* host = nullptr);
+
+  // A layer's memory for one call: pointers to the element at the layer's first flat offset
+  // (layout.layer_range[layer].first) in the parameter / gradient dtype; grads are asked for in
+  // backward only (never for a recompute).
+  struct LayerMemory {
+    const void* params = nullptr;
+    void* grads = nullptr;
+  };
+  using MemorySource = std::function<LayerMemory(int layer, LayerPass pass)>;
+  void set_source(MemorySource source) { source_ = std::move(source); }
+  // Whole flat arrays of layout.total elements.
+  void bind(void* params, void* grads);
+
+  // Runs after each layer call (ZeRO-3 releases there); may be empty. A recompute counts as a
+  // forward (backward = false), except for a segment's last layer, whose backward comes next.
+  std::function<void(int layer, bool backward)> after_layer;
+
+  // Forward over all layers. `target` (device, batch × target_numel) may be null (predict).
+  dscpp_metrics forward(const void* input, const int32_t* target, int64_t batch, bool training, uint64_t rng_seed);
+  // Backward from the loss layer; `layer_done(i)` runs after layer i, when its gradients for
+  // this micro-step are complete.
+  void backward(float loss_grad, const std::function<void(int)>& layer_done = {});
+
+  // The loss layer's output of the last forward, in the compute dtype.
+  const void* last_output() const { return acts_->output(static_cast<int>(plugin_.layers().size()) - 1); }
+  DType compute_dtype() const { return compute_; }
+  int64_t last_output_numel() const { return plugin_.layers().back().output_numel; }
+  int64_t max_batch() const { return max_batch_; }
+  const ActivationLayout& activation_layout() const { return act_layout_; }
+  // With activation_checkpointing.profile: the per-segment times since the last call; else "".
+  std::string checkpoint_profile();
+
+ private:
+  dscpp_layer_ctx context(int layer) const;
+  void point_at(int layer, const LayerMemory& m, bool backward);
+  void forward_segment(int segment, bool recompute);
+  size_t checkpoint_bytes(int segment) const;
+
+  const Plugin& plugin_;
+  Device& device_;
+  dscpp_ops ops_;
+  const FlatLayout& layout_;
+  int64_t max_batch_;
+  DType param_dtype_, grad_dtype_, compute_;
+  CheckpointingOptions ckpt_;
+  ActivationLayout act_layout_;
+  std::unique_ptr<ActivationMemory> acts_;
+  std::optional<CheckpointProfile> profile_;
+  std::vector<const void*> segment_input_;  // per segment, on the device, for the micro-batch in flight
+  MemorySource source_;
+  DeviceBuffer workspace_, grad_a_, grad_b_;
+  // One layer's parameters widened to fp32 (fp32 compute over 16-bit storage), its gradients in
+  // the compute dtype when storage has another, and the data input in the compute dtype.
+  DeviceBuffer param32_, grad_stage_, input_cast_;
+  std::vector<size_t> layer_slots_;  // layout.params[layer_slots_[l], layer_slots_[l+1]) are layer l's
+  std::vector<std::vector<const void*>> param_ptrs_;
+  std::vector<std::vector<void*>> grad_ptrs_;
+  // The micro-batch in flight.
+  const void* input_ = nullptr;
+  const int32_t* target_ = nullptr;
+  int64_t batch_ = 0;
+  uint64_t rng_seed_ = 0;
+  bool training_ = false;
+  dscpp_metrics metrics_{};
+};
+
+}  // namespace dscpp::runtime

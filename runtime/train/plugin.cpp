@@ -1,0 +1,181 @@
+#include "runtime/train/plugin.h"
+
+#include "core/error.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <set>
+
+namespace dscpp::runtime {
+
+DType dtype_of(dscpp_dtype d) {
+  switch (d) {
+    case DSCPP_F32: return DType::f32;
+    case DSCPP_F16: return DType::f16;
+    case DSCPP_BF16: return DType::bf16;
+    case DSCPP_I32: return DType::i32;
+  }
+  fail("dscpp_dtype {} is not a dtype of the plugin ABI", static_cast<int>(d));
+}
+
+dscpp_dtype abi_dtype(DType d) {
+  if (d == DType::f32) return DSCPP_F32;
+  if (d == DType::f16) return DSCPP_F16;
+  if (d == DType::bf16) return DSCPP_BF16;
+  fail("{} is not a compute dtype of the plugin ABI", dtype_name(d));
+}
+
+const char* status_name(int code) {
+  switch (code) {
+    case DSCPP_OK:
+      return "ok";
+    case DSCPP_E_INVALID_ARGUMENT:
+      return "invalid argument";
+    case DSCPP_E_IO:
+      return "I/O error";
+    case DSCPP_E_UNSUPPORTED:
+      return "unsupported";
+    case DSCPP_E_NUMERIC:
+      return "numeric error";
+    case DSCPP_E_INTERNAL:
+      return "internal error";
+  }
+  return "unknown status";
+}
+
+namespace {
+
+void check_size(const std::string& path, const char* what, uint32_t plugin, size_t ours) {
+  if (plugin != ours)
+    fail("{}: the plugin's {} is {} bytes but this runtime's is {}: it was built against a different "
+         "include/dscpp/model.h; rebuild it against this dscpp",
+         path, what, plugin, ours);
+}
+
+std::string message_of(const dscpp_error& err) {
+  size_t n = strnlen(err.message, sizeof(err.message));
+  return n ? std::string(err.message, n) : std::string("(the plugin gave no message)");
+}
+
+}  // namespace
+
+Plugin::Plugin(const std::string& path) : path_(path) {
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) fail("cannot load model plugin {}: {}", path, dlerror());
+  auto entry = reinterpret_cast<dscpp_model_entry_fn>(dlsym(handle_, DSCPP_MODEL_ENTRY_SYMBOL));
+  if (!entry)
+    fail("{} is not a dscpp model plugin: it does not export `{}` (declare it extern \"C\" and return a "
+         "dscpp_model_api; see include/dscpp/model.h)",
+         path, DSCPP_MODEL_ENTRY_SYMBOL);
+  api_ = entry();
+  if (!api_) fail("{}: {}() returned NULL", path, DSCPP_MODEL_ENTRY_SYMBOL);
+  if (api_->abi_version != DSCPP_MODEL_ABI_VERSION)
+    fail("{} was built for dscpp model ABI version {}, but this runtime implements version {}; rebuild the "
+         "plugin against this dscpp's include/dscpp/model.h",
+         path, api_->abi_version, DSCPP_MODEL_ABI_VERSION);
+  check_size(path, "dscpp_model_api", api_->api_size, sizeof(dscpp_model_api));
+  check_size(path, "dscpp_ops", api_->ops_size, sizeof(dscpp_ops));
+  check_size(path, "dscpp_layer_ctx", api_->layer_ctx_size, sizeof(dscpp_layer_ctx));
+  check_size(path, "dscpp_layer_desc", api_->layer_desc_size, sizeof(dscpp_layer_desc));
+  check_size(path, "dscpp_param_desc", api_->param_desc_size, sizeof(dscpp_param_desc));
+  check_size(path, "dscpp_host_info", api_->host_info_size, sizeof(dscpp_host_info));
+  const char* missing = !api_->create        ? "create"
+                        : !api_->destroy     ? "destroy"
+                        : !api_->describe    ? "describe"
+                        : !api_->layer       ? "layer"
+                        : !api_->forward     ? "forward"
+                        : !api_->backward    ? "backward"
+                        : !api_->load_sample ? "load_sample"
+                                             : nullptr;
+  if (missing) fail("{}: the plugin's dscpp_model_api has no `{}` function", path, missing);
+}
+
+Plugin::~Plugin() {
+  if (model_) api_->destroy(model_);
+  // The plugin stays mapped: thread-local destructors or atexit handlers it registered may
+  // still run after us.
+}
+
+void Plugin::failed(const std::string& what, int code, const dscpp_error& err) const {
+  fail("model plugin {}: {} failed ({}, code {}): {}", name(), what, status_name(code), code, message_of(err));
+}
+
+void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info& host) {
+  std::vector<const char*> argv{path_.c_str()};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  dscpp_error err{};
+  int rc = api_->create(static_cast<int>(argv.size()), argv.data(), &host, &model_, &err);
+  if (rc != DSCPP_OK) failed("create", rc, err);
+  if (!model_) fail("model plugin {}: create returned no model", name());
+
+  dscpp_model_desc desc{};
+  if ((rc = api_->describe(model_, &desc, &err)) != DSCPP_OK) failed("describe", rc, err);
+  if (desc.num_layers < 1) fail("model plugin {}: describe says it has {} layers (need at least 1)", name(), desc.num_layers);
+  data_ = desc.data;
+  if (data_.train_size <= 0) fail("model plugin {}: its train split is empty", name());
+  if (data_.input_dtype != DSCPP_F32 && data_.input_dtype != DSCPP_I32)
+    fail("model plugin {}: input dtype must be DSCPP_F32 or DSCPP_I32", name());
+  if (data_.target_dtype != DSCPP_I32) fail("model plugin {}: target dtype must be DSCPP_I32", name());
+
+  std::set<std::string> layer_names, param_names;
+  for (int32_t i = 0; i < desc.num_layers; ++i) {
+    dscpp_layer_desc ld{};
+    if ((rc = api_->layer(model_, i, &ld, &err)) != DSCPP_OK) failed(fmt::format("layer({})", i), rc, err);
+    LayerDecl layer;
+    layer.name = ld.name ? ld.name : fmt::format("layer{}", i);
+    if (!layer_names.insert(layer.name).second) fail("model plugin {}: two layers are named '{}'", name(), layer.name);
+    if (ld.output_numel <= 0 || ld.saved_bytes < 0 || ld.workspace_bytes < 0)
+      fail("model plugin {}: layer '{}' declares output_numel {}, saved_bytes {}, workspace_bytes {}", name(),
+           layer.name, ld.output_numel, ld.saved_bytes, ld.workspace_bytes);
+    layer.output_numel = ld.output_numel;
+    layer.saved_bytes = ld.saved_bytes;
+    layer.workspace_bytes = ld.workspace_bytes;
+    for (int32_t p = 0; p < ld.num_params; ++p) {
+      const dscpp_param_desc& pd = ld.params[p];
+      ParamDecl param;
+      param.name = layer.name + "." + (pd.name ? pd.name : fmt::format("p{}", p));
+      if (pd.ndim < 1 || pd.ndim > DSCPP_MAX_DIMS)
+        fail("model plugin {}: parameter '{}' has ndim {} (expected 1..{})", name(), param.name, pd.ndim, DSCPP_MAX_DIMS);
+      param.numel = 1;
+      for (int d = 0; d < pd.ndim; ++d) {
+        if (pd.shape[d] <= 0) fail("model plugin {}: parameter '{}' has dimension {} = {}", name(), param.name, d, pd.shape[d]);
+        param.shape.push_back(pd.shape[d]);
+        param.numel *= pd.shape[d];
+      }
+      param.init = pd.init;
+      param.init_a = pd.init_a;
+      if (!param_names.insert(param.name).second) fail("model plugin {}: two parameters are named '{}'", name(), param.name);
+      layer.params.push_back(std::move(param));
+    }
+    layers_.push_back(std::move(layer));
+  }
+}
+
+void Plugin::forward(int layer, const dscpp_layer_ctx& ctx) const {
+  dscpp_error err{};
+  int rc = api_->forward(model_, layer, &ctx, &err);
+  if (rc != DSCPP_OK) failed(fmt::format("forward of layer '{}'", layers_[layer].name), rc, err);
+}
+
+void Plugin::backward(int layer, const dscpp_layer_ctx& ctx) const {
+  dscpp_error err{};
+  int rc = api_->backward(model_, layer, &ctx, &err);
+  if (rc != DSCPP_OK) failed(fmt::format("backward of layer '{}'", layers_[layer].name), rc, err);
+}
+
+void Plugin::load_sample(int split, int64_t index, void* input, int32_t* target) const {
+  dscpp_error err{};
+  int rc = api_->load_sample(model_, split, index, input, target, &err);
+  if (rc != DSCPP_OK) failed(fmt::format("load_sample({} split, index {})", split ? "eval" : "train", index), rc, err);
+}
+
+void Plugin::report(const dscpp_infer& infer) const {
+  if (!api_->report) return;
+  dscpp_error err{};
+  int rc = api_->report(model_, &infer, &err);
+  if (rc != DSCPP_OK) failed("report", rc, err);
+}
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,246 @@
+#include "runtime/zero/grad_reducer.h"
+
+#include "core/error.h"
+#include "kernels/device_math.h"
+#include "runtime/zero/zeropp.h"
+
+namespace dscpp::runtime {
+
+struct GradReducer::Staging {
+  DeviceBuffer buffer;  // one group's gradients, full length
+  DeviceBuffer wire;    // the group in the communication dtype, when it differs
+  DeviceBuffer out;     // reduce-scatter result (communication dtype) when it cannot go straight into the partition
+  int group = -1;
+  comm::WorkHandle work;
+  bool direct = false;  // the result went straight into the partition
+};
+
+GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Device& device, DType dtype,
+                         const GradReduceOptions& options)
+    : comm_(comm),
+      layout_(layout),
+      device_(device),
+      dtype_(dtype),
+      wire_(options.comm_dtype.value_or(dtype)),
+      elem_(dtype_size(dtype)),
+      wire_elem_(dtype_size(wire_)),
+      opt_(options) {
+  DSCPP_CHECK_EQ(layout.parts, opt_.reduction == GradReduction::allreduce ? 1 : comm.size());
+  if (opt_.reduction != GradReduction::into_partition)
+    full_ = DeviceBuffer(device, static_cast<size_t>(layout.total) * elem_, MemCategory::grads, true);
+  else {
+    if (opt_.partition_device)
+      split_ = opt_.partition_device_elements < 0 ? layout.part_total
+                                                  : std::min(opt_.partition_device_elements, layout.part_total);
+    if (split_ > 0)
+      off_partition_ =
+          DeviceBuffer(*opt_.partition_device, static_cast<size_t>(split_) * elem_, MemCategory::grads, true);
+    if (split_ < layout.part_total)
+      partition_ =
+          DeviceBuffer(device, static_cast<size_t>(layout.part_total - split_) * elem_, MemCategory::grads, true);
+  }
+  if (split_ > 0 && !device.is_host()) {
+    int64_t widest = 0;  // of the groups whose slices cross
+    for (const PartitionGroup& g : layout.groups)
+      if (g.part_offset < split_) widest = std::max(widest, g.part);
+    host_staging_ =
+        DeviceBuffer(*opt_.partition_device, static_cast<size_t>(widest) * wire_elem_, MemCategory::buffers);
+  }
+  const int per_node = std::max(1, opt_.ranks_per_node);
+  if (opt_.quantized_gradients && comm.size() > per_node && comm.size() % per_node == 0) {
+    qgz_node_ = comm.split(comm.rank() / per_node, comm.rank(), "qgz-node");
+    qgz_cross_ = comm.split(comm.rank() % per_node, comm.rank(), "qgz-cross");
+  }
+  if (opt_.reduction != GradReduction::allreduce) {
+    staging_.resize(opt_.reduction == GradReduction::into_whole_array || opt_.overlap ? 2 : 1);
+    int64_t max_part = 0;
+    for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
+    for (Staging& s : staging_) {
+      if (opt_.reduction == GradReduction::into_partition)
+        s.buffer = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * elem_, MemCategory::buffers);
+      s.out = DeviceBuffer(device, static_cast<size_t>(max_part) * wire_elem_, MemCategory::buffers);
+      if (wire_ != dtype_)
+        s.wire = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * wire_elem_, MemCategory::buffers);
+    }
+  }
+}
+
+void* GradReducer::owned(int group) const {
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  switch (opt_.reduction) {
+    case GradReduction::allreduce:
+      return at(full_, g.begin);
+    case GradReduction::into_whole_array:
+      return at(full_, g.owned_begin(comm_.rank()));
+    case GradReduction::into_partition:
+      break;
+  }
+  return partition_at(g.part_offset);
+}
+
+Device& GradReducer::owned_device(int group) const {
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  return opt_.reduction == GradReduction::into_partition && g.part_offset < split_ ? *opt_.partition_device : device_;
+}
+
+bool GradReducer::crosses(int group) const {
+  return !device_.is_host() && &owned_device(group) != &device_;
+}
+
+GradReducer::~GradReducer() {
+  auto quiet = [](const comm::WorkHandle& w) {
+    if (w) try {
+        w->wait();
+      } catch (...) {
+      }
+  };
+  for (Bucket& b : inflight_) quiet(b.work);
+  for (Staging& s : staging_) quiet(s.work);
+}
+
+void GradReducer::begin_micro(bool first, bool last) {
+  first_ = first;
+  last_ = last;
+  reductions_ = 0;
+  current_ = -1;
+  pending_end_ = layout_.total;
+}
+
+void* GradReducer::layer_grads(int layer) {
+  int64_t at = layout_.layer_range[static_cast<size_t>(layer)].first;
+  if (opt_.reduction != GradReduction::into_partition) return this->at(full_, at);
+  int group = layout_.layer_group[static_cast<size_t>(layer)];
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  if (current_ < 0 || staging_[static_cast<size_t>(current_)].group != group) {
+    current_ = (current_ + 1) % static_cast<int>(staging_.size());
+    Staging& s = staging_[static_cast<size_t>(current_)];
+    if (s.work) finish(s);
+    device_.zero(s.buffer.data(), static_cast<size_t>(g.numel) * elem_);
+    s.group = group;
+  }
+  return this->at(staging_[static_cast<size_t>(current_)].buffer, at - g.begin);
+}
+
+void GradReducer::launch_bucket(int64_t begin, int64_t end) {
+  if (end <= begin) return;
+  ++reductions_;
+  if (comm_.size() == 1) return;
+  float pre = opt_.prescale ? 1.0f / static_cast<float>(comm_.size())
+                            : (opt_.predivide_factor != 1.0 ? static_cast<float>(1.0 / opt_.predivide_factor) : 1.0f);
+  Bucket b;
+  b.begin = begin;
+  b.end = end;
+  void* send = at(full_, begin);
+  kernels::math_of(device_).scale_inplace(send, dtype_, pre, end - begin);
+  if (wire_ != dtype_) {
+    b.wire = DeviceBuffer(device_, static_cast<size_t>(end - begin) * wire_elem_, MemCategory::buffers);
+    kernels::math_of(device_).convert_into(b.wire.data(), wire_, send, dtype_, end - begin);
+    send = b.wire.data();
+  }
+  b.work = comm_.allreduce_async(send, static_cast<size_t>(end - begin), wire_);
+  inflight_.push_back(std::move(b));
+}
+
+void GradReducer::launch_group(int group, void* input) {
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  ++reductions_;
+  if (opt_.reduction ==
+      GradReduction::into_whole_array) {  // no staging buffer in backward: take the next result buffer here
+    current_ = (current_ + 1) % static_cast<int>(staging_.size());
+    if (staging_[static_cast<size_t>(current_)].work) finish(staging_[static_cast<size_t>(current_)]);
+    staging_[static_cast<size_t>(current_)].group = group;
+  }
+  Staging& s = staging_[static_cast<size_t>(current_)];
+  const bool converted = wire_ != dtype_;
+  if (converted) {
+    kernels::math_of(device_).convert_into(s.wire.data(), wire_, input, dtype_, g.numel);
+    input = s.wire.data();
+  }
+  // Nothing there to add to yet; and the collective can write there.
+  const bool into_partition =
+      opt_.reduction == GradReduction::into_partition && first_ && !converted && !crosses(group);
+  if (qgz_node_) {
+    s.direct = false;
+    s.work = quantized_reduce_scatter(*qgz_node_, *qgz_cross_, device_, input, s.out.data(), g.part, wire_);
+  } else if (opt_.reduce_scatter) {
+    s.direct = into_partition;
+    s.work = comm_.reduce_scatter_async(input, into_partition ? partition_at(g.part_offset) : s.out.data(),
+                                        static_cast<size_t>(g.part), wire_);
+  } else {
+    s.direct = opt_.reduction == GradReduction::into_whole_array &&
+               !converted;  // in place in the whole array: the own slice is already there
+    s.work = comm_.allreduce_async(input, static_cast<size_t>(g.numel), wire_);
+  }
+}
+
+void GradReducer::finish(Staging& s) {
+  s.work->wait();
+  s.work.reset();
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(s.group)];
+  if (!s.direct) {
+    // Where the reduced own slice is: the reduce-scatter output, or the rank's slice of the
+    // allreduced group (wire buffer when converted, staging buffer otherwise).
+    const int64_t mine = g.part * comm_.rank() * static_cast<int64_t>(wire_elem_);
+    const void* src = opt_.reduce_scatter || qgz_node_ ? s.out.data()
+                      : wire_ != dtype_   ? static_cast<const void*>(s.wire.as<char>() + mine)
+                                          : static_cast<const void*>(s.buffer.as<char>() + mine);
+    void* dst = owned(s.group);
+    Device* where = &device_;
+    if (crosses(s.group)) {  // the reduced slice crosses to the host, where it is summed
+      device_.copy_to_host(host_staging_.data(), src, static_cast<size_t>(g.part) * wire_elem_);
+      src = host_staging_.data();
+      where = opt_.partition_device;
+    }
+    kernels::DeviceMath& math = kernels::math_of(*where);
+    if (first_ ||
+        opt_.reduction == GradReduction::into_whole_array)  // stage 1 reduces the accumulated sum once: replace
+      math.convert_into(dst, dtype_, src, wire_, g.part);
+    else
+      math.add_into(dst, dtype_, src, wire_, g.part);
+  }
+  s.group = -1;
+}
+
+void GradReducer::layer_done(int layer) {
+  int64_t ready = layout_.layer_range[static_cast<size_t>(layer)].first;
+  if (opt_.reduction == GradReduction::allreduce) {
+    if (last_ && pending_end_ - ready > opt_.bucket_elements) {
+      launch_bucket(ready, pending_end_);
+      pending_end_ = ready;
+    }
+    return;
+  }
+  int group = layout_.layer_group[static_cast<size_t>(layer)];
+  const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
+  if (layer != g.first_layer || g.numel == 0) return;  // the group's backward is not complete yet
+  if (opt_.reduction == GradReduction::into_whole_array) {
+    if (last_) launch_group(group, at(full_, g.begin));
+  } else {
+    launch_group(group, staging_[static_cast<size_t>(current_)].buffer.data());  // current_: this group's staging
+  }
+}
+
+void GradReducer::end_micro() {
+  if (opt_.reduction != GradReduction::allreduce) {
+    for (Staging& s : staging_)
+      if (s.work) finish(s);
+    return;
+  }
+  if (!last_) return;
+  launch_bucket(0, pending_end_);
+  pending_end_ = 0;
+  float post = opt_.prescale ? 1.0f : static_cast<float>(opt_.predivide_factor / comm_.size());
+  for (Bucket& b : inflight_) {
+    b.work->wait();
+    void* dst = at(full_, b.begin);
+    if (b.wire) kernels::math_of(device_).convert_into(dst, dtype_, b.wire.data(), wire_, b.end - b.begin);
+    if (post != 1.0f) kernels::math_of(device_).scale_inplace(dst, dtype_, post, b.end - b.begin);
+  }
+  inflight_.clear();
+}
+
+void GradReducer::zero() {
+  if (full_) device_.zero(full_.data(), full_.bytes());
+}
+
+}  // namespace dscpp::runtime
