@@ -22,7 +22,7 @@
 #include "core/device.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/optim/optim_cpu.h"
-#include "runtime/optimizer.h"
+#include "runtime/optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>

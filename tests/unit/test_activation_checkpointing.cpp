@@ -1,4 +1,4 @@
-// Activation checkpointing's options and layout (runtime/activation_checkpointing.h): the
+// Activation checkpointing's options and layout (runtime/train/activation_checkpointing.h): the
 // section's presence turns it on, number_checkpoints is checked against the model's layer
 // boundaries, segments follow the documented rule, and the bytes the layout names are what
 // ActivationMemory allocates on the device and on the host. Training parity and measured peaks
@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/device.h"
-#include "runtime/activation_checkpointing.h"
+#include "runtime/train/activation_checkpointing.h"
 
 #include <string>
 #include <vector>

@@ -19,8 +19,8 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/cpu/ops/cpu_ops.h"
-#include "runtime/engine.h"
-#include "runtime/plugin.h"
+#include "runtime/train/engine.h"
+#include "runtime/train/plugin.h"
 #include "tests/unit/thread_ranks.h"
 
 #include <catch2/catch.hpp>

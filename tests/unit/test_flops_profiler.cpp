@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "kernels/cpu/ops/cpu_ops.h"
-#include "runtime/flops_profiler.h"
-#include "runtime/train_log.h"
+#include "runtime/observe/flops_profiler.h"
+#include "runtime/observe/train_log.h"
 
 using namespace dscpp;
 

@@ -11,9 +11,9 @@
 #include "collectives/communicator.h"
 #include "core/device.h"
 #include "core/dtype.h"
-#include "runtime/flat_layout.h"
-#include "runtime/grad_reducer.h"
-#include "runtime/zero_plan.h"
+#include "runtime/zero/flat_layout.h"
+#include "runtime/zero/grad_reducer.h"
+#include "runtime/zero/zero_plan.h"
 #include "tests/unit/thread_ranks.h"
 
 #include <catch2/catch.hpp>

@@ -2,7 +2,7 @@
 // worked out from DeepSpeed's loss_scaler.py and fp16/fused_optimizer.py, not from this code.
 #include "configs/load.h"
 #include "core/error.h"
-#include "runtime/loss_scaler.h"
+#include "runtime/optim/loss_scaler.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 // LR schedules against values worked out by hand from DeepSpeed's lr_schedules.py formulas
 // (the arithmetic is spelled out next to each expectation, independent of the implementation).
 #include "core/error.h"
-#include "runtime/lr_schedule.h"
+#include "runtime/optim/lr_schedule.h"
 
 #include <catch2/catch.hpp>
 

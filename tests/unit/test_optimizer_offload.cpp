@@ -19,9 +19,9 @@
 #include "configs/ds_config.h"
 #include "core/error.h"
 #include "offload/aligned_buffer.h"
-#include "runtime/master_weights.h"
-#include "runtime/optimizer.h"
-#include "runtime/optimizer_offload.h"
+#include "runtime/zero/master_weights.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/offload/optimizer_offload.h"
 #include "tests/unit/offload_fixture.h"
 
 using namespace dscpp;

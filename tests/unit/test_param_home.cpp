@@ -13,8 +13,8 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "runtime/flat_layout.h"
-#include "runtime/param_home.h"
+#include "runtime/zero/flat_layout.h"
+#include "runtime/offload/param_home.h"
 #include "tests/unit/offload_fixture.h"
 
 using namespace dscpp;

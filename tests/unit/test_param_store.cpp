@@ -7,8 +7,8 @@
 #include "collectives/backend.h"
 #include "collectives/communicator.h"
 #include "core/device.h"
-#include "runtime/flat_layout.h"
-#include "runtime/param_store.h"
+#include "runtime/zero/flat_layout.h"
+#include "runtime/zero/param_store.h"
 #include "tests/unit/thread_ranks.h"
 
 #include <catch2/catch.hpp>

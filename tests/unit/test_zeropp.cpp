@@ -12,7 +12,7 @@
 #include "core/half.h"
 #include "kernels/cpu/quant/quant_cpu.h"
 #include "kernels/quant_math.h"
-#include "runtime/zeropp.h"
+#include "runtime/zero/zeropp.h"
 #include "tests/unit/thread_ranks.h"
 
 using namespace dscpp;
