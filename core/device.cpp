@@ -83,10 +83,20 @@ void Device::reset_peaks() {
   total_peak_ = total_.load();
 }
 
-void HostMemoryDevice::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void HostMemoryDevice::copy_from_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void HostMemoryDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
-void HostMemoryDevice::zero(void* ptr, size_t bytes) { std::memset(ptr, 0, bytes); }
+// Zero bytes is a valid request whose pointers may be null (the buffer of an empty group), which
+// memcpy and memset may not be given.
+void HostMemoryDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+void HostMemoryDevice::copy_from_host(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+void HostMemoryDevice::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+void HostMemoryDevice::zero(void* ptr, size_t bytes) {
+  if (bytes > 0) std::memset(ptr, 0, bytes);
+}
 
 namespace {
 
