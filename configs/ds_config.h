@@ -4,7 +4,7 @@
 // functions (schema_*.cpp), which every reader/printer shares.
 #pragma once
 
-#include "configs/ds_extras.h"
+#include "configs/ds_checked_only.h"
 #include "configs/schema.h"
 
 #include <cstdint>
@@ -521,7 +521,7 @@ struct DsConfig {
   FlopsProfilerConfig flops_profiler;
   TimersConfig timers;
   HiFloat8Config hifloat8;
-  ExtrasConfig extras;  // sections dscpp validates but does not run (ds_extras.h)
+  CheckedOnlyConfig checked_only;  // sections dscpp validates but does not run (ds_checked_only.h)
 
   // ZeRO stage > 0.
   bool zero_enabled() const { return zero_optimization.stage > 0; }

@@ -34,7 +34,7 @@ bool deprecated_conflict(LoadedConfig& c, const std::string& old_path, const std
 // With elasticity on, DeepSpeed's elastic solver chooses the batch triple; giving the keys
 // as well is an error unless ignore_non_elastic_batch_info says to drop them.
 bool batch_from_elasticity(LoadedConfig& c) {
-  const auto& e = c.config.extras.elasticity;
+  const auto& e = c.config.checked_only.elasticity;
   if (!e.enabled) return false;
   bool any = given(c, "train_batch_size") || given(c, "train_micro_batch_size_per_gpu") ||
              given(c, "gradient_accumulation_steps");

@@ -29,7 +29,7 @@ class Rules {
     optimizer();
     scheduler();
     misc();
-    validate_extras(cfg_.extras, c_.diagnostics);
+    validate_checked_only(cfg_.checked_only, c_.diagnostics);
   }
 
  private:
@@ -186,7 +186,7 @@ void check_rules(LoadedConfig& c) {
 }
 
 std::vector<std::string> unsupported_features(const DsConfig& c) {
-  std::vector<std::string> out = unsupported_enabled_features(c.extras);
+  std::vector<std::string> out = unsupported_enabled_features(c.checked_only);
   auto add = [&](bool on, const char* what) {
     if (on) out.emplace_back(what);
   };

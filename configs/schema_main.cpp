@@ -205,7 +205,7 @@ void describe(Visitor& v, DsConfig& c) {
   v.section("flops_profiler", c.flops_profiler);
   v.section("timers", c.timers);
   v.section("hifloat8", c.hifloat8);
-  describe_extras(v, c.extras);
+  describe_checked_only(v, c.checked_only);
 }
 
 }  // namespace dscpp::config

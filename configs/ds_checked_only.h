@@ -508,7 +508,7 @@ struct ExpertParallelConfig {
 };
 
 // ---- the top-level keys --------------------------------------------------------------
-struct ExtrasConfig {
+struct CheckedOnlyConfig {
   PipelineConfig pipeline;
   TensorParallelConfig tensor_parallel;
   HybridEngineConfig hybrid_engine;
@@ -579,11 +579,11 @@ void describe(Visitor& v, AutotuningConfig& c);
 void describe(Visitor& v, NebulaConfig& c);
 void describe(Visitor& v, ExpertParallelConfig& c);
 
-// Registers the extras' top-level keys on `v` (called from the top-level describe).
-void describe_extras(Visitor& v, ExtrasConfig& c);
+// Registers the checked-only sections' top-level keys on `v` (called from the top-level describe).
+void describe_checked_only(Visitor& v, CheckedOnlyConfig& c);
 // Cross-key rules inside these sections.
-void validate_extras(const ExtrasConfig& c, Diagnostics& d);
+void validate_checked_only(const CheckedOnlyConfig& c, Diagnostics& d);
 // Names of enabled features the dscpp runtime does not implement, for `config check`.
-std::vector<std::string> unsupported_enabled_features(const ExtrasConfig& c);
+std::vector<std::string> unsupported_enabled_features(const CheckedOnlyConfig& c);
 
 }  // namespace dscpp::config

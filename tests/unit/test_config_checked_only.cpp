@@ -1,4 +1,4 @@
-// The sections dscpp validates but does not run (configs/ds_extras.h): realistic blocks from
+// The sections dscpp validates but does not run (configs/ds_checked_only.h): realistic blocks from
 // DeepSpeed's documentation load into the typed fields, mistakes anywhere in them are errors
 // with the full dotted path, and `unsupported_enabled_features` names what is switched on.
 #include <catch2/catch.hpp>
@@ -38,11 +38,11 @@ bool has_warning_for(const LoadedConfig& c, const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("extras: a config without the sections keeps DeepSpeed's defaults and enables nothing", "[config][extras]") {
+TEST_CASE("checked-only sections: a config without the sections keeps DeepSpeed's defaults and enables nothing", "[config][checked_only]") {
   auto c = load("");
   INFO(report(c));
   REQUIRE(c.ok());
-  const ExtrasConfig& x = c.config.extras;
+  const CheckedOnlyConfig& x = c.config.checked_only;
   REQUIRE(x.pipeline.stages);
   CHECK(x.pipeline.stages->is_string("auto"));
   CHECK_FALSE(x.pipeline.stage_count());
@@ -66,7 +66,7 @@ TEST_CASE("extras: a config without the sections keeps DeepSpeed's defaults and 
   CHECK(unsupported_enabled_features(x).empty());
 }
 
-TEST_CASE("extras: the data efficiency example from DeepSpeed's docs", "[config][extras]") {
+TEST_CASE("checked-only sections: the data efficiency example from DeepSpeed's docs", "[config][checked_only]") {
   auto c = load(R"("data_efficiency": {
     "enabled": true,
     "seed": 1234,
@@ -112,7 +112,7 @@ TEST_CASE("extras: the data efficiency example from DeepSpeed's docs", "[config]
   })");
   INFO(report(c));
   REQUIRE(c.ok());
-  const DataEfficiencyConfig& de = c.config.extras.data_efficiency;
+  const DataEfficiencyConfig& de = c.config.checked_only.data_efficiency;
   CHECK(de.enabled);
   const RandomLtdConfig& r = de.data_routing.random_ltd;
   CHECK(r.enabled);
@@ -133,13 +133,13 @@ TEST_CASE("extras: the data efficiency example from DeepSpeed's docs", "[config]
   CHECK(m.schedule_config.total_curriculum_step == 110000);
   CHECK(m.schedule_config.root_degree == 2);
 
-  auto features = unsupported_enabled_features(c.config.extras);
+  auto features = unsupported_enabled_features(c.config.checked_only);
   CHECK(lists(features, "data_efficiency.enabled"));
   CHECK(lists(features, "data_efficiency.data_sampling.curriculum_learning.enabled"));
   CHECK(lists(features, "data_efficiency.data_routing.random_ltd.enabled"));
 }
 
-TEST_CASE("extras: a misspelled key deep inside a curriculum metric names the full path", "[config][extras]") {
+TEST_CASE("checked-only sections: a misspelled key deep inside a curriculum metric names the full path", "[config][checked_only]") {
   auto c = load(R"("data_efficiency": {
     "enabled": true,
     "data_sampling": {
@@ -164,7 +164,7 @@ TEST_CASE("extras: a misspelled key deep inside a curriculum metric names the fu
   CHECK_THAT(text, Contains("t.json:11:"));  // the line of the misspelled key
 }
 
-TEST_CASE("extras: curriculum learning enabled without metrics is an error", "[config][extras]") {
+TEST_CASE("checked-only sections: curriculum learning enabled without metrics is an error", "[config][checked_only]") {
   auto c = load(R"("data_efficiency": {"enabled": true,
     "data_sampling": {"enabled": true, "curriculum_learning": {"enabled": true}}})");
   REQUIRE_FALSE(c.ok());
@@ -173,7 +173,7 @@ TEST_CASE("extras: curriculum learning enabled without metrics is an error", "[c
   CHECK_THAT(text, Contains("data_efficiency.data_sampling.curriculum_learning.curriculum_metrics"));
 }
 
-TEST_CASE("extras: a curriculum schedule missing what its type needs", "[config][extras]") {
+TEST_CASE("checked-only sections: a curriculum schedule missing what its type needs", "[config][checked_only]") {
   auto c = load(R"("curriculum_learning": {"enabled": true, "curriculum_type": "seqlen",
     "min_difficulty": 8, "max_difficulty": 1024, "schedule_type": "fixed_discrete",
     "schedule_config": {"difficulty": [8, 64, 1024], "max_step": [100]}})");
@@ -184,7 +184,7 @@ TEST_CASE("extras: a curriculum schedule missing what its type needs", "[config]
   CHECK_THAT(text, Contains("one element more than max_step"));
 }
 
-TEST_CASE("extras: the legacy curriculum learning example from the docs", "[config][extras]") {
+TEST_CASE("checked-only sections: the legacy curriculum learning example from the docs", "[config][checked_only]") {
   auto c = load(R"("curriculum_learning": {
     "enabled": true,
     "curriculum_type": "seqlen",
@@ -195,13 +195,13 @@ TEST_CASE("extras: the legacy curriculum learning example from the docs", "[conf
   })");
   INFO(report(c));
   REQUIRE(c.ok());
-  const auto& cl = c.config.extras.curriculum_learning;
+  const auto& cl = c.config.checked_only.curriculum_learning;
   CHECK(cl.min_difficulty == 8);
   CHECK(cl.schedule_config.total_curriculum_step == 40000);
-  CHECK(lists(unsupported_enabled_features(c.config.extras), "curriculum_learning.enabled"));
+  CHECK(lists(unsupported_enabled_features(c.config.checked_only), "curriculum_learning.enabled"));
 }
 
-TEST_CASE("extras: compression examples from the docs", "[config][extras]") {
+TEST_CASE("checked-only sections: compression examples from the docs", "[config][checked_only]") {
   auto c = load(R"("compression_training": {
     "layer_reduction": {
       "enabled": true,
@@ -254,7 +254,7 @@ TEST_CASE("extras: compression examples from the docs", "[config][extras]") {
   })");
   INFO(report(c));
   REQUIRE(c.ok());
-  const CompressionConfig& ct = c.config.extras.compression_training;
+  const CompressionConfig& ct = c.config.checked_only.compression_training;
   CHECK(ct.layer_reduction.teacher_layer == std::vector<i64>{2, 4, 6, 8, 10});
   REQUIRE(ct.weight_quantization.different_groups.size() == 2);
   const auto& wq1 = ct.weight_quantization.different_groups.at("wq1");
@@ -270,13 +270,13 @@ TEST_CASE("extras: compression examples from the docs", "[config][extras]") {
   REQUIRE(ct.channel_pruning.different_groups.at("cp1").related_modules);
   CHECK(ct.channel_pruning.different_groups.at("cp1").related_modules->items.size() == 1);
 
-  auto features = unsupported_enabled_features(c.config.extras);
+  auto features = unsupported_enabled_features(c.config.checked_only);
   for (const char* t : {"weight_quantization", "activation_quantization", "sparse_pruning", "row_pruning",
                         "head_pruning", "channel_pruning", "layer_reduction"})
     CHECK(lists(features, std::string("compression_training.") + t));
 }
 
-TEST_CASE("extras: compression mistakes", "[config][extras]") {
+TEST_CASE("checked-only sections: compression mistakes", "[config][checked_only]") {
   SECTION("a group without its required params keys") {
     auto c = load(R"("compression_training": {"weight_quantization": {
       "shared_parameters": {"enabled": true},
@@ -319,7 +319,7 @@ TEST_CASE("extras: compression mistakes", "[config][extras]") {
   }
 }
 
-TEST_CASE("extras: parallelism sections", "[config][extras]") {
+TEST_CASE("checked-only sections: parallelism sections", "[config][checked_only]") {
   auto c = load(R"("pipeline": {"stages": 4, "partition": "parameters", "activation_checkpoint_interval": 1,
                                 "pipe_partitioned": false, "use_reentrant": false},
     "tensor_parallel": {"autotp_size": 4, "tp_overlap_comm": true, "tp": {"tp_size": 4},
@@ -328,7 +328,7 @@ TEST_CASE("extras: parallelism sections", "[config][extras]") {
                         "routed_scaling_factor": 2.5, "score_func": "softmax"})");
   INFO(report(c));
   REQUIRE(c.ok());
-  const ExtrasConfig& x = c.config.extras;
+  const CheckedOnlyConfig& x = c.config.checked_only;
   CHECK(x.pipeline.stage_count() == 4);
   CHECK_FALSE(x.pipeline.pipe_partitioned);
   CHECK(x.pipeline.use_reentrant == false);
@@ -347,8 +347,8 @@ TEST_CASE("extras: parallelism sections", "[config][extras]") {
     auto a = load(R"("pipeline": {"stages": "auto"})");
     INFO(report(a));
     REQUIRE(a.ok());
-    CHECK_FALSE(a.config.extras.pipeline.stage_count());
-    CHECK(unsupported_enabled_features(a.config.extras).empty());
+    CHECK_FALSE(a.config.checked_only.pipeline.stage_count());
+    CHECK(unsupported_enabled_features(a.config.checked_only).empty());
   }
   SECTION("pipeline.stages must be auto or a positive count") {
     auto a = load(R"("pipeline": {"stages": "two"})");
@@ -366,7 +366,7 @@ TEST_CASE("extras: parallelism sections", "[config][extras]") {
     auto a = load(R"("tensor_parallel": {"tensor_parallel": {"tp_size": 2}})");
     INFO(report(a));
     REQUIRE(a.ok());
-    CHECK(a.config.extras.tensor_parallel.tp.tp_size == 2);
+    CHECK(a.config.checked_only.tensor_parallel.tp.tp_size == 2);
     auto b = load(R"("tensor_parallel": {"tp": {"tp_size": 2}, "tensor_parallel": {"tp_size": 2}})");
     CHECK_FALSE(b.ok());
   }
@@ -388,14 +388,14 @@ TEST_CASE("extras: parallelism sections", "[config][extras]") {
   }
 }
 
-TEST_CASE("extras: strict pydantic blocks take DeepSpeed's default for \"auto\"; loose ones do not",
-          "[config][extras]") {
+TEST_CASE("checked-only sections: strict pydantic blocks take DeepSpeed's default for \"auto\"; loose ones do not",
+          "[config][checked_only]") {
   auto c = load(R"("hybrid_engine": {"enabled": true, "max_out_tokens": "auto", "inference_tp_size": 2})");
   INFO(report(c));
   REQUIRE(c.ok());
-  CHECK(c.config.extras.hybrid_engine.max_out_tokens == 512);
-  CHECK(c.config.extras.hybrid_engine.inference_tp_size == 2);
-  CHECK(lists(unsupported_enabled_features(c.config.extras), "hybrid_engine.enabled"));
+  CHECK(c.config.checked_only.hybrid_engine.max_out_tokens == 512);
+  CHECK(c.config.checked_only.hybrid_engine.inference_tp_size == 2);
+  CHECK(lists(unsupported_enabled_features(c.config.checked_only), "hybrid_engine.enabled"));
 
   auto loose = load(R"("progressive_layer_drop": {"enabled": true, "theta": "auto"})");
   REQUIRE_FALSE(loose.ok());
@@ -403,7 +403,7 @@ TEST_CASE("extras: strict pydantic blocks take DeepSpeed's default for \"auto\";
   CHECK_THAT(report(loose), Contains("progressive_layer_drop.theta"));
 }
 
-TEST_CASE("extras: compile, weight_quantization, sparse attention, PLD", "[config][extras]") {
+TEST_CASE("checked-only sections: compile, weight_quantization, sparse attention, PLD", "[config][checked_only]") {
   auto c = load(R"("compile": {"deepcompile": true, "offload_activation": true, "passes": ["z3"]},
     "weight_quantization": {"quantized_initialization": {"num_bits": 4, "group_size": 64, "group_dim": 1,
                                                          "symmetric": false}},
@@ -415,7 +415,7 @@ TEST_CASE("extras: compile, weight_quantization, sparse attention, PLD", "[confi
     "progressive_layer_drop": {"enabled": true, "theta": 0.5, "gamma": 0.001})");
   INFO(report(c));
   REQUIRE(c.ok());
-  const ExtrasConfig& x = c.config.extras;
+  const CheckedOnlyConfig& x = c.config.checked_only;
   CHECK(x.compile.passes == std::vector<std::string>{"z3"});
   REQUIRE(x.weight_quantization);
   CHECK(x.weight_quantization->enabled);  // present = on
@@ -449,7 +449,7 @@ TEST_CASE("extras: compile, weight_quantization, sparse attention, PLD", "[confi
   }
 }
 
-TEST_CASE("extras: the MoQ tutorial's quantize_training block loads with warnings", "[config][extras]") {
+TEST_CASE("checked-only sections: the MoQ tutorial's quantize_training block loads with warnings", "[config][checked_only]") {
   // The tutorial's eigenvalue example without its top-level "quantize_type" (not a DeepSpeed key).
   auto c = load(R"("quantize_training": {
       "enabled": true,
@@ -465,7 +465,7 @@ TEST_CASE("extras: the MoQ tutorial's quantize_training block loads with warning
   })");
   INFO(report(c));
   REQUIRE(c.ok());
-  const QuantizeTrainingConfig& q = c.config.extras.quantize_training;
+  const QuantizeTrainingConfig& q = c.config.checked_only.quantize_training;
   CHECK(q.quantize_bits.start_bits == 12);
   CHECK(q.eigenvalue.layer_num == 12);
   CHECK(q.eigenvalue.max_iter == 50);
@@ -491,7 +491,7 @@ TEST_CASE("extras: the MoQ tutorial's quantize_training block loads with warning
   }
 }
 
-TEST_CASE("extras: elasticity, autotuning, nebula, datastates", "[config][extras]") {
+TEST_CASE("checked-only sections: elasticity, autotuning, nebula, datastates", "[config][checked_only]") {
   auto c = load(R"("elasticity": {"enabled": true, "max_train_batch_size": 2000, "micro_batch_sizes": [2, 4, 6],
                    "min_gpus": 1, "max_gpus": 10000, "min_time": 20, "prefer_larger_batch": true,
                    "ignore_non_elastic_batch_info": true, "version": 0.2, "num_gpus_per_node": 8,
@@ -508,7 +508,7 @@ TEST_CASE("extras: elasticity, autotuning, nebula, datastates", "[config][extras
     "datastates_ckpt": {"host_cache_size": 16})");
   INFO(report(c));
   REQUIRE(c.ok());
-  const ExtrasConfig& x = c.config.extras;
+  const CheckedOnlyConfig& x = c.config.checked_only;
   CHECK(x.elasticity.num_gpus_per_node == 8);
   CHECK(x.elasticity.min_time == Approx(20));
   CHECK(x.autotuning.metric == "flops");  // canonical spelling
@@ -557,11 +557,11 @@ TEST_CASE("extras: elasticity, autotuning, nebula, datastates", "[config][extras
     auto a = load(R"("datastates_ckpt": false)");
     INFO(report(a));
     REQUIRE(a.ok());
-    CHECK_FALSE(a.config.extras.datastates_enabled());
+    CHECK_FALSE(a.config.checked_only.datastates_enabled());
   }
 }
 
-TEST_CASE("extras: dynamic batching needs max_tokens", "[config][extras]") {
+TEST_CASE("checked-only sections: dynamic batching needs max_tokens", "[config][checked_only]") {
   auto c = load(R"("data_efficiency": {"enabled": true, "data_sampling": {"enabled": true,
     "dynamic_batching": {"enabled": true, "lr_scaling_method": "sqrt", "sequence_picking_order": "seqlen"}}})");
   REQUIRE_FALSE(c.ok());
@@ -572,6 +572,6 @@ TEST_CASE("extras: dynamic batching needs max_tokens", "[config][extras]") {
     "dynamic_batching": {"enabled": true, "max_tokens": 8192, "min_batch_size": 2, "max_batch_size": 64}}})");
   INFO(report(ok));
   REQUIRE(ok.ok());
-  CHECK(ok.config.extras.data_efficiency.data_sampling.dynamic_batching.max_tokens == 8192);
-  CHECK(lists(unsupported_enabled_features(ok.config.extras), "data_efficiency.data_sampling.dynamic_batching"));
+  CHECK(ok.config.checked_only.data_efficiency.data_sampling.dynamic_batching.max_tokens == 8192);
+  CHECK(lists(unsupported_enabled_features(ok.config.checked_only), "data_efficiency.data_sampling.dynamic_batching"));
 }

@@ -1,7 +1,7 @@
-// Schema of the sections dscpp validates but does not run (ds_extras.h); their rules are in
-// rules_extras.cpp.
+// Schema of the sections dscpp validates but does not run (ds_checked_only.h); their rules are in
+// rules_checked_only.cpp.
 #include "configs/diagnostics.h"
-#include "configs/ds_extras.h"
+#include "configs/ds_checked_only.h"
 
 #include <algorithm>
 #include <string>
@@ -477,7 +477,7 @@ void describe(Visitor& v, ExpertParallelConfig& c) {
   v.field("expert_activation", c.expert_activation);
 }
 
-void describe_extras(Visitor& v, ExtrasConfig& c) {
+void describe_checked_only(Visitor& v, CheckedOnlyConfig& c) {
   v.section("pipeline", c.pipeline);
   v.section("tensor_parallel", c.tensor_parallel, {.strict = true});
   v.section("hybrid_engine", c.hybrid_engine, {.strict = true});

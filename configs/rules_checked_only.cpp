@@ -1,7 +1,7 @@
-// Cross-key rules of the sections dscpp validates but does not run (ds_extras.h), and the
+// Cross-key rules of the sections dscpp validates but does not run (ds_checked_only.h), and the
 // list of their enabled features the runtime does not implement.
 #include "configs/diagnostics.h"
-#include "configs/ds_extras.h"
+#include "configs/ds_checked_only.h"
 
 #include <algorithm>
 #include <string>
@@ -16,7 +16,7 @@ std::optional<i64> PipelineConfig::stage_count() const {
   return std::nullopt;
 }
 
-bool ExtrasConfig::datastates_enabled() const {
+bool CheckedOnlyConfig::datastates_enabled() const {
   if (!datastates_ckpt || datastates_ckpt->is_null()) return false;
   return !(datastates_ckpt->kind == JsonValue::Kind::boolean && !datastates_ckpt->boolean);
 }
@@ -241,7 +241,7 @@ void check_expert_parallel(Checker& ck, const ExpertParallelConfig& c) {
 
 }  // namespace
 
-void validate_extras(const ExtrasConfig& c, Diagnostics& d) {
+void validate_checked_only(const CheckedOnlyConfig& c, Diagnostics& d) {
   Checker ck(d);
 
   // pipeline.stages: "auto" or a positive stage count.
@@ -315,7 +315,7 @@ void validate_extras(const ExtrasConfig& c, Diagnostics& d) {
   check_expert_parallel(ck, c.expert_parallel);
 }
 
-std::vector<std::string> unsupported_enabled_features(const ExtrasConfig& c) {
+std::vector<std::string> unsupported_enabled_features(const CheckedOnlyConfig& c) {
   std::vector<std::string> out;
   auto add = [&](bool on, const std::string& what) {
     if (on) out.push_back(what);
