@@ -23,6 +23,10 @@
 // back in on every call made from the main thread but not from the Communicator's progress
 // thread, so raw ran 2-5x slower than ours at those sizes: an allocator effect, not dscpp's.
 // --default-malloc keeps glibc's defaults to show it.
+#include "collectives/communicator.h"
+#include "core/device.h"
+#include "kernels/cuda/sim/sim_device.h"
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <malloc.h>
@@ -41,10 +45,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "collectives/communicator.h"
-#include "core/device.h"
-#include "kernels/cuda/sim/sim_device.h"
 
 namespace comm = dscpp::comm;
 using dscpp::DType;

@@ -3,6 +3,9 @@
 // run. The ratio says what strictness costs over a plain parse; the absolute time says it
 // does not matter at start-up.
 //   bench_config [CONFIG...]   (default: every template)
+#include "build_config.h"
+#include "configs/load.h"
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -12,9 +15,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include "build_config.h"
-#include "configs/load.h"
 
 namespace {
 

@@ -2,6 +2,8 @@
 // CUDA) against two baselines measured in the same run — memcpy of the same bytes (the
 // memory-bound ceiling of a single pass) and, for fp16, the CPU's F16C instructions.
 //   bench_convert [MiB of fp32 input, default 64]
+#include "core/dtype.h"
+
 #include <immintrin.h>
 
 #include <chrono>
@@ -10,8 +12,6 @@
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include "core/dtype.h"
 
 namespace {
 

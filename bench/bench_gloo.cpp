@@ -11,6 +11,11 @@
 // reduce_scatter (n-1)/n * bytes / t with bytes the large side. Each figure is the best of
 // `iters` timed runs, each started after a barrier, so other load on the machine shows less.
 //   bench_gloo [--ranks 2,3,4] [--sizes 1,16,64] [--iters N]     (sizes in MiB)
+#include "build_config.h"
+#include "collectives/backend.h"
+#include "collectives/tcp_store.h"
+
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,12 +28,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-
-#include "build_config.h"
-#include "collectives/backend.h"
-#include "collectives/tcp_store.h"
 
 #if DSCPP_HAVE_GLOO
 #include <gloo/allgather.h>

@@ -10,6 +10,13 @@
 //
 //   bench_optimizer [--params N=50000000] [--threads T=2] [--reps R=10] [--all-levels]
 //                   [--torch-script PATH] [--no-torch]
+#include "build_config.h"
+#include "configs/ds_config.h"
+#include "core/device.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/optim/optim_cpu.h"
+#include "runtime/optim/optimizer.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,13 +25,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "build_config.h"
-#include "configs/ds_config.h"
-#include "core/device.h"
-#include "core/thread_pool.h"
-#include "kernels/cpu/optim/optim_cpu.h"
-#include "runtime/optim/optimizer.h"
 
 namespace {
 

@@ -4,6 +4,7 @@
 #include "core/error.h"
 
 #include <sys/stat.h>
+
 #include <fstream>
 
 namespace dscpp::ckpt {

@@ -4,14 +4,14 @@
 // and hang forensics on top, once for all engines.
 #pragma once
 
+#include "collectives/store.h"
+#include "core/dtype.h"
+
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "collectives/store.h"
-#include "core/dtype.h"
 
 namespace dscpp {
 class Device;

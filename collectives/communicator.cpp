@@ -1,20 +1,20 @@
 #include "collectives/communicator.h"
 
+#include "collectives/memory_staging.h"
+#include "collectives/schedule_check.h"
+#include "core/log.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cinttypes>
 #include <atomic>
+#include <cinttypes>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
-
-#include "collectives/memory_staging.h"
-#include "collectives/schedule_check.h"
-#include "core/log.h"
 
 namespace dscpp::comm {
 

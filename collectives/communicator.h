@@ -38,6 +38,8 @@
 // difference, instead of deadlocking; collectives/schedule_check.h has what it can and cannot see.
 #pragma once
 
+#include "collectives/backend.h"
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -48,8 +50,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "collectives/backend.h"
 
 namespace dscpp::comm {
 

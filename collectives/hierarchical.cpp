@@ -2,11 +2,11 @@
 // Each of a host's L ranks carries 1/L of the data across the network, so the network sees
 // every byte once per host instead of once per rank, and the intra-host part runs at memory
 // bandwidth. Requires the same number of ranks on every host (create_world checks).
+#include "collectives/backend.h"
+
 #include <fmt/format.h>
 
 #include <cstring>
-
-#include "collectives/backend.h"
 
 namespace dscpp::comm {
 namespace {

@@ -1,9 +1,9 @@
 #include "collectives/memory_staging.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <cstring>
-
-#include "core/error.h"
 
 namespace dscpp::comm {
 

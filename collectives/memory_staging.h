@@ -7,11 +7,11 @@
 // engine's operations do.
 #pragma once
 
-#include <cstddef>
-#include <functional>
-
 #include "collectives/backend.h"
 #include "core/device.h"
+
+#include <cstddef>
+#include <functional>
 
 namespace dscpp::comm {
 

@@ -31,12 +31,12 @@
 // branch per operation; schedule_checkpoint() returns at once.
 #pragma once
 
+#include "collectives/backend.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "collectives/backend.h"
 
 namespace dscpp::comm {
 

@@ -10,7 +10,12 @@
 // so oversubscribed ranks (tests run 4 ranks on 2 cores) hand over the CPU instead of burning
 // their time slice. Every wait has the group timeout and checks the peer's pid about every
 // 100 ms, so a crashed or stuck rank turns into an error on the others instead of a hang.
+#include "collectives/backend.h"
+#include "collectives/shm_reduce.h"
+#include "core/knobs.h"
+
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
@@ -18,8 +23,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,10 +38,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include "collectives/backend.h"
-#include "collectives/shm_reduce.h"
-#include "core/knobs.h"
 
 namespace dscpp::comm {
 namespace {

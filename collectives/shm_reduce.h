@@ -9,12 +9,12 @@
 // is compiled with target attributes and chosen at run time, so the build needs no -mavx2.
 #pragma once
 
+#include "collectives/backend.h"
+#include "core/half.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-
-#include "collectives/backend.h"
-#include "core/half.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -8,6 +8,8 @@
 // keys that are still missing; nothing here waits forever.
 #pragma once
 
+#include "core/error.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -17,8 +19,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "core/error.h"
 
 namespace dscpp::comm {
 

@@ -2,15 +2,17 @@
 // the wire format is in tcp_store_wire.h.
 #include "collectives/tcp_store.h"
 
+#include "collectives/tcp_store_wire.h"
+#include "core/log.h"
+
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,9 +21,6 @@
 #include <random>
 #include <thread>
 #include <utility>
-
-#include "collectives/tcp_store_wire.h"
-#include "core/log.h"
 
 namespace dscpp::comm {
 using namespace store_wire;

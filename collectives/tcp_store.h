@@ -2,10 +2,10 @@
 // every rank, the host included, is a client of it.
 #pragma once
 
+#include "collectives/store.h"
+
 #include <memory>
 #include <string>
-
-#include "collectives/store.h"
 
 namespace dscpp::comm {
 

@@ -1,4 +1,7 @@
 // The rendezvous store's server: one poll() loop on its own thread, holding the data.
+#include "collectives/tcp_store_wire.h"
+#include "core/log.h"
+
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -9,9 +12,6 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
-
-#include "collectives/tcp_store_wire.h"
-#include "core/log.h"
 
 namespace dscpp::comm::store_wire {
 namespace {

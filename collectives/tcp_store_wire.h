@@ -9,12 +9,13 @@
 // exactly one reply follows.
 #pragma once
 
+#include "collectives/store.h"
+
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -23,8 +24,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include "collectives/store.h"
 
 namespace dscpp::comm::store_wire {
 

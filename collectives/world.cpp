@@ -1,4 +1,11 @@
 // Bringing up a job's communicators: store, placement, engine choice, groups.
+#include "build_config.h"
+#include "collectives/communicator.h"
+#include "collectives/tcp_store.h"
+#include "core/knobs.h"
+#include "core/log.h"
+#include "core/rank_discovery.h"
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netdb.h>
@@ -11,13 +18,6 @@
 #include <map>
 #include <optional>
 #include <thread>
-
-#include "build_config.h"
-#include "collectives/communicator.h"
-#include "collectives/tcp_store.h"
-#include "core/knobs.h"
-#include "core/log.h"
-#include "core/rank_discovery.h"
 
 namespace dscpp::comm {
 namespace {

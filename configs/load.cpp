@@ -1,13 +1,13 @@
 #include "configs/load.h"
 
+#include "configs/resolve.h"
+
 #include <fmt/core.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include "configs/resolve.h"
 
 namespace dscpp::config {
 namespace {

@@ -1,12 +1,12 @@
 // The effective config, printed from the same describe() walk that reads it.
+#include "configs/load.h"
+#include "configs/reader.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
-
-#include "configs/load.h"
-#include "configs/reader.h"
 
 namespace dscpp::config {
 namespace {

@@ -1,8 +1,8 @@
 // Cross-key rules: what DeepSpeed asserts across sections, plus the cases
 // DeepSpeed silently ignores but dscpp refuses because the config cannot mean what it says.
-#include <fmt/core.h>
-
 #include "configs/resolve.h"
+
+#include <fmt/core.h>
 
 #include <cctype>
 

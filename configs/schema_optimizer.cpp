@@ -1,9 +1,9 @@
 // optimizer and scheduler: the accepted params and their defaults follow the type, as in
 // DeepSpeed, which passes `params` as keyword arguments to the chosen class.
+#include "configs/ds_config.h"
+
 #include <algorithm>
 #include <cctype>
-
-#include "configs/ds_config.h"
 
 namespace dscpp::config {
 

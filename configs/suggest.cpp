@@ -1,10 +1,10 @@
+#include "configs/load.h"
+
 #include <algorithm>
 #include <cctype>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "configs/load.h"
 
 namespace dscpp::config {
 namespace {

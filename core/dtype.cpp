@@ -1,15 +1,15 @@
 #include "core/dtype.h"
 
+#include "core/error.h"
+#include "core/half.h"
+
+#include <immintrin.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
-
-#include <immintrin.h>
-
-#include "core/error.h"
-#include "core/half.h"
 
 namespace dscpp {
 

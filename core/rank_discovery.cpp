@@ -1,11 +1,11 @@
 #include "core/rank_discovery.h"
 
+#include "core/error.h"
+
 #include <fmt/core.h>
 
 #include <charconv>
 #include <cstdlib>
-
-#include "core/error.h"
 
 namespace dscpp {
 namespace {

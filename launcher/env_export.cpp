@@ -1,14 +1,14 @@
 // The forwarding allowlist, env files with shell-like quoting, --env, and shell quoting.
 #include "launcher/env_export.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include "core/error.h"
 
 namespace dscpp::launcher {
 namespace {

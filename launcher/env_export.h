@@ -13,12 +13,12 @@
 // Later sources override earlier ones; the result names each variable once.
 #pragma once
 
+#include "launcher/launch_plan.h"
+
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

@@ -1,8 +1,8 @@
 #include "launcher/gpu_sharing.h"
 
-#include <fmt/format.h>
-
 #include "core/device_select.h"
+
+#include <fmt/format.h>
 
 #include <string_view>
 

@@ -2,6 +2,8 @@
 // each stripped line. Reimplemented by hand so that each way a line can fail gets its own hint.
 #include "launcher/hostfile.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -9,8 +11,6 @@
 #include <fstream>
 #include <map>
 #include <sstream>
-
-#include "core/error.h"
 
 namespace dscpp::launcher {
 namespace {

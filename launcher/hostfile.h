@@ -6,11 +6,11 @@
 // `slots=0` stays in the pool (it can be named in --include/--exclude) but yields no ranks.
 #pragma once
 
+#include "launcher/launch_plan.h"
+
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

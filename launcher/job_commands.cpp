@@ -1,10 +1,10 @@
 #include "launcher/job_commands.h"
 
-#include <cstdio>
-#include <filesystem>
-
 #include "core/error.h"
 #include "launcher/env_export.h"
+
+#include <cstdio>
+#include <filesystem>
 
 namespace dscpp::launcher {
 namespace {

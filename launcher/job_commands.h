@@ -3,10 +3,10 @@
 // runs and the tests check it.
 #pragma once
 
+#include "launcher/launch_plan.h"
+
 #include <string>
 #include <vector>
-
-#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

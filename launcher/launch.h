@@ -4,10 +4,10 @@
 // with --max_restarts, starts the whole job again: launcher/restart.h).
 #pragma once
 
+#include "launcher/launch_plan.h"
+
 #include <string>
 #include <vector>
-
-#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

@@ -2,12 +2,12 @@
 // DeepSpeed's world-info encoding (§6).
 #include "launcher/launch_plan.h"
 
+#include "configs/json.h"
+#include "core/error.h"
+
 #include <algorithm>
 #include <climits>
 #include <set>
-
-#include "configs/json.h"
-#include "core/error.h"
 
 namespace dscpp::launcher {
 namespace {

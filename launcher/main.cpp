@@ -1,13 +1,13 @@
 // `dscpp`: the command users type. This file holds only the CLI (CLI11 is costly to
 // compile, so no other file includes it).
-#include <CLI/CLI.hpp>
-
-#include <cstdio>
-
 #include "core/error.h"
 #include "launcher/commands/commands.h"
 #include "launcher/launch.h"
 #include "launcher/supervisor/node_agent.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
 
 namespace {
 

@@ -2,11 +2,11 @@
 // against the pool, and the small parsers that feed them.
 #include "launcher/resources.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <charconv>
 #include <set>
-
-#include "core/error.h"
 
 namespace dscpp::launcher {
 namespace {

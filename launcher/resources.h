@@ -7,11 +7,11 @@
 // host's slots instead of a world that later crashes or uses the wrong GPU.
 #pragma once
 
+#include "launcher/launch_plan.h"
+
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

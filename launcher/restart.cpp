@@ -1,10 +1,9 @@
 #include "launcher/restart.h"
 
-#include <unistd.h>
+#include "core/error.h"
 
 #include <fmt/core.h>
-
-#include "core/error.h"
+#include <unistd.h>
 
 namespace dscpp::launcher {
 

@@ -4,10 +4,10 @@
 // never restarted. The runners stay unaware: each attempt is one ordinary run.
 #pragma once
 
+#include "launcher/launch_plan.h"
+
 #include <functional>
 #include <string>
-
-#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

@@ -4,11 +4,11 @@
 // (captures in tests/data/launcher/slurm_*_env.txt).
 #include "launcher/slurm_env.h"
 
+#include "core/error.h"
+
 #include <charconv>
 #include <cstdint>
 #include <set>
-
-#include "core/error.h"
 
 namespace dscpp::launcher {
 namespace {

@@ -6,12 +6,12 @@
 // tests never touch the real one.
 #pragma once
 
+#include "launcher/launch_plan.h"
+
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

@@ -2,8 +2,16 @@
 // on a path, GB/s for write and read per combination, then the best setting measured again
 // beside fio running the same pattern on the same file, and the `aio` block to paste into a
 // DeepSpeed config.
-#include <CLI/CLI.hpp>
+#include "core/error.h"
+#include "core/log.h"
+#include "offload/aio_sweep.h"
+#include "offload/async_io.h"
+#include "offload/byte_size.h"
+#include "offload/fio_baseline.h"
+#include "offload/io_queue.h"
+#include "offload/swap_dir.h"
 
+#include <CLI/CLI.hpp>
 #include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -13,15 +21,6 @@
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include "core/error.h"
-#include "core/log.h"
-#include "offload/aio_sweep.h"
-#include "offload/async_io.h"
-#include "offload/byte_size.h"
-#include "offload/fio_baseline.h"
-#include "offload/io_queue.h"
-#include "offload/swap_dir.h"
 
 namespace dscpp::offload {
 namespace {

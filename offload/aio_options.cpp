@@ -1,9 +1,9 @@
 #include "offload/aio_options.h"
 
-#include <fmt/core.h>
-
 #include "core/error.h"
 #include "offload/aligned_buffer.h"
+
+#include <fmt/core.h>
 
 namespace dscpp::offload {
 

@@ -1,11 +1,11 @@
 #include "offload/aio_sweep.h"
 
+#include "core/error.h"
+#include "offload/async_io.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-
-#include "core/error.h"
-#include "offload/async_io.h"
 
 namespace dscpp::offload {
 namespace {

@@ -3,13 +3,13 @@
 // block_size pieces, queue_depth deep), timed from submission to completion.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include "offload/aio_options.h"
 #include "offload/aligned_buffer.h"
 #include "offload/direct_file.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 namespace dscpp::offload {
 

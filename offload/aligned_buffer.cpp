@@ -1,5 +1,8 @@
 #include "offload/aligned_buffer.h"
 
+#include "core/error.h"
+#include "offload/byte_size.h"
+
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -7,9 +10,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-
-#include "core/error.h"
-#include "offload/byte_size.h"
 
 namespace dscpp::offload {
 namespace {

@@ -15,12 +15,12 @@
 //  - Thread-safe: several threads may submit and wait on one AsyncIo.
 #pragma once
 
+#include "offload/aio_options.h"
+#include "offload/direct_file.h"
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include "offload/aio_options.h"
-#include "offload/direct_file.h"
 
 namespace dscpp::offload {
 

@@ -1,11 +1,11 @@
 #include "offload/byte_size.h"
 
+#include "core/error.h"
+
 #include <fmt/core.h>
 
 #include <cctype>
 #include <limits>
-
-#include "core/error.h"
 
 namespace dscpp::offload {
 

@@ -1,5 +1,10 @@
 #include "offload/direct_file.h"
 
+#include "core/error.h"
+#include "core/log.h"
+#include "offload/aligned_buffer.h"
+#include "offload/byte_size.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -9,11 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <utility>
-
-#include "core/error.h"
-#include "core/log.h"
-#include "offload/aligned_buffer.h"
-#include "offload/byte_size.h"
 
 namespace dscpp::offload {
 namespace fs = std::filesystem;

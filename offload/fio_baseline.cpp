@@ -1,5 +1,10 @@
 #include "offload/fio_baseline.h"
 
+#include "core/error.h"
+#include "offload/aligned_buffer.h"
+#include "offload/byte_size.h"
+
+#include <nlohmann/json.hpp>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -7,12 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <sstream>
-
-#include "core/error.h"
-#include "offload/aligned_buffer.h"
-#include "offload/byte_size.h"
 
 extern char** environ;
 

@@ -3,12 +3,12 @@
 // same contiguous slice).
 #pragma once
 
+#include "offload/aio_options.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "offload/aio_options.h"
 
 namespace dscpp::offload {
 

@@ -1,12 +1,12 @@
 #include "offload/io_op.h"
 
-#include <fmt/core.h>
-
-#include <cerrno>
-
 #include "core/error.h"
 #include "offload/byte_size.h"
 #include "offload/direct_file.h"
+
+#include <fmt/core.h>
+
+#include <cerrno>
 
 namespace dscpp::offload {
 

@@ -1,12 +1,12 @@
 #include "offload/io_queue.h"
 
-#include <atomic>
-#include <cstdlib>
-
 #include "build_config.h"
 #include "core/error.h"
 #include "core/knobs.h"
 #include "core/log.h"
+
+#include <atomic>
+#include <cstdlib>
 
 namespace dscpp::offload {
 

@@ -4,11 +4,11 @@
 // so io_uring and libaio differ only in the few calls below.
 #pragma once
 
+#include "offload/aio_options.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include "offload/aio_options.h"
 
 namespace dscpp::offload {
 

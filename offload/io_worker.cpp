@@ -1,11 +1,11 @@
 #include "offload/io_worker.h"
 
-#include <algorithm>
-#include <cerrno>
-
 #include "core/error.h"
 #include "offload/aligned_buffer.h"
 #include "offload/io_op.h"
+
+#include <algorithm>
+#include <cerrno>
 
 namespace dscpp::offload {
 

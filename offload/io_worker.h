@@ -5,6 +5,9 @@
 // rules live; the backends only queue and reap.
 #pragma once
 
+#include "offload/aio_options.h"
+#include "offload/io_queue.h"
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -13,9 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "offload/aio_options.h"
-#include "offload/io_queue.h"
 
 namespace dscpp::offload {
 

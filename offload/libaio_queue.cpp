@@ -1,15 +1,14 @@
 // libaio backend (Linux native AIO, what DeepSpeed's aio op uses): one context of `depth`
 // events per worker thread.
-#include <libaio.h>
+#include "core/error.h"
+#include "offload/io_queue.h"
 
+#include <libaio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <vector>
-
-#include "core/error.h"
-#include "offload/io_queue.h"
 
 namespace dscpp::offload {
 namespace {

@@ -1,5 +1,10 @@
 #include "offload/swap_dir.h"
 
+#include "core/error.h"
+#include "core/knobs.h"
+#include "core/log.h"
+#include "offload/direct_file.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -15,11 +20,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include "core/error.h"
-#include "core/knobs.h"
-#include "core/log.h"
-#include "offload/direct_file.h"
 
 extern char** environ;
 

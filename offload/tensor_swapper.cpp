@@ -1,12 +1,12 @@
 #include "offload/tensor_swapper.h"
 
+#include "core/error.h"
+#include "offload/byte_size.h"
+
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-
-#include "core/error.h"
-#include "offload/byte_size.h"
 
 namespace dscpp::offload {
 

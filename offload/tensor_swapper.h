@@ -15,14 +15,14 @@
 //  - A slot must not be read while a write to it is in flight; callers wait on the handle.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include "offload/aligned_buffer.h"
 #include "offload/async_io.h"
 #include "offload/direct_file.h"
 #include "offload/swap_dir.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 namespace dscpp::offload {
 

@@ -1,11 +1,11 @@
 // io_uring backend: one ring of `depth` entries per worker thread.
+#include "core/error.h"
+#include "offload/io_queue.h"
+
 #include <liburing.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include "core/error.h"
-#include "offload/io_queue.h"
 
 namespace dscpp::offload {
 namespace {

@@ -9,8 +9,8 @@
 #include "core/rank_discovery.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "runtime/observe/describe_model.h"
-#include "runtime/train/engine.h"
 #include "runtime/rank_device.h"
+#include "runtime/train/engine.h"
 #include "runtime/train/plugin.h"
 #include "runtime/train/sampler.h"
 

@@ -1,8 +1,9 @@
 // Element-wise fp32 <-> fp16 / bf16 casts. The per-element math is core/half.h, shared with
 // the CPU path; the loop is map.h's (quads where the pointers are aligned: a bf16 step casts
 // every GEMM operand, the largest item of its GPU time).
-#include "core/half.h"
 #include "kernels/cuda/cast.h"
+
+#include "core/half.h"
 #include "kernels/cuda/map.h"
 
 namespace dscpp::DSCPP_CUDA_NS {

@@ -3,9 +3,9 @@
 // launch.h (elementwise_shape), which the CPU tests cover.
 #pragma once
 
-#include <cstdint>
-
 #include "kernels/cuda/launch.h"
+
+#include <cstdint>
 
 namespace dscpp::DSCPP_CUDA_NS {
 

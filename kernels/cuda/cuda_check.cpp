@@ -4,6 +4,12 @@
 // Exit codes: 0 all good (or no device and --allow-no-device); 77 no usable device (Meson's
 // "skipped", so a test wrapping this passes on GPU-less machines without lying); 1 a CUDA
 // call failed or a result differs; 2 bad arguments.
+#include "build_config.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/check.h"
+
 #include <cuda_runtime_api.h>
 #include <fmt/core.h>
 
@@ -13,12 +19,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "build_config.h"
-#include "core/error.h"
-#include "core/half.h"
-#include "kernels/cuda/cast.h"
-#include "kernels/cuda/check.h"
 
 #if DSCPP_HAVE_NCCL
 #include <nccl.h>

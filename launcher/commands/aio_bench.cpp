@@ -1,15 +1,15 @@
 // `dscpp aio-bench`: hands its arguments to dscpp-aio-bench. The benchmark needs the async I/O
 // engine (offload/, liburing, libaio), and the launcher links no engine code, so it lives in
 // its own executable installed next to dscpp (as dscpp-runtime does for `dscpp estimate --model`).
+#include "core/error.h"
+#include "launcher/commands/commands.h"
+#include "launcher/job_commands.h"
+
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-
-#include "core/error.h"
-#include "launcher/commands/commands.h"
-#include "launcher/job_commands.h"
 
 namespace dscpp::launcher {
 

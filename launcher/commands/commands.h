@@ -2,12 +2,12 @@
 // CLI parsing lives in main.cpp only: CLI11 is expensive to compile.
 #pragma once
 
+#include "configs/load.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "configs/load.h"
 
 namespace dscpp::launcher {
 

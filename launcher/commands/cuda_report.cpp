@@ -2,9 +2,8 @@
 
 #include "build_config.h"
 
-#include <fmt/format.h>
-
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #if DSCPP_HAVE_CUDA
 #include <cuda_runtime_api.h>

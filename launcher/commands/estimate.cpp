@@ -1,18 +1,18 @@
 // `dscpp estimate`. The launcher never loads a plugin itself (plugins may carry engine code,
 // and the launcher must not link it), so `--model` runs `dscpp-runtime --describe_model`
 // and reads the JSON line it prints.
-#include <sys/wait.h>
-
-#include <cmath>
-#include <cstdio>
-#include <filesystem>
-
 #include "configs/json.h"
 #include "core/error.h"
 #include "core/zero_estimate.h"
 #include "launcher/commands/commands.h"
 #include "launcher/env_export.h"
 #include "launcher/job_commands.h"
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
 
 namespace dscpp::launcher {
 namespace {

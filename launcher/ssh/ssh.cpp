@@ -12,6 +12,9 @@
 // and the known_hosts check is in ssh_host_key.cpp.
 #include "launcher/ssh/ssh.h"
 
+#include "core/error.h"
+#include "launcher/ssh/ssh_internal.h"
+
 #include <libssh2.h>
 #include <poll.h>
 
@@ -21,9 +24,6 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
-
-#include "core/error.h"
-#include "launcher/ssh/ssh_internal.h"
 
 namespace dscpp::launcher {
 

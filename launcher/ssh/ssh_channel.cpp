@@ -2,6 +2,9 @@
 // command's channel, its output relayed line by line or captured, its exit status, and the
 // session's release). Separate from the login half because this is what runs for the whole
 // job, once per poll() wake-up of every host.
+#include "core/error.h"
+#include "launcher/ssh/ssh_internal.h"
+
 #include <libssh2.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,9 +14,6 @@
 #include <string>
 #include <string_view>
 #include <utility>
-
-#include "core/error.h"
-#include "launcher/ssh/ssh_internal.h"
 
 namespace dscpp::launcher::ssh_internal {
 namespace {

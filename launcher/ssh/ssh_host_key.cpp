@@ -1,6 +1,9 @@
 // Checking a server's host key against known_hosts. Kept apart from the login state machine
 // because it is the one security decision of the SSH starter, and its messages (mismatch,
 // revoked, unknown host, each with its remedy) deserve to be read on their own.
+#include "core/error.h"
+#include "launcher/ssh/ssh_internal.h"
+
 #include <libssh2.h>
 
 #include <algorithm>
@@ -10,9 +13,6 @@
 #include <fstream>
 #include <iterator>
 #include <string>
-
-#include "core/error.h"
-#include "launcher/ssh/ssh_internal.h"
 
 namespace dscpp::launcher::ssh_internal {
 namespace {

@@ -3,6 +3,8 @@
 // are separate files, and the poll() loop that drives all hosts (ssh.cpp) is a third.
 #pragma once
 
+#include "launcher/ssh/ssh.h"
+
 #include <libssh2.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -12,8 +14,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include "launcher/ssh/ssh.h"
 
 namespace dscpp::launcher::ssh_internal {
 

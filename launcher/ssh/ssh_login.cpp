@@ -2,6 +2,10 @@
 // non-blocking TCP connect, SSH handshake and host-key check, public-key authentication).
 // Separate from the command's channel because every login failure names its own remedy, and
 // those messages make this the larger half.
+#include "core/error.h"
+#include "core/knobs.h"
+#include "launcher/ssh/ssh_internal.h"
+
 #include <libssh2.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -17,10 +21,6 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-
-#include "core/error.h"
-#include "core/knobs.h"
-#include "launcher/ssh/ssh_internal.h"
 
 namespace dscpp::launcher::ssh_internal {
 namespace {

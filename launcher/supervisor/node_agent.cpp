@@ -1,5 +1,11 @@
 #include "launcher/supervisor/node_agent.h"
 
+#include "core/error.h"
+#include "launcher/job_commands.h"
+#include "launcher/resources.h"
+#include "launcher/supervisor/supervisor.h"
+
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,13 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-
-#include <fmt/core.h>
-
-#include "core/error.h"
-#include "launcher/job_commands.h"
-#include "launcher/resources.h"
-#include "launcher/supervisor/supervisor.h"
 
 namespace dscpp::launcher {
 

@@ -4,11 +4,11 @@
 // launcher stopped the job or the connection dropped) stops this host's ranks.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "launcher/launch_plan.h"
 #include "launcher/supervisor/supervisor.h"
+
+#include <string>
+#include <vector>
 
 namespace dscpp::launcher {
 

@@ -18,8 +18,12 @@
 // after fork() in supervisor_fork.cpp (supervisor_internal.h).
 #include "launcher/supervisor/supervisor.h"
 
+#include "core/error.h"
+#include "launcher/supervisor/supervisor_internal.h"
+
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -35,11 +39,6 @@
 #include <optional>
 #include <set>
 #include <utility>
-
-#include <fmt/format.h>
-
-#include "core/error.h"
-#include "launcher/supervisor/supervisor_internal.h"
 
 namespace dscpp::launcher {
 

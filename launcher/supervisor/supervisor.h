@@ -3,11 +3,11 @@
 // (signal or stop_fd) tears everything down, and nothing outlives the supervisor.
 #pragma once
 
+#include "launcher/launch_plan.h"
+
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "launcher/launch_plan.h"
 
 namespace dscpp::launcher {
 

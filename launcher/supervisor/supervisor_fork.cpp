@@ -1,7 +1,11 @@
 // The fork side of the supervisor: a rank's exec plan (built before fork, so that the child
 // needs no allocation), the child from fork to exec, and the watchdog helper that outlives us.
 // Separate because everything here after fork() may call only async-signal-safe functions.
+#include "core/error.h"
+#include "launcher/supervisor/supervisor_internal.h"
+
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -15,11 +19,6 @@
 #include <exception>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
-
-#include "core/error.h"
-#include "launcher/supervisor/supervisor_internal.h"
 
 extern char** environ;
 

@@ -4,6 +4,9 @@
 // because supervisor.cpp drives them from another file.
 #pragma once
 
+#include "core/error.h"
+#include "launcher/supervisor/supervisor.h"
+
 #include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -14,9 +17,6 @@
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include "core/error.h"
-#include "launcher/supervisor/supervisor.h"
 
 namespace dscpp::launcher::supervisor_internal {
 

@@ -2,6 +2,8 @@
 // into poll() wake-ups, and the scope that installs it (with SIGPIPE ignored and the subreaper
 // flag) and undoes it. Separate because it is process-wide state behind a handler, while the
 // rest of the supervisor is ordinary code.
+#include "launcher/supervisor/supervisor_internal.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -9,8 +11,6 @@
 
 #include <cerrno>
 #include <iterator>
-
-#include "launcher/supervisor/supervisor_internal.h"
 
 namespace dscpp::launcher::supervisor_internal {
 namespace {

@@ -32,8 +32,8 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "runtime/train/activation_checkpointing.h"
-#include "runtime/zero/flat_layout.h"
 #include "runtime/train/plugin.h"
+#include "runtime/zero/flat_layout.h"
 #include "runtime/zero/zero_plan.h"
 
 #include <array>

@@ -3,9 +3,9 @@
 #include "configs/ds_config.h"
 #include "core/error.h"
 #include "kernels/device_math.h"
+#include "runtime/observe/train_log.h"
 #include "runtime/offload/optimizer_offload.h"
 #include "runtime/offload/param_swap.h"
-#include "runtime/observe/train_log.h"
 
 #include <fmt/format.h>
 

@@ -22,9 +22,9 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
-#include "runtime/zero/flat_layout.h"
 #include "offload/aio_options.h"
 #include "runtime/observe/memory_plan.h"
+#include "runtime/zero/flat_layout.h"
 
 #include <cstdint>
 #include <memory>

@@ -1,10 +1,10 @@
 #include "runtime/train/engine.h"
 
+#include "checkpoint/checkpoint_dir.h"
 #include "configs/plans.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "checkpoint/checkpoint_dir.h"
 #include "runtime/train/fault_injection.h"
 #include "runtime/train/init.h"
 #include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host

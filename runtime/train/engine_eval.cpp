@@ -13,9 +13,8 @@
 #include "core/log.h"
 #include "kernels/device_math.h"
 
-#include <filesystem>
-
 #include <cstdio>
+#include <filesystem>
 
 namespace dscpp::runtime {
 

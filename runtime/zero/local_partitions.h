@@ -13,9 +13,9 @@
 #include "checkpoint/partition_layout.h"
 #include "checkpoint/tensor_source.h"
 #include "core/device.h"
+#include "runtime/optim/optimizer.h"
 #include "runtime/zero/flat_layout.h"
 #include "runtime/zero/master_weights.h"
-#include "runtime/optim/optimizer.h"
 #include "runtime/zero/param_store.h"
 
 #include <string>

@@ -35,8 +35,8 @@
 #include "collectives/communicator.h"
 #include "configs/ds_config.h"
 #include "core/device.h"
-#include "runtime/zero/flat_layout.h"
 #include "runtime/offload/param_home.h"
+#include "runtime/zero/flat_layout.h"
 #include "runtime/zero/zero_plan.h"
 
 #include <cstdint>

@@ -10,21 +10,21 @@
 //                              the last rank skips an allgather and ends its step; every rank
 //                              must fail at once with the schedule check's message, after
 //                              which the unchecked engine still works (exit 0 when all held)
+#include "collectives/communicator.h"
+#include "kernels/cuda/sim/sim_device.h"
+#include "tests/collectives/matrix.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <memory>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "collectives/communicator.h"
-#include "kernels/cuda/sim/sim_device.h"
-#include "tests/collectives/matrix.h"
 
 using namespace dscpp;
 

@@ -1,8 +1,8 @@
 #include "tests/collectives/matrix.h"
 
-#include <fmt/format.h>
-
 #include "core/device.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>

@@ -4,10 +4,10 @@
 // checks that run under dscpp, mpirun and srun.
 #pragma once
 
+#include "collectives/communicator.h"
+
 #include <cstddef>
 #include <vector>
-
-#include "collectives/communicator.h"
 
 namespace dscpp::test {
 

@@ -6,12 +6,12 @@
 // Built two ways: with -fsanitize=fuzzer (clang, coverage-guided libFuzzer) it is a normal
 // libFuzzer target; otherwise `fuzz_driver.cpp` supplies a main that mutates the seed
 // corpus at random for a fixed time, which is what the test suite runs.
+#include "configs/load.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include "configs/load.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace dscpp::config;

@@ -17,10 +17,9 @@
 #include "kernels/cuda/ops_table.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/quant.h"
+#include "tests/unit/ops_check.h"
 
 #include <catch2/catch.hpp>
-
-#include "tests/unit/ops_check.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,6 +4,9 @@
 // values are small integers, so every sum is exact in every type and results compare with ==.
 // A mismatch prints what differed and aborts the whole job (MPI_Abort), so no rank is left
 // waiting in a collective for one that gave up.
+#include "collectives/backend.h"
+#include "core/rank_discovery.h"
+
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -13,9 +16,6 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#include "collectives/backend.h"
-#include "core/rank_discovery.h"
 
 namespace comm = dscpp::comm;
 using comm::OpDesc;

@@ -11,12 +11,12 @@
 //                         ssh_capture_all (print "capture: HOST ok" + stdout, or "capture: HOST FAILED: why")
 // Relayed output goes to stdout/stderr; the RemoteRunResult is printed to stderr as lines
 // starting with "result:". Exit status: the result's exit_code (capture: 0, or 1 on error).
+#include "core/error.h"
+#include "launcher/ssh/ssh.h"
+
 #include <cstdio>
 #include <cstring>
 #include <string>
-
-#include "core/error.h"
-#include "launcher/ssh/ssh.h"
 
 using namespace dscpp::launcher;
 

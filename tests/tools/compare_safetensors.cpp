@@ -4,8 +4,8 @@
 // more than atol + rtol·|b| (both 0 = bit-for-bit). --prefix keeps only names starting with
 // P, --match only names containing S; --skip leaves out names containing S. Used by the
 // runtime's system tests.
-#include "core/error.h"
 #include "checkpoint/safetensors.h"
+#include "core/error.h"
 
 #include <fmt/format.h>
 

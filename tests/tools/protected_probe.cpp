@@ -11,6 +11,10 @@
 //   pool          a parallel_for inside a scope whose workers write (survives: the pool carries it)
 //   syscall       a socket-style write(2) from device memory outside a scope (EFAULT, exit 3)
 //   sim-host-read cuda-sim device memory, filled by copy_from_host, read by host code (dies)
+#include "core/protected_memory.h"
+#include "core/thread_pool.h"
+#include "kernels/cuda/sim/sim_device.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -19,10 +23,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-
-#include "core/protected_memory.h"
-#include "core/thread_pool.h"
-#include "kernels/cuda/sim/sim_device.h"
 
 using namespace dscpp;
 

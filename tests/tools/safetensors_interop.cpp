@@ -2,9 +2,9 @@
 // with our writer; `check PATH` opens a file written by PyPI's safetensors (numpy) holding
 // the same set and compares every byte. The values follow formulas the shell script's Python
 // side repeats, so neither side compares against its own output.
+#include "checkpoint/safetensors.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "checkpoint/safetensors.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -3,6 +3,8 @@
 // the IEEE-754 definitions in double arithmetic and sharing no code with core/half.h.
 #pragma once
 
+#include "core/half.h"
+
 #include <catch2/catch.hpp>
 #include <fmt/core.h>
 
@@ -12,8 +14,6 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-
-#include "core/half.h"
 
 namespace dtype_test {
 

@@ -2,8 +2,11 @@
 // SLURM; test_launcher_env.cpp: exported environment, rank numbering, world info).
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "core/error.h"
+#include "launcher/env_export.h"
+#include "launcher/resources.h"
 
+#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include <array>
@@ -13,10 +16,6 @@
 #include <functional>
 #include <string>
 #include <utility>
-
-#include "core/error.h"
-#include "launcher/env_export.h"
-#include "launcher/resources.h"
 
 namespace launcher_test {
 

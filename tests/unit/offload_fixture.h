@@ -2,10 +2,10 @@
 // scratch directory removed afterwards, and the async I/O backends this build has.
 #pragma once
 
-#include <catch2/catch.hpp>
-
 #include "build_config.h"
 #include "offload/aio_options.h"
+
+#include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <filesystem>

@@ -16,13 +16,13 @@
 // hyperparameters are large enough (lr 0.05–0.1, ε comparable to sqrt(v), λ 0.1) that each term
 #pragma once
 
-#include <catch2/catch.hpp>
-
 #include "configs/ds_config.h"
 #include "core/device.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/optim/optim_cpu.h"
 #include "runtime/optim/optimizer.h"
+
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>

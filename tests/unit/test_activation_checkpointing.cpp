@@ -3,10 +3,10 @@
 // boundaries, segments follow the documented rule, and the bytes the layout names are what
 // ActivationMemory allocates on the device and on the host. Training parity and measured peaks
 // are in tests/system/activation_checkpointing.sh.
-#include <catch2/catch.hpp>
-
 #include "core/device.h"
 #include "runtime/train/activation_checkpointing.h"
+
+#include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>

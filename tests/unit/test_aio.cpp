@@ -1,8 +1,19 @@
 // The async I/O engine and swap directories. Data read back through the engine is also checked
 // with plain pread (the page-cache path), so a backend that wrote to the wrong place cannot
 // agree with itself. Error cases assert the message names the file and says what to do.
-#include <catch2/catch.hpp>
+#include "build_config.h"
+#include "core/error.h"
+#include "offload/aligned_buffer.h"
+#include "offload/async_io.h"
+#include "offload/byte_size.h"
+#include "offload/direct_file.h"
+#include "offload/io_op.h"
+#include "offload/io_queue.h"
+#include "offload/io_worker.h"
+#include "offload/swap_dir.h"
+#include "tests/unit/offload_fixture.h"
 
+#include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -22,18 +33,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "build_config.h"
-#include "core/error.h"
-#include "offload/aligned_buffer.h"
-#include "offload/async_io.h"
-#include "offload/byte_size.h"
-#include "offload/direct_file.h"
-#include "offload/io_op.h"
-#include "offload/io_queue.h"
-#include "offload/io_worker.h"
-#include "offload/swap_dir.h"
-#include "tests/unit/offload_fixture.h"
 
 using namespace dscpp::offload;
 namespace fs = std::filesystem;

@@ -1,10 +1,9 @@
 // Checkpoint commit protocol: visibility after commit, crash before commit (a real child
 // process killed mid-save), replacing a tag, and error messages that name paths and errno.
-#include "core/error.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "core/error.h"
 
 #include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

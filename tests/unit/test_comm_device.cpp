@@ -6,16 +6,16 @@
 // staging bound, and a one-rank group copies on the device. Checked with the collectives matrix
 // on device buffers, against closed-form answers. Also: ranks that would share a GPU under nccl
 // are refused by create_world, naming the remedy.
-#include <catch2/catch.hpp>
-#include <unistd.h>
-
-#include <thread>
-
 #include "collectives/communicator.h"
 #include "core/protected_memory.h"
 #include "kernels/cuda/sim/sim_device.h"
 #include "tests/collectives/matrix.h"
 #include "tests/unit/thread_ranks.h"
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <thread>
 
 using namespace dscpp;
 using namespace dscpp::comm;

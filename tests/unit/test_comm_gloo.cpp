@@ -3,19 +3,18 @@
 //
 // Catch2's assertions are not thread-safe, so rank threads throw on a mismatch and the test
 // thread checks that run_thread_ranks() returned cleanly.
+#include "build_config.h"
+#include "collectives/backend.h"
+#include "tests/unit/thread_ranks.h"
+
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
-
-#include "build_config.h"
-#include "collectives/backend.h"
-#include "tests/unit/thread_ranks.h"
 
 using namespace dscpp;
 using namespace dscpp::comm;

@@ -4,11 +4,15 @@
 //
 // Rank threads never use Catch2 assertions (not thread-safe): they collect failures as strings
 // that the main thread checks.
+#include "collectives/backend.h"
+#include "collectives/shm_reduce.h"
+#include "core/half.h"
+#include "tests/unit/thread_ranks.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
-#include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cfloat>
@@ -20,11 +24,6 @@
 #include <mutex>
 #include <random>
 #include <thread>
-
-#include "collectives/backend.h"
-#include "collectives/shm_reduce.h"
-#include "core/half.h"
-#include "tests/unit/thread_ranks.h"
 
 using namespace dscpp;
 using namespace dscpp::comm;

@@ -2,15 +2,15 @@
 // the hierarchical composition, over a reference engine that moves every buffer through the
 // store and reduces serially in double precision per element. The real engines have their own
 // tests (test_comm_shm, test_comm_gloo, tests/system/comm_*).
-#include <fmt/format.h>
-
-#include <catch2/catch.hpp>
-#include <cstring>
-
 #include "collectives/comms_logger.h"
 #include "collectives/communicator.h"
 #include "tests/collectives/matrix.h"
 #include "tests/unit/thread_ranks.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstring>
 
 using namespace dscpp;
 using namespace dscpp::comm;

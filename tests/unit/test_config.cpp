@@ -1,13 +1,13 @@
 // The DeepSpeed config: table-driven accepted/broken configs, defaults, "auto" resolution,
 // batch derivation and the effective-config dump.
+#include "build_config.h"
+#include "configs/load.h"
+
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include "build_config.h"
-#include "configs/load.h"
 
 using namespace dscpp::config;
 namespace fs = std::filesystem;

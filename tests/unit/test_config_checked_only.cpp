@@ -1,9 +1,9 @@
 // The sections dscpp validates but does not run (configs/ds_checked_only.h): realistic blocks from
 // DeepSpeed's documentation load into the typed fields, mistakes anywhere in them are errors
 // with the full dotted path, and `unsupported_enabled_features` names what is switched on.
-#include <catch2/catch.hpp>
-
 #include "configs/load.h"
+
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <string>

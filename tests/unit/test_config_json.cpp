@@ -1,9 +1,9 @@
 // The location-keeping JSON reader under DeepSpeed's hjson-flavoured input.
+#include "configs/json.h"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
-
-#include "configs/json.h"
 
 using namespace dscpp::config;
 

@@ -1,14 +1,13 @@
 // Errors and logging: the messages a user or a bug report sees.
-#include <catch2/catch.hpp>
+#include "core/error.h"
+#include "core/log.h"
 
+#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-
-#include "core/error.h"
-#include "core/log.h"
 
 namespace {
 

@@ -18,11 +18,10 @@
 // 16-bit type.
 #include "core/half.h"
 #include "kernels/cuda/ops_table.h"
-
-#include <catch2/catch.hpp>
-
 #include "tests/unit/cuda_table_check.h"
 #include "tests/unit/ops_check.h"
+
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>

@@ -2,13 +2,11 @@
 // without T² scores (flash_attention_*) and the GEMMs on tensor-core math (kernels/gemm_math.h).
 // Tolerances as in test_cuda_ops_table.cpp (cuda_table_check.h).
 #include "kernels/cuda/ops_table.h"
-
 #include "kernels/cuda/sim/cuda_runtime_stub.h"
-
-#include <catch2/catch.hpp>
-
 #include "tests/unit/cuda_table_check.h"
 #include "tests/unit/ops_check.h"
+
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <utility>

@@ -6,10 +6,9 @@
 // strided ones; kernels run for real on the host, so sizes stay small.
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "kernels/cuda/ops_kernels.h"
+#include "tests/unit/ops_check.h"
 
 #include <catch2/catch.hpp>
-
-#include "tests/unit/ops_check.h"
 
 #include <cmath>
 #include <cstring>

@@ -18,13 +18,11 @@
 //    max|a − b| ≤ tol·max|b|, with tol from sum_tol(K) (cuda_table_check.h).
 // The last test case shows that each kind of check fails on a slightly wrong result.
 #include "kernels/cuda/ops_table.h"
-
 #include "kernels/cuda/sim/cuda_runtime_stub.h"
+#include "tests/unit/cuda_table_check.h"
+#include "tests/unit/ops_check.h"
 
 #include <catch2/catch.hpp>
-
-#include "tests/unit/ops_check.h"
-#include "tests/unit/cuda_table_check.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -9,6 +9,9 @@
 //     (ldexp, frexp, nearbyint), parameterised only by the exponent and mantissa widths.
 // Each check counts mismatches and REQUIREs the count to be 0, printing the first few bit
 // patterns in hex, so 65536-pattern sweeps stay fast and a failure stays readable.
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/half.h"
 #include "tests/unit/dtype_refs.h"
 
 #include <catch2/catch.hpp>
@@ -26,10 +29,6 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

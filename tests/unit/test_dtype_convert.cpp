@@ -1,5 +1,7 @@
 // Bulk `convert` between dtypes and the dtype names (core/dtype.h), against the bit-level
 // references of dtype_refs.h.
+#include "core/dtype.h"
+#include "core/error.h"
 #include "tests/unit/dtype_refs.h"
 
 #include <cstdint>
@@ -7,9 +9,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include "core/dtype.h"
-#include "core/error.h"
 
 using namespace dtype_test;
 

@@ -2,6 +2,9 @@
 // them: dlopen + dscpp_model_entry, then driven through the ABI with the CPU ops table. The
 // test owns every buffer (params, grads, activations, saved, workspace) and checks every
 // parameter's gradient against central finite differences of the total loss.
+#include "dscpp/model.h"
+#include "kernels/cpu/ops/cpu_ops.h"
+
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -17,9 +20,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include "dscpp/model.h"
-#include "kernels/cpu/ops/cpu_ops.h"
 
 #ifndef DSCPP_TEST_MLP_PLUGIN
 #error "DSCPP_TEST_MLP_PLUGIN (path of libmlp.so) must be defined by the build"

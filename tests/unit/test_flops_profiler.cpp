@@ -2,6 +2,10 @@
 // leaves the results of the real ops untouched, and ignores ops called during backward. On the
 // profiled step it and the wall_clock_breakdown timers measure device time: they synchronize an
 // asynchronous device around each measured region (and never otherwise).
+#include "kernels/cpu/ops/cpu_ops.h"
+#include "runtime/observe/flops_profiler.h"
+#include "runtime/observe/train_log.h"
+
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -9,10 +13,6 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
-
-#include "kernels/cpu/ops/cpu_ops.h"
-#include "runtime/observe/flops_profiler.h"
-#include "runtime/observe/train_log.h"
 
 using namespace dscpp;
 

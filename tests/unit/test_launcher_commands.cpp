@@ -1,10 +1,9 @@
 // The exact command lines of the runners, as --dry_run prints them.
-#include <catch2/catch.hpp>
-
 #include "core/error.h"
 #include "launcher/job_commands.h"
 #include "launcher/restart.h"
 
+#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include <cstdio>

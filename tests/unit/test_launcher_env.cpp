@@ -1,11 +1,10 @@
 // The launch plan's pure rules, part two: exported environment, rank numbering and rank
 // environment, world-info encoding (test_launcher_plan.cpp: hostfile, include/exclude, SLURM).
+#include "launcher/launch_plan.h"
 #include "tests/unit/launcher_fixture.h"
 
 #include <string>
 #include <string_view>
-
-#include "launcher/launch_plan.h"
 
 using namespace launcher_test;
 

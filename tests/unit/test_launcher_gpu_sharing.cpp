@@ -1,8 +1,8 @@
 // Ranks sharing a GPU (launcher/gpu_sharing.h): what the plan says and when the launcher
 // refuses, for any GPU count (the test machine has none).
-#include <catch2/catch.hpp>
-
 #include "launcher/gpu_sharing.h"
+
+#include <catch2/catch.hpp>
 
 using namespace dscpp::launcher;
 

@@ -2,6 +2,13 @@
 // (test_launcher_env.cpp: exported env, rank numbering and environment, world info). Rows of
 // DeepSpeed's documented hostfile and include/exclude examples are written in its own notation
 // ({w0:[0,1], w1:[2]}) so they can be read side by side.
+#include "build_config.h"
+#include "core/error.h"
+#include "launcher/env_export.h"
+#include "launcher/hostfile.h"
+#include "launcher/launch_plan.h"
+#include "launcher/resources.h"
+#include "launcher/slurm_env.h"
 #include "tests/unit/launcher_fixture.h"
 
 #include <unistd.h>
@@ -11,14 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-
-#include "build_config.h"
-#include "core/error.h"
-#include "launcher/env_export.h"
-#include "launcher/hostfile.h"
-#include "launcher/launch_plan.h"
-#include "launcher/resources.h"
-#include "launcher/slurm_env.h"
 
 using namespace launcher_test;
 

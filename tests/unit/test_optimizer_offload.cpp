@@ -6,8 +6,15 @@
 // (DeepSpeed's int(ratio · n)), and a split home that steps the first ones swapped and the rest
 // resident on the training device, bit-identically, with each share's state counted on its
 // own device.
-#include <catch2/catch.hpp>
+#include "configs/ds_config.h"
+#include "core/error.h"
+#include "offload/aligned_buffer.h"
+#include "runtime/offload/optimizer_offload.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/zero/master_weights.h"
+#include "tests/unit/offload_fixture.h"
 
+#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,14 +22,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include "configs/ds_config.h"
-#include "core/error.h"
-#include "offload/aligned_buffer.h"
-#include "runtime/zero/master_weights.h"
-#include "runtime/optim/optimizer.h"
-#include "runtime/offload/optimizer_offload.h"
-#include "tests/unit/offload_fixture.h"
 
 using namespace dscpp;
 using namespace dscpp::runtime;

@@ -1,9 +1,8 @@
 // The optimizers beyond one rule: bit-identical results across threads and SIMD levels, state
 // tensors and step counts, externally owned state, and the errors (optimizer_refs.h: the
 // references and the tolerance).
-#include "tests/unit/optimizer_refs.h"
-
 #include "core/error.h"
+#include "tests/unit/optimizer_refs.h"
 
 #include <cstdint>
 #include <cstring>

@@ -1,8 +1,7 @@
 // The optimizers against their published update rules (the references and the tolerance:
 // optimizer_refs.h).
-#include "tests/unit/optimizer_refs.h"
-
 #include "core/error.h"
+#include "tests/unit/optimizer_refs.h"
 
 #include <algorithm>
 #include <cstdint>

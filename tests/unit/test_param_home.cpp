@@ -2,20 +2,19 @@
 // placement rules (the swap minimum, max_in_cpu), exact round trips through host
 // memory and through a swap file with fewer buffers than slices (every slice written back and
 // read again), prefetch that never takes the last buffer, and the errors that name their key.
-#include <catch2/catch.hpp>
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "runtime/offload/param_home.h"
+#include "runtime/zero/flat_layout.h"
+#include "tests/unit/offload_fixture.h"
 
+#include <catch2/catch.hpp>
 #include <stdlib.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "runtime/zero/flat_layout.h"
-#include "runtime/offload/param_home.h"
-#include "tests/unit/offload_fixture.h"
 
 using namespace dscpp;
 using namespace dscpp::runtime;

@@ -2,6 +2,8 @@
 // access outside a launch or copy must kill the process, as on a GPU, so that the protection
 // cannot silently switch off. Each access runs in a child process (tests/tools/protected_probe)
 // under both mechanisms: protection keys where the CPU has them, and the mprotect fallback.
+#include "core/protected_memory.h"
+
 #include <catch2/catch.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,8 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include "core/protected_memory.h"
 
 namespace {
 

@@ -1,11 +1,11 @@
 // Rank discovery from each launcher's variables, with the values those launchers really set
 // (the SLURM and OpenMPI values were recorded from srun and mpirun runs on a Debian 12 machine).
+#include "core/error.h"
+#include "core/rank_discovery.h"
+
 #include <catch2/catch.hpp>
 
 #include <map>
-
-#include "core/error.h"
-#include "core/rank_discovery.h"
 
 namespace {
 dscpp::EnvGetter env_of(std::map<std::string, std::string> vars) {

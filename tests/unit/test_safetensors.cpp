@@ -1,8 +1,8 @@
 // safetensors: round trips, partial reads with conversion, and every corruption the reader
 // must name. Corrupt files are built byte by byte here (not with our writer), so the reader
 // is checked against the format, not against itself.
-#include "core/error.h"
 #include "checkpoint/safetensors.h"
+#include "core/error.h"
 
 #include <catch2/catch.hpp>
 

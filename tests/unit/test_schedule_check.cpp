@@ -5,20 +5,20 @@
 // message; with checking off schedule_checkpoint() does nothing.
 //
 // Catch2's assertions are not thread-safe: rank threads record, the test thread checks.
-#include <fmt/format.h>
-
-#include <catch2/catch.hpp>
-#include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <numeric>
-#include <thread>
-
 #include "build_config.h"
 #include "collectives/communicator.h"
 #include "collectives/schedule_check.h"
 #include "tests/collectives/matrix.h"
 #include "tests/unit/thread_ranks.h"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <thread>
 
 using namespace dscpp;
 using namespace dscpp::comm;

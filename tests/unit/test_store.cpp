@@ -1,5 +1,9 @@
 // Stores: MemoryStore and PrefixStore semantics, and TcpStore over real sockets (threads and
 // forked processes as clients, a server that starts late, dies, or never existed).
+#include "collectives/store.h"
+#include "collectives/tcp_store.h"
+
+#include <catch2/catch.hpp>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -7,15 +11,11 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <future>
 #include <regex>
 #include <thread>
-
-#include "collectives/store.h"
-#include "collectives/tcp_store.h"
 
 using namespace dscpp::comm;
 using namespace std::chrono_literals;

@@ -2,8 +2,12 @@
 // teardown of whole process trees, stop requests, exec failures, log files, CPU pinning.
 // "Nothing left" is checked through /proc: every rank prints the pids it owns, and every
 // process of a test carries a unique token in its environment.
-#include <catch2/catch.hpp>
+#include "core/error.h"
+#include "launcher/resources.h"
+#include "launcher/supervisor/node_agent.h"
+#include "launcher/supervisor/supervisor.h"
 
+#include <catch2/catch.hpp>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -19,11 +23,6 @@
 #include <regex>
 #include <sstream>
 #include <thread>
-
-#include "core/error.h"
-#include "launcher/resources.h"
-#include "launcher/supervisor/node_agent.h"
-#include "launcher/supervisor/supervisor.h"
 
 using namespace dscpp::launcher;
 

@@ -1,8 +1,12 @@
 // TensorSwapper and SwapBufferPool: slots land at slot·slot_bytes in the swap file (checked
 // with plain pread, independent of the engine), round trips are exact on every built backend,
 // and each failure names the file and the remedy.
-#include <catch2/catch.hpp>
+#include "build_config.h"
+#include "core/error.h"
+#include "offload/tensor_swapper.h"
+#include "tests/unit/offload_fixture.h"
 
+#include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -14,11 +18,6 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include "build_config.h"
-#include "core/error.h"
-#include "offload/tensor_swapper.h"
-#include "tests/unit/offload_fixture.h"
 
 using namespace dscpp::offload;
 namespace fs = std::filesystem;

@@ -1,8 +1,8 @@
 // The CPU kernels' thread pool: every index visited exactly once, alignment of chunk starts,
 // exceptions propagate, nested calls do not deadlock, thread count changes take effect.
-#include <catch2/catch.hpp>
-
 #include "core/thread_pool.h"
+
+#include <catch2/catch.hpp>
 
 #include <atomic>
 #include <stdexcept>

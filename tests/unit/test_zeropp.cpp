@@ -1,12 +1,5 @@
 // ZeRO++ qwZ: DeepSpeed's group-count rule, the int8 error bound, and that a quantized allgather
 // over shm thread ranks delivers on every rank exactly the round trip of each rank's slice.
-#include <catch2/catch.hpp>
-
-#include <algorithm>
-#include <cmath>
-#include <random>
-#include <vector>
-
 #include "collectives/communicator.h"
 #include "core/device.h"
 #include "core/half.h"
@@ -14,6 +7,13 @@
 #include "kernels/quant_math.h"
 #include "runtime/zero/zeropp.h"
 #include "tests/unit/thread_ranks.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
 
 using namespace dscpp;
 using hd::qwz_group_count;

@@ -3,16 +3,15 @@
 // The first exception thrown by any rank is rethrown on the caller's thread.
 #pragma once
 
-#include <exception>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <vector>
-
 #include "collectives/backend.h"
 #include "collectives/store.h"
 
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace dscpp::test {
 

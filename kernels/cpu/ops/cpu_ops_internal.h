@@ -6,8 +6,8 @@
 #include "kernels/ops_list.h"
 #include "kernels/ops_math.h"
 
-#include <cstdint>
 #include <climits>
+#include <cstdint>
 
 namespace dscpp::kernels::cpu {
 

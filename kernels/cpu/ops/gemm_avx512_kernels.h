@@ -18,6 +18,8 @@
 // 1–2% faster than 12×32, not worth a second tile shape.
 #pragma once
 
+#include "kernels/cpu/ops/gemm_native.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -26,8 +28,6 @@
 #include <cstdlib>
 #include <new>
 #include <utility>
-
-#include "kernels/cpu/ops/gemm_native.h"
 
 #define DSCPP_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,fma")))
 

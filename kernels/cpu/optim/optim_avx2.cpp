@@ -1,7 +1,7 @@
 // AVX2 + FMA span loops (compiled with -mavx2 -mfma; called only when the CPU has them).
-#include <immintrin.h>
-
 #include "kernels/cpu/optim/span_loops.h"
+
+#include <immintrin.h>
 
 namespace dscpp::kernels::cpu {
 namespace {

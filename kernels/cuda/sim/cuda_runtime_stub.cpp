@@ -1,18 +1,16 @@
 // The host stub of the CUDA runtime and cuBLAS calls of the ops table (cuda_runtime_stub.h).
 #include "kernels/cuda/sim/cuda_runtime_stub.h"
 
-#include "kernels/gemm_math.h"
-
-#include "kernels/cpu/ops/cpu_ops.h"
-
 #include "core/protected_memory.h"
+#include "kernels/cpu/ops/cpu_ops.h"
+#include "kernels/gemm_math.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <vector>
 #include <unordered_map>
+#include <vector>
 
 namespace dscpp::DSCPP_CUDA_NS {
 namespace {

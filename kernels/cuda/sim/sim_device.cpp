@@ -2,10 +2,10 @@
 
 #include "core/error.h"
 #include "core/protected_memory.h"
-#include "kernels/cuda/cuda_math.h"
 #include "kernels/cpu/ops/cpu_ops.h"
-#include "kernels/ops_list.h"
+#include "kernels/cuda/cuda_math.h"
 #include "kernels/cuda/ops_table.h"
+#include "kernels/ops_list.h"
 
 #include <cstddef>
 #include <cstdlib>

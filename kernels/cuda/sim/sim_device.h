@@ -11,8 +11,8 @@
 #pragma once
 
 #include "core/device.h"
-#include "kernels/gemm_math.h"
 #include "dscpp/model.h"
+#include "kernels/gemm_math.h"
 
 #include <cstdint>
 #include <map>
