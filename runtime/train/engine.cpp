@@ -1,7 +1,6 @@
 #include "runtime/train/engine.h"
 
 #include "checkpoint/checkpoint_dir.h"
-#include "configs/plans.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -44,10 +43,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   // The config's checks have run (configs/rules.cpp, unsupported_features): what is left here is
   // resolving it into what the engine runs.
   zero_ = ZeroPlan::for_stage(static_cast<int>(z.stage));
-  const config::PrecisionPlan precision = config::precision_plan(cfg_);
-  dtype_ = precision.params;
-  grad_dtype_ = precision.grads;
-  wire_dtype_ = precision.wire;
+  precision_ = config::precision_plan(cfg_);
   scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
   // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
   if (cfg_.wall_clock_breakdown) timers_.synchronize_with(&device_);
@@ -92,7 +88,7 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   plan_ = plan_memory_for(s3, offload);
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", zero_.stage,
-              world.size(), world.size() == 1 ? "" : "s", dtype_name(dtype_), dtype_name(grad_dtype_),
+              world.size(), world.size() == 1 ? "" : "s", dtype_name(precision_.params), dtype_name(precision_.grads),
               scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
               format_memory_plan(plan_, nullptr, deepspeed_estimate()));
   if (world.rank() == 0) {
@@ -114,11 +110,11 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   Device& device = device_;
   Plugin& plugin = plugin_;
   params_ =
-      std::make_unique<ParamStore>(layout_, world, device, dtype_, zero_.parameters_partitioned, s3, host_, offload);
+      std::make_unique<ParamStore>(layout_, world, device, precision_.params, zero_.parameters_partitioned, s3, host_, offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
   if (cfg_.flops_profiler.enabled) profiler_ = make_profiler();
-  runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, dtype_,
-                                          grad_dtype_, ckpt_, host_);
+  runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, precision_.params,
+                                          precision_.grads, ckpt_, host_);
   runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
     LayerRunner::LayerMemory m{params_->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
                                pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
@@ -154,8 +150,8 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
     r.partition_device = host_;
     r.partition_device_elements = master_->split().offloaded_elements;
   }
-  r.comm_dtype = wire_dtype_;
-  grads_ = std::make_unique<GradReducer>(world, layout_, device, grad_dtype_, r);
+  r.comm_dtype = precision_.wire;
+  grads_ = std::make_unique<GradReducer>(world, layout_, device, precision_.grads, r);
 
   DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,
                              cfg_.dataloader_drop_last);
@@ -173,7 +169,7 @@ CheckpointView Engine::checkpoint_view() {
   v.master = master_.get();
   v.params = params_.get();
   v.device = &device_;
-  v.params_dtype = dtype_;
+  v.params_dtype = precision_.params;
   v.scaler = scaler_->checks_overflow() ? scaler_.get() : nullptr;
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
@@ -209,9 +205,9 @@ void Engine::initialise_params() {
       if (zero_.parameters_partitioned) {
         home.write_from_host(static_cast<int>(gi), lo - own_begin, hi - lo, host.data());
       } else {
-        std::vector<unsigned char> converted(host.size() * dtype_size(dtype_));
-        convert(host.data(), DType::f32, converted.data(), dtype_, host.size());
-        device_.copy_from_host(static_cast<char*>(params_->full()) + lo * static_cast<int64_t>(dtype_size(dtype_)),
+        std::vector<unsigned char> converted(host.size() * dtype_size(precision_.params));
+        convert(host.data(), DType::f32, converted.data(), precision_.params, host.size());
+        device_.copy_from_host(static_cast<char*>(params_->full()) + lo * static_cast<int64_t>(dtype_size(precision_.params)),
                                converted.data(), converted.size());
       }
     }
@@ -378,7 +374,7 @@ bool Engine::prepare_gradients(float* grad_scale) {
   // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
   const bool partitioned = zero_.optimizer_partitioned && world_.size() > 1;
   // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
-  if (scaler_->checks_overflow() || (dtype_ == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
+  if (scaler_->checks_overflow() || (precision_.params == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
     // Tests of loss scaling: an inf in one rank's gradients.
     inject_fault(FaultPoint::gradients_reduced, counters_.global_steps + 1, world_.rank(), world_.size(), [&] {
       over_groups([&](void* g, int64_t, Device& where) {

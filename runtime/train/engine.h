@@ -14,6 +14,7 @@
 
 #include "collectives/communicator.h"
 #include "configs/load.h"
+#include "configs/plans.h"
 #include "core/device.h"
 #include "runtime/observe/comms_log.h"
 #include "runtime/observe/flops_profiler.h"
@@ -116,9 +117,7 @@ class Engine {
 
   int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
   ZeroPlan zero_;
-  std::optional<DType> wire_dtype_;  // the gradients' communication dtype (configs/plans.h)
-  DType dtype_ = DType::f32;       // parameter storage
-  DType grad_dtype_ = DType::f32;  // gradient accumulation and storage
+  config::PrecisionPlan precision_;  // parameter, gradient and wire dtypes (configs/plans.h)
   FlatLayout layout_;
   MemoryPlan plan_;
   CheckpointingOptions ckpt_;  // activation_checkpointing

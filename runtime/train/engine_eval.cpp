@@ -55,7 +55,7 @@ void Engine::run_eval_only() {
 
 void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
   // Training's advice (stages, optimizer state) does not apply: only gathered layers and activations are here.
-  const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
+  const int64_t elem = static_cast<int64_t>(dtype_size(precision_.params));
   fail(
       "{}\n--eval_only: this rank needs its gathered layers (the largest group alone is {}; planned parameters on "
       "the device: {}) plus activations and buffers for micro-batch {} ({}). Raise --device_memory_limit, lower "

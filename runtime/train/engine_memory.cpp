@@ -17,8 +17,8 @@ MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& 
   MemoryPlanInputs mp;
   mp.zero = zero_;
   mp.world = world_.size();
-  mp.dtype = dtype_;
-  mp.grad_dtype = grad_dtype_;
+  mp.dtype = precision_.params;
+  mp.grad_dtype = precision_.grads;
   mp.compute_dtype = dtype_of(ops_.dtype);
   if (plugin_.data().input_dtype == DSCPP_F32) mp.float_input_numel = plugin_.data().input_numel;
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
@@ -46,8 +46,8 @@ MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& 
   }
   mp.offload_param = offload.device;
   if (offload.device != OffloadDevice::none) {  // placed as ParamHome will place the slices
-    const int64_t e = static_cast<int64_t>(dtype_size(dtype_));
-    ParamHome::Placement placed = ParamHome::place(layout_, dtype_, offload);
+    const int64_t e = static_cast<int64_t>(dtype_size(precision_.params));
+    ParamHome::Placement placed = ParamHome::place(layout_, precision_.params, offload);
     mp.param_host_bytes = placed.host_elements * e;
     mp.param_nvme_bytes = placed.nvme_elements * e;
     if (placed.slots > 0)
@@ -75,8 +75,8 @@ int64_t Engine::deepspeed_estimate() const {
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
   if (options_.eval_only) eval_out_of_memory(e);
   // What each stage would hold for this model, so the user can pick one that fits.
-  const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
-  const int64_t optim = (optimizer_ ? optimizer_->state_bytes_per_element() : 0) + (dtype_ == DType::f32 ? 0 : 4);
+  const int64_t elem = static_cast<int64_t>(dtype_size(precision_.params));
+  const int64_t optim = (optimizer_ ? optimizer_->state_bytes_per_element() : 0) + (precision_.params == DType::f32 ? 0 : 4);
   const int64_t other = plan_.total() - plan_.model_states();  // activations and buffers
   const int64_t limit = device_.stats().limit;
   auto states = [&](int stage, int ranks) { return model_state_bytes(stage, ranks, layout_.total, elem, optim); };
