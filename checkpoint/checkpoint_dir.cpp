@@ -188,6 +188,12 @@ std::optional<std::string> read_latest_tag(const std::string& save_dir) {
   size_t b = text.find_first_not_of(ws);
   if (b == std::string::npos) fail("checkpoint: {} is empty (expected a tag)", latest);
   std::string tag = text.substr(b, text.find_last_not_of(ws) - b + 1);
+  // A tag is a directory inside save_dir: `latest` must not lead a load anywhere else.
+  if (tag == "." || tag == ".." || tag.find('/') != std::string::npos || tag.find('\0') != std::string::npos ||
+      tag.front() == '.')
+    fail("checkpoint: {} names '{}', which is not a checkpoint directory inside {} (a tag is a plain directory "
+         "name: no '/', '..' or leading '.'); refusing to load from outside the save directory",
+         latest, tag, save_dir);
   const std::string dir = save_dir + "/" + tag;
   if (!is_dir(dir)) fail("checkpoint: {} names tag '{}', but {} does not exist", latest, tag, dir);
   return tag;

@@ -44,6 +44,20 @@ void save(const std::string& dir, const std::string& tag, const std::string& nam
 
 }  // namespace
 
+TEST_CASE("a latest that names a path outside the save directory is refused") {
+  TempDir t;
+  const std::string dir = t.path + "/run";
+  save(dir, "global_step10", "f", "10");
+  fs::create_directories(t.path + "/other/global_step100");
+  for (const char* bad : {"../other/global_step100", "..", "/tmp", ".global_step10.partial"}) {
+    CAPTURE(bad);
+    put(dir + "/latest", bad);
+    CHECK_THROWS_WITH(read_latest_tag(dir), Catch::Contains("refusing to load from outside the save directory"));
+  }
+  put(dir + "/latest", "global_step10\n");
+  CHECK(read_latest_tag(dir) == std::optional<std::string>("global_step10"));
+}
+
 TEST_CASE("commit makes the tag visible and updates latest") {
   TempDir t;
   const std::string dir = t.path + "/ckpts/run1";  // created, parents included
