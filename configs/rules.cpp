@@ -4,8 +4,6 @@
 
 #include <fmt/core.h>
 
-#include <cctype>
-
 namespace dscpp::config {
 namespace {
 
@@ -203,9 +201,8 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
       "zero_optimization.offload_optimizer.super_offload (SuperOffload)");
   // The runtime always averages over the data-parallel ranks; summing would silently train
   // with gradients world times smaller than asked for.
-  std::string op = c.gradient_allreduce_op;
-  for (char& ch : op) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  add(op == "sum", "gradient_allreduce_op \"sum\" (dscpp-runtime averages gradients over the ranks; use \"mean\")");
+  add(c.gradient_allreduce_op == "sum",  // the schema stores the canonical spelling
+      "gradient_allreduce_op \"sum\" (dscpp-runtime averages gradients over the ranks; use \"mean\")");
   auto int8 = [](const std::optional<std::string>& t) { return t && (*t == "int8" || *t == "torch.int8"); };
   add(int8(c.data_types.grad_accum_dtype), "data_types.grad_accum_dtype int8 (gradients accumulate in fp32, fp16 or bf16)");
   add(int8(c.communication_data_type), "communication_data_type int8 (gradients travel in fp32, fp16 or bf16)");

@@ -77,24 +77,15 @@ Status launch_map(const float* a, const float* b, float* out, int64_t n, Op op, 
   return aligned16({a, b, out}) ? launch_quads(n, s, body) : launch_elementwise(n, s, body);
 }
 
-// A float op over 16-bit bits of storage s: widen, apply, round once.
+// A float op over 16-bit bits of storage s: widen each argument, apply, round once.
 template <class Op>
-struct Bits1 {
+struct Bits {
   Storage s;
   Op op;
-  DSCPP_HD uint16_t operator()(uint16_t x) const {
+  template <class... U>
+  DSCPP_HD uint16_t operator()(U... x) const {
     uint16_t r;
-    hd::store(&r, 0, s, op(hd::load(&x, 0, s)));
-    return r;
-  }
-};
-template <class Op>
-struct Bits2 {
-  Storage s;
-  Op op;
-  DSCPP_HD uint16_t operator()(uint16_t x, uint16_t y) const {
-    uint16_t r;
-    hd::store(&r, 0, s, op(hd::load(&x, 0, s), hd::load(&y, 0, s)));
+    hd::store(&r, 0, s, op(hd::load(&x, 0, s)...));
     return r;
   }
 };
@@ -120,15 +111,15 @@ template <class Op>
 Status launch_map(Src a, Dst out, int64_t n, Op op, Stream s) {
   if (a.is_f32() && out.is_f32()) return launch_map(a.f32(), out.f32(), n, op, s);
   if (a.s == out.s)
-    return launch_map(static_cast<const uint16_t*>(a.p), static_cast<uint16_t*>(out.p), n, Bits1<Op>{a.s, op}, s);
+    return launch_map(static_cast<const uint16_t*>(a.p), static_cast<uint16_t*>(out.p), n, Bits<Op>{a.s, op}, s);
   return launch_elementwise(n, s, ViewMap1<Op>{a, out, op});
 }
 template <class Op>
 Status launch_map(Src a, Src b, Dst out, int64_t n, Op op, Stream s) {
   if (a.is_f32() && b.is_f32() && out.is_f32()) return launch_map(a.f32(), b.f32(), out.f32(), n, op, s);
   if (a.s == out.s && b.s == out.s) {
-    const Map2<uint16_t, Bits2<Op>> body{static_cast<const uint16_t*>(a.p), static_cast<const uint16_t*>(b.p),
-                                         static_cast<uint16_t*>(out.p), Bits2<Op>{out.s, op}};
+    const Map2<uint16_t, Bits<Op>> body{static_cast<const uint16_t*>(a.p), static_cast<const uint16_t*>(b.p),
+                                        static_cast<uint16_t*>(out.p), Bits<Op>{out.s, op}};
     return aligned16({a.p, b.p, out.p}) ? launch_quads(n, s, body) : launch_elementwise(n, s, body);
   }
   return launch_elementwise(n, s, ViewMap2<Op>{a, b, out, op});

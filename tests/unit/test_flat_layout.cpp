@@ -1,6 +1,7 @@
 // The flat layout's partition arithmetic: groups tile the array, every rank's slice is equal
 // and 64-byte aligned, and the slices of all ranks reassemble every parameter exactly.
 #include "runtime/zero/flat_layout.h"
+#include "tests/unit/layer_decls.h"
 
 #include <catch2/catch.hpp>
 
@@ -10,18 +11,7 @@ using namespace dscpp::runtime;
 
 namespace {
 
-LayerDecl layer(const std::string& name, std::vector<int64_t> numels) {
-  LayerDecl l;
-  l.name = name;
-  for (size_t i = 0; i < numels.size(); ++i) {
-    ParamDecl p;
-    p.name = name + ".p" + std::to_string(i);
-    p.shape = {numels[i]};
-    p.numel = numels[i];
-    l.params.push_back(p);
-  }
-  return l;
-}
+constexpr auto layer = dscpp::test::layer_decl;
 
 // Odd sizes on purpose: nothing divides by the rank counts or the alignment.
 std::vector<LayerDecl> model() {

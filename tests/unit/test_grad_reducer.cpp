@@ -14,6 +14,7 @@
 #include "runtime/zero/flat_layout.h"
 #include "runtime/zero/grad_reducer.h"
 #include "runtime/zero/zero_plan.h"
+#include "tests/unit/layer_decls.h"
 #include "tests/unit/thread_ranks.h"
 
 #include <catch2/catch.hpp>
@@ -30,19 +31,8 @@ namespace {
 
 // Layers of 37, 100 and 5+64 parameters (the last layer has two), and one without any.
 std::vector<LayerDecl> layers() {
-  auto layer = [](std::string name, std::vector<int64_t> sizes) {
-    LayerDecl l;
-    l.name = std::move(name);
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      ParamDecl p;
-      p.name = l.name + ".p" + std::to_string(i);
-      p.shape = {sizes[i]};
-      p.numel = sizes[i];
-      l.params.push_back(p);
-    }
-    return l;
-  };
-  return {layer("a", {37}), layer("b", {100}), layer("none", {}), layer("c", {5, 64})};
+  using dscpp::test::layer_decl;
+  return {layer_decl("a", {37}), layer_decl("b", {100}), layer_decl("none", {}), layer_decl("c", {5, 64})};
 }
 
 // The gradient rank `rank` adds in micro-step `micro` to element i of parameter p (the p-th
@@ -63,11 +53,10 @@ FlatLayout layout_for(const ZeroPlan& zero, int world) {
   return make_flat_layout(layers(), g);
 }
 
-// Runs one optimizer step of `gas` micro-steps on `world` thread ranks; returns each rank's
-// owned gradients, group by group, by flat element index.
-std::vector<std::map<int64_t, float>> reduce(const ZeroPlan& zero, int world, int gas, GradReduceOptions opt,
-                                             DType dtype = DType::f32) {
-  const FlatLayout layout = layout_for(zero, world);
+// Runs one optimizer step of `gas` micro-steps on `world` thread ranks over `layout` (the
+// stage's: layout_for); returns each rank's owned gradients, group by group, by flat element index.
+std::vector<std::map<int64_t, float>> reduce(const ZeroPlan& zero, const FlatLayout& layout, int world, int gas,
+                                             GradReduceOptions opt, DType dtype = DType::f32) {
   opt.reduction = zero.reduction;
   std::vector<std::map<int64_t, float>> owned(static_cast<size_t>(world));
   test::run_thread_ranks(world, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
@@ -130,7 +119,7 @@ void check_stage(int stage, int world, int gas, const GradReduceOptions& opt, DT
   CAPTURE(stage, world, gas, opt.overlap, opt.reduce_scatter, dtype_name(dtype));
   const ZeroPlan zero = ZeroPlan::for_stage(stage);
   const FlatLayout layout = layout_for(zero, world);
-  const auto owned = reduce(zero, world, gas, opt, dtype);
+  const auto owned = reduce(zero, layout, world, gas, opt, dtype);
   int64_t checked = 0;
   for (int r = 0; r < world; ++r)
     for (const auto& [e, v] : owned[static_cast<size_t>(r)]) {
@@ -172,13 +161,16 @@ TEST_CASE("bf16 gradients and a bf16 wire reduce exactly where the sums are repr
 
 TEST_CASE("stage N's slice over the world equals stage 0's elements", "[grad_reducer]") {
   const int world = 4, gas = 2;
-  const auto full = reduce(ZeroPlan::for_stage(0), world, gas, GradReduceOptions{});
+  const ZeroPlan z0 = ZeroPlan::for_stage(0);
+  const FlatLayout l0 = layout_for(z0, world);
+  const auto full = reduce(z0, l0, world, gas, GradReduceOptions{});
   for (int stage : {1, 2, 3}) {
     CAPTURE(stage);
-    const auto parts = reduce(ZeroPlan::for_stage(stage), world, gas, GradReduceOptions{});
+    const ZeroPlan zn = ZeroPlan::for_stage(stage);
+    const FlatLayout ln = layout_for(zn, world);
+    const auto parts = reduce(zn, ln, world, gas, GradReduceOptions{});
     // Layouts differ by stage (group padding), so compare by parameter element: each real
     // element's flat index in both layouts.
-    const FlatLayout l0 = layout_for(ZeroPlan::for_stage(0), world), ln = layout_for(ZeroPlan::for_stage(stage), world);
     REQUIRE(l0.params.size() == ln.params.size());
     int64_t compared = 0;
     for (size_t p = 0; p < l0.params.size(); ++p)

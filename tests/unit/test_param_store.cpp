@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "runtime/zero/flat_layout.h"
 #include "runtime/zero/param_store.h"
+#include "tests/unit/layer_decls.h"
 #include "tests/unit/thread_ranks.h"
 
 #include <catch2/catch.hpp>
@@ -24,16 +25,7 @@ namespace {
 
 std::vector<LayerDecl> layers() {
   std::vector<LayerDecl> out;
-  for (int64_t n : {300, 17, 4000, 64, 1000, 8}) {
-    LayerDecl l;
-    l.name = "l" + std::to_string(out.size());
-    ParamDecl p;
-    p.name = l.name + ".w";
-    p.shape = {n};
-    p.numel = n;
-    l.params.push_back(p);
-    out.push_back(l);
-  }
+  for (int64_t n : {300, 17, 4000, 64, 1000, 8}) out.push_back(dscpp::test::layer_decl("l" + std::to_string(out.size()), {n}));
   return out;
 }
 
