@@ -24,8 +24,8 @@
 // thread, so raw ran 2-5x slower than ours at those sizes: an allocator effect, not dscpp's.
 // --default-malloc keeps glibc's defaults to show it.
 #include "collectives/communicator.h"
-#include "core/device.h"
-#include "kernels/cuda/sim/sim_device.h"
+#include "device/device.h"
+#include "kernels/cuda/sim/sim_kernels.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>

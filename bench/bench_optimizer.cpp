@@ -12,8 +12,8 @@
 //                   [--torch-script PATH] [--no-torch]
 #include "build_config.h"
 #include "configs/ds_config.h"
-#include "core/device.h"
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "kernels/cpu/optim/optim_cpu.h"
 #include "runtime/optim/optimizer.h"
 

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "collectives/backend.h"
-#include "core/device.h"
+#include "device/device.h"
 
 #include <cstddef>
 #include <functional>

@@ -2,6 +2,9 @@
 
 #include "core/error.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace dscpp::config {
 
 namespace {
@@ -52,6 +55,163 @@ PrecisionPlan precision_plan(const DsConfig& c) {
     p.wire = floating(*c.communication_data_type, "communication_data_type");
   else if (p.params == DType::bf16 && !zero)
     p.wire = DType::bf16;
+  return p;
+}
+
+ZeroPlan ZeroPlan::for_stage(int stage) {
+  if (stage < 0 || stage > 3) fail("zero_optimization.stage must be 0, 1, 2 or 3 (got {})", stage);
+  ZeroPlan p;
+  p.stage = stage;
+  p.optimizer_partitioned = stage >= 1;
+  p.gradients_partitioned = stage >= 2;
+  p.parameters_partitioned = stage == 3;
+  p.reduction = stage == 0   ? GradReduction::allreduce
+                : stage == 1 ? GradReduction::into_whole_array
+                             : GradReduction::into_partition;
+  p.overlap_comm = stage == 3;
+  return p;
+}
+
+ZeroPlan zero_plan(const ZeroConfig& z) {
+  ZeroPlan p = ZeroPlan::for_stage(static_cast<int>(z.stage));
+  p.reduce_bucket_elements = z.reduce_bucket_size;
+  p.allgather_bucket_elements = z.allgather_bucket_size;
+  p.reduce_scatter = z.reduce_scatter;
+  p.overlap_comm = z.overlap();
+  if (p.parameters_partitioned) {  // the config check refused these below stage 3
+    p.sub_group_size = z.sub_group_size;
+    p.quantized_gradients = z.zero_quantized_gradients;
+    p.gather_16bit_weights_on_save = z.gather_16bit_weights_on_model_save;
+  }
+  return p;
+}
+
+Stage3Plan stage3_plan(const ZeroConfig& z, int world_size) {
+  Stage3Plan s3;
+  s3.prefetch_bucket_size = z.prefetch_bucket_size;
+  s3.max_live_parameters = z.max_live_parameters;
+  s3.max_reuse_distance = z.max_reuse_distance;
+  s3.param_persistence_threshold = z.param_persistence_threshold;
+  s3.model_persistence_threshold = z.model_persistence_threshold;
+  if (z.stage != 3) return s3;  // the config check refused ZeRO++ below stage 3
+  s3.quantized_weights = z.zero_quantized_weights;
+  const int64_t h = z.zero_hpz_partition_size;
+  if (h > 1 && (h > world_size || world_size % h != 0))
+    fail("zero_optimization.zero_hpz_partition_size is {}: it must divide the number of ranks ({}); hpZ groups are "
+         "that many consecutive ranks, normally the ranks of one node",
+         h, world_size);
+  s3.hpz_partition_size = static_cast<int>(std::max<int64_t>(h, 1));
+  return s3;
+}
+
+offload::AioOptions aio_options(const AioConfig& a) {
+  offload::AioOptions out;
+  out.block_size = a.block_size;
+  out.queue_depth = static_cast<int>(a.queue_depth);
+  out.thread_count = static_cast<int>(a.intra_op_parallelism);
+  out.single_submit = a.single_submit;
+  out.overlap_events = a.overlap_events;
+  return out;
+}
+
+OptimizerOffloadPlan optimizer_offload_plan(const DsConfig& c) {
+  OptimizerOffloadPlan out;
+  const ZeroConfig& z = c.zero_optimization;
+  out.device = optimizer_offload_device(z);
+  if (out.device == OffloadDevice::none) return out;
+  const OffloadOptimizerConfig& o = *z.offload_optimizer;
+  // ratio in [0, 1] and < 1 only at stage 3, buffer_count in 1-1024: rules.cpp checked.
+  out.ratio = o.ratio;
+  out.nvme_path = o.nvme_path.value_or("");
+  out.buffer_count = static_cast<int>(o.buffer_count);
+  out.pin_memory = o.pin_memory;
+  out.pipeline_read = o.pipeline_read;
+  out.pipeline_write = o.pipeline_write;
+  out.aio = aio_options(c.aio);
+  return out;
+}
+
+ParamOffloadPlan param_offload_plan(const DsConfig& c) {
+  ParamOffloadPlan o;
+  const ZeroConfig& z = c.zero_optimization;
+  if (!z.offload_param || z.stage != 3) return o;
+  const OffloadParamConfig& p = *z.offload_param;
+  o.device = param_offload_device(z);
+  o.nvme_path = p.nvme_path.value_or("");
+  o.buffer_count = p.buffer_count;
+  o.buffer_size = p.buffer_size;
+  o.max_in_cpu = p.max_in_cpu;
+  o.pin_memory = p.pin_memory;
+  o.aio = aio_options(c.aio);
+  return o;
+}
+
+const char* rule_name(LossScaleRule rule) {
+  switch (rule) {
+    case LossScaleRule::none: return "none";
+    case LossScaleRule::fixed: return "static";
+    case LossScaleRule::zero: return "dynamic (ZeRO rule)";
+    case LossScaleRule::legacy: return "dynamic (stage-0 FP16_Optimizer rule)";
+  }
+  return "?";
+}
+
+LossScalePlan loss_scale_plan(const DsConfig& c) {
+  LossScalePlan o;
+  const Fp16Config& f = c.fp16;
+  if (!f.enabled) return o;  // bf16 or fp32: DeepSpeed's LossScaler(1.0)
+  if (f.loss_scale > 0) {
+    o.rule = LossScaleRule::fixed;
+    o.init_scale = f.loss_scale;
+    return o;
+  }
+  // With its arguments given (always, here), FP16_UnfusedOptimizer (LAMB at stage 0) takes
+  // min_loss_scale from the config too; its 0.25 floor applies only without arguments.
+  o.rule = c.zero_enabled() ? LossScaleRule::zero : LossScaleRule::legacy;
+  o.init_scale = std::ldexp(1.0, static_cast<int>(f.initial_scale_power));
+  o.scale_window = f.loss_scale_window;
+  o.min_scale = static_cast<double>(f.min_loss_scale);
+  if (o.rule == LossScaleRule::zero) {
+    o.hysteresis = f.hysteresis;
+    o.consecutive_hysteresis = f.consecutive_hysteresis;
+    o.raise_at_min_scale = true;
+  }
+  return o;
+}
+
+TrainPlan train_plan(const LoadedConfig& loaded, int world_size) {
+  const DsConfig& c = loaded.config;
+  TrainPlan p;
+  p.file_name = loaded.file_name;
+  p.effective_json = format_effective_config_json(loaded);
+  p.batch.micro = c.train_micro_batch_size_per_gpu.value_or(1);
+  p.batch.gas = c.gradient_accumulation_steps.value_or(1);
+  p.batch.train_batch = c.train_batch_size.value_or(p.batch.micro * p.batch.gas * world_size);
+  if (p.batch.train_batch != p.batch.micro * p.batch.gas * world_size)
+    fail("{}: train_batch_size {} is not train_micro_batch_size_per_gpu {} × gradient_accumulation_steps {} × {} "
+         "rank{}",
+         loaded.file_name, p.batch.train_batch, p.batch.micro, p.batch.gas, world_size, world_size == 1 ? "" : "s");
+  p.batch.drop_last = c.dataloader_drop_last;
+  p.zero = zero_plan(c.zero_optimization);
+  p.stage3 = stage3_plan(c.zero_optimization, world_size);
+  p.precision = precision_plan(c);
+  p.loss_scale = loss_scale_plan(c);
+  p.gradients.clipping = c.gradient_clipping;
+  p.gradients.predivide_factor = c.gradient_predivide_factor;
+  p.gradients.prescale = c.prescale_gradients;
+  p.gradients.check_bf16_overflow = c.bf16.enabled && c.bf16.check_grad_overflow;
+  p.optimizer_offload = optimizer_offload_plan(c);
+  p.param_offload = param_offload_plan(c);
+  p.optimizer = c.optimizer;
+  p.scheduler = c.scheduler;
+  // The section's presence turns checkpointing on (its every key has a default), as the
+  // presence of comms_logger turns on its configuration.
+  if (loaded.origins.count("activation_checkpointing") > 0) p.activation_checkpointing = c.activation_checkpointing;
+  p.steps_per_print = c.steps_per_print;
+  p.wall_clock_breakdown = c.wall_clock_breakdown;
+  p.flops_profiler = c.flops_profiler;
+  p.csv_monitor = c.csv_monitor;
+  p.comms_logger = c.comms_logger;
   return p;
 }
 

@@ -144,6 +144,18 @@ class Rules {
                                           o.type));
     if (p.betas.size() != 2)
       error("optimizer.params.betas", fmt::format("expected two values [beta1, beta2], found {}", p.betas.size()));
+    // The schema admits [0, 1]; torch's optimizers (and DeepSpeed's fused ones) raise for 1.
+    for (double b : p.betas)
+      if (b >= 1.0)
+        error("optimizer.params.betas", fmt::format("each beta must be below 1 (torch refuses 1), found {}", b));
+    if (o.kind == OptimizerKind::lamb && p.min_coeff > p.max_coeff)
+      error("optimizer.params.min_coeff", fmt::format("must not exceed max_coeff ({}), found {}", p.max_coeff,
+                                                      p.min_coeff));
+    if (o.kind == OptimizerKind::sgd && p.nesterov && (p.momentum <= 0 || p.dampening != 0))
+      error("optimizer.params.nesterov",
+            fmt::format("Nesterov momentum needs momentum > 0 and dampening 0 (torch.optim.SGD), found momentum {} "
+                        "and dampening {}",
+                        p.momentum, p.dampening));
     if (p.etas.size() != 2) error("optimizer.params.etas", "expected two values [eta_minus, eta_plus]");
     if (p.step_sizes.size() != 2) error("optimizer.params.step_sizes", "expected two values [min, max]");
     if (p.amsgrad && (o.kind == OptimizerKind::adam || o.kind == OptimizerKind::adamw) && !p.torch_adam &&
@@ -197,6 +209,18 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
   add(z.mics_shard_size > 0, "zero_optimization.mics_shard_size (MiCS)");
   add(z.zenflow.has_value(), "zero_optimization.zenflow (ZenFlow)");
   add(z.reflow.has_value(), "zero_optimization.reflow (ReFlow)");
+  if (c.optimizer) {
+    const OptimizerKind k = c.optimizer->kind;
+    if (k != OptimizerKind::adam && k != OptimizerKind::adamw && k != OptimizerKind::lamb &&
+        k != OptimizerKind::sgd && k != OptimizerKind::adagrad && k != OptimizerKind::lion)
+      out.push_back(fmt::format("optimizer.type {} (dscpp implements Adam, AdamW, Lamb, SGD, Adagrad and Lion)",
+                                c.optimizer->type));
+  }
+  const bool adam = c.optimizer && (c.optimizer->kind == OptimizerKind::adam || c.optimizer->kind == OptimizerKind::adamw);
+  add(adam && c.optimizer->params.amsgrad, "optimizer.params.amsgrad (dscpp's Adam has no AMSGrad variant)");
+  add(z.zeropp_loco_param && z.zero_quantized_gradients,
+      "zero_optimization.zeropp_loco_param with qgZ (LoCo error feedback is not implemented; remove the section and "
+      "qgZ runs without it)");
   add(z.offload_optimizer && z.offload_optimizer->super_offload,
       "zero_optimization.offload_optimizer.super_offload (SuperOffload)");
   // The runtime always averages over the data-parallel ranks; summing would silently train

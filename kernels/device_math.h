@@ -10,8 +10,8 @@
 // Calls may be asynchronous on a device; those that return a value wait for it.
 #pragma once
 
-#include "core/device.h"
 #include "core/dtype.h"
+#include "device/device.h"
 #include "kernels/optimizer_math.h"
 
 #include <cstdint>

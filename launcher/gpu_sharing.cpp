@@ -1,6 +1,6 @@
 #include "launcher/gpu_sharing.h"
 
-#include "core/device_select.h"
+#include "device/device_select.h"
 
 #include <fmt/format.h>
 
@@ -63,7 +63,7 @@ GpuSharing check_gpu_sharing(const std::string& host, int ranks, int gpus, const
   if (!on_gpu || gpus <= 0 || ranks <= gpus) return s;
   s.plan_line = fmt::format("  GPUs: {} ranks share {} GPU{} on {} (more ranks than GPUs)", ranks, gpus,
                             gpus == 1 ? "" : "s", host);
-  // The other backends let ranks share (core/device_select.h); a name dscpp-runtime does not
+  // The other backends let ranks share (device/device_select.h); a name dscpp-runtime does not
   // know is left for it to report as such.
   if (!backend_is_nccl_on_gpu(c.comm_backend)) return s;
   s.refusal = fmt::format(

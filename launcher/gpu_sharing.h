@@ -1,7 +1,7 @@
 // Ranks sharing a GPU. DeepSpeed's launcher gives each rank its own GPU, and so does dscpp's
 // when it places ranks on GPUs; but `--num_procs N` (or a hostfile naming this machine) places
 // ranks without narrowing CUDA_VISIBLE_DEVICES, so on a host with fewer GPUs than ranks the
-// ranks share them (core/device_select.h: LOCAL_RANK mod the visible GPUs). NCCL refuses two
+// ranks share them (device/device_select.h: LOCAL_RANK mod the visible GPUs). NCCL refuses two
 // ranks on one device, and only once every rank has started and loaded its model: the launcher
 // says so in the plan and refuses before starting any. shm and gloo copy device buffers
 // through host memory, so with them ranks may share (how ZeRO's multi-rank paths run on one GPU).

@@ -1,7 +1,7 @@
 // Host buffers that O_DIRECT accepts: start and capacity aligned to kDirectIoAlignment.
 //
 // Every AlignedBuffer is counted in process-wide totals (current and peak bytes, locked bytes),
-// so offload can report and bound what its pools hold the way core/device.h does for devices.
+// so offload can report and bound what its pools hold the way device/device.h does for devices.
 #pragma once
 
 #include <cstddef>

@@ -96,7 +96,7 @@ int run(const Args& a) {
   kernels::set_cpu_threads(threads);
 
   // The device choice reads the backend from DSCPP_COMM_BACKEND (ranks may share a GPU only over
-  // shm, gloo or mpi: core/device_select.h), so the flag goes there before the device exists.
+  // shm, gloo or mpi: device/device_select.h), so the flag goes there before the device exists.
   if (!a.comm_backend.empty()) {
     comm::parse_backend_choice(a.comm_backend);  // a misspelt name is reported as such, not as a device problem
     setenv("DSCPP_COMM_BACKEND", a.comm_backend.c_str(), 1);
@@ -204,7 +204,8 @@ int run(const Args& a) {
   o.eval_only = a.eval_only;
   if (world.node_count * world.local_size == id.world_size) o.ranks_per_node = world.local_size;
   if (const char* r = knob("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
-  runtime::Engine engine(plugin, loaded, *world.world, device, ops, o, rank_device.host.get());
+  runtime::Engine engine(plugin, config::train_plan(loaded, world.world->size()), *world.world, device, ops, o,
+                        rank_device.host.get());
   engine.run();
   if (id.rank == 0 && rank_device.ops_scratch_peak)
     log::info("ops table scratch peak per rank (bytes): {} (device memory outside the peak above: GEMM operands cast "

@@ -4,12 +4,12 @@
 #include "core/error.h"
 #include "core/knobs.h"
 #include "kernels/cpu/ops/cpu_ops.h"
-#include "kernels/cuda/sim/sim_device.h"
+#include "kernels/cuda/sim/sim_kernels.h"
 
 #include <cstdlib>
 
 #if DSCPP_HAVE_CUDA
-#include "core/cuda_device.h"
+#include "device/cuda_device.h"
 #include "kernels/cuda/cuda_math.h"
 #include "kernels/cuda/ops_table.h"
 

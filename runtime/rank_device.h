@@ -1,17 +1,17 @@
 // The device a rank trains on, chosen by --device: its ops table for the plugin, its buffer math
 // (bound to the Device) and what the communicators must know about it.
 //   cpu       host memory, the CPU ops table and loops (kernels/cpu)
-//   cuda      the GPU LOCAL_RANK names among the visible ones (core/cuda_device.h): cuBLAS ops
+//   cuda      the GPU LOCAL_RANK names among the visible ones (device/cuda_device.h): cuBLAS ops
 //             table and CUDA kernels on its compute stream, NCCL between ranks (CUDA builds);
 //             over shm, gloo or mpi (DSCPP_COMM_BACKEND) more ranks than GPUs share them
 //   cuda-sim  the CUDA code path run on the CPU, for testing it where there is no GPU
-//             (kernels/cuda/sim/sim_device.h): the CUDA kernels' own code through the host
+//             (kernels/cuda/sim/sim_kernels.h): the CUDA kernels' own code through the host
 //             launch layer, every pointer checked to be device memory; the CUDA ops table in
 //             its host-stub build (DSCPP_SIM_OPS=cpu: the CPU table)
 //   auto      cuda when this build has CUDA and a device is visible, else cpu
 #pragma once
 
-#include "core/device.h"
+#include "device/device.h"
 #include "dscpp/model.h"
 #include "kernels/gemm_math.h"
 

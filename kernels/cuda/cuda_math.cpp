@@ -9,9 +9,9 @@
 #include "kernels/cuda/quant.h"
 
 #if defined(DSCPP_CUDA_HOST_STUB)
-#include "kernels/cuda/sim/sim_device.h"
+#include "kernels/cuda/sim/sim_kernels.h"
 #else
-#include "core/cuda_device.h"
+#include "device/cuda_device.h"
 #endif
 
 #include <vector>

@@ -1,7 +1,7 @@
 // The DeviceMath of a CUDA device (kernels/device_math.h): the kernels of amp.h, quant.h,
 // optim.h and ops_kernels.h enqueued on the device's compute stream, scratch from the device.
 // The same source builds twice: against CUDA for CudaDevice, and in host-stub mode for the
-// cuda-sim device (kernels/cuda/sim/sim_device.h), where the kernels run on the CPU and every
+// cuda-sim device (kernels/cuda/sim/sim_kernels.h), where the kernels run on the CPU and every
 // pointer is checked to be memory of that device, as a GPU would demand.
 #pragma once
 

@@ -4,9 +4,8 @@
 
 namespace dscpp::runtime {
 
-std::shared_ptr<comm::CommsLogger> comms_logger_from_config(const config::LoadedConfig& loaded,
-                                                            comm::Communicator& world) {
-  const config::CommsLoggerConfig& c = loaded.config.comms_logger;
+std::shared_ptr<comm::CommsLogger> comms_logger_for(const config::CommsLoggerConfig& c, std::string_view file_name,
+                                                    comm::Communicator& world) {
   if (!c.enabled) return nullptr;
   comm::CommsLoggerOptions o;
   o.verbose = c.verbose;
@@ -14,7 +13,7 @@ std::shared_ptr<comm::CommsLogger> comms_logger_from_config(const config::Loaded
   for (const std::string& name : c.prof_ops) {
     auto kind = comm::comm_op_from_name(name);
     if (!kind)
-      fail("{}: comms_logger.prof_ops: expected operation names from {}, found \"{}\"", loaded.file_name,
+      fail("{}: comms_logger.prof_ops: expected operation names from {}, found \"{}\"", file_name,
            comm::comm_op_names(), name);
     o.prof_ops.push_back(*kind);
   }

@@ -5,14 +5,16 @@
 #pragma once
 
 #include "collectives/comms_logger.h"
-#include "configs/load.h"
+#include "configs/ds_config.h"
 
 #include <memory>
+#include <string_view>
 
 namespace dscpp::runtime {
 
-// nullptr unless comms_logger.enabled; fails on an unknown prof_ops name, naming the key.
-std::shared_ptr<comm::CommsLogger> comms_logger_from_config(const config::LoadedConfig& loaded,
-                                                            comm::Communicator& world);
+// nullptr unless comms_logger.enabled; fails on an unknown prof_ops name, naming the config
+// file (`file_name`) and the key. The names are the collectives' own, so they are checked here.
+std::shared_ptr<comm::CommsLogger> comms_logger_for(const config::CommsLoggerConfig& c, std::string_view file_name,
+                                                    comm::Communicator& world);
 
 }  // namespace dscpp::runtime

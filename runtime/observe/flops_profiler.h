@@ -22,7 +22,7 @@
 #pragma once
 
 #include "configs/ds_config.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "dscpp/model.h"
 
 #include <cstdint>

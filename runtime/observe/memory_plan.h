@@ -28,21 +28,18 @@
 // no gradients, no optimizer state and no backward buffers.
 #pragma once
 
-#include "configs/plans.h"
-#include "core/device.h"
 #include "core/dtype.h"
+#include "device/device.h"
+#include "runtime/plans.h"
 #include "runtime/train/activation_checkpointing.h"
 #include "runtime/train/plugin.h"
 #include "runtime/zero/flat_layout.h"
-#include "runtime/zero/zero_plan.h"
 
 #include <array>
 #include <string>
 
 namespace dscpp::runtime {
 
-using config::OffloadDevice;  // configs/plans.h
-using config::offload_device_name;
 
 struct MemoryPlanInputs {
   ZeroPlan zero;

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "configs/ds_config.h"
-#include "core/device.h"
+#include "device/device.h"
 
 #include <chrono>
 #include <cstdint>

@@ -48,7 +48,7 @@ class ResidentHome final : public StateHome {
 // once.
 class SwappedHome final : public StateHome {
  public:
-  SwappedHome(Optimizer& optimizer, std::vector<int64_t> numels, const OptimizerOffload& o, int rank)
+  SwappedHome(Optimizer& optimizer, std::vector<int64_t> numels, const OptimizerOffloadPlan& o, int rank)
       : optimizer_(optimizer),
         numels_(std::move(numels)),
         tensors_(1 + static_cast<int>(optimizer.state_names().size())),
@@ -222,7 +222,7 @@ class SwappedHome final : public StateHome {
   Optimizer& optimizer_;
   std::vector<int64_t> numels_;
   int tensors_;
-  OptimizerOffload options_;
+  OptimizerOffloadPlan options_;
   std::unique_ptr<Device> host_;
   // Declared so that io_ is destroyed first: its destructor drains every request while the
   // buffers, the swap file and its directory still exist (also when the constructor throws).
@@ -262,43 +262,12 @@ class SplitHome final : public StateHome {
 
 }  // namespace
 
-int offloaded_sub_groups(const OptimizerOffload& options, int sub_groups) {
+int offloaded_sub_groups(const OptimizerOffloadPlan& options, int sub_groups) {
   if (options.device == OffloadDevice::none) return 0;
   return std::clamp(static_cast<int>(options.ratio * static_cast<double>(sub_groups)), 0, sub_groups);
 }
 
-OptimizerOffload optimizer_offload_options(const config::DsConfig& config) {
-  OptimizerOffload out;
-  const auto& z = config.zero_optimization;
-  out.device = config::optimizer_offload_device(z);
-  if (out.device == OffloadDevice::none) return out;
-  const config::OffloadOptimizerConfig& o = *z.offload_optimizer;
-  // ratio in [0, 1] and < 1 only at stage 3, buffer_count in 1-1024: configs/rules.cpp checked.
-  out.ratio = o.ratio;
-  out.nvme_path = o.nvme_path.value_or("");
-  out.buffer_count = static_cast<int>(o.buffer_count);
-  out.pin_memory = o.pin_memory;
-  out.pipeline_read = o.pipeline_read;
-  out.pipeline_write = o.pipeline_write;
-  out.aio = aio_options_from_config(config.aio);
-  if (out.device == OffloadDevice::nvme) offload::validate(out.aio);
-  return out;
-}
-
-offload::AioOptions aio_options_from_config(const config::AioConfig& a) {
-  if (a.use_gds)
-    fail("aio.use_gds is true: GPUDirect Storage moves swap data straight into GPU memory and needs CUDA; dscpp "
-         "swaps through host buffers here: set it to false");
-  offload::AioOptions out;
-  out.block_size = a.block_size;
-  out.queue_depth = static_cast<int>(a.queue_depth);
-  out.thread_count = static_cast<int>(a.intra_op_parallelism);
-  out.single_submit = a.single_submit;
-  out.overlap_events = a.overlap_events;
-  return out;
-}
-
-SwapFootprint swap_footprint(const OptimizerOffload& options, int64_t max_sub_numel, int64_t sub_count,
+SwapFootprint swap_footprint(const OptimizerOffloadPlan& options, int64_t max_sub_numel, int64_t sub_count,
                              int64_t state_count) {
   SwapFootprint f;
   const int64_t tensors = 1 + state_count;
@@ -320,7 +289,7 @@ std::unique_ptr<StateHome> make_split_home(std::unique_ptr<StateHome> offloaded,
 }
 
 std::unique_ptr<StateHome> make_swapped_home(Optimizer& optimizer, const std::vector<int64_t>& numels,
-                                             const OptimizerOffload& options, int rank) {
+                                             const OptimizerOffloadPlan& options, int rank) {
   DSCPP_CHECK(!numels.empty());
   try {
     return std::make_unique<SwappedHome>(optimizer, numels, options, rank);

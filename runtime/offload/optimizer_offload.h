@@ -17,11 +17,11 @@
 // valid until the matching release().
 #pragma once
 
-#include "configs/ds_config.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "offload/aio_options.h"
 #include "runtime/observe/memory_plan.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/plans.h"
 
 #include <cstdint>
 #include <memory>
@@ -30,29 +30,10 @@
 
 namespace dscpp::runtime {
 
-// zero_optimization.offload_optimizer and the `aio` section, checked.
-struct OptimizerOffload {
-  OffloadDevice device = OffloadDevice::none;
-  std::string nvme_path;
-  int buffer_count = 4;
-  bool pin_memory = true;
-  bool pipeline_read = false;
-  bool pipeline_write = false;
-  double ratio = 1.0;  // the share of the sub-groups offloaded (the first ones); < 1 at stage 3 only
-  offload::AioOptions aio;
-};
-// Throws naming the key for what dscpp refuses (aio.use_gds). The config checker has already
-// refused a ratio outside [0, 1] and a ratio < 1 below stage 3.
-OptimizerOffload optimizer_offload_options(const config::DsConfig& config);
-
 // How many of `sub_groups` sub-groups are offloaded — the first ones, as in DeepSpeed's
 // `i < int(partial_offload * len(sub_groups))` (the same double product, truncated); 0 without
 // offload.
-int offloaded_sub_groups(const OptimizerOffload& options, int sub_groups);
-
-// The `aio` section as the I/O engine takes it, for every swapper (optimizer state, parameters);
-// throws for aio.use_gds.
-offload::AioOptions aio_options_from_config(const config::AioConfig& aio);
+int offloaded_sub_groups(const OptimizerOffloadPlan& options, int sub_groups);
 
 // A sub-group's arrays while acquired: numel floats each; state in Optimizer::state_names() order.
 struct SubGroupView {
@@ -95,7 +76,7 @@ std::unique_ptr<StateHome> make_resident_home(Device& memory, Optimizer& optimiz
 // directory and file and writes every sub-group's initial state (the master is written by the
 // caller through acquire/release once the parameters exist).
 std::unique_ptr<StateHome> make_swapped_home(Optimizer& optimizer, const std::vector<int64_t>& numels,
-                                             const OptimizerOffload& options, int rank);
+                                             const OptimizerOffloadPlan& options, int rank);
 
 // Sub-groups [0, offloaded_count) in `offloaded`, the rest in `resident`; both are addressed
 // by the sub-group's own index (the swapped home holds groups 0..offloaded_count-1).
@@ -108,7 +89,7 @@ struct SwapFootprint {
   int64_t file_bytes = 0;
   int buffers_needed = 0;  // sub-group sets the pipelining holds at once × tensors per sub-group
 };
-SwapFootprint swap_footprint(const OptimizerOffload& options, int64_t max_sub_numel, int64_t sub_count,
+SwapFootprint swap_footprint(const OptimizerOffloadPlan& options, int64_t max_sub_numel, int64_t sub_count,
                              int64_t state_count);
 
 }  // namespace dscpp::runtime

@@ -1,6 +1,5 @@
 #include "runtime/offload/param_home.h"
 
-#include "configs/ds_config.h"
 #include "core/error.h"
 #include "kernels/device_math.h"
 #include "runtime/observe/train_log.h"
@@ -14,25 +13,8 @@
 
 namespace dscpp::runtime {
 
-ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const config::AioConfig& aio, bool stage3) {
-  ParamOffload o;
-  if (!zero.offload_param || !stage3) return o;
-  const config::OffloadParamConfig& c = *zero.offload_param;
-  o.device = config::param_offload_device(zero);
-  o.nvme_path = c.nvme_path.value_or("");
-  o.buffer_count = c.buffer_count;
-  o.buffer_size = c.buffer_size;
-  o.max_in_cpu = c.max_in_cpu;
-  o.pin_memory = c.pin_memory;
-  if (o.device == OffloadDevice::nvme) {
-    o.aio = aio_options_from_config(aio);
-    offload::validate(o.aio);
-  }
-  return o;
-}
-
 ParamHome::ParamHome(const FlatLayout& layout, int rank, Device& device, Device& host, DType dtype, bool partitioned,
-                     const ParamOffload& offload)
+                     const ParamOffloadPlan& offload)
     : layout_(layout),
       device_(device),
       host_(host),
@@ -66,13 +48,13 @@ ParamHome::ParamHome(const FlatLayout& layout, int rank, Device& device, Device&
            "NVMe has {} (a swap buffer holds one slice); raise buffer_size to at least {}",
            offload.buffer_size, largest_swapped, largest_swapped);
     // Pinning helps only a GPU's DMA; on a host device it would just spend the memlock limit.
-    ParamOffload o = offload;
+    ParamOffloadPlan o = offload;
     o.pin_memory = offload.pin_memory && !device.is_host();
     swap_ = std::make_unique<ParamSwap>(o, rank, largest_swapped * static_cast<int64_t>(elem_), slots);
   }
 }
 
-ParamHome::Placement ParamHome::place(const FlatLayout& layout, DType dtype, const ParamOffload& offload) {
+ParamHome::Placement ParamHome::place(const FlatLayout& layout, DType dtype, const ParamOffloadPlan& offload) {
   Placement p;
   p.where.assign(layout.groups.size(), Where::device);
   p.offset.assign(layout.groups.size(), 0);

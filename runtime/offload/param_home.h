@@ -20,10 +20,11 @@
 // write_from_host().
 #pragma once
 
-#include "core/device.h"
 #include "core/dtype.h"
+#include "device/device.h"
 #include "offload/aio_options.h"
 #include "runtime/observe/memory_plan.h"
+#include "runtime/plans.h"
 #include "runtime/zero/flat_layout.h"
 
 #include <cstdint>
@@ -31,30 +32,11 @@
 #include <string>
 #include <vector>
 
-namespace dscpp::config {
-struct ZeroConfig;
-struct AioConfig;
-}  // namespace dscpp::config
-
 namespace dscpp::kernels {
 class DeviceMath;
 }
 
 namespace dscpp::runtime {
-
-struct ParamOffload {
-  OffloadDevice device = OffloadDevice::none;
-  std::string nvme_path;
-  int64_t buffer_count = 5;
-  int64_t buffer_size = 100000000;  // elements per buffer
-  int64_t max_in_cpu = 1000000000;  // elements of swappable slices kept in host memory
-  bool pin_memory = true;
-  offload::AioOptions aio;  // the swap minimum is max(1 MiB, aio.block_size)
-};
-
-// zero_optimization.offload_param and aio as the runtime uses them. Below stage 3 DeepSpeed
-// ignores offload_param silently; the config check warns and the caller passes stage3 = false.
-ParamOffload param_offload_from_config(const config::ZeroConfig& zero, const config::AioConfig& aio, bool stage3);
 
 class ParamSwap;  // the NVMe part (param_swap.h)
 
@@ -65,7 +47,7 @@ class ParamHome {
   // `rank`: this rank in the layout (ignored when not partitioned). Throws dscpp::Error naming
   // the key when nvme_path is unusable or buffer_size is smaller than a swapped slice.
   ParamHome(const FlatLayout& layout, int rank, Device& device, Device& host, DType dtype, bool partitioned,
-            const ParamOffload& offload = {});
+            const ParamOffloadPlan& offload = {});
   ~ParamHome();
   ParamHome(const ParamHome&) = delete;
   ParamHome& operator=(const ParamHome&) = delete;
@@ -77,11 +59,11 @@ class ParamHome {
     std::vector<int64_t> offset;  // host: element offset in the host array; nvme: swap slot
     int64_t host_elements = 0, nvme_elements = 0, largest_swapped = 0, slots = 0;
   };
-  static Placement place(const FlatLayout& layout, DType dtype, const ParamOffload& offload);
+  static Placement place(const FlatLayout& layout, DType dtype, const ParamOffloadPlan& offload);
 
   DType dtype() const { return dtype_; }
   bool partitioned() const { return partitioned_; }
-  const ParamOffload& offload() const { return offload_; }
+  const ParamOffloadPlan& offload() const { return offload_; }
   Where where(int group) const { return where_[static_cast<size_t>(group)]; }
   bool all_on_device() const { return offload_.device == OffloadDevice::none; }
 
@@ -147,7 +129,7 @@ class ParamHome {
   size_t elem_;
   bool partitioned_;
   int rank_;
-  ParamOffload offload_;
+  ParamOffloadPlan offload_;
   std::vector<Where> where_;
   std::vector<int64_t> offset_;  // element offset of each group's slice in its residence
   DeviceBuffer device_data_;     // device residence (the full array below stage 3)

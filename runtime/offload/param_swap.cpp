@@ -6,7 +6,7 @@
 
 namespace dscpp::runtime {
 
-ParamSwap::ParamSwap(const ParamOffload& o, int rank, int64_t slot_bytes, int64_t slots)
+ParamSwap::ParamSwap(const ParamOffloadPlan& o, int rank, int64_t slot_bytes, int64_t slots)
     : slots_(static_cast<size_t>(slots)) {
   if (o.nvme_path.empty())
     fail("zero_optimization.offload_param.nvme_path: device \"nvme\" needs a directory on the NVMe drive, found none");

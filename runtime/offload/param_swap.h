@@ -27,7 +27,7 @@ class ParamSwap {
  public:
   // Creates the swap directory under offload.nvme_path and a file of `slots` slots of
   // slot_bytes; throws naming zero_optimization.offload_param.nvme_path when it cannot.
-  ParamSwap(const ParamOffload& offload, int rank, int64_t slot_bytes, int64_t slots);
+  ParamSwap(const ParamOffloadPlan& offload, int rank, int64_t slot_bytes, int64_t slots);
   ~ParamSwap();
 
   // The slice of `slot` (bytes long) in a host buffer; `read`: its contents are wanted.

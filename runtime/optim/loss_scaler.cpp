@@ -16,17 +16,7 @@ bool positive_finite(double v) { return std::isfinite(v) && v > 0; }
 
 }  // namespace
 
-const char* rule_name(LossScaleRule rule) {
-  switch (rule) {
-    case LossScaleRule::none: return "none";
-    case LossScaleRule::fixed: return "static";
-    case LossScaleRule::zero: return "dynamic (ZeRO rule)";
-    case LossScaleRule::legacy: return "dynamic (stage-0 FP16_Optimizer rule)";
-  }
-  return "?";
-}
-
-LossScaler::LossScaler(const LossScalerOptions& options) : options_(options) {
+LossScaler::LossScaler(const LossScalePlan& options) : options_(options) {
   if (!positive_finite(options.init_scale))
     fail("loss scaler: the initial scale must be a positive finite number, got {} (fp16.loss_scale or "
          "fp16.initial_scale_power)",
@@ -60,7 +50,7 @@ void LossScaler::update(bool overflow) {
 // absorbed by hysteresis still restarts the window.
 void LossScaler::update_zero(bool overflow) {
   LossScalerState& s = state_;
-  const LossScalerOptions& o = options_;
+  const LossScalePlan& o = options_;
   if (overflow) {
     if (o.hysteresis == 1 || s.cur_hysteresis == 1) {
       if (s.cur_scale == o.min_scale && o.raise_at_min_scale)
@@ -110,7 +100,7 @@ void LossScaler::restore(const LossScalerState& s) {
 }
 
 std::string LossScaler::describe() const {
-  const LossScalerOptions& o = options_;
+  const LossScalePlan& o = options_;
   switch (o.rule) {
     case LossScaleRule::none: return "none (scale 1, no overflow check)";
     case LossScaleRule::fixed: return fmt::format("static {:g}", o.init_scale);
@@ -122,29 +112,6 @@ std::string LossScaler::describe() const {
                          o.min_scale);
   }
   return "?";
-}
-
-LossScalerOptions loss_scaler_options(const config::DsConfig& cfg) {
-  LossScalerOptions o;
-  const config::Fp16Config& f = cfg.fp16;
-  if (!f.enabled) return o;  // bf16 or fp32: DeepSpeed's LossScaler(1.0)
-  if (f.loss_scale > 0) {
-    o.rule = LossScaleRule::fixed;
-    o.init_scale = f.loss_scale;
-    return o;
-  }
-  // With its arguments given (always, here), FP16_UnfusedOptimizer (LAMB at stage 0) takes
-  // min_loss_scale from the config too; its 0.25 floor applies only without arguments.
-  o.rule = cfg.zero_enabled() ? LossScaleRule::zero : LossScaleRule::legacy;
-  o.init_scale = std::ldexp(1.0, static_cast<int>(f.initial_scale_power));
-  o.scale_window = f.loss_scale_window;
-  o.min_scale = static_cast<double>(f.min_loss_scale);
-  if (o.rule == LossScaleRule::zero) {
-    o.hysteresis = f.hysteresis;
-    o.consecutive_hysteresis = f.consecutive_hysteresis;
-    o.raise_at_min_scale = true;
-  }
-  return o;
 }
 
 }  // namespace dscpp::runtime

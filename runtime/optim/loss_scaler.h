@@ -1,6 +1,6 @@
 // DeepSpeed's loss scaling for fp16 mixed precision, as one small state machine.
 //
-// Four rules, chosen from the config by `loss_scaler_options`:
+// Four rules, chosen from the config by `config::loss_scale_plan` (configs/plans.h):
 //   none    bf16 or fp32: the scale is 1 and gradients are not checked for overflow.
 //   fixed   fp16 with `loss_scale` > 0: a constant scale; overflowing steps are still skipped.
 //   zero    fp16, ZeRO stages 1-3, dynamic: DeepSpeed's DynamicLossScaler
@@ -16,26 +16,12 @@
 // (state().skipped_steps, DeepSpeed's engine.skipped_steps), so the engine need not.
 #pragma once
 
-#include "configs/ds_config.h"
+#include "runtime/plans.h"
 
 #include <cstdint>
 #include <string>
 
 namespace dscpp::runtime {
-
-enum class LossScaleRule { none, fixed, zero, legacy };
-
-const char* rule_name(LossScaleRule rule);
-
-struct LossScalerOptions {
-  LossScaleRule rule = LossScaleRule::none;
-  double init_scale = 1.0;         // none: 1; fixed: loss_scale; dynamic: 2^initial_scale_power
-  int64_t scale_window = 1000;     // clean steps per doubling (dynamic rules)
-  int64_t hysteresis = 1;          // overflows absorbed before halving ("delayed_shift"; zero rule only)
-  bool consecutive_hysteresis = false;  // zero rule: refill hysteresis on every clean step
-  double min_scale = 1.0;          // floor of the dynamic rules
-  bool raise_at_min_scale = false; // zero rule: an overflow at min_scale is an error (DeepSpeed: always)
-};
 
 // Everything a checkpoint must keep to continue the sequence exactly. DeepSpeed (2.7 of the
 // engine reference) replaces the whole scaler from the checkpoint on load, so settings changed
@@ -53,7 +39,7 @@ class LossScaler {
  public:
   // Checks the options (positive finite scales, window >= 1, hysteresis >= 1); throws
   // dscpp::Error naming the fp16 key otherwise.
-  explicit LossScaler(const LossScalerOptions& options);
+  explicit LossScaler(const LossScalePlan& options);
 
   // The factor the loss is multiplied by before backward (and gradients divided by after).
   double scale() const { return state_.cur_scale; }
@@ -66,7 +52,7 @@ class LossScaler {
   // left unchanged), as DeepSpeed stops the run there.
   void update(bool overflow);
 
-  const LossScalerOptions& options() const { return options_; }
+  const LossScalePlan& options() const { return options_; }
   const LossScalerState& state() const { return state_; }
   // Continues from a saved state; throws dscpp::Error if a field is out of range.
   void restore(const LossScalerState& state);
@@ -78,20 +64,8 @@ class LossScaler {
   void update_zero(bool overflow);
   void update_legacy(bool overflow);
 
-  LossScalerOptions options_;
+  LossScalePlan options_;
   LossScalerState state_;
 };
-
-// The scaler DeepSpeed builds for this config: bf16 or fp32 -> none; fp16 -> fixed when
-// fp16.loss_scale > 0, else zero (ZeRO stage >= 1) or legacy (stage 0), with the fp16 block's
-// values (whose defaults configs/ already fills in).
-//
-// Documentation over code: DeepSpeed v0.16.4 passes the fp16 values to the ZeRO scaler only
-// if the fp16 block names at least one of initial_scale_power, loss_scale_window,
-// hysteresis, consecutive_hysteresis, min_loss_scale; `"fp16": {"enabled": true}` alone gets
-// the class defaults (initial scale 2^32, hysteresis 1). The documentation promises 2^16 and
-// hysteresis 2 in every case, and DeepSpeed >= 0.17.1 does the same, so this follows the
-// documentation: the configured (or default) values always apply.
-LossScalerOptions loss_scaler_options(const config::DsConfig& cfg);
 
 }  // namespace dscpp::runtime

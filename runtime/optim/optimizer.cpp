@@ -267,73 +267,20 @@ class Lion final : public OptimizerBase {
   }
 };
 
-void validate(const config::OptimizerConfig& config) {
-  const OptimizerParams& p = config.params;
-  const std::string& t = config.type;
-  auto non_negative = [&](const char* key, double v) {
-    if (!(v >= 0.0) || !std::isfinite(v)) fail("optimizer {}: {} must be finite and >= 0, got {}", t, key, v);
-  };
-  non_negative("lr", p.lr);
-  non_negative("weight_decay", p.weight_decay);
-  switch (config.kind) {
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw:
-    case OptimizerKind::lamb:
-    case OptimizerKind::lion:
-      if (p.betas.size() != 2) fail("optimizer {}: betas must have 2 values, got {}", t, p.betas.size());
-      check_beta("betas[0]", p.betas[0]);
-      check_beta("betas[1]", p.betas[1]);
-      break;
-    default:
-      break;
-  }
-  switch (config.kind) {
-    case OptimizerKind::adam:
-    case OptimizerKind::adamw:
-      non_negative("eps", p.eps);
-      if (p.amsgrad) fail("optimizer {}: amsgrad is not supported (DeepSpeed's FusedAdam and CPU Adam reject it too)", t);
-      break;
-    case OptimizerKind::lamb:
-      non_negative("eps", p.eps);
-      if (p.amsgrad) fail("optimizer {}: amsgrad is not supported (DeepSpeed's FusedLamb rejects it too)", t);
-      if (!(p.min_coeff >= 0 && p.min_coeff <= p.max_coeff))
-        fail("optimizer {}: need 0 <= min_coeff <= max_coeff, got min_coeff {} and max_coeff {}", t, p.min_coeff,
-             p.max_coeff);
-      break;
-    case OptimizerKind::sgd:
-      non_negative("momentum", p.momentum);
-      if (p.nesterov && (p.momentum <= 0 || p.dampening != 0))
-        fail("optimizer {}: nesterov momentum requires a momentum and zero dampening", t);
-      break;
-    case OptimizerKind::adagrad:
-      non_negative("eps", p.eps);
-      non_negative("lr_decay", p.lr_decay);
-      non_negative("initial_accumulator_value", p.initial_accumulator_value);
-      break;
-    default:
-      break;
-  }
-}
-
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, Device& device) {
   switch (config.kind) {
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
-      validate(config);
       return std::make_unique<Adam>(config, device);
     case OptimizerKind::lamb:
-      validate(config);
       return std::make_unique<Lamb>(config, device);
     case OptimizerKind::sgd:
-      validate(config);
       return std::make_unique<Sgd>(config, device);
     case OptimizerKind::adagrad:
-      validate(config);
       return std::make_unique<Adagrad>(config, device);
     case OptimizerKind::lion:
-      validate(config);
       return std::make_unique<Lion>(config, device);
     default:
       break;

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "configs/ds_config.h"
-#include "core/device.h"
+#include "device/device.h"
 
 #include <cstdint>
 #include <memory>

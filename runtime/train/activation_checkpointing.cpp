@@ -15,20 +15,19 @@ int64_t aligned(int64_t n) {
 }
 }  // namespace
 
-CheckpointingOptions checkpointing_options(const config::LoadedConfig& loaded, int num_layers) {
-  const config::ActivationCheckpointingConfig& c = loaded.config.activation_checkpointing;
+CheckpointingOptions checkpointing_options(const std::optional<config::ActivationCheckpointingConfig>& section,
+                                           std::string_view file_name, int num_layers) {
   CheckpointingOptions o;
-  // The section's presence turns checkpointing on (its every key has a default), as the
-  // presence of comms_logger turns on its configuration.
-  o.enabled = loaded.origins.count("activation_checkpointing") > 0;
+  o.enabled = section.has_value();  // the section's presence turns it on (configs/plans.h)
   if (!o.enabled) return o;
+  const config::ActivationCheckpointingConfig& c = *section;
   const int64_t boundaries = std::max(num_layers - 1, 0);
   if (c.number_checkpoints) {
     if (*c.number_checkpoints < 1 || *c.number_checkpoints > boundaries)
       fail(
           "{}: activation_checkpointing.number_checkpoints: expected 1 to {} (the model has {} layers, so {} layer "
           "boundaries to checkpoint), found {}",
-          loaded.file_name, boundaries, num_layers, boundaries, *c.number_checkpoints);
+          file_name, boundaries, num_layers, boundaries, *c.number_checkpoints);
     o.checkpoints = *c.number_checkpoints;
   } else {
     o.checkpoints = boundaries;

@@ -37,13 +37,15 @@
 // profile: wall time of each segment's forward and recompute, logged at steps_per_print.
 #pragma once
 
-#include "configs/load.h"
-#include "core/device.h"
+#include "configs/ds_config.h"
+#include "device/device.h"
 #include "runtime/train/plugin.h"
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dscpp::runtime {
@@ -58,9 +60,11 @@ struct CheckpointingOptions {
   bool profile = false;
 };
 
-// From the config's section for a model of `num_layers` layers; fails naming the key, what was
-// expected and what was found.
-CheckpointingOptions checkpointing_options(const config::LoadedConfig& loaded, int num_layers);
+// From the config's section (absent: off) for a model of `num_layers` layers; fails naming the
+// config file, the key, what was expected and what was found — the range depends on the model,
+// so it is checked here and not with the config's rules.
+CheckpointingOptions checkpointing_options(const std::optional<config::ActivationCheckpointingConfig>& section,
+                                           std::string_view file_name, int num_layers);
 // One line for the start-up log.
 std::string describe_checkpointing(const CheckpointingOptions& o, int num_layers);
 

@@ -7,7 +7,7 @@
 // checkpoint stores one number and resuming reproduces the same sequence.
 #pragma once
 
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/train/plugin.h"
 #include "runtime/train/sampler.h"
 

@@ -43,7 +43,7 @@ LocalPartitions local_partitions(const CheckpointView& v, comm::Communicator& co
 
 json scaler_json(const LossScaler* s) {
   if (!s || !s->checks_overflow()) return nullptr;  // bf16/fp32: nothing to continue
-  const LossScalerOptions& o = s->options();
+  const LossScalePlan& o = s->options();
   const LossScalerState& st = s->state();
   return {{"rule", static_cast<int>(o.rule)},
           {"rule_name", rule_name(o.rule)},
@@ -73,7 +73,7 @@ void restore_scaler(const ckpt::Manifest& m, LossScaler* scaler, bool log_here) 
                 scaler->scale());
     return;
   }
-  LossScalerOptions o;
+  LossScalePlan o;
   int rule = m.get<int>("loss_scaler.rule");
   if (rule < 0 || rule > static_cast<int>(LossScaleRule::legacy))
     fail("checkpoint {}: loss_scaler.rule {} is not a known rule", m.tag_dir, rule);

@@ -23,14 +23,14 @@
 #pragma once
 
 #include "collectives/communicator.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/optim/loss_scaler.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/plans.h"
 #include "runtime/zero/flat_layout.h"
 #include "runtime/zero/master_weights.h"
 #include "runtime/zero/param_store.h"
-#include "runtime/zero/zero_plan.h"
 
 #include <cstdint>
 #include <string>

@@ -27,36 +27,34 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communicator& world, Device& device,
+Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world, Device& device,
                const dscpp_ops& ops, TrainOptions options, Device* host)
     : plugin_(plugin),
-      loaded_(loaded),
-      cfg_(loaded.config),
+      plan_(std::move(plan)),
       world_(world),
       device_(device),
       own_host_(host ? nullptr : make_host_device()),
       host_(host ? host : own_host_.get()),
       ops_(ops),
       options_(std::move(options)),
-      csv_(world.rank() == 0 ? loaded.config.csv_monitor : config::TensorboardConfig{}) {
-  const config::ZeroConfig& z = cfg_.zero_optimization;
-  // The config's checks have run (configs/rules.cpp, unsupported_features): what is left here is
-  // resolving it into what the engine runs.
-  zero_ = ZeroPlan::for_stage(static_cast<int>(z.stage));
-  precision_ = config::precision_plan(cfg_);
-  scaler_ = std::make_unique<LossScaler>(loss_scaler_options(cfg_));
+      csv_(world.rank() == 0 ? plan_.csv_monitor : config::TensorboardConfig{}) {
+  // The config's checks have run (configs/rules.cpp, unsupported_features) and the plan is
+  // resolved: what is left here is building what it says.
+  zero_ = plan_.zero;
+  precision_ = plan_.precision;
+  scaler_ = std::make_unique<LossScaler>(plan_.loss_scale);
   // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
-  if (cfg_.wall_clock_breakdown) timers_.synchronize_with(&device_);
-  comms_log_ = comms_logger_from_config(loaded, world);
+  if (plan_.wall_clock_breakdown) timers_.synchronize_with(&device_);
+  comms_log_ = comms_logger_for(plan_.comms_logger, plan_.file_name, world);
   check_fault_settings();
-  micro_ = cfg_.train_micro_batch_size_per_gpu.value_or(1);
-  gas_ = cfg_.gradient_accumulation_steps.value_or(1);
-  train_batch_ = cfg_.train_batch_size.value_or(micro_ * gas_ * world.size());
+  micro_ = plan_.batch.micro;
+  gas_ = plan_.batch.gas;
+  train_batch_ = plan_.batch.train_batch;
   DSCPP_CHECK_EQ(train_batch_, micro_ * gas_ * world.size());
 
   total_steps_ = options_.steps ? *options_.steps
                                 : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
-                                                   micro_, gas_, cfg_.dataloader_drop_last);
+                                                   micro_, gas_, plan_.batch.drop_last);
   if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
 
   Grouping grouping;
@@ -64,17 +62,18 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
   if (zero_.parameters_partitioned)
     grouping.layer_per_group = true;
   else if (zero_.optimizer_partitioned)  // a group is one reduce-scatter and one allgather: both sizes bound it
-    grouping.max_group_elements = std::min(z.reduce_bucket_size, z.allgather_bucket_size);
+    grouping.max_group_elements = std::min(zero_.reduce_bucket_elements, zero_.allgather_bucket_elements);
   layout_ = make_flat_layout(plugin.layers(), grouping);
-  ckpt_ = checkpointing_options(loaded, static_cast<int>(plugin.layers().size()));
+  ckpt_ = checkpointing_options(plan_.activation_checkpointing, plan_.file_name,
+                                static_cast<int>(plugin.layers().size()));
   if (!options_.eval_only) {
-    if (!cfg_.optimizer) fail("the config has no optimizer section");
-    offload_ = optimizer_offload_options(cfg_);
+    if (!plan_.optimizer) fail("the config has no optimizer section");
+    offload_ = plan_.optimizer_offload;
     // Offloaded to the CPU, the optimizer's loops run on the host (MasterWeights places each
     // sub-group's state: on the host, or on the device for those a partial offload keeps there).
-    optimizer_ = make_optimizer(*cfg_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
+    optimizer_ = make_optimizer(*plan_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
   }
-  const ParamOffload offload = param_offload_from_config(z, cfg_.aio, zero_.parameters_partitioned);
+  const ParamOffloadPlan& offload = plan_.param_offload;
   param_offload_ = offload.device;
   if (options_.eval_only && world.rank() == 0 &&
       (!zero_.parameters_partitioned || offload.device == OffloadDevice::none))
@@ -84,35 +83,36 @@ Engine::Engine(Plugin& plugin, const config::LoadedConfig& loaded, comm::Communi
         zero_.stage, zero_.parameters_partitioned ? "its partitions on the device" : "the whole model");
 
   const int nodes = options_.ranks_per_node > 0 ? world.size() / options_.ranks_per_node : 1;
-  const Stage3Options s3 = stage3_options(z, zero_, world.size(), nodes, world.rank() == 0);
-  plan_ = plan_memory_for(s3, offload);
+  if (world.rank() == 0)
+    if (std::string zpp = describe_zeropp(zero_, plan_.stage3, world.size(), nodes); !zpp.empty()) log::info("{}", zpp);
+  memory_plan_ = make_memory_plan();
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", zero_.stage,
               world.size(), world.size() == 1 ? "" : "s", dtype_name(precision_.params), dtype_name(precision_.grads),
               scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
-              format_memory_plan(plan_, nullptr, deepspeed_estimate()));
+              format_memory_plan(memory_plan_, nullptr, deepspeed_estimate()));
   if (world.rank() == 0) {
     const auto act = static_cast<size_t>(MemCategory::activations);
     log::info("{}; planned activations per rank (bytes): device={}, host={}",
-              describe_checkpointing(ckpt_, static_cast<int>(plugin.layers().size())), plan_.bytes[act],
-              plan_.host[act]);
+              describe_checkpointing(ckpt_, static_cast<int>(plugin.layers().size())), memory_plan_.bytes[act],
+              memory_plan_.host[act]);
   }
   try {
-    allocate(s3, offload);
+    allocate();
   } catch (const OutOfDeviceMemory& e) {
     out_of_memory(e);
   }
 }
 
-void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
-  const config::ZeroConfig& z = cfg_.zero_optimization;
+void Engine::allocate() {
   comm::Communicator& world = world_;
   Device& device = device_;
   Plugin& plugin = plugin_;
-  params_ =
-      std::make_unique<ParamStore>(layout_, world, device, precision_.params, zero_.parameters_partitioned, s3, host_, offload);
+  const ParamOffloadPlan& offload = plan_.param_offload;
+  params_ = std::make_unique<ParamStore>(layout_, world, device, precision_.params, zero_.parameters_partitioned,
+                                         plan_.stage3, host_, offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
-  if (cfg_.flops_profiler.enabled) profiler_ = make_profiler();
+  if (plan_.flops_profiler.enabled) profiler_ = make_profiler();
   runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, precision_.params,
                                           precision_.grads, ckpt_, host_);
   runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
@@ -131,7 +131,7 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
 
   MasterOptions mo;
-  mo.sub_group_size = zero_.parameters_partitioned ? z.sub_group_size : 0;
+  mo.sub_group_size = zero_.sub_group_size;
   mo.offload = offload_;
   mo.host = host_;
   mo.rank = world.rank();
@@ -139,12 +139,12 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
 
   GradReduceOptions r;
   r.reduction = zero_.reduction;
-  r.bucket_elements = z.reduce_bucket_size;
-  r.predivide_factor = cfg_.gradient_predivide_factor;
-  r.prescale = cfg_.prescale_gradients;
-  r.reduce_scatter = z.reduce_scatter;
-  r.overlap = z.overlap();
-  r.quantized_gradients = zero_.parameters_partitioned && z.zero_quantized_gradients;
+  r.bucket_elements = zero_.reduce_bucket_elements;
+  r.predivide_factor = plan_.gradients.predivide_factor;
+  r.prescale = plan_.gradients.prescale;
+  r.reduce_scatter = zero_.reduce_scatter;
+  r.overlap = zero_.overlap_comm;
+  r.quantized_gradients = zero_.quantized_gradients;
   r.ranks_per_node = std::max(1, options_.ranks_per_node);
   if (offload_.device != OffloadDevice::none) {  // the offloaded sub-groups' share (all unless ratio < 1)
     r.partition_device = host_;
@@ -154,10 +154,10 @@ void Engine::allocate(const Stage3Options& s3, const ParamOffload& offload) {
   grads_ = std::make_unique<GradReducer>(world, layout_, device, precision_.grads, r);
 
   DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,
-                             cfg_.dataloader_drop_last);
-  loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, cfg_.dataloader_drop_last);
+                             plan_.batch.drop_last);
+  loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, plan_.batch.drop_last);
 
-  schedule_ = make_lr_schedule(cfg_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
+  schedule_ = make_lr_schedule(plan_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
 
 }
 
@@ -179,8 +179,8 @@ CheckpointView Engine::checkpoint_view() {
   v.micro_batch = micro_;
   v.gradient_accumulation_steps = gas_;
   v.seed = options_.seed;
-  v.config_json = config::format_effective_config_json(loaded_);
-  v.gather_16bit_weights = zero_.parameters_partitioned && cfg_.zero_optimization.gather_16bit_weights_on_model_save;
+  v.config_json = plan_.effective_json;
+  v.gather_16bit_weights = zero_.gather_16bit_weights_on_save;
   return v;
 }
 
@@ -256,7 +256,7 @@ void Engine::run() {
     if (step - first_step == 1 && world_.rank() == 0) {
       MemoryStats m = device_.stats();
       MemoryStats h = host_stats();
-      log::info("memory after the first step:\n{}", format_memory_plan(plan_, &m, deepspeed_estimate(), &h));
+      log::info("memory after the first step:\n{}", format_memory_plan(memory_plan_, &m, deepspeed_estimate(), &h));
     }
     if (step - first_step == warmup) timed_from = Clock::now();
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
@@ -374,7 +374,7 @@ bool Engine::prepare_gradients(float* grad_scale) {
   // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
   const bool partitioned = zero_.optimizer_partitioned && world_.size() > 1;
   // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
-  if (scaler_->checks_overflow() || (precision_.params == DType::bf16 && cfg_.bf16.check_grad_overflow)) {
+  if (scaler_->checks_overflow() || plan_.gradients.check_bf16_overflow) {
     // Tests of loss scaling: an inf in one rank's gradients.
     inject_fault(FaultPoint::gradients_reduced, counters_.global_steps + 1, world_.rank(), world_.size(), [&] {
       over_groups([&](void* g, int64_t, Device& where) {
@@ -393,8 +393,8 @@ bool Engine::prepare_gradients(float* grad_scale) {
     if (scaler_->checks_overflow()) scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
     if (overflow != 0) return false;
   }
-  double max_norm = cfg_.gradient_clipping;
-  if (max_norm <= 0 && cfg_.steps_per_print <= 0) return true;
+  double max_norm = plan_.gradients.clipping;
+  if (max_norm <= 0 && plan_.steps_per_print <= 0) return true;
   double sq = 0;
   over_groups([&](void* g, int64_t n, Device& where) { sq += kernels::math_of(where).sum_squares(g, grads_->dtype(), n); });
   if (partitioned) world_.allreduce(&sq, 1, DType::f64);
@@ -422,7 +422,7 @@ void Engine::log_step(double local_loss) {
   }
   window_loss_ += loss;
   ++window_steps_;
-  int64_t every = cfg_.steps_per_print;
+  int64_t every = plan_.steps_per_print;
   if (every <= 0 || (step % every != 0 && step != total_steps_)) return;
   double secs = seconds_since(window_start_);
   StepReport r;
@@ -441,7 +441,7 @@ void Engine::log_step(double local_loss) {
     log::info("{}", format_step_line(r));
     if (!swap.empty()) log::info("{}", swap);
     if (std::string p = runner_->checkpoint_profile(); !p.empty()) log::info("{}", p);
-    if (cfg_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
+    if (plan_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
   }
   window_start_ = Clock::now();
   window_steps_ = 0;

@@ -13,9 +13,7 @@
 #pragma once
 
 #include "collectives/communicator.h"
-#include "configs/load.h"
-#include "configs/plans.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/observe/comms_log.h"
 #include "runtime/observe/flops_profiler.h"
 #include "runtime/observe/memory_plan.h"
@@ -23,6 +21,7 @@
 #include "runtime/optim/loss_scaler.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
+#include "runtime/plans.h"
 #include "runtime/train/batch_loader.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/layer_runner.h"
@@ -30,7 +29,6 @@
 #include "runtime/zero/grad_reducer.h"
 #include "runtime/zero/master_weights.h"
 #include "runtime/zero/param_store.h"
-#include "runtime/zero/zero_plan.h"
 
 #include <memory>
 #include <optional>
@@ -68,7 +66,7 @@ class Engine {
   // `host`: the host memory offload and cpu_checkpointing use (pinned next to a GPU), which
   // must outlive the engine (the communicators stage device buffers through it too); null: the
   // engine makes its own with make_host_device().
-  Engine(Plugin& plugin, const config::LoadedConfig& config, comm::Communicator& world, Device& device,
+  Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world, Device& device,
          const dscpp_ops& ops, TrainOptions options, Device* host = nullptr);
   ~Engine();
 
@@ -86,8 +84,8 @@ class Engine {
   int zero_stage() const { return zero_.stage; }
 
  private:
-  void allocate(const Stage3Options& s3, const ParamOffload& offload);
-  MemoryPlan plan_memory_for(const Stage3Options& s3, const ParamOffload& offload) const;  // engine_memory.cpp
+  void allocate();
+  MemoryPlan make_memory_plan() const;  // engine_memory.cpp  // engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);  // engine_memory.cpp, as the reports below
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
@@ -106,8 +104,7 @@ class Engine {
   bool profiling_step() const { return profiler_ && counters_.global_steps + 1 == profiler_->profile_step(); }
 
   Plugin& plugin_;
-  const config::LoadedConfig& loaded_;
-  const config::DsConfig& cfg_;
+  const TrainPlan plan_;  // the checked config, resolved (configs/plans.h)
   comm::Communicator& world_;
   Device& device_;
   std::unique_ptr<Device> own_host_;  // when the caller gave no host device
@@ -117,9 +114,9 @@ class Engine {
 
   int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
   ZeroPlan zero_;
-  config::PrecisionPlan precision_;  // parameter, gradient and wire dtypes (configs/plans.h)
+  PrecisionPlan precision_;  // parameter, gradient and wire dtypes
   FlatLayout layout_;
-  MemoryPlan plan_;
+  MemoryPlan memory_plan_;
   CheckpointingOptions ckpt_;  // activation_checkpointing
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<GradReducer> grads_;
@@ -129,7 +126,7 @@ class Engine {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
-  OptimizerOffload offload_;  // zero_optimization.offload_optimizer
+  OptimizerOffloadPlan offload_;  // zero_optimization.offload_optimizer
   OffloadDevice param_offload_ = OffloadDevice::none;  // zero_optimization.offload_param (stage 3)
   SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
   std::unique_ptr<LossScaler> scaler_;

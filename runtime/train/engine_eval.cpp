@@ -61,10 +61,10 @@ void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
       "the device: {}) plus activations and buffers for micro-batch {} ({}). Raise --device_memory_limit, lower "
       "train_micro_batch_size_per_gpu or stage3_prefetch_bucket_size{}.",
       e.what(), format_bytes(layout_.max_group_numel * elem),
-      format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::params)]), micro_,
-      format_bytes(plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
-                   plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
-      zero_.parameters_partitioned && config::param_offload_device(cfg_.zero_optimization) != OffloadDevice::none
+      format_bytes(memory_plan_.bytes[static_cast<size_t>(MemCategory::params)]), micro_,
+      format_bytes(memory_plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
+                   memory_plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
+      zero_.parameters_partitioned && param_offload_ != OffloadDevice::none
           ? ""
           : ", or use zero_optimization stage 3 with offload_param cpu or nvme so that the partitions leave the "
             "device");

@@ -12,8 +12,9 @@
 
 namespace dscpp::runtime {
 
-MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& offload) const {
-  const config::ZeroConfig& z = cfg_.zero_optimization;
+MemoryPlan Engine::make_memory_plan() const {
+  const Stage3Plan& s3 = plan_.stage3;
+  const ParamOffloadPlan& offload = plan_.param_offload;
   MemoryPlanInputs mp;
   mp.zero = zero_;
   mp.world = world_.size();
@@ -24,7 +25,7 @@ MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& 
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
   mp.training = !options_.eval_only;
   mp.micro_batch = micro_;
-  mp.overlap_comm = z.overlap();
+  mp.overlap_comm = zero_.overlap_comm;
   mp.checkpointing = ckpt_;
   if (zero_.parameters_partitioned)  // gathered groups, plus hpZ's copies (parameters too)
     mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3) + ParamStore::hpz_secondary_bound(layout_, s3);
@@ -32,7 +33,7 @@ MemoryPlan Engine::plan_memory_for(const Stage3Options& s3, const ParamOffload& 
   if (offload_.device != OffloadDevice::none) {
     // As MasterWeights will split them: the first sub-groups offloaded, the rest on the device.
     const OffloadSplit split = offload_split(
-        make_sub_groups(layout_, zero_.parameters_partitioned, zero_.parameters_partitioned ? z.sub_group_size : 0),
+        make_sub_groups(layout_, zero_.parameters_partitioned, zero_.sub_group_size),
         offload_);
     mp.max_sub_group = split.largest_offloaded;
     mp.offloaded_elements = split.offloaded_elements;
@@ -77,7 +78,7 @@ void Engine::out_of_memory(const OutOfDeviceMemory& e) {
   // What each stage would hold for this model, so the user can pick one that fits.
   const int64_t elem = static_cast<int64_t>(dtype_size(precision_.params));
   const int64_t optim = (optimizer_ ? optimizer_->state_bytes_per_element() : 0) + (precision_.params == DType::f32 ? 0 : 4);
-  const int64_t other = plan_.total() - plan_.model_states();  // activations and buffers
+  const int64_t other = memory_plan_.total() - memory_plan_.model_states();  // activations and buffers
   const int64_t limit = device_.stats().limit;
   auto states = [&](int stage, int ranks) { return model_state_bytes(stage, ranks, layout_.total, elem, optim); };
   std::string options;
@@ -95,8 +96,8 @@ void Engine::out_of_memory(const OutOfDeviceMemory& e) {
       "{}\nAt ZeRO stage {} on {} rank{} this rank holds {} of model states; planned in all: {} ({} of it "
       "activations and buffers for micro-batch {}).{}{} Or offload (zero_optimization.offload_optimizer / "
       "offload_param), or lower train_micro_batch_size_per_gpu.",
-      e.what(), zero_.stage, world_.size(), world_.size() == 1 ? "" : "s", format_bytes(plan_.model_states()),
-      format_bytes(plan_.total()), format_bytes(other), micro_,
+      e.what(), zero_.stage, world_.size(), world_.size() == 1 ? "" : "s", format_bytes(memory_plan_.model_states()),
+      format_bytes(memory_plan_.total()), format_bytes(other), micro_,
       options.empty() ? (world_.size() == 1 ? " With one rank ZeRO has nothing to partition across: add ranks." : "")
                       : fmt::format(" Model states per rank at higher stages: {}.", options),
       ranks_needed);
@@ -112,17 +113,17 @@ void Engine::log_memory_peaks() {
     peaks += fmt::format("{}={}, ", key, m.peak[c]);
   }
   log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
-            m.total_peak, plan_.model_states(), deepspeed_estimate());
-  if (plan_.offloaded()) {
+            m.total_peak, memory_plan_.model_states(), deepspeed_estimate());
+  if (memory_plan_.offloaded()) {
     MemoryStats h = host_stats();
     std::string host;
     for (size_t c = 0; c < kMemCategories; ++c) {
       std::string key = mem_category_name(static_cast<MemCategory>(c));
       std::replace(key.begin(), key.end(), ' ', '_');
-      host += fmt::format("{}={}/{}, ", key, h.peak[c], plan_.host[c]);
+      host += fmt::format("{}={}/{}, ", key, h.peak[c], memory_plan_.host[c]);
     }
     log::info("host memory peak per rank (bytes, measured/planned): {}total={}/{}; NVMe planned={}", host,
-              h.total_peak, plan_.host_total(), plan_.nvme_total());
+              h.total_peak, memory_plan_.host_total(), memory_plan_.nvme_total());
   }
   if (offload_.device != OffloadDevice::none) {
     // Where the optimizer state went: with ratio < 1 the device keeps the resident sub-groups'.
@@ -130,14 +131,14 @@ void Engine::log_memory_peaks() {
     const OffloadSplit& split = master_->split();
     log::info("optimizer state per rank (bytes, measured/planned): device={}/{}, host={}/{}, nvme planned={}; {} of "
               "{} sub-groups offloaded",
-              m.peak[o], plan_.bytes[o], host_stats().peak[o], plan_.host[o], plan_.nvme[o], split.offloaded,
+              m.peak[o], memory_plan_.bytes[o], host_stats().peak[o], memory_plan_.host[o], memory_plan_.nvme[o], split.offloaded,
               split.offloaded + split.resident);
   }
   if (!params_->home().all_on_device())
     log::info("parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; planned device "
               "params={}",
               params_->home().host_bytes(), params_->home().nvme_bytes(), params_->home().swap_buffer_bytes(),
-              plan_.bytes[static_cast<size_t>(MemCategory::params)]);
+              memory_plan_.bytes[static_cast<size_t>(MemCategory::params)]);
 }
 
 MemoryStats Engine::host_stats() const {

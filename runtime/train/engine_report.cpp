@@ -31,14 +31,14 @@ std::unique_ptr<FlopsProfiler> Engine::make_profiler() const {
     names.push_back(plugin_.layers()[l].name);
     params.push_back(layout_.layer_range[l].second - layout_.layer_range[l].first);
   }
-  return std::make_unique<FlopsProfiler>(ops_, std::move(names), std::move(params), cfg_.flops_profiler);
+  return std::make_unique<FlopsProfiler>(ops_, std::move(names), std::move(params), plan_.flops_profiler);
 }
 
 // DeepSpeed prints the profile on rank 0, into output_file when one is set.
 void Engine::report_profile(double step_s) {
   if (world_.rank() != 0) return;
   const std::string text = profiler_->report(step_s, train_batch_ / world_.size());
-  const auto& file = cfg_.flops_profiler.output_file;
+  const auto& file = plan_.flops_profiler.output_file;
   if (!file) return log::info("{}", text);
   std::ofstream out(*file);
   out << text;

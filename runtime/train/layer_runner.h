@@ -20,8 +20,8 @@
 // act on the stored gradients.
 #pragma once
 
-#include "core/device.h"
 #include "core/dtype.h"
+#include "device/device.h"
 #include "runtime/train/activation_checkpointing.h"
 #include "runtime/train/plugin.h"
 #include "runtime/zero/flat_layout.h"

@@ -24,9 +24,9 @@
 #pragma once
 
 #include "collectives/communicator.h"
-#include "core/device.h"
+#include "device/device.h"
+#include "runtime/plans.h"
 #include "runtime/zero/flat_layout.h"
-#include "runtime/zero/zero_plan.h"
 
 #include <memory>
 #include <optional>

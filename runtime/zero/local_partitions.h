@@ -12,7 +12,7 @@
 
 #include "checkpoint/partition_layout.h"
 #include "checkpoint/tensor_source.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/zero/flat_layout.h"
 #include "runtime/zero/master_weights.h"

@@ -26,7 +26,7 @@ std::vector<SubGroup> make_sub_groups(const FlatLayout& layout, bool partitioned
   return subs;
 }
 
-OffloadSplit offload_split(const std::vector<SubGroup>& subs, const OptimizerOffload& offload) {
+OffloadSplit offload_split(const std::vector<SubGroup>& subs, const OptimizerOffloadPlan& offload) {
   OffloadSplit s;
   s.offloaded = offloaded_sub_groups(offload, static_cast<int>(subs.size()));
   s.resident = static_cast<int>(subs.size()) - s.offloaded;

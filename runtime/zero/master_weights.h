@@ -25,7 +25,7 @@
 // at stages 1–3 (DeepSpeed hands its optimizer one flat tensor per partition).
 #pragma once
 
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/offload/optimizer_offload.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/zero/flat_layout.h"
@@ -56,11 +56,11 @@ struct OffloadSplit {
   int64_t offloaded_elements = 0;  // Σ numel of the offloaded sub-groups
   int64_t largest_offloaded = 0;   // numel of the largest of them (host scratch, swap slots)
 };
-OffloadSplit offload_split(const std::vector<SubGroup>& subs, const OptimizerOffload& offload);
+OffloadSplit offload_split(const std::vector<SubGroup>& subs, const OptimizerOffloadPlan& offload);
 
 struct MasterOptions {
   int64_t sub_group_size = 0;  // stage 3 (partitioned parameters) only
-  OptimizerOffload offload;    // device none: everything on the training device
+  OptimizerOffloadPlan offload;    // device none: everything on the training device
   Device* host = nullptr;      // offload: host memory for the master, state and fp32 gradients
   int rank = 0;                // names the NVMe swap directory
 };

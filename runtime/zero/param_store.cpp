@@ -4,41 +4,26 @@
 #include "core/log.h"
 #include "runtime/zero/zeropp.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace dscpp::runtime {
 
-Stage3Options stage3_options(const config::ZeroConfig& z, const ZeroPlan& zero, int world_size, int nodes, bool log) {
-  Stage3Options s3;
-  s3.prefetch_bucket_size = z.prefetch_bucket_size;
-  s3.max_live_parameters = z.max_live_parameters;
-  s3.max_reuse_distance = z.max_reuse_distance;
-  s3.param_persistence_threshold = z.param_persistence_threshold;
-  s3.model_persistence_threshold = z.model_persistence_threshold;
-  if (!zero.parameters_partitioned) return s3;  // the config check already refused ZeRO++ below stage 3
-  s3.quantized_weights = z.zero_quantized_weights;
-  const int64_t h = z.zero_hpz_partition_size;
-  if (h > 1 && (h > world_size || world_size % h != 0))
-    fail("zero_optimization.zero_hpz_partition_size is {}: it must divide the number of ranks ({}); hpZ groups are "
-         "that many consecutive ranks, normally the ranks of one node",
-         h, world_size);
-  s3.hpz_partition_size = static_cast<int>(std::max<int64_t>(h, 1));
-  if (z.zeropp_loco_param && z.zero_quantized_gradients)
-    fail("zero_optimization.zeropp_loco_param is set: qgZ's LoCo error feedback is not implemented by dscpp; remove "
-         "the section (qgZ then runs without error feedback)");
-  if (log && (s3.quantized_weights || s3.hpz_partition_size > 1 || z.zero_quantized_gradients))
-    log::info("ZeRO++:{}{}{}", s3.quantized_weights ? " qwZ (parameter gathers in int8, groups of 8000-16000)" : "",
-              s3.hpz_partition_size > 1
-                  ? fmt::format(" hpZ (secondary copies within groups of {} ranks serve the gathers until the step)",
-                                s3.hpz_partition_size)
-                  : std::string(),
-              !z.zero_quantized_gradients ? ""
-              : nodes > 1
-                  ? fmt::format(" qgZ (gradients reduced in int4 by two all-to-alls: inside {} nodes of {} ranks, "
+std::string describe_zeropp(const ZeroPlan& zero, const Stage3Plan& s3, int world_size, int nodes) {
+  if (!zero.parameters_partitioned) return "";  // the config check refused ZeRO++ below stage 3
+  if (!s3.quantized_weights && s3.hpz_partition_size <= 1 && !zero.quantized_gradients) return "";
+  return fmt::format(
+      "ZeRO++:{}{}{}", s3.quantized_weights ? " qwZ (parameter gathers in int8, groups of 8000-16000)" : "",
+      s3.hpz_partition_size > 1
+          ? fmt::format(" hpZ (secondary copies within groups of {} ranks serve the gathers until the step)",
+                        s3.hpz_partition_size)
+          : std::string(),
+      !zero.quantized_gradients ? ""
+      : nodes > 1 ? fmt::format(" qgZ (gradients reduced in int4 by two all-to-alls: inside {} nodes of {} ranks, "
                                 "then across)",
                                 nodes, world_size / nodes)
                   : " qgZ requested, but one node: a plain reduce-scatter, as DeepSpeed does");
-  return s3;
 }
 
 struct ParamStore::Slot {
@@ -47,7 +32,7 @@ struct ParamStore::Slot {
 };
 
 ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Device& device, DType dtype,
-                       bool partitioned, const Stage3Options& stage3, Device* host, const ParamOffload& offload)
+                       bool partitioned, const Stage3Plan& stage3, Device* host, const ParamOffloadPlan& offload)
     : layout_(layout),
       comm_(comm),
       device_(device),
@@ -72,14 +57,14 @@ ParamStore::ParamStore(const FlatLayout& layout, comm::Communicator& comm, Devic
   }
 }
 
-std::vector<bool> ParamStore::regathered_in_backward(const FlatLayout& layout, const Stage3Options& s3) {
+std::vector<bool> ParamStore::regathered_in_backward(const FlatLayout& layout, const Stage3Plan& s3) {
   std::vector<bool> persistent = persistent_groups(layout, s3), kept = kept_for_reuse(layout, s3);
   std::vector<bool> out(layout.groups.size());
   for (size_t g = 0; g < out.size(); ++g) out[g] = layout.groups[g].numel > 0 && !persistent[g] && !kept[g];
   return out;
 }
 
-int64_t ParamStore::hpz_secondary_bound(const FlatLayout& layout, const Stage3Options& s3) {
+int64_t ParamStore::hpz_secondary_bound(const FlatLayout& layout, const Stage3Plan& s3) {
   if (s3.hpz_partition_size <= 1) return 0;
   std::vector<bool> again = regathered_in_backward(layout, s3);
   int64_t n = 0;
@@ -88,7 +73,7 @@ int64_t ParamStore::hpz_secondary_bound(const FlatLayout& layout, const Stage3Op
   return n;
 }
 
-std::vector<bool> ParamStore::persistent_groups(const FlatLayout& layout, const Stage3Options& s3) {
+std::vector<bool> ParamStore::persistent_groups(const FlatLayout& layout, const Stage3Plan& s3) {
   std::vector<bool> out(layout.groups.size(), false);
   int64_t kept = 0;
   for (size_t g = 0; g < layout.groups.size(); ++g) {
@@ -102,7 +87,7 @@ std::vector<bool> ParamStore::persistent_groups(const FlatLayout& layout, const 
   return out;
 }
 
-int64_t ParamStore::gathered_bound(const FlatLayout& layout, const Stage3Options& s3) {
+int64_t ParamStore::gathered_bound(const FlatLayout& layout, const Stage3Plan& s3) {
   // Persistent and reuse-kept groups, the group in use, and the prefetch window.
   std::vector<bool> persistent = persistent_groups(layout, s3), kept = kept_for_reuse(layout, s3);
   int64_t fixed = 0, others = 0;
@@ -229,7 +214,7 @@ const void* ParamStore::layer_params(int layer, bool backward, bool prefetch) {
          (first - g.begin) * static_cast<int64_t>(elem_);
 }
 
-std::vector<bool> ParamStore::kept_for_reuse(const FlatLayout& layout, const Stage3Options& s3) {
+std::vector<bool> ParamStore::kept_for_reuse(const FlatLayout& layout, const Stage3Plan& s3) {
   // Forward is followed by backward in reverse order: between a group's forward use and its
   // backward use, every later group is used twice. Walked from the end, one pass.
   std::vector<bool> keep(layout.groups.size(), false);

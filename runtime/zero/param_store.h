@@ -33,45 +33,33 @@
 #pragma once
 
 #include "collectives/communicator.h"
-#include "configs/ds_config.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/offload/param_home.h"
+#include "runtime/plans.h"
 #include "runtime/zero/flat_layout.h"
-#include "runtime/zero/zero_plan.h"
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace dscpp::runtime {
 
-struct Stage3Options {
-  int64_t prefetch_bucket_size = 50000000;
-  int64_t max_live_parameters = 1000000000;
-  int64_t max_reuse_distance = 1000000000;
-  int64_t param_persistence_threshold = 100000;
-  int64_t model_persistence_threshold = INT64_MAX;
-  // ZeRO++ (runtime/zero/zeropp.h).
-  bool quantized_weights = false;  // qwZ: gathers send int8
-  int hpz_partition_size = 1;      // hpZ: > 1 keeps a secondary copy per group of that many ranks
-};
-
-// The stage-3 knobs of zero_optimization; throws naming the key when zero_hpz_partition_size
-// does not divide the world. `log`: say which ZeRO++ switches are on (qgZ lives in GradReducer;
-// `nodes` says whether it applies).
-Stage3Options stage3_options(const config::ZeroConfig& z, const ZeroPlan& zero, int world_size, int nodes, bool log);
+// The ZeRO++ switches on (qwZ, hpZ: ParamStore; qgZ: GradReducer) as one log line, or "" when
+// none is; `nodes` says whether qgZ applies.
+std::string describe_zeropp(const ZeroPlan& zero, const Stage3Plan& s3, int world_size, int nodes);
 
 class ParamStore {
  public:
   // `host`: where offloaded slices are counted (required when offload.device is not none).
   ParamStore(const FlatLayout& layout, comm::Communicator& comm, Device& device, DType dtype, bool partitioned,
-             const Stage3Options& stage3 = {}, Device* host = nullptr, const ParamOffload& offload = {});
+             const Stage3Plan& stage3 = {}, Device* host = nullptr, const ParamOffloadPlan& offload = {});
   ~ParamStore();
 
   // Stage 3: which groups stay gathered (DeepSpeed's persistence walk with the group as the
   // unit), and a bound on the elements gathered at any moment under this policy.
-  static std::vector<bool> persistent_groups(const FlatLayout& layout, const Stage3Options& stage3);
-  static int64_t gathered_bound(const FlatLayout& layout, const Stage3Options& stage3);
+  static std::vector<bool> persistent_groups(const FlatLayout& layout, const Stage3Plan& stage3);
+  static int64_t gathered_bound(const FlatLayout& layout, const Stage3Plan& stage3);
 
   DType dtype() const { return dtype_; }
   bool partitioned() const { return partitioned_; }
@@ -111,7 +99,7 @@ class ParamStore {
   // hpZ's communicator (nullptr when hpZ is off), for its traffic figures.
   const comm::Communicator* hpz_group() const { return hpz_.get(); }
   // Elements of the hpZ secondary copies a training step holds at most (0: hpZ off).
-  static int64_t hpz_secondary_bound(const FlatLayout& layout, const Stage3Options& stage3);
+  static int64_t hpz_secondary_bound(const FlatLayout& layout, const Stage3Plan& stage3);
 
  private:
   struct Slot;
@@ -125,9 +113,9 @@ class ParamStore {
   void prefetch_after(int layer, bool backward);
   void keep_secondary(int group);
   // Groups whose forward gather is followed by a backward gather (hpZ keeps a copy of those).
-  static std::vector<bool> regathered_in_backward(const FlatLayout& layout, const Stage3Options& stage3);
+  static std::vector<bool> regathered_in_backward(const FlatLayout& layout, const Stage3Plan& stage3);
   // Per group: kept gathered from its forward to its backward (stage3_max_reuse_distance).
-  static std::vector<bool> kept_for_reuse(const FlatLayout& layout, const Stage3Options& stage3);
+  static std::vector<bool> kept_for_reuse(const FlatLayout& layout, const Stage3Plan& stage3);
 
   const FlatLayout& layout_;
   comm::Communicator& comm_;
@@ -135,7 +123,7 @@ class ParamStore {
   DType dtype_;
   size_t elem_;
   bool partitioned_;
-  Stage3Options s3_;
+  Stage3Plan s3_;
   std::unique_ptr<ParamHome> home_;  // the full array (stage 0–2) or the owned slices (stage 3)
   std::vector<Slot> slots_;
   std::vector<bool> persistent_, kept_for_reuse_;

@@ -21,8 +21,8 @@
 #pragma once
 
 #include "collectives/communicator.h"
-#include "core/device.h"
 #include "core/dtype.h"
+#include "device/device.h"
 
 #include <cstdint>
 

@@ -11,7 +11,7 @@
 //                              must fail at once with the schedule check's message, after
 //                              which the unchecked engine still works (exit 0 when all held)
 #include "collectives/communicator.h"
-#include "kernels/cuda/sim/sim_device.h"
+#include "kernels/cuda/sim/sim_kernels.h"
 #include "tests/collectives/matrix.h"
 
 #include <fmt/format.h>

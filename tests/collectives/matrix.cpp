@@ -1,6 +1,6 @@
 #include "tests/collectives/matrix.h"
 
-#include "core/device.h"
+#include "device/device.h"
 
 #include <fmt/format.h>
 

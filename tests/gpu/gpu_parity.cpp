@@ -1,11 +1,11 @@
 // The GPU suite (`meson test --suite gpu`): every CUDA kernel against its CPU twin on a real
-// device, through the CUDA device (core/cuda_device.h). tests/gpu/gpu_suite.sh runs it only
+// device, through the CUDA device (device/cuda_device.h). tests/gpu/gpu_suite.sh runs it only
 // when dscpp-cuda-check finds a usable device and otherwise exits 77 (Meson's "skipped") with
 // the reason, as on the CI machines, which have none: there this suite has never run. Tolerances: bit-identical where the shared element math is evaluated in the
 // same order (casts, amp, Adam/AdamW/SGD/Adagrad/Lion, quantization, elementwise ops), fp32
 // rounding of differently ordered sums otherwise (row ops, GEMMs, LAMB's norms).
 #include "build_config.h"
-#include "core/cuda_device.h"
+#include "device/cuda_device.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "kernels/cpu/optim/optim_cpu.h"

@@ -13,7 +13,7 @@
 //   sim-host-read cuda-sim device memory, filled by copy_from_host, read by host code (dies)
 #include "core/protected_memory.h"
 #include "core/thread_pool.h"
-#include "kernels/cuda/sim/sim_device.h"
+#include "kernels/cuda/sim/sim_kernels.h"
 
 #include <unistd.h>
 

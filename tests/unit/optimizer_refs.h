@@ -17,8 +17,8 @@
 #pragma once
 
 #include "configs/ds_config.h"
-#include "core/device.h"
 #include "core/thread_pool.h"
+#include "device/device.h"
 #include "kernels/cpu/optim/optim_cpu.h"
 #include "runtime/optim/optimizer.h"
 

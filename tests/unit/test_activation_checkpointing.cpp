@@ -3,7 +3,9 @@
 // boundaries, segments follow the documented rule, and the bytes the layout names are what
 // ActivationMemory allocates on the device and on the host. Training parity and measured peaks
 // are in tests/system/activation_checkpointing.sh.
-#include "core/device.h"
+#include "configs/load.h"
+#include "configs/plans.h"
+#include "device/device.h"
 #include "runtime/train/activation_checkpointing.h"
 
 #include <catch2/catch.hpp>
@@ -24,6 +26,12 @@ config::LoadedConfig load(const std::string& members) {
   return config::load_config_text(text, "t.json", config::RunFacts{});
 }
 
+// The options the engine makes from this config for a model of `layers` layers.
+CheckpointingOptions options_from(const dscpp::config::LoadedConfig& c, int layers) {
+  const dscpp::config::TrainPlan plan = dscpp::config::train_plan(c, 1);
+  return checkpointing_options(plan.activation_checkpointing, plan.file_name, layers);
+}
+
 // n layers: outputs of 16·(l+1) elements, saved 100 bytes each (not a multiple of 64).
 std::vector<LayerDecl> layers(int n) {
   std::vector<LayerDecl> out(static_cast<size_t>(n));
@@ -37,11 +45,11 @@ std::vector<LayerDecl> layers(int n) {
 }  // namespace
 
 TEST_CASE("activation_checkpointing: off without the section, every boundary with an empty one") {
-  CHECK_FALSE(checkpointing_options(load(""), 6).enabled);
-  CheckpointingOptions o = checkpointing_options(load(R"("activation_checkpointing": {})"), 6);
+  CHECK_FALSE(options_from(load(""), 6).enabled);
+  CheckpointingOptions o = options_from(load(R"("activation_checkpointing": {})"), 6);
   CHECK(o.enabled);
   CHECK(o.checkpoints == 5);
-  o = checkpointing_options(load(R"("activation_checkpointing": {"number_checkpoints": 2, "cpu_checkpointing": true})"),
+  o = options_from(load(R"("activation_checkpointing": {"number_checkpoints": 2, "cpu_checkpointing": true})"),
                             6);
   CHECK(o.checkpoints == 2);
   CHECK(o.cpu_checkpointing);
@@ -50,7 +58,7 @@ TEST_CASE("activation_checkpointing: off without the section, every boundary wit
 TEST_CASE("activation_checkpointing: number_checkpoints beyond the boundaries names the key and both numbers") {
   auto c = load(R"("activation_checkpointing": {"number_checkpoints": 6})");
   REQUIRE(c.ok());
-  CHECK_THROWS_WITH(checkpointing_options(c, 6), Contains("activation_checkpointing.number_checkpoints") &&
+  CHECK_THROWS_WITH(options_from(c, 6), Contains("activation_checkpointing.number_checkpoints") &&
                                                      Contains("expected 1 to 5") && Contains("found 6") &&
                                                      Contains("t.json"));
   // Keys and types are the config reader's: a misspelling names the closest key.

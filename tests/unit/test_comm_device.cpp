@@ -8,7 +8,7 @@
 // are refused by create_world, naming the remedy.
 #include "collectives/communicator.h"
 #include "core/protected_memory.h"
-#include "kernels/cuda/sim/sim_device.h"
+#include "kernels/cuda/sim/sim_kernels.h"
 #include "tests/collectives/matrix.h"
 #include "tests/unit/thread_ranks.h"
 

@@ -1,8 +1,8 @@
 // The pieces of the CUDA device that need no GPU: the caching allocator (over a counting
 // malloc backend) and the device choice from LOCAL_RANK and the visible devices.
-#include "core/caching_allocator.h"
-#include "core/device_select.h"
 #include "core/error.h"
+#include "device/caching_allocator.h"
+#include "device/device_select.h"
 
 #include <catch2/catch.hpp>
 

@@ -5,7 +5,7 @@
 // compared to 1e-12 relative (doubles over ≤ 70,001 squares) and LAMB's weights to 1e-6.
 // Sizes cover the vector tail (n mod 4), one element, several blocks and more than one
 // multi-tensor chunk (65,536 elements). The sim device must refuse host pointers, as a GPU would.
-#include "kernels/cuda/sim/sim_device.h"
+#include "kernels/cuda/sim/sim_kernels.h"
 #include "kernels/device_math.h"
 
 #include <catch2/catch.hpp>

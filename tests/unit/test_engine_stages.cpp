@@ -16,8 +16,8 @@
 #include "collectives/backend.h"
 #include "collectives/communicator.h"
 #include "configs/load.h"
-#include "core/device.h"
 #include "core/error.h"
+#include "device/device.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "runtime/train/engine.h"
 #include "runtime/train/plugin.h"
@@ -98,7 +98,7 @@ Weights train(int stage, int world, int micro, int gas, int steps, const fs::pat
     o.load_dir = load.string();
     o.eval = false;
     o.seed = seed;
-    Engine engine(plugin, loaded, comm, *device, ops, o);
+    Engine engine(plugin, config::train_plan(loaded, comm.size()), comm, *device, ops, o);
     engine.run();
   });
   const fs::path out = dir / (save.filename().string() + ".safetensors");

@@ -9,11 +9,11 @@
 // stage N's slice / world equals stage 0's same elements, which the last case checks directly.
 #include "collectives/backend.h"
 #include "collectives/communicator.h"
-#include "core/device.h"
 #include "core/dtype.h"
+#include "device/device.h"
+#include "runtime/plans.h"
 #include "runtime/zero/flat_layout.h"
 #include "runtime/zero/grad_reducer.h"
-#include "runtime/zero/zero_plan.h"
 #include "tests/unit/layer_decls.h"
 #include "tests/unit/thread_ranks.h"
 

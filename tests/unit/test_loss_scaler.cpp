@@ -1,6 +1,7 @@
 // Loss scalers against the test vectors of the engine reference (§2.2, §2.3), which were
 // worked out from DeepSpeed's loss_scaler.py and fp16/fused_optimizer.py, not from this code.
 #include "configs/load.h"
+#include "configs/plans.h"
 #include "core/error.h"
 #include "runtime/optim/loss_scaler.h"
 
@@ -12,7 +13,7 @@
 
 using dscpp::runtime::LossScaler;
 using dscpp::runtime::LossScaleRule;
-using dscpp::runtime::LossScalerOptions;
+using dscpp::runtime::LossScalePlan;
 using dscpp::runtime::LossScalerState;
 
 namespace {
@@ -20,9 +21,9 @@ namespace {
 // The reference's pattern: '.' = clean step, 'X' = overflow.
 const std::string kPattern = "....XX....X.X.XX";
 
-LossScalerOptions dynamic(LossScaleRule rule, int power, int64_t window, int64_t hysteresis, bool consecutive = false,
+LossScalePlan dynamic(LossScaleRule rule, int power, int64_t window, int64_t hysteresis, bool consecutive = false,
                           double min_scale = 1.0) {
-  LossScalerOptions o;
+  LossScalePlan o;
   o.rule = rule;
   o.init_scale = std::ldexp(1.0, power);
   o.scale_window = window;
@@ -58,11 +59,11 @@ std::vector<std::string> words(const std::string& text) {
   return out;
 }
 
-LossScalerOptions options_for(const std::string& json) {
+LossScalePlan options_for(const std::string& json) {
   auto loaded = dscpp::config::load_config_text(json, "t.json", {});
   INFO(loaded.diagnostics.format("t.json"));
   REQUIRE(loaded.ok());
-  return dscpp::runtime::loss_scaler_options(loaded.config);
+  return dscpp::config::loss_scale_plan(loaded.config);
 }
 
 }  // namespace
@@ -143,7 +144,7 @@ TEST_CASE("at the minimum scale the ZeRO rule raises, the legacy rule clamps") {
 
 TEST_CASE("static and no scaling") {
   SECTION("static: constant, overflowing steps still counted as skipped") {
-    LossScalerOptions o;
+    LossScalePlan o;
     o.rule = LossScaleRule::fixed;
     o.init_scale = 128;
     LossScaler s(o);
@@ -154,7 +155,7 @@ TEST_CASE("static and no scaling") {
     CHECK(s.state().skipped_steps == 6);
   }
   SECTION("none: scale 1, no overflow check") {
-    LossScaler s(LossScalerOptions{});
+    LossScaler s(LossScalePlan{});
     CHECK(s.scale() == 1.0);
     CHECK_FALSE(s.dynamic());
     CHECK_FALSE(s.checks_overflow());
@@ -167,7 +168,7 @@ TEST_CASE("state round trip mid-sequence continues identically") {
   for (bool consecutive : {false, true}) {
     for (LossScaleRule rule : {LossScaleRule::zero, LossScaleRule::legacy}) {
       INFO("rule " << dscpp::runtime::rule_name(rule) << ", consecutive " << consecutive);
-      LossScalerOptions o = dynamic(rule, 16, 4, 2, consecutive);
+      LossScalePlan o = dynamic(rule, 16, 4, 2, consecutive);
       LossScaler whole(o);
       std::vector<std::string> expected = run(whole, kPattern);
       // Stop after step 5 (inside the hysteresis-absorbed stretch) and after 11.
@@ -250,7 +251,7 @@ TEST_CASE("options from the config") {
 }
 
 TEST_CASE("bad options are user errors naming the key") {
-  LossScalerOptions o = dynamic(LossScaleRule::zero, 16, 0, 2);
+  LossScalePlan o = dynamic(LossScaleRule::zero, 16, 0, 2);
   try {
     LossScaler s(o);
     FAIL("window 0 accepted");

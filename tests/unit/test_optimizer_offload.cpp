@@ -49,8 +49,8 @@ std::vector<float> uniform(int64_t n, uint32_t seed) {
   return v;
 }
 
-OptimizerOffload nvme(const std::string& path, bool read, bool write, int buffers) {
-  OptimizerOffload o;
+OptimizerOffloadPlan nvme(const std::string& path, bool read, bool write, int buffers) {
+  OptimizerOffloadPlan o;
   o.device = OffloadDevice::nvme;
   o.nvme_path = path;
   o.buffer_count = buffers;
@@ -155,7 +155,7 @@ TEST_CASE("swapped state: deferred writes survive eviction; too few buffers is n
 }
 
 TEST_CASE("partial offload: the first int(ratio * n) sub-groups are offloaded, as DeepSpeed counts them", "[offload]") {
-  OptimizerOffload o;
+  OptimizerOffloadPlan o;
   o.device = OffloadDevice::cpu;
   auto k = [&](double ratio, int n) {
     o.ratio = ratio;

@@ -2,9 +2,9 @@
 // placement rules (the swap minimum, max_in_cpu), exact round trips through host
 // memory and through a swap file with fewer buffers than slices (every slice written back and
 // read again), prefetch that never takes the last buffer, and the errors that name their key.
-#include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "device/device.h"
 #include "runtime/offload/param_home.h"
 #include "runtime/zero/flat_layout.h"
 #include "tests/unit/offload_fixture.h"
@@ -40,8 +40,8 @@ FlatLayout layout_of(const std::vector<int64_t>& sizes, int parts) {
   return make_flat_layout(layers, g);
 }
 
-ParamOffload nvme(const std::string& path, int64_t buffers) {
-  ParamOffload o;
+ParamOffloadPlan nvme(const std::string& path, int64_t buffers) {
+  ParamOffloadPlan o;
   o.device = OffloadDevice::nvme;
   o.nvme_path = path;
   o.buffer_count = buffers;
@@ -75,7 +75,7 @@ TEST_CASE("placement: swap minimum max(1 MiB, block_size), then max_in_cpu in gr
   // stays in host memory), 1 MiB, 2 MiB, 1 MiB.
   const int64_t mib = 1 << 20;
   FlatLayout l = layout_of({mib / 4, mib / 2, mib, mib / 2}, 2);
-  ParamOffload o = nvme("/unused", 2);
+  ParamOffloadPlan o = nvme("/unused", 2);
   ParamHome::Placement p = ParamHome::place(l, DType::f32, o);
   using W = ParamHome::Where;
   CHECK(p.where == std::vector<W>{W::host, W::nvme, W::nvme, W::nvme});
@@ -101,7 +101,7 @@ TEST_CASE("offload_param cpu: slices live on the host device, exact round trip i
   auto device = make_cpu_device();
   auto host = make_host_device();
   FlatLayout l = layout_of({1000, 37, 4096}, 2);
-  ParamOffload o;
+  ParamOffloadPlan o;
   o.device = OffloadDevice::cpu;
   ParamHome home(l, 1, *device, *host, DType::bf16, true, o);
   CHECK(device->stats().total_current == 0);
@@ -162,7 +162,7 @@ TEST_CASE("offload_param nvme: errors name the key and the path", "[param_home]"
   auto host = make_host_device();
   const int64_t n = int64_t{1} << 20;  // 2 MiB fp32 slices over 2 ranks
   FlatLayout l = layout_of({n, n}, 2);
-  ParamOffload o = nvme(dir.path + "/missing", 2);
+  ParamOffloadPlan o = nvme(dir.path + "/missing", 2);
   CHECK_THROWS_WITH(ParamHome(l, 0, *device, *host, DType::f32, true, o),
                     Contains("zero_optimization.offload_param") && Contains(dir.path + "/missing") &&
                         Contains("does not exist"));

@@ -6,7 +6,7 @@
 // And the live elements never exceed the bound the memory plan uses (gathered_bound).
 #include "collectives/backend.h"
 #include "collectives/communicator.h"
-#include "core/device.h"
+#include "device/device.h"
 #include "runtime/zero/flat_layout.h"
 #include "runtime/zero/param_store.h"
 #include "tests/unit/layer_decls.h"
@@ -60,7 +60,7 @@ void check_none(const Problems& problems) {
 
 // Stage 3 on `world` ranks: owned slices written, then two steps of a forward and a backward
 // pass; every layer's parameters checked, and the live elements against the bound.
-void stage3(int world, const Stage3Options& s3) {
+void stage3(int world, const Stage3Plan& s3) {
   CAPTURE(world, s3.prefetch_bucket_size, s3.max_live_parameters, s3.param_persistence_threshold,
           s3.hpz_partition_size);
   Grouping g;
@@ -108,21 +108,21 @@ void stage3(int world, const Stage3Options& s3) {
 }  // namespace
 
 TEST_CASE("stage 3 gathers every layer's whole parameters in forward and backward", "[param_store]") {
-  Stage3Options defaults;
+  Stage3Plan defaults;
   for (int world : {1, 2, 3}) stage3(world, defaults);
-  Stage3Options tight;  // one group in flight, few live elements, nothing persistent or reused
+  Stage3Plan tight;  // one group in flight, few live elements, nothing persistent or reused
   tight.prefetch_bucket_size = 1;
   tight.max_live_parameters = 1;
   tight.max_reuse_distance = 0;
   tight.param_persistence_threshold = 0;
   for (int world : {2, 4}) stage3(world, tight);
-  Stage3Options persistent;  // the small layers stay gathered
+  Stage3Plan persistent;  // the small layers stay gathered
   persistent.param_persistence_threshold = 100;
   stage3(3, persistent);
 }
 
 TEST_CASE("hpZ's secondary copies give backward the forward's parameters", "[param_store]") {
-  Stage3Options hpz;
+  Stage3Plan hpz;
   hpz.hpz_partition_size = 2;
   hpz.max_reuse_distance = 0;  // every group is gathered again in backward, from the copies
   hpz.param_persistence_threshold = 0;

@@ -1,8 +1,8 @@
 // ZeRO++ qwZ: DeepSpeed's group-count rule, the int8 error bound, and that a quantized allgather
 // over shm thread ranks delivers on every rank exactly the round trip of each rank's slice.
 #include "collectives/communicator.h"
-#include "core/device.h"
 #include "core/half.h"
+#include "device/device.h"
 #include "kernels/cpu/quant/quant_cpu.h"
 #include "kernels/quant_math.h"
 #include "runtime/zero/zeropp.h"

@@ -1,4 +1,4 @@
-#include "core/caching_allocator.h"
+#include "device/caching_allocator.h"
 
 #include "core/error.h"
 

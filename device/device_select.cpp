@@ -1,4 +1,4 @@
-#include "core/device_select.h"
+#include "device/device_select.h"
 
 #include "core/error.h"
 

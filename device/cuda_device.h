@@ -1,4 +1,4 @@
-// The CUDA device: allocations through a caching allocator (core/caching_allocator.h) under the
+// The CUDA device: allocations through a caching allocator (device/caching_allocator.h) under the
 // same accounting as every Device (current, peak and limit per category), a compute stream and
 // a communication stream with events to order them, and pinned host memory for transfers and
 // offload. Built only when CUDA is found (DSCPP_HAVE_CUDA); the CPU-only build never sees it.
@@ -9,7 +9,7 @@
 // release, as PyTorch's record_stream rule demands.
 #pragma once
 
-#include "core/device.h"
+#include "device/device.h"
 
 #include <cuda_runtime_api.h>
 
@@ -34,7 +34,7 @@ class CudaDevice : public Device {
 
 // Device `index` (see choose_cuda_device); makes it current on the calling thread.
 std::unique_ptr<CudaDevice> make_cuda_device(int index);
-// The device this rank should use: LOCAL_RANK among the visible devices (core/device_select.h).
+// The device this rank should use: LOCAL_RANK among the visible devices (device/device_select.h).
 // Throws with the variables and a remedy when there is none.
 std::unique_ptr<CudaDevice> make_cuda_device_from_env();
 // Page-locked host memory (cudaHostAlloc), counted like make_host_device(): what offload and

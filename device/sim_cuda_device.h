@@ -2,21 +2,17 @@
 // engine's CUDA code path. Its memory is protected host memory (core/protected_memory.h): only
 // simulated kernel launches and copies can touch it, so host code that reads or writes device
 // memory crashes here as it does on a GPU. It reports is_host() = false, so the engine treats it
-// as a GPU: its
-// buffer math is the CUDA DeviceMath built against the host launch layer (the CUDA kernels'
-// own code, each launch's threads run on the CPU), and that math checks every pointer it is
-// given against this device's live allocations — a host pointer handed to a kernel, which
-// would fault on a GPU, is an error here too. Copies check their device side the same way.
-// What it cannot show: anything about real device execution (memory model, streams, speed).
+// as a GPU. Its buffer math, bound by make_sim_cuda_device (kernels/cuda/sim/sim_kernels.h), runs
+// the CUDA kernels on the CPU and checks every pointer it is given against this device's live
+// allocations — a host pointer handed to a kernel, which would fault on a GPU, is an error here
+// too. Copies check their device side the same way. What it cannot show: anything about real
+// device execution (memory model, streams, speed).
 #pragma once
 
-#include "core/device.h"
-#include "dscpp/model.h"
-#include "kernels/gemm_math.h"
+#include "device/device.h"
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <mutex>
 
 namespace dscpp {
@@ -48,19 +44,5 @@ class SimCudaDevice final : public HostMemoryDevice {
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> blocks_;  // start → bytes
 };
-
-// A cuda-sim device with its CUDA DeviceMath bound.
-std::unique_ptr<SimCudaDevice> make_sim_cuda_device();
-// The CUDA ops table (kernels/cuda/ops_table.h) in its host-stub build, fp32, bound to an ops
-// context that `context` keeps alive (one per thread that runs layers, as on a GPU).
-dscpp_ops make_sim_cuda_ops(std::shared_ptr<void>& context);
-// How that table's GEMMs round their operands (`context` as make_sim_cuda_ops set it).
-void set_sim_cuda_gemm_math(const std::shared_ptr<void>& context, kernels::GemmMath math);
-// The most device memory that table's scratch held at once (kernels/cuda/device_scratch.h).
-int64_t sim_cuda_ops_scratch_peak();
-// The CPU ops table run as this device's kernels: every entry opens device memory for its call.
-// What DSCPP_SIM_OPS=cpu trains with, to compare the engine's device math with the CPU device
-// bit for bit (`context` keeps the wrapped table alive).
-dscpp_ops make_sim_cpu_ops(Device& device, std::shared_ptr<void>& context);
 
 }  // namespace dscpp

@@ -1,4 +1,4 @@
-#include "core/device.h"
+#include "device/device.h"
 
 #include <fmt/format.h>
 

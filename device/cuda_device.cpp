@@ -1,10 +1,10 @@
-#include "core/cuda_device.h"
+#include "device/cuda_device.h"
 
-#include "core/caching_allocator.h"
-#include "core/device_select.h"
 #include "core/knobs.h"
 #include "core/log.h"
-#include "kernels/cuda/check.h"
+#include "device/caching_allocator.h"
+#include "device/cuda_check.h"
+#include "device/device_select.h"
 
 #include <fmt/format.h>
 
