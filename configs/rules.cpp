@@ -216,6 +216,26 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
       out.push_back(fmt::format("optimizer.type {} (dscpp implements Adam, AdamW, Lamb, SGD, Adagrad and Lion)",
                                 c.optimizer->type));
   }
+  if (c.scheduler) {
+    const SchedulerConfig& s = *c.scheduler;
+    const SchedulerKind k = s.kind;
+    if (k != SchedulerKind::warmup_lr && k != SchedulerKind::warmup_decay_lr && k != SchedulerKind::warmup_cosine_lr &&
+        k != SchedulerKind::one_cycle && k != SchedulerKind::lr_range_test)
+      out.push_back(fmt::format("scheduler.type {} (a torch.optim.lr_scheduler class; dscpp runs DeepSpeed's WarmupLR, "
+                                "WarmupDecayLR, WarmupCosineLR, OneCycle and LRRangeTest)",
+                                s.type));
+    // DeepSpeed takes one value per parameter group; dscpp trains one group.
+    auto one_group = [&](const std::vector<double>& values, const char* key) {
+      if (values.size() > 1)
+        out.push_back(fmt::format("scheduler.params.{} with {} values (dscpp trains one parameter group: give one)",
+                                  key, values.size()));
+    };
+    one_group(s.params.warmup_min_lr, "warmup_min_lr");
+    one_group(s.params.warmup_max_lr, "warmup_max_lr");
+    one_group(s.params.cycle_min_lr, "cycle_min_lr");
+    one_group(s.params.cycle_max_lr, "cycle_max_lr");
+    one_group(s.params.lr_range_test_min_lr, "lr_range_test_min_lr");
+  }
   const bool adam = c.optimizer && (c.optimizer->kind == OptimizerKind::adam || c.optimizer->kind == OptimizerKind::adamw);
   add(adam && c.optimizer->params.amsgrad, "optimizer.params.amsgrad (dscpp's Adam has no AMSGrad variant)");
   add(z.zeropp_loco_param && z.zero_quantized_gradients,

@@ -12,17 +12,20 @@
 #include <cmath>
 #include <numbers>
 
+// The config check (configs/rules.cpp, the schema's ranges and required keys) has refused bad
+// parameters and listed what dscpp does not run before a schedule is built here.
+
 namespace dscpp::runtime {
 namespace {
 
 using config::SchedulerKind;
 using config::SchedulerParams;
 
-// dscpp trains one parameter group; DeepSpeed accepts a per-group list whose length must
-// match the group count, so a longer list is the same error DeepSpeed would raise.
+// dscpp trains one parameter group; the config check listed longer per-group lists as
+// unsupported and the schema requires the value, so exactly one is here.
 double single_group(const std::vector<double>& values, const char* key, const std::string& type) {
   if (values.size() != 1)
-    fail("scheduler {}: {} lists {} values, but dscpp trains one parameter group (give one value)", type, key,
+    fail("internal: scheduler {}: {} lists {} values; the config check should have refused it", type, key,
          values.size());
   return values[0];
 }
@@ -87,8 +90,6 @@ class WarmupSchedule final : public ScheduleBase {
  public:
   WarmupSchedule(const std::string& type, const SchedulerParams& p, double base_lr, bool decay)
       : ScheduleBase(type, p.last_batch_iteration, base_lr), decay_(decay) {
-    if (p.warmup_num_steps <= 0)
-      fail("scheduler {}: warmup_num_steps must be a positive integer, got {}", type, p.warmup_num_steps);
     min_lr_ = single_group(p.warmup_min_lr, "warmup_min_lr", type);
     // WarmupLR's warmup_max_lr defaults to the optimizer's lr; WarmupDecayLR passes its own
     // default 0.001 to WarmupLR explicitly, so it does not inherit that fallback.
@@ -100,8 +101,7 @@ class WarmupSchedule final : public ScheduleBase {
     linear_ = p.warmup_type == "linear";  // anything else: DeepSpeed warns and uses log
     inverse_log_ = 1.0 / std::log(static_cast<double>(n_));
     if (decay) {
-      if (!p.total_num_steps) fail("scheduler {}: total_num_steps is required", type);
-      total_ = *p.total_num_steps;
+      total_ = p.total_num_steps.value();  // required by the schema
     }
   }
 
@@ -127,10 +127,7 @@ class WarmupCosineSchedule final : public ScheduleBase {
  public:
   WarmupCosineSchedule(const std::string& type, const SchedulerParams& p, double base_lr)
       : ScheduleBase(type, p.last_batch_iteration, base_lr) {
-    if (p.warmup_num_steps <= 0)
-      fail("scheduler {}: warmup_num_steps must be a positive integer, got {}", type, p.warmup_num_steps);
-    if (!p.total_num_steps) fail("scheduler {}: total_num_steps is required", type);
-    total_ = *p.total_num_steps;
+    total_ = p.total_num_steps.value();  // required by the schema
     n_ = std::max<int64_t>(2, p.warmup_num_steps);
     linear_ = p.warmup_type == "linear";
     inverse_log_ = 1.0 / std::log(static_cast<double>(n_));
@@ -167,12 +164,6 @@ class OneCycleSchedule final : public ScheduleBase {
  public:
   OneCycleSchedule(const std::string& type, const SchedulerParams& p, double base_lr)
       : ScheduleBase(type, p.last_batch_iteration, base_lr) {
-    if (p.cycle_min_lr.empty() || p.cycle_max_lr.empty())
-      fail("scheduler {}: cycle_min_lr and cycle_max_lr are required", type);
-    if (p.cycle_first_step_size <= 0)
-      fail("scheduler {}: cycle_first_step_size must be > 0, got {}", type, p.cycle_first_step_size);
-    if (p.cycle_second_step_size && *p.cycle_second_step_size < 0)
-      fail("scheduler {}: cycle_second_step_size must be >= 0, got {}", type, *p.cycle_second_step_size);
     min_lr_ = single_group(p.cycle_min_lr, "cycle_min_lr", type);
     max_lr_ = single_group(p.cycle_max_lr, "cycle_max_lr", type);
     s1_ = static_cast<double>(p.cycle_first_step_size);
@@ -251,8 +242,6 @@ class LrRangeTestSchedule final : public ScheduleBase {
  public:
   LrRangeTestSchedule(const std::string& type, const SchedulerParams& p, double base_lr)
       : ScheduleBase(type, p.last_batch_iteration, base_lr) {
-    if (p.lr_range_test_step_size <= 0)
-      fail("scheduler {}: lr_range_test_step_size must be > 0, got {}", type, p.lr_range_test_step_size);
     min_lr_ = single_group(p.lr_range_test_min_lr, "lr_range_test_min_lr", type);
     step_size_ = static_cast<double>(p.lr_range_test_step_size);
     rate_ = p.lr_range_test_step_rate;

@@ -40,29 +40,24 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
       csv_(world.rank() == 0 ? plan_.csv_monitor : config::TensorboardConfig{}) {
   // The config's checks have run (configs/rules.cpp, unsupported_features) and the plan is
   // resolved: what is left here is building what it says.
-  zero_ = plan_.zero;
-  precision_ = plan_.precision;
   scaler_ = std::make_unique<LossScaler>(plan_.loss_scale);
   // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
   if (plan_.wall_clock_breakdown) timers_.synchronize_with(&device_);
   comms_log_ = comms_logger_for(plan_.comms_logger, plan_.file_name, world);
   check_fault_settings();
-  micro_ = plan_.batch.micro;
-  gas_ = plan_.batch.gas;
-  train_batch_ = plan_.batch.train_batch;
-  DSCPP_CHECK_EQ(train_batch_, micro_ * gas_ * world.size());
 
-  total_steps_ = options_.steps ? *options_.steps
-                                : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
-                                                   micro_, gas_, plan_.batch.drop_last);
+  total_steps_ = options_.steps
+                     ? *options_.steps
+                     : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
+                                        plan_.batch.micro, plan_.batch.gas, plan_.batch.drop_last);
   if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
 
   Grouping grouping;
-  grouping.parts = zero_.parts(world.size());
-  if (zero_.parameters_partitioned)
+  grouping.parts = plan_.zero.parts(world.size());
+  if (plan_.zero.parameters_partitioned)
     grouping.layer_per_group = true;
-  else if (zero_.optimizer_partitioned)  // a group is one reduce-scatter and one allgather: both sizes bound it
-    grouping.max_group_elements = std::min(zero_.reduce_bucket_elements, zero_.allgather_bucket_elements);
+  else if (plan_.zero.optimizer_partitioned)  // a group is one reduce-scatter and one allgather: both sizes bound it
+    grouping.max_group_elements = std::min(plan_.zero.reduce_bucket_elements, plan_.zero.allgather_bucket_elements);
   layout_ = make_flat_layout(plugin.layers(), grouping);
   ckpt_ = checkpointing_options(plan_.activation_checkpointing, plan_.file_name,
                                 static_cast<int>(plugin.layers().size()));
@@ -74,21 +69,22 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
     optimizer_ = make_optimizer(*plan_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
   }
   const ParamOffloadPlan& offload = plan_.param_offload;
-  param_offload_ = offload.device;
   if (options_.eval_only && world.rank() == 0 &&
-      (!zero_.parameters_partitioned || offload.device == OffloadDevice::none))
+      (!plan_.zero.parameters_partitioned || offload.device == OffloadDevice::none))
     log::warn(
         "--eval_only at ZeRO stage {} without offload_param: every rank holds {}; ZeRO-Inference keeps "
         "only the live layers on the device with zero_optimization.stage 3 and offload_param cpu or nvme",
-        zero_.stage, zero_.parameters_partitioned ? "its partitions on the device" : "the whole model");
+        plan_.zero.stage, plan_.zero.parameters_partitioned ? "its partitions on the device" : "the whole model");
 
   const int nodes = options_.ranks_per_node > 0 ? world.size() / options_.ranks_per_node : 1;
   if (world.rank() == 0)
-    if (std::string zpp = describe_zeropp(zero_, plan_.stage3, world.size(), nodes); !zpp.empty()) log::info("{}", zpp);
+    if (std::string zpp = describe_zeropp(plan_.zero, plan_.stage3, world.size(), nodes); !zpp.empty())
+      log::info("{}", zpp);
   memory_plan_ = make_memory_plan();
   if (world.rank() == 0)
-    log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", zero_.stage,
-              world.size(), world.size() == 1 ? "" : "s", dtype_name(precision_.params), dtype_name(precision_.grads),
+    log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", plan_.zero.stage,
+              world.size(), world.size() == 1 ? "" : "s", dtype_name(plan_.precision.params),
+              dtype_name(plan_.precision.grads),
               scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
               format_memory_plan(memory_plan_, nullptr, deepspeed_estimate()));
   if (world.rank() == 0) {
@@ -109,12 +105,13 @@ void Engine::allocate() {
   Device& device = device_;
   Plugin& plugin = plugin_;
   const ParamOffloadPlan& offload = plan_.param_offload;
-  params_ = std::make_unique<ParamStore>(layout_, world, device, precision_.params, zero_.parameters_partitioned,
-                                         plan_.stage3, host_, offload);
+  params_ = std::make_unique<ParamStore>(layout_, world, device, plan_.precision.params,
+                                         plan_.zero.parameters_partitioned, plan_.stage3, host_, offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
   if (plan_.flops_profiler.enabled) profiler_ = make_profiler();
-  runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, micro_, precision_.params,
-                                          precision_.grads, ckpt_, host_);
+  runner_ =
+      std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, plan_.batch.micro,
+                                    plan_.precision.params, plan_.precision.grads, ckpt_, host_);
   runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
     LayerRunner::LayerMemory m{params_->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
                                pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
@@ -131,31 +128,31 @@ void Engine::allocate() {
   if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
 
   MasterOptions mo;
-  mo.sub_group_size = zero_.sub_group_size;
+  mo.sub_group_size = plan_.zero.sub_group_size;
   mo.offload = offload_;
   mo.host = host_;
   mo.rank = world.rank();
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
 
   GradReduceOptions r;
-  r.reduction = zero_.reduction;
-  r.bucket_elements = zero_.reduce_bucket_elements;
+  r.reduction = plan_.zero.reduction;
+  r.bucket_elements = plan_.zero.reduce_bucket_elements;
   r.predivide_factor = plan_.gradients.predivide_factor;
   r.prescale = plan_.gradients.prescale;
-  r.reduce_scatter = zero_.reduce_scatter;
-  r.overlap = zero_.overlap_comm;
-  r.quantized_gradients = zero_.quantized_gradients;
+  r.reduce_scatter = plan_.zero.reduce_scatter;
+  r.overlap = plan_.zero.overlap_comm;
+  r.quantized_gradients = plan_.zero.quantized_gradients;
   r.ranks_per_node = std::max(1, options_.ranks_per_node);
   if (offload_.device != OffloadDevice::none) {  // the offloaded sub-groups' share (all unless ratio < 1)
     r.partition_device = host_;
     r.partition_device_elements = master_->split().offloaded_elements;
   }
-  r.comm_dtype = precision_.wire;
-  grads_ = std::make_unique<GradReducer>(world, layout_, device, precision_.grads, r);
+  r.comm_dtype = plan_.precision.wire;
+  grads_ = std::make_unique<GradReducer>(world, layout_, device, plan_.precision.grads, r);
 
   DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,
                              plan_.batch.drop_last);
-  loader_ = std::make_unique<BatchLoader>(plugin, device, 0, micro_, sampler, plan_.batch.drop_last);
+  loader_ = std::make_unique<BatchLoader>(plugin, device, 0, plan_.batch.micro, sampler, plan_.batch.drop_last);
 
   schedule_ = make_lr_schedule(plan_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
 
@@ -169,18 +166,18 @@ CheckpointView Engine::checkpoint_view() {
   v.master = master_.get();
   v.params = params_.get();
   v.device = &device_;
-  v.params_dtype = precision_.params;
+  v.params_dtype = plan_.precision.params;
   v.scaler = scaler_->checks_overflow() ? scaler_.get() : nullptr;
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
   v.counters = &counters_;
-  v.zero = zero_;
-  v.train_batch_size = train_batch_;
-  v.micro_batch = micro_;
-  v.gradient_accumulation_steps = gas_;
+  v.zero = plan_.zero;
+  v.train_batch_size = plan_.batch.train_batch;
+  v.micro_batch = plan_.batch.micro;
+  v.gradient_accumulation_steps = plan_.batch.gas;
   v.seed = options_.seed;
   v.config_json = plan_.effective_json;
-  v.gather_16bit_weights = zero_.gather_16bit_weights_on_save;
+  v.gather_16bit_weights = plan_.zero.gather_16bit_weights_on_save;
   return v;
 }
 
@@ -189,26 +186,27 @@ void Engine::initialise_params() {
   // model), each from (seed, name, index) whatever the layout; below stage 3 every rank holds
   // everything and owns it all for this purpose. Through the parameters' home, wherever the
   // slices live (device, host, NVMe).
-  const int owner = zero_.parameters_partitioned ? world_.rank() : 0;
+  const int owner = plan_.zero.parameters_partitioned ? world_.rank() : 0;
   ParamHome& home = params_->home();
   std::vector<float> host;
   for (size_t gi = 0; gi < layout_.groups.size(); ++gi) {
     const PartitionGroup& g = layout_.groups[gi];
-    const int64_t own_begin = zero_.parameters_partitioned ? g.owned_begin(owner) : g.begin;
-    const int64_t own_end = own_begin + (zero_.parameters_partitioned ? g.part : g.numel);
+    const int64_t own_begin = plan_.zero.parameters_partitioned ? g.owned_begin(owner) : g.begin;
+    const int64_t own_end = own_begin + (plan_.zero.parameters_partitioned ? g.part : g.numel);
     for (const ParamSlot& s : layout_.params) {
       if (s.layer < g.first_layer || s.layer >= g.end_layer) continue;  // another group's
       int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
       if (hi <= lo) continue;
       host.resize(static_cast<size_t>(hi - lo));
       init_range(options_.seed, s.name, s.init, s.init_a, lo - s.offset, hi - lo, host.data());
-      if (zero_.parameters_partitioned) {
+      if (plan_.zero.parameters_partitioned) {
         home.write_from_host(static_cast<int>(gi), lo - own_begin, hi - lo, host.data());
       } else {
-        std::vector<unsigned char> converted(host.size() * dtype_size(precision_.params));
-        convert(host.data(), DType::f32, converted.data(), precision_.params, host.size());
-        device_.copy_from_host(static_cast<char*>(params_->full()) + lo * static_cast<int64_t>(dtype_size(precision_.params)),
-                               converted.data(), converted.size());
+        std::vector<unsigned char> converted(host.size() * dtype_size(plan_.precision.params));
+        convert(host.data(), DType::f32, converted.data(), plan_.precision.params, host.size());
+        device_.copy_from_host(
+            static_cast<char*>(params_->full()) + lo * static_cast<int64_t>(dtype_size(plan_.precision.params)),
+            converted.data(), converted.size());
       }
     }
   }
@@ -232,14 +230,15 @@ void Engine::run() {
   }
   if (!resume_dir.empty()) load(resume_dir);
   // The data position follows from the samples seen, whatever the world size was.
-  loader_->seek(counters_.global_samples / (micro_ * world_.size()));
+  loader_->seek(counters_.global_samples / (plan_.batch.micro * world_.size()));
 
   if (world_.rank() == 0)
-    log::info("model {}: {} layers, {} parameters ({} fp32); {} train / {} eval samples; training to step {} "
-              "(train_batch_size {} = micro {} × accumulation {} × {} ranks); init {:.2f} s",
-              plugin_.name(), plugin_.layers().size(), layout_.numel, format_bytes(layout_.numel * 4),
-              plugin_.data().train_size, plugin_.data().eval_size, total_steps_, train_batch_, micro_, gas_,
-              world_.size(), seconds_since(t0));
+    log::info(
+        "model {}: {} layers, {} parameters ({} fp32); {} train / {} eval samples; training to step {} "
+        "(train_batch_size {} = micro {} × accumulation {} × {} ranks); init {:.2f} s",
+        plugin_.name(), plugin_.layers().size(), layout_.numel, format_bytes(layout_.numel * 4),
+        plugin_.data().train_size, plugin_.data().eval_size, total_steps_, plan_.batch.train_batch, plan_.batch.micro,
+        plan_.batch.gas, world_.size(), seconds_since(t0));
 
   window_start_ = Clock::now();
   // DeepSpeed's throughput timer leaves out the first 2 steps (warm-up); so does the summary.
@@ -271,9 +270,9 @@ void Engine::run() {
   }
   if (int64_t timed = counters_.global_steps - first_step - warmup; timed > 0 && world_.rank() == 0) {
     double secs = seconds_since(timed_from);
-    double samples = static_cast<double>(timed * train_batch_) / secs;
-    log::info("trained {} steps in {:.2f} s; after the first {}: {:.1f} samples/s{}", counters_.global_steps - first_step,
-              seconds_since(run_start), warmup, samples,
+    double samples = static_cast<double>(timed * plan_.batch.train_batch) / secs;
+    log::info("trained {} steps in {:.2f} s; after the first {}: {:.1f} samples/s{}",
+              counters_.global_steps - first_step, seconds_since(run_start), warmup, samples,
               plugin_.data().tokens_per_sample
                   ? fmt::format(", {:.0f} tokens/s", samples * static_cast<double>(plugin_.data().tokens_per_sample))
                   : std::string());
@@ -290,7 +289,8 @@ void Engine::run() {
     log::info("communication (rank 0, whole run): {}", comm::format_traffic(world_.stats()));
     for (const comm::Communicator* c : {params_->hpz_group(), grads_ ? grads_->qgz_node() : nullptr,
                                         grads_ ? grads_->qgz_cross() : nullptr})
-      if (c) log::info("{} group communication (rank 0, whole run): {}", c->group_name(), comm::format_traffic(c->stats()));
+      if (c)
+        log::info("{} group communication (rank 0, whole run): {}", c->group_name(), comm::format_traffic(c->stats()));
   }
   if (comms_log_ && world_.rank() == 0) log::info("{}", comms_log_->summary());
 }
@@ -299,13 +299,13 @@ void Engine::train_step() {
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
   // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
   // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
-  float loss_grad = static_cast<float>(scaler_->scale() /
-                                       static_cast<double>(gas_ * (zero_.optimizer_partitioned ? world_.size() : 1)));
+  float loss_grad = static_cast<float>(
+      scaler_->scale() / static_cast<double>(plan_.batch.gas * (plan_.zero.optimizer_partitioned ? world_.size() : 1)));
   // The profiled step is bracketed (and each layer in it, through enter/leave) by device
   // synchronizations, so that its latencies are device time on an asynchronous device.
   const bool profiling = profiling_step();
   if (profiling) profiler_->begin_step(device_);
-  for (int64_t j = 0; j < gas_; ++j) {
+  for (int64_t j = 0; j < plan_.batch.gas; ++j) {
     MicroBatch mb;
     {
       Timers::Scope t(timers_, "data");
@@ -321,7 +321,7 @@ void Engine::train_step() {
     {
       Timers::Scope t(timers_, "bwd");
       params_->begin_pass(true, true);
-      grads_->begin_micro(j == 0, j == gas_ - 1);
+      grads_->begin_micro(j == 0, j == plan_.batch.gas - 1);
       runner_->backward(loss_grad);
     }
     {
@@ -350,13 +350,14 @@ void Engine::train_step() {
     }
   }
   ++counters_.global_steps;
-  counters_.global_samples += train_batch_;
+  counters_.global_samples += plan_.batch.train_batch;
   // Tests of --check_schedule: one rank takes a different path.
-  inject_fault(FaultPoint::step_end, counters_.global_steps, world_.rank(), world_.size(), [this] { world_.barrier(); });
+  inject_fault(FaultPoint::step_end, counters_.global_steps, world_.rank(), world_.size(),
+               [this] { world_.barrier(); });
   // --check_schedule: a rank that ends the step early is caught here, not left hanging.
   world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
   if (profiling) report_profile(profiler_->end_step());
-  log_step(loss_sum / static_cast<double>(gas_));
+  log_step(loss_sum / static_cast<double>(plan_.batch.gas));
 }
 
 bool Engine::prepare_gradients(float* grad_scale) {
@@ -372,7 +373,7 @@ bool Engine::prepare_gradients(float* grad_scale) {
   last_grad_norm_ = -1;
   // Stage 0: the gradients are already reduced and identical on every rank, so local answers
   // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
-  const bool partitioned = zero_.optimizer_partitioned && world_.size() > 1;
+  const bool partitioned = plan_.zero.optimizer_partitioned && world_.size() > 1;
   // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
   if (scaler_->checks_overflow() || plan_.gradients.check_bf16_overflow) {
     // Tests of loss scaling: an inf in one rank's gradients.
@@ -396,7 +397,8 @@ bool Engine::prepare_gradients(float* grad_scale) {
   double max_norm = plan_.gradients.clipping;
   if (max_norm <= 0 && plan_.steps_per_print <= 0) return true;
   double sq = 0;
-  over_groups([&](void* g, int64_t n, Device& where) { sq += kernels::math_of(where).sum_squares(g, grads_->dtype(), n); });
+  over_groups(
+      [&](void* g, int64_t n, Device& where) { sq += kernels::math_of(where).sum_squares(g, grads_->dtype(), n); });
   if (partitioned) world_.allreduce(&sq, 1, DType::f64);
   double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
   last_grad_norm_ = std::isfinite(norm) ? norm : -1;
@@ -430,7 +432,7 @@ void Engine::log_step(double local_loss) {
   r.total_steps = total_steps_;
   r.loss = window_loss_ / static_cast<double>(window_steps_);
   r.lr = last_lr_;
-  r.samples_per_s = static_cast<double>(window_steps_ * train_batch_) / secs;
+  r.samples_per_s = static_cast<double>(window_steps_ * plan_.batch.train_batch) / secs;
   r.tokens_per_s = r.samples_per_s * static_cast<double>(plugin_.data().tokens_per_sample);
   r.grad_norm = last_grad_norm_;
   r.skipped = counters_.skipped_steps;

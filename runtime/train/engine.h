@@ -81,7 +81,7 @@ class Engine {
   int64_t total_steps() const { return total_steps_; }
   const TrainCounters& counters() const { return counters_; }
   const FlatLayout& layout() const { return layout_; }
-  int zero_stage() const { return zero_.stage; }
+  int zero_stage() const { return plan_.zero.stage; }
 
  private:
   void allocate();
@@ -112,9 +112,6 @@ class Engine {
   dscpp_ops ops_;
   TrainOptions options_;
 
-  int64_t micro_ = 1, gas_ = 1, train_batch_ = 1;
-  ZeroPlan zero_;
-  PrecisionPlan precision_;  // parameter, gradient and wire dtypes
   FlatLayout layout_;
   MemoryPlan memory_plan_;
   CheckpointingOptions ckpt_;  // activation_checkpointing
@@ -126,8 +123,7 @@ class Engine {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
-  OptimizerOffloadPlan offload_;  // zero_optimization.offload_optimizer
-  OffloadDevice param_offload_ = OffloadDevice::none;  // zero_optimization.offload_param (stage 3)
+  OptimizerOffloadPlan offload_;  // the plan's optimizer offload when training (none with --eval_only)
   SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
   std::unique_ptr<LossScaler> scaler_;
   Timers timers_;

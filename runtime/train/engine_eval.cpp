@@ -55,16 +55,16 @@ void Engine::run_eval_only() {
 
 void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
   // Training's advice (stages, optimizer state) does not apply: only gathered layers and activations are here.
-  const int64_t elem = static_cast<int64_t>(dtype_size(precision_.params));
+  const int64_t elem = static_cast<int64_t>(dtype_size(plan_.precision.params));
   fail(
       "{}\n--eval_only: this rank needs its gathered layers (the largest group alone is {}; planned parameters on "
       "the device: {}) plus activations and buffers for micro-batch {} ({}). Raise --device_memory_limit, lower "
       "train_micro_batch_size_per_gpu or stage3_prefetch_bucket_size{}.",
       e.what(), format_bytes(layout_.max_group_numel * elem),
-      format_bytes(memory_plan_.bytes[static_cast<size_t>(MemCategory::params)]), micro_,
+      format_bytes(memory_plan_.bytes[static_cast<size_t>(MemCategory::params)]), plan_.batch.micro,
       format_bytes(memory_plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
                    memory_plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
-      zero_.parameters_partitioned && param_offload_ != OffloadDevice::none
+      plan_.zero.parameters_partitioned && plan_.param_offload.device != OffloadDevice::none
           ? ""
           : ", or use zero_optimization stage 3 with offload_param cpu or nvme so that the partitions leave the "
             "device");
@@ -72,8 +72,8 @@ void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
 
 EvalResult Engine::evaluate() {
   const dscpp_data_desc& d = plugin_.data();
-  std::vector<unsigned char> input(static_cast<size_t>(micro_ * d.input_numel * 4));
-  std::vector<int32_t> target(static_cast<size_t>(micro_ * d.target_numel));
+  std::vector<unsigned char> input(static_cast<size_t>(plan_.batch.micro * d.input_numel * 4));
+  std::vector<int32_t> target(static_cast<size_t>(plan_.batch.micro * d.target_numel));
   DeviceBuffer dinput(device_, input.size(), MemCategory::buffers);
   DeviceBuffer dtarget(device_, target.size() * 4, MemCategory::buffers);
   // Rank r evaluates samples r, r+W, ...: every sample exactly once across the world.
@@ -82,14 +82,14 @@ EvalResult Engine::evaluate() {
   for (int64_t i = world_.rank(); i < d.eval_size; i += world_.size()) mine.push_back(i);
   // At stage 3 a forward pass is collective (gathers): every rank runs as many batches as the
   // rank with the most samples, the others following the gathers without computing.
-  int64_t batches = (static_cast<int64_t>(mine.size()) + micro_ - 1) / micro_;
-  if (zero_.parameters_partitioned && world_.size() > 1) {
+  int64_t batches = (static_cast<int64_t>(mine.size()) + plan_.batch.micro - 1) / plan_.batch.micro;
+  if (plan_.zero.parameters_partitioned && world_.size() > 1) {
     int64_t most = batches;
     world_.allreduce(&most, 1, DType::i64, comm::ReduceOp::max);
     for (int64_t b = batches; b < most; ++b) params_->follow_forward();
   }
-  for (size_t first = 0; first < mine.size(); first += static_cast<size_t>(micro_)) {
-    int64_t n = std::min<int64_t>(micro_, static_cast<int64_t>(mine.size() - first));
+  for (size_t first = 0; first < mine.size(); first += static_cast<size_t>(plan_.batch.micro)) {
+    int64_t n = std::min<int64_t>(plan_.batch.micro, static_cast<int64_t>(mine.size() - first));
     for (int64_t k = 0; k < n; ++k)
       plugin_.load_sample(1, mine[first + static_cast<size_t>(k)], input.data() + k * d.input_numel * 4,
                           target.data() + k * d.target_numel);
@@ -157,7 +157,7 @@ void Engine::report() {
   if (!plugin_.has_report()) return;
   // The plugin reports on rank 0. At stage 3 each of its forward passes is collective, so rank
   // 0 announces every pass (1) and the end (0); the other ranks follow the gathers.
-  const bool collective = zero_.parameters_partitioned && world_.size() > 1;
+  const bool collective = plan_.zero.parameters_partitioned && world_.size() > 1;
   if (world_.rank() != 0) {
     if (!collective) return;
     for (int64_t cmd = 1; world_.broadcast(&cmd, 1, DType::i64, 0), cmd == 1;) params_->follow_forward();

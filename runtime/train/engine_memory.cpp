@@ -16,24 +16,24 @@ MemoryPlan Engine::make_memory_plan() const {
   const Stage3Plan& s3 = plan_.stage3;
   const ParamOffloadPlan& offload = plan_.param_offload;
   MemoryPlanInputs mp;
-  mp.zero = zero_;
+  mp.zero = plan_.zero;
   mp.world = world_.size();
-  mp.dtype = precision_.params;
-  mp.grad_dtype = precision_.grads;
+  mp.dtype = plan_.precision.params;
+  mp.grad_dtype = plan_.precision.grads;
   mp.compute_dtype = dtype_of(ops_.dtype);
   if (plugin_.data().input_dtype == DSCPP_F32) mp.float_input_numel = plugin_.data().input_numel;
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
   mp.training = !options_.eval_only;
-  mp.micro_batch = micro_;
-  mp.overlap_comm = zero_.overlap_comm;
+  mp.micro_batch = plan_.batch.micro;
+  mp.overlap_comm = plan_.zero.overlap_comm;
   mp.checkpointing = ckpt_;
-  if (zero_.parameters_partitioned)  // gathered groups, plus hpZ's copies (parameters too)
+  if (plan_.zero.parameters_partitioned)  // gathered groups, plus hpZ's copies (parameters too)
     mp.stage3_live_elements = ParamStore::gathered_bound(layout_, s3) + ParamStore::hpz_secondary_bound(layout_, s3);
   mp.offload_optimizer = offload_.device;
   if (offload_.device != OffloadDevice::none) {
     // As MasterWeights will split them: the first sub-groups offloaded, the rest on the device.
     const OffloadSplit split = offload_split(
-        make_sub_groups(layout_, zero_.parameters_partitioned, zero_.sub_group_size),
+        make_sub_groups(layout_, plan_.zero.parameters_partitioned, plan_.zero.sub_group_size),
         offload_);
     mp.max_sub_group = split.largest_offloaded;
     mp.offloaded_elements = split.offloaded_elements;
@@ -47,8 +47,8 @@ MemoryPlan Engine::make_memory_plan() const {
   }
   mp.offload_param = offload.device;
   if (offload.device != OffloadDevice::none) {  // placed as ParamHome will place the slices
-    const int64_t e = static_cast<int64_t>(dtype_size(precision_.params));
-    ParamHome::Placement placed = ParamHome::place(layout_, precision_.params, offload);
+    const int64_t e = static_cast<int64_t>(dtype_size(plan_.precision.params));
+    ParamHome::Placement placed = ParamHome::place(layout_, plan_.precision.params, offload);
     mp.param_host_bytes = placed.host_elements * e;
     mp.param_nvme_bytes = placed.nvme_elements * e;
     if (placed.slots > 0)
@@ -67,8 +67,9 @@ int64_t Engine::deepspeed_estimate() const {
   }
   double P = static_cast<double>(layout_.numel);
   // The GPU column depends only on the total number of GPUs, so (world, 1 node) is exact.
-  const bool off = offload_.device != OffloadDevice::none, off_params = param_offload_ != OffloadDevice::none;
-  return zero_.parameters_partitioned
+  const bool off = offload_.device != OffloadDevice::none,
+             off_params = plan_.param_offload.device != OffloadDevice::none;
+  return plan_.zero.parameters_partitioned
              ? estimate_zero3(P, static_cast<double>(largest), world_.size(), 1, off_params, off, true).gpu_bytes
              : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
 }
@@ -76,13 +77,14 @@ int64_t Engine::deepspeed_estimate() const {
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
   if (options_.eval_only) eval_out_of_memory(e);
   // What each stage would hold for this model, so the user can pick one that fits.
-  const int64_t elem = static_cast<int64_t>(dtype_size(precision_.params));
-  const int64_t optim = (optimizer_ ? optimizer_->state_bytes_per_element() : 0) + (precision_.params == DType::f32 ? 0 : 4);
+  const int64_t elem = static_cast<int64_t>(dtype_size(plan_.precision.params));
+  const int64_t optim =
+      (optimizer_ ? optimizer_->state_bytes_per_element() : 0) + (plan_.precision.params == DType::f32 ? 0 : 4);
   const int64_t other = memory_plan_.total() - memory_plan_.model_states();  // activations and buffers
   const int64_t limit = device_.stats().limit;
   auto states = [&](int stage, int ranks) { return model_state_bytes(stage, ranks, layout_.total, elem, optim); };
   std::string options;
-  for (int s = zero_.stage + 1; s <= 3 && world_.size() > 1; ++s)
+  for (int s = plan_.zero.stage + 1; s <= 3 && world_.size() > 1; ++s)
     options += fmt::format("{}stage {}: {}", options.empty() ? "" : ", ", s, format_bytes(states(s, world_.size())));
   std::string ranks_needed;
   if (limit > 0)
@@ -96,8 +98,9 @@ void Engine::out_of_memory(const OutOfDeviceMemory& e) {
       "{}\nAt ZeRO stage {} on {} rank{} this rank holds {} of model states; planned in all: {} ({} of it "
       "activations and buffers for micro-batch {}).{}{} Or offload (zero_optimization.offload_optimizer / "
       "offload_param), or lower train_micro_batch_size_per_gpu.",
-      e.what(), zero_.stage, world_.size(), world_.size() == 1 ? "" : "s", format_bytes(memory_plan_.model_states()),
-      format_bytes(memory_plan_.total()), format_bytes(other), micro_,
+      e.what(), plan_.zero.stage, world_.size(), world_.size() == 1 ? "" : "s",
+      format_bytes(memory_plan_.model_states()), format_bytes(memory_plan_.total()), format_bytes(other),
+      plan_.batch.micro,
       options.empty() ? (world_.size() == 1 ? " With one rank ZeRO has nothing to partition across: add ranks." : "")
                       : fmt::format(" Model states per rank at higher stages: {}.", options),
       ranks_needed);
@@ -129,10 +132,11 @@ void Engine::log_memory_peaks() {
     // Where the optimizer state went: with ratio < 1 the device keeps the resident sub-groups'.
     const auto o = static_cast<size_t>(MemCategory::optimizer_state);
     const OffloadSplit& split = master_->split();
-    log::info("optimizer state per rank (bytes, measured/planned): device={}/{}, host={}/{}, nvme planned={}; {} of "
-              "{} sub-groups offloaded",
-              m.peak[o], memory_plan_.bytes[o], host_stats().peak[o], memory_plan_.host[o], memory_plan_.nvme[o], split.offloaded,
-              split.offloaded + split.resident);
+    log::info(
+        "optimizer state per rank (bytes, measured/planned): device={}/{}, host={}/{}, nvme planned={}; {} of "
+        "{} sub-groups offloaded",
+        m.peak[o], memory_plan_.bytes[o], host_stats().peak[o], memory_plan_.host[o], memory_plan_.nvme[o],
+        split.offloaded, split.offloaded + split.resident);
   }
   if (!params_->home().all_on_device())
     log::info("parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; planned device "

@@ -37,7 +37,7 @@ std::unique_ptr<FlopsProfiler> Engine::make_profiler() const {
 // DeepSpeed prints the profile on rank 0, into output_file when one is set.
 void Engine::report_profile(double step_s) {
   if (world_.rank() != 0) return;
-  const std::string text = profiler_->report(step_s, train_batch_ / world_.size());
+  const std::string text = profiler_->report(step_s, plan_.batch.train_batch / world_.size());
   const auto& file = plan_.flops_profiler.output_file;
   if (!file) return log::info("{}", text);
   std::ofstream out(*file);

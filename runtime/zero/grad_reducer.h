@@ -35,7 +35,7 @@
 namespace dscpp::runtime {
 
 struct GradReduceOptions {
-  GradReduction reduction = GradReduction::allreduce;  // the ZeRO plan's (zero_plan.h)
+  GradReduction reduction = GradReduction::allreduce;  // the ZeRO plan's (configs/plans.h)
   int64_t bucket_elements = 500000000;  // stage 0 allreduce buckets
   double predivide_factor = 1.0;        // stage 0
   bool prescale = false;                // stage 0

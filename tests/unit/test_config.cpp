@@ -168,6 +168,12 @@ TEST_CASE("valid DeepSpeed optimizer settings dscpp does not run are named, not 
   CHECK(listed(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"amsgrad": true, "torch_adam": true}}})",
                "optimizer.params.amsgrad"));
   CHECK_FALSE(listed(R"({"train_batch_size": 8, "optimizer": {"type": "Lion"}})", "optimizer"));
+  CHECK(listed(R"({"train_batch_size": 8, "scheduler": {"type": "StepLR", "params": {"step_size": 3}}})",
+               "scheduler.type StepLR"));
+  CHECK(listed(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1, 0.2]}}})",
+               "scheduler.params.warmup_max_lr with 2 values"));
+  CHECK_FALSE(listed(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1]}}})",
+                     "scheduler"));
   CHECK(listed(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_gradients": true,
                    "zeropp_loco_param": {"err_beta": 0.8}}})",
                "zeropp_loco_param"));
