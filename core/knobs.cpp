@@ -70,9 +70,16 @@ constexpr std::array kKnobs{
     // ---- logging ----
     Knob{"DSCPP_LOG_LEVEL", "logging", "trace, debug, info, warn, err, critical or off", "info",
          "The level of dscpp's log."},
+    // ---- training ----
+    Knob{"DSCPP_MAX_NONFINITE_STEPS", "training", "a positive whole number", "3",
+         "A step whose loss or gradient norm is NaN or infinite is skipped with a warning (fp16's loss scaler "
+         "handles its own overflows); this many in a row stop the run with an error."},
     // ---- testing ----
     Knob{"DSCPP_INJECT_OVERFLOW", "testing", "steps, e.g. 3,5,9-12", "no injection",
          "Fault injection: the last rank's gradients get an inf at those steps (the loss scaler's tests)."},
+    Knob{"DSCPP_INJECT_NAN", "testing", "grads:STEPS, loss:STEPS or weights:STEPS, e.g. grads:20-40", "no injection",
+         "Fault injection: at those steps the last rank's gradients get a NaN, its loss reads NaN, or (weights) its "
+         "first master weight becomes NaN after the update."},
     Knob{"DSCPP_INJECT_DIVERGENCE", "testing", "a step", "no injection",
          "Fault injection: after that step the last rank issues one extra collective (--check_schedule's test)."},
     Knob{"DSCPP_FAULT_INJECT", "testing", "save_before_commit", "no injection",

@@ -14,7 +14,7 @@ namespace dscpp {
 
 struct Knob {
   std::string_view name;
-  std::string_view area;    // communication, compute, memory, launch, logging, testing
+  std::string_view area;    // communication, compute, memory, training, launch, logging, testing
   std::string_view values;  // what it takes
   std::string_view unset;   // what happens when it is not set
   std::string_view what;    // what it does, in a sentence

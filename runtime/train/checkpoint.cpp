@@ -15,10 +15,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <optional>
 
 namespace dscpp::runtime {
 
@@ -171,27 +174,55 @@ std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointVie
 
 // ---- writing -----------------------------------------------------------------------------
 
+// NaN and inf met in what this rank writes. The engine skips steps with a non-finite loss or
+// gradient norm, so none should reach the weights; this is the last line: a checkpoint holding
+// one is never committed. Fills may run concurrently, hence the lock.
+class NonfiniteScan {
+ public:
+  void scan(const std::string& tensor, int64_t first, const float* p, int64_t n) {
+    int64_t bad = 0, at = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) {
+        if (at < 0) at = i;
+        ++bad;
+      }
+    if (bad == 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (count_ == 0) first_ = fmt::format("{} element {}", tensor, first + at);
+    count_ += bad;
+  }
+  int64_t count() const { return count_; }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::mutex mu_;
+  int64_t count_ = 0;
+  std::string first_;
+};
+
 void write_by_name(const std::string& staging, const LocalPartitions& local,
-                   const std::map<std::string, std::string>& meta) {
+                   const std::map<std::string, std::string>& meta, NonfiniteScan& scan) {
   const ckpt::PartitionLayout& l = local.layout();
   std::vector<ckpt::TensorToWrite> model, optimizer;
   for (size_t i = 0; i < l.params.size(); ++i)
     model.push_back({l.params[i].name, DType::f32, l.params[i].shape, nullptr,
-                     [&local, i](int64_t first, int64_t count, void* dst) {
+                     [&local, &scan, &l, i](int64_t first, int64_t count, void* dst) {
                        local.copy_param_out(i, ckpt::kMasterWeights, first, count, static_cast<float*>(dst));
+                       scan.scan(l.params[i].name, first, static_cast<const float*>(dst), count);
                      }});
   for (const std::string& state : local.states())
     for (size_t i = 0; i < l.params.size(); ++i)
       optimizer.push_back({l.params[i].name + "/" + state, DType::f32, l.params[i].shape, nullptr,
-                           [&local, i, state](int64_t first, int64_t count, void* dst) {
+                           [&local, &scan, &l, i, state](int64_t first, int64_t count, void* dst) {
                              local.copy_param_out(i, state, first, count, static_cast<float*>(dst));
+                             scan.scan(l.params[i].name + "/" + state, first, static_cast<const float*>(dst), count);
                            }});
   ckpt::write_safetensors((fs::path(staging) / ckpt::kModelFile).string(), model, meta);
   ckpt::write_safetensors((fs::path(staging) / ckpt::kOptimizerFile).string(), optimizer, meta);
 }
 
 void write_partitions(const std::string& path, const LocalPartitions& local,
-                      const std::map<std::string, std::string>& meta) {
+                      const std::map<std::string, std::string>& meta, NonfiniteScan& scan) {
   std::vector<std::string> whats{ckpt::kMasterWeights};
   whats.insert(whats.end(), local.states().begin(), local.states().end());
   std::vector<ckpt::TensorToWrite> tensors;
@@ -200,8 +231,9 @@ void write_partitions(const std::string& path, const LocalPartitions& local,
                        DType::f32,
                        {local.layout().part_total},
                        nullptr,
-                       [&local, what](int64_t first, int64_t count, void* dst) {
+                       [&local, &scan, what](int64_t first, int64_t count, void* dst) {
                          local.copy_out(what, first, count, static_cast<float*>(dst));
+                         scan.scan(what, first, static_cast<const float*>(dst), count);
                        }});
   ckpt::write_safetensors(path, tensors, meta);
 }
@@ -256,13 +288,25 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
   comm.barrier();  // the debris of a crashed save is gone before anyone writes into its staging dir
   const std::string staging = ckpt::checkpoint_staging_dir(save_dir, tag);
   std::map<std::string, std::string> meta{{"format", "dscpp"}, {"global_steps", std::to_string(m.global_steps)}};
+  NonfiniteScan scan;
   if (m.storage == ckpt::Storage::by_name) {
     // Stage 0: every rank holds the same model and optimizer state; rank 0 writes them once.
-    if (comm.rank() == 0) write_by_name(staging, local, meta);
+    if (comm.rank() == 0) write_by_name(staging, local, meta, scan);
   } else {
     meta["rank"] = std::to_string(comm.rank());
     meta["world_size"] = std::to_string(comm.size());
-    write_partitions((fs::path(staging) / m.files[static_cast<size_t>(comm.rank())]).string(), local, meta);
+    write_partitions((fs::path(staging) / m.files[static_cast<size_t>(comm.rank())]).string(), local, meta, scan);
+  }
+  double nonfinite = static_cast<double>(scan.count());
+  if (scan.count() > 0)
+    log::error("checkpoint {}: {} NaN/inf values in this rank's weights or optimizer state, the first in {}", tag,
+               scan.count(), scan.first());
+  comm.allreduce(&nonfinite, 1, DType::f64);
+  if (nonfinite > 0) {
+    const std::optional<std::string> previous = ckpt::read_latest_tag(save_dir);
+    fail("refusing to commit checkpoint {}: {:.0f} NaN/inf values in the weights or optimizer state (each rank that "
+         "holds some names the first); {} is unchanged",
+         tag, nonfinite, previous ? fmt::format("latest ({})", *previous) : std::string("the save directory"));
   }
   if (v.gather_16bit_weights) write_gathered_weights((fs::path(staging) / "model_16bit.safetensors").string(), v, comm);
   if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);

@@ -1,11 +1,14 @@
 #include "runtime/train/engine.h"
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/manifest.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "runtime/train/fault_injection.h"
 #include "runtime/train/init.h"
+#include "runtime/zero/local_partitions.h"
 #include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host
 #include "kernels/device_math.h"
 
@@ -13,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <filesystem>
 
@@ -45,6 +49,12 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
   if (plan_.wall_clock_breakdown) timers_.synchronize_with(&device_);
   comms_log_ = comms_logger_for(plan_.comms_logger, plan_.file_name, world);
   check_fault_settings();
+  if (const char* v = knob("DSCPP_MAX_NONFINITE_STEPS")) {
+    char* end = nullptr;
+    max_nonfinite_ = std::strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || max_nonfinite_ < 1)
+      fail("DSCPP_MAX_NONFINITE_STEPS='{}': expected a positive whole number (steps in a row)", v);
+  }
 
   total_steps_ = options_.steps
                      ? *options_.steps
@@ -318,6 +328,8 @@ void Engine::train_step() {
       m = runner_->forward(mb.input, mb.target, mb.size, true, static_cast<uint64_t>(counters_.micro_steps));
     }
     loss_sum += m.counted ? m.loss_sum / static_cast<double>(m.counted) : 0.0;
+    inject_fault(FaultPoint::loss_nan, counters_.global_steps + 1, world_.rank(), world_.size(),
+                 [&] { loss_sum = std::numeric_limits<double>::quiet_NaN(); });
     {
       Timers::Scope t(timers_, "bwd");
       params_->begin_pass(true, true);
@@ -333,7 +345,7 @@ void Engine::train_step() {
   {
     Timers::Scope t(timers_, "step");
     float grad_scale = 1.0f;
-    if (prepare_gradients(&grad_scale)) {
+    if (prepare_gradients(&grad_scale, loss_sum)) {
       StepOverrides o;
       o.lr = schedule_->lr();
       o.momentum = schedule_->momentum();
@@ -351,6 +363,12 @@ void Engine::train_step() {
   }
   ++counters_.global_steps;
   counters_.global_samples += plan_.batch.train_batch;
+  // Tests of the save's guard: a NaN the step guard could not have caught.
+  inject_fault(FaultPoint::weights_nan, counters_.global_steps, world_.rank(), world_.size(), [this] {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    LocalPartitions(layout_, world_.rank(), master_.get(), optimizer_.get(), params_.get())
+        .copy_in(ckpt::kMasterWeights, 0, 1, &nan);
+  });
   // Tests of --check_schedule: one rank takes a different path.
   inject_fault(FaultPoint::step_end, counters_.global_steps, world_.rank(), world_.size(),
                [this] { world_.barrier(); });
@@ -360,7 +378,7 @@ void Engine::train_step() {
   log_step(loss_sum / static_cast<double>(plan_.batch.gas));
 }
 
-bool Engine::prepare_gradients(float* grad_scale) {
+bool Engine::prepare_gradients(float* grad_scale, double local_loss) {
   const double scale = scaler_->scale();
   // Over this rank's gradient slices, group by group in order (thread-count independent), each
   // with the device it lives on (offloaded slices: the host).
@@ -374,6 +392,15 @@ bool Engine::prepare_gradients(float* grad_scale) {
   // Stage 0: the gradients are already reduced and identical on every rank, so local answers
   // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
   const bool partitioned = plan_.zero.optimizer_partitioned && world_.size() > 1;
+  // Tests of the non-finite guard: a NaN in one rank's gradients, at any precision.
+  inject_fault(FaultPoint::gradients_nan, counters_.global_steps + 1, world_.rank(), world_.size(), [&] {
+    over_groups([&](void* g, int64_t, Device& where) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      unsigned char bits[8];
+      kernels::store_from_f32(bits, grads_->dtype(), &nan, 1);
+      where.copy_from_host(g, bits, dtype_size(grads_->dtype()));
+    });
+  });
   // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
   if (scaler_->checks_overflow() || plan_.gradients.check_bf16_overflow) {
     // Tests of loss scaling: an inf in one rank's gradients.
@@ -391,23 +418,50 @@ bool Engine::prepare_gradients(float* grad_scale) {
     // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
     // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
     if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
-    if (scaler_->checks_overflow()) scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
-    if (overflow != 0) return false;
+    if (scaler_->checks_overflow()) {
+      scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
+      if (overflow != 0) return false;  // the scaler's business, not a non-finite step
+    } else if (overflow != 0) {
+      return skip_nonfinite("gradients (bf16.check_grad_overflow)");
+    }
   }
-  double max_norm = plan_.gradients.clipping;
-  if (max_norm <= 0 && plan_.steps_per_print <= 0) return true;
+  // The global norm, and whether any rank's loss was NaN or infinite, agreed in one allreduce.
+  // Unpartitioned gradients are the same on every rank, so rank 0's sum stands for the world's
+  // (adding zeros keeps it exact).
   double sq = 0;
   over_groups(
       [&](void* g, int64_t n, Device& where) { sq += kernels::math_of(where).sum_squares(g, grads_->dtype(), n); });
-  if (partitioned) world_.allreduce(&sq, 1, DType::f64);
-  double norm = std::sqrt(sq) / scale;  // of the unscaled gradients
-  last_grad_norm_ = std::isfinite(norm) ? norm : -1;
+  double agreed[2] = {partitioned || world_.rank() == 0 ? sq : 0.0, std::isfinite(local_loss) ? 0.0 : 1.0};
+  if (world_.size() > 1) world_.allreduce(agreed, 2, DType::f64);
+  const double norm = std::sqrt(agreed[0]) / scale;  // of the unscaled gradients
+  if (agreed[1] != 0) return skip_nonfinite("loss");
+  if (!std::isfinite(norm)) return skip_nonfinite(fmt::format("gradients (global norm {})", norm));
+  nonfinite_in_a_row_ = 0;
+  last_grad_norm_ = norm;
+  const double max_norm = plan_.gradients.clipping;
   if (max_norm > 0) {
     // DeepSpeed's rule: unscale and clip in one multiplication.
     double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) *grad_scale = static_cast<float>(scale == 1.0 ? coef : coef / scale);
   }
   return true;
+}
+
+bool Engine::skip_nonfinite(const std::string& what) {
+  // Every rank gets here for the same step (what decides it was agreed), so every rank stops
+  // together and no collective is left waiting.
+  ++nonfinite_in_a_row_;
+  const int64_t step = counters_.global_steps + 1;
+  if (nonfinite_in_a_row_ >= max_nonfinite_)
+    fail("step {}: non-finite {}, the {} step in a row (DSCPP_MAX_NONFINITE_STEPS={}): stopping. The weights "
+         "were never updated from a non-finite step and no checkpoint holds one; lower the learning rate, set "
+         "gradient_clipping, use bf16 or fp16 loss scaling, or check the data and the model's loss",
+         step, what, nonfinite_in_a_row_, max_nonfinite_);
+  if (world_.rank() == 0)
+    log::warn("step {}: non-finite {}; the step is skipped (no optimizer or LR-schedule step), {} in a row, the run "
+              "stops at {}",
+              step, what, nonfinite_in_a_row_, max_nonfinite_);
+  return false;
 }
 
 void Engine::log_step(double local_loss) {
@@ -422,7 +476,10 @@ void Engine::log_step(double local_loss) {
     csv_.record("Train/Samples/train_loss", counters_.global_samples, loss);
     csv_.record("Train/Samples/lr", counters_.global_samples, last_lr_);
   }
-  window_loss_ += loss;
+  if (std::isfinite(loss)) {  // a skipped non-finite step was warned about; it does not poison the mean
+    window_loss_ += loss;
+    ++window_loss_steps_;
+  }
   ++window_steps_;
   int64_t every = plan_.steps_per_print;
   if (every <= 0 || (step % every != 0 && step != total_steps_)) return;
@@ -430,7 +487,8 @@ void Engine::log_step(double local_loss) {
   StepReport r;
   r.step = step;
   r.total_steps = total_steps_;
-  r.loss = window_loss_ / static_cast<double>(window_steps_);
+  r.loss = window_loss_steps_ > 0 ? window_loss_ / static_cast<double>(window_loss_steps_)
+                                  : std::numeric_limits<double>::quiet_NaN();
   r.lr = last_lr_;
   r.samples_per_s = static_cast<double>(window_steps_ * plan_.batch.train_batch) / secs;
   r.tokens_per_s = r.samples_per_s * static_cast<double>(plugin_.data().tokens_per_sample);
@@ -447,6 +505,7 @@ void Engine::log_step(double local_loss) {
   }
   window_start_ = Clock::now();
   window_steps_ = 0;
+  window_loss_steps_ = 0;
   window_loss_ = 0;
 }
 

@@ -91,8 +91,12 @@ class Engine {
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;
   void initialise_params();
-  // Overflow check, global norm, clip and unscale factor; returns false when the step must be skipped.
-  bool prepare_gradients(float* grad_scale);
+  // Overflow check, global norm, clip and unscale factor; returns false when the step must be
+  // skipped. `local_loss`: this rank's loss for the step, checked for NaN/inf with the norm.
+  bool prepare_gradients(float* grad_scale, double local_loss);
+  // A step with a NaN or infinite loss or gradient norm (`what`): warns and returns false, or
+  // throws once DSCPP_MAX_NONFINITE_STEPS such steps came in a row.
+  bool skip_nonfinite(const std::string& what);
   void log_step(double loss);
   void report();
   void log_memory_peaks();
@@ -132,10 +136,13 @@ class Engine {
   TrainCounters counters_;
   int64_t total_steps_ = 0;
   double last_grad_norm_ = -1;
+  int64_t nonfinite_in_a_row_ = 0;  // steps skipped for a NaN/inf loss or gradient norm
+  int64_t max_nonfinite_ = 3;       // DSCPP_MAX_NONFINITE_STEPS
   double last_lr_ = 0;  // the lr the last optimizer step used
   // Throughput window since the last print.
   std::chrono::steady_clock::time_point window_start_;
   int64_t window_steps_ = 0;
+  int64_t window_loss_steps_ = 0;  // of window_steps_, those with a finite loss
   double window_loss_ = 0;
 };
 

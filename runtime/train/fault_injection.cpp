@@ -8,7 +8,7 @@
 
 namespace dscpp::runtime {
 
-std::set<int64_t> parse_step_list(std::string_view text) {
+std::set<int64_t> parse_step_list(std::string_view text, std::string_view variable) {
   std::set<int64_t> out;
   for (std::string_view rest = text; !rest.empty();) {
     size_t comma = rest.find(',');
@@ -21,7 +21,7 @@ std::set<int64_t> parse_step_list(std::string_view text) {
               hi = dash == std::string::npos ? lo : std::stoll(item.substr(dash + 1));
       for (int64_t v = lo; v <= hi; ++v) out.insert(v);
     } catch (const std::exception&) {
-      fail("DSCPP_INJECT_OVERFLOW: '{}' is not a step or a range of steps (expected e.g. 3,5,9-12)", item);
+      fail("{}: '{}' is not a step or a range of steps (expected e.g. 3,5,9-12)", variable, item);
     }
   }
   return out;
@@ -31,6 +31,7 @@ namespace {
 
 struct FaultSettings {
   std::set<int64_t> overflow_steps;
+  std::set<int64_t> nan_grad_steps, nan_loss_steps, nan_weight_steps;
   int64_t divergence_step = -1;
   bool die_before_commit = false;
 };
@@ -38,6 +39,17 @@ struct FaultSettings {
 FaultSettings read_settings() {
   FaultSettings f;
   if (const char* v = knob("DSCPP_INJECT_OVERFLOW")) f.overflow_steps = parse_step_list(v);
+  if (const char* v = knob("DSCPP_INJECT_NAN"); v && *v) {
+    const std::string_view text(v);
+    if (text.rfind("grads:", 0) == 0)
+      f.nan_grad_steps = parse_step_list(text.substr(6), "DSCPP_INJECT_NAN");
+    else if (text.rfind("loss:", 0) == 0)
+      f.nan_loss_steps = parse_step_list(text.substr(5), "DSCPP_INJECT_NAN");
+    else if (text.rfind("weights:", 0) == 0)
+      f.nan_weight_steps = parse_step_list(text.substr(8), "DSCPP_INJECT_NAN");
+    else
+      fail("DSCPP_INJECT_NAN='{}': expected grads:STEPS, loss:STEPS or weights:STEPS (e.g. grads:20-40)", v);
+  }
   if (const char* v = knob("DSCPP_INJECT_DIVERGENCE")) {
     char* end = nullptr;
     f.divergence_step = std::strtoll(v, &end, 10);
@@ -66,6 +78,9 @@ void inject_fault(FaultPoint point, int64_t step, int rank, int world_size, cons
   bool now = false;
   switch (point) {
     case FaultPoint::gradients_reduced: now = last_rank && s.overflow_steps.count(step) > 0; break;
+    case FaultPoint::gradients_nan: now = last_rank && s.nan_grad_steps.count(step) > 0; break;
+    case FaultPoint::loss_nan: now = last_rank && s.nan_loss_steps.count(step) > 0; break;
+    case FaultPoint::weights_nan: now = last_rank && s.nan_weight_steps.count(step) > 0; break;
     case FaultPoint::step_end: now = last_rank && step == s.divergence_step; break;
     case FaultPoint::checkpoint_commit: now = s.die_before_commit; break;
   }
