@@ -75,6 +75,9 @@ json manifest_json(const Manifest& m) {
                  {"groups", groups},
                  {"params", params}};
   j["files"] = {{"storage", m.storage == Storage::by_name ? "by_name" : "partitions"}, {"names", m.files}};
+  if (!m.checksums.empty()) j["files"]["sha256"] = m.checksums;
+  j.erase(kSelfDigest);  // a loaded document's own
+  j[kSelfDigest] = sha256_hex(j.dump());
   return j;
 }
 
@@ -165,7 +168,33 @@ Manifest read_manifest(const std::string& tag_dir) {
   for (const std::string& f : m.files)
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
       fail("checkpoint {}: {}: file name '{}' is not a plain name inside the tag directory", tag_dir, kManifestFile, f);
+  if (m.has("files.sha256")) {
+    try {
+      m.checksums = m.at("files.sha256").get<std::map<std::string, FileDigests>>();
+    } catch (const json::exception&) {
+      fail("checkpoint {}: {}: files.sha256 must map file names to {{part: hex digest}} objects", tag_dir,
+           kManifestFile);
+    }
+    for (const std::string& f : m.files)
+      if (!m.checksums.count(f)) fail("checkpoint {}: {}: files.sha256 has no digests for {}", tag_dir, kManifestFile, f);
+  }
+  // Last, so that a structural error above names what is wrong: any other change since save
+  // (a value edited or a flipped digit that still parses) shows here.
+  if (m.doc.contains(kSelfDigest)) {
+    json rest = m.doc;
+    rest.erase(kSelfDigest);
+    if (!m.doc[kSelfDigest].is_string() || m.doc[kSelfDigest].get<std::string>() != sha256_hex(rest.dump()))
+      fail("checkpoint {} is damaged: {} was changed after it was saved (its {} does not match its contents)", tag_dir,
+           kManifestFile, kSelfDigest);
+  }
   return m;
+}
+
+std::string verify_file(const Manifest& m, const std::string& file) {
+  auto digests = m.checksums.find(file);
+  if (digests == m.checksums.end()) return "";
+  const std::string problem = verify_digests(m.tag_dir + "/" + file, digests->second);
+  return problem.empty() ? "" : fmt::format("checkpoint {} is damaged: {}", m.tag_dir, problem);
 }
 
 std::string resolve_tag_dir(const std::string& path) {

@@ -16,12 +16,14 @@
 // Format version 2. Version 1 (stage 0 only, before ZeRO checkpoints) is refused by name.
 #pragma once
 
+#include "checkpoint/checksums.h"
 #include "checkpoint/partition_layout.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,9 @@ inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 // The `what` of the fp32 master weights (the other `what`s are optimizer state names).
 inline constexpr const char* kMasterWeights = "fp32";
+// The manifest's own SHA-256: of its compact JSON dump without this key (keys sorted, as
+// nlohmann::json keeps them), checked last by read_manifest.
+inline constexpr const char* kSelfDigest = "manifest_sha256";
 
 // "zero_pp_rank_<R>_partitions.safetensors"
 std::string rank_file_name(int rank);
@@ -51,6 +56,9 @@ struct Manifest {
   int64_t optimizer_step = 0;                 // step count of every optimizer group
   Storage storage = Storage::by_name;
   std::vector<std::string> files;  // by_name: {model, optimizer}; partitions: one per rank
+  // files.sha256: every file of the tag (`files` and model_16bit.safetensors when saved) →
+  // its digests (checksums.h). Empty in checkpoints saved before dscpp recorded them.
+  std::map<std::string, FileDigests> checksums;
   nlohmann::json doc;              // the whole document, including the engine's own fields
 
   // The value at a dotted key ("lr_scheduler.last_batch_iteration"), converted to T; throws
@@ -79,6 +87,10 @@ nlohmann::json manifest_json(const Manifest& m);
 // layout's consistency (partition_layout.h validate) and the file list. Every error names the
 // file and the key.
 Manifest read_manifest(const std::string& tag_dir);
+
+// Checks <tag_dir>/<file> against the digests files.sha256 recorded at save: "" when it matches
+// (or when the manifest records none), else what differs, naming the file and the tensor.
+std::string verify_file(const Manifest& m, const std::string& file);
 
 // `path` is a tag directory (it has a manifest.json) or a save directory (its `latest` names
 // the tag). Returns the tag directory; throws dscpp::Error saying which of the two was

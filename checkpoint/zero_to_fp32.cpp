@@ -23,6 +23,10 @@ ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
   r.zero_stage = m.zero_stage;
   r.world_size = m.world_size;
   r.global_steps = m.global_steps;
+  // Every file against the digests recorded at save, before anything is converted.
+  for (const std::string& f : m.files)
+    if (std::string problem = verify_file(m, f); !problem.empty()) fail("{}", problem);
+  r.verified = !m.checksums.empty();
   std::unique_ptr<TensorSource> source = open_source(m);
   if (!source->has(what))
     fail("checkpoint {}: it has no '{}' (it has the master weights '{}' and the optimizer states [{}])", r.tag_dir,

@@ -24,6 +24,7 @@ struct ConsolidateResult {
   int zero_stage = 0;
   int world_size = 1;
   int64_t global_steps = 0;
+  bool verified = false;  // its files matched the SHA-256 digests recorded at save (none recorded: false)
   size_t tensors = 0;
   int64_t numel = 0;
 };

@@ -36,9 +36,11 @@ int run_zero_to_fp32(const ZeroToFp32Args& args) {
   ckpt::ConsolidateResult r = ckpt::zero_to_fp32(args.checkpoint, args.out, progress, args.state);
   const std::string what = args.state == "fp32" ? "master weights" : "optimizer state " + args.state;
   std::printf("%s", fmt::format("wrote {}: {}, {} tensors, {} fp32 values ({}), from {} (ZeRO stage {}, {} rank{}, "
-                                "step {}) in {:.2f} s\n",
+                                "step {}; {}) in {:.2f} s\n",
                                 args.out, what, r.tensors, r.numel, gigabytes(r.numel * 4), r.tag_dir, r.zero_stage,
                                 r.world_size, r.world_size == 1 ? "" : "s", r.global_steps,
+                                r.verified ? "its files match their SHA-256 digests"
+                                           : "no digests recorded: its files were not verified",
                                 std::chrono::duration<double>(Clock::now() - start).count())
                         .c_str());
   return 0;

@@ -2,6 +2,7 @@
 
 #include "build_config.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/checksums.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_source.h"
@@ -22,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 namespace dscpp::runtime {
 
@@ -172,6 +174,48 @@ std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointVie
   return problems;
 }
 
+constexpr const char* kModel16bitFile = "model_16bit.safetensors";
+
+// Every rank's `mine`, in rank order (two allgathers: the lengths, then the padded bytes).
+std::vector<std::string> allgather_strings(comm::Communicator& comm, const std::string& mine) {
+  std::vector<int64_t> lengths(static_cast<size_t>(comm.size()));
+  int64_t length = static_cast<int64_t>(mine.size());
+  comm.allgather(&length, lengths.data(), 1, DType::i64);
+  const int64_t longest = std::max<int64_t>(*std::max_element(lengths.begin(), lengths.end()), 1);
+  std::vector<char> padded(static_cast<size_t>(longest)), all(static_cast<size_t>(longest * comm.size()));
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  comm.allgather(padded.data(), all.data(), static_cast<size_t>(longest), DType::u8);
+  std::vector<std::string> out;
+  for (int r = 0; r < comm.size(); ++r)
+    out.emplace_back(all.data() + r * longest, static_cast<size_t>(lengths[static_cast<size_t>(r)]));
+  return out;
+}
+
+// Each rank checks every size-th file against the digests recorded at save; then every rank
+// fails with all the problems found, so none loads a damaged checkpoint and every log names
+// the file and tensor.
+void verify_files(const ckpt::Manifest& m, comm::Communicator& comm) {
+  if (m.checksums.empty()) {
+    if (comm.rank() == 0)
+      log::warn("checkpoint {} records no SHA-256 digests (saved by an older dscpp): its contents are not verified",
+                m.tag_dir);
+    return;
+  }
+  std::string problem;
+  for (size_t i = static_cast<size_t>(comm.rank()); i < m.files.size() && problem.empty();
+       i += static_cast<size_t>(comm.size())) {
+    try {
+      problem = ckpt::verify_file(m, m.files[i]);
+    } catch (const Error& e) {  // unreadable or not safetensors: still every rank's failure
+      problem = fmt::format("checkpoint {} is damaged: {}", m.tag_dir, e.what());
+    }
+  }
+  std::vector<std::string> problems;
+  for (std::string& p : allgather_strings(comm, problem))
+    if (!p.empty()) problems.push_back(std::move(p));
+  if (!problems.empty()) fail("{}", fmt::join(problems, "; "));
+}
+
 // ---- writing -----------------------------------------------------------------------------
 
 // NaN and inf met in what this rank writes. The engine skips steps with a non-finite loss or
@@ -308,7 +352,20 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
          "holds some names the first); {} is unchanged",
          tag, nonfinite, previous ? fmt::format("latest ({})", *previous) : std::string("the save directory"));
   }
-  if (v.gather_16bit_weights) write_gathered_weights((fs::path(staging) / "model_16bit.safetensors").string(), v, comm);
+  if (v.gather_16bit_weights) write_gathered_weights((fs::path(staging) / kModel16bitFile).string(), v, comm);
+  // The digests of what each rank wrote, gathered for rank 0's manifest (checkpoint/checksums.h).
+  std::map<std::string, ckpt::FileDigests> written;
+  auto digest = [&](const std::string& file) {
+    written[file] = ckpt::digest_safetensors((fs::path(staging) / file).string());
+  };
+  if (m.storage == ckpt::Storage::partitions)
+    digest(m.files[static_cast<size_t>(comm.rank())]);
+  else if (comm.rank() == 0)
+    for (const std::string& f : m.files) digest(f);
+  if (v.gather_16bit_weights && comm.rank() == 0) digest(kModel16bitFile);
+  for (const std::string& text : allgather_strings(comm, json(written).dump()))
+    for (auto& [file, digests] : json::parse(text).get<std::map<std::string, ckpt::FileDigests>>())
+      m.checksums[file] = std::move(digests);
   if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
   comm.barrier();
   // Tests of the commit protocol: die with every file written but the checkpoint not yet
@@ -327,6 +384,7 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
   LocalPartitions local = local_partitions(v, comm);
   if (auto problems = mismatches(m, v, local); !problems.empty())
     fail("checkpoint {} does not match this run: {}", tag_dir, fmt::join(problems, "; "));
+  verify_files(m, comm);
   const bool log_here = comm.rank() == 0;
   if (m.get<uint64_t>("data_sampler.seed") != v.seed && log_here)
     log::warn("checkpoint {} was trained with --seed {}, this run uses {}: the data order after resuming differs",
