@@ -38,6 +38,7 @@ struct Args {
   std::string device = "auto";
   bool check_schedule = false;
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
+  bool accept_data_change = false;
   std::vector<std::string> plugin_args;
 };
 
@@ -198,6 +199,7 @@ int run(const Args& a) {
   o.load_dir = a.load_dir;
   o.eval_interval = a.eval_interval;
   o.eval = !a.no_eval;
+  o.accept_data_change = a.accept_data_change;
   o.seed = a.seed;
   o.init_from = a.init_from;
   o.shuffle = !a.no_shuffle;
@@ -235,6 +237,9 @@ int main(int argc, char** argv) {
   app.add_option("--save_dir", a.save_dir, "write checkpoints here (at --save_interval and at the end)");
   app.add_option("--save_interval", a.save_interval, "steps between checkpoints (0: only at the end)");
   app.add_option("--load_dir", a.load_dir, "resume from the checkpoint <load_dir>/latest names");
+  app.add_flag("--accept_data_change", a.accept_data_change,
+               "resume even though the plugin's data differs from the checkpoint's (split sizes, sample shapes or "
+               "the SHA-256 of 64 samples spread over the train split); without it such a resume is refused");
   app.add_option("--eval_interval", a.eval_interval, "steps between evaluations on the eval split (0: only at the end)");
   auto* no_eval = app.add_flag("--no_eval", a.no_eval, "skip the final evaluation");
   app.add_flag("--eval_only", a.eval_only,

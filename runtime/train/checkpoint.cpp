@@ -130,6 +130,7 @@ ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalP
       {"data_sampler", {{"seed", v.seed}, {"micro_batches_consumed", v.counters->micro_steps}}},
       {"loss_scaler", scaler_json(v.scaler)},
   };
+  if (v.data) m.doc["data"] = v.data->to_json();
   try {
     m.doc["ds_config"] = json::parse(v.config_json);
   } catch (const std::exception&) {
@@ -214,6 +215,24 @@ void verify_files(const ckpt::Manifest& m, comm::Communicator& comm) {
   for (std::string& p : allgather_strings(comm, problem))
     if (!p.empty()) problems.push_back(std::move(p));
   if (!problems.empty()) fail("{}", fmt::join(problems, "; "));
+}
+
+// A resume continues the sampler's position in the data it was trained on: other data is
+// refused unless the run says the change is deliberate. Weights only (--eval_only) do not care.
+void check_data(const ckpt::Manifest& m, const CheckpointView& v, bool log_here) {
+  if (!v.optimizer || !v.data) return;
+  if (!m.has("data")) {
+    if (log_here) log::warn("checkpoint {} records no data fingerprint (saved by an older dscpp): not checked", m.tag_dir);
+    return;
+  }
+  const std::string diff = v.data->differences_from(DataFingerprint::from_json(m.at("data"), m.path()));
+  if (diff.empty()) return;
+  if (!v.accept_data_change)
+    fail("checkpoint {} was trained on other data ({}); resuming would continue its sampler position in data that "
+         "is not there. Give the plugin the data it was trained on, or pass --accept_data_change to resume on this "
+         "data deliberately",
+         m.tag_dir, diff);
+  if (log_here) log::warn("checkpoint {} was trained on other data ({}); resuming anyway (--accept_data_change)", m.tag_dir, diff);
 }
 
 // ---- writing -----------------------------------------------------------------------------
@@ -386,6 +405,7 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
     fail("checkpoint {} does not match this run: {}", tag_dir, fmt::join(problems, "; "));
   verify_files(m, comm);
   const bool log_here = comm.rank() == 0;
+  check_data(m, v, log_here);
   if (m.get<uint64_t>("data_sampler.seed") != v.seed && log_here)
     log::warn("checkpoint {} was trained with --seed {}, this run uses {}: the data order after resuming differs",
               tag_dir, m.get<uint64_t>("data_sampler.seed"), v.seed);

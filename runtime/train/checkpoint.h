@@ -28,6 +28,7 @@
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/plans.h"
+#include "runtime/train/data_fingerprint.h"
 #include "runtime/zero/flat_layout.h"
 #include "runtime/zero/master_weights.h"
 #include "runtime/zero/param_store.h"
@@ -62,6 +63,10 @@ struct CheckpointView {
   int64_t gradient_accumulation_steps = 0;
   uint64_t seed = 0;
   std::string config_json;  // the effective DeepSpeed config, stored for reference
+  // The training data (data_fingerprint.h): recorded at save, compared at load unless
+  // accept_data_change (--accept_data_change) says the change is deliberate.
+  const DataFingerprint* data = nullptr;
+  bool accept_data_change = false;
   // stage3_gather_16bit_weights_on_model_save: also write the consolidated parameters in their
   // training dtype as <tag>/model_16bit.safetensors (DeepSpeed's save_16bit_model), gathered
   // one partition group at a time; rank 0 holds them in host memory to write them.

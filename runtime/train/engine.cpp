@@ -186,6 +186,9 @@ CheckpointView Engine::checkpoint_view() {
   v.micro_batch = plan_.batch.micro;
   v.gradient_accumulation_steps = plan_.batch.gas;
   v.seed = options_.seed;
+  if (!data_) data_ = data_fingerprint(plugin_);
+  v.data = &*data_;
+  v.accept_data_change = options_.accept_data_change;
   v.config_json = plan_.effective_json;
   v.gather_16bit_weights = plan_.zero.gather_16bit_weights_on_save;
   return v;

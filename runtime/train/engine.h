@@ -53,6 +53,8 @@ struct TrainOptions {
   bool eval_only = false;
   // Ranks per node when every node holds the same number (else 0): ZeRO++ qgZ's hierarchy.
   int ranks_per_node = 0;
+  // Resume even though the data differs from the checkpoint's (data_fingerprint.h).
+  bool accept_data_change = false;
 };
 
 struct EvalResult {
@@ -136,6 +138,7 @@ class Engine {
   TrainCounters counters_;
   int64_t total_steps_ = 0;
   double last_grad_norm_ = -1;
+  std::optional<DataFingerprint> data_;  // computed at the first save or load
   int64_t nonfinite_in_a_row_ = 0;  // steps skipped for a NaN/inf loss or gradient norm
   int64_t max_nonfinite_ = 3;       // DSCPP_MAX_NONFINITE_STEPS
   double last_lr_ = 0;  // the lr the last optimizer step used

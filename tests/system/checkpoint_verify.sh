@@ -4,7 +4,8 @@
 # model.safetensors and optimizer.safetensors, a rank's partition file at stage 2, the
 # manifest itself — is refused on resume and by `dscpp zero-to-fp32`, naming the file and the
 # tensor; with the byte flipped back the same checkpoint loads, and its digests agree with
-# Python's hashlib over the same byte ranges (an independent SHA-256).
+# Python's hashlib over the same byte ranges (an independent SHA-256). A resume on other data —
+# fewer samples, or as many with other pixels — is refused unless --accept_data_change.
 # Usage: checkpoint_verify.sh DSCPP RUNTIME MLP_SO
 set -u
 DSCPP=$1 RUNTIME=$2 MLP=$3
@@ -114,4 +115,30 @@ train 2 "$WORK/s2.json" "$WORK/manifest.log" --steps 12 --load_dir "$S2" &&
   { grep -q "manifest.json was changed after it was saved" "$WORK/manifest.log" &&
     pass "an edited manifest is refused" || fail "edited manifest: $(grep -i error "$WORK/manifest.log" | head -2)"; }
 cp "$WORK/manifest.json" "$M"
+
+# ---- other data ---------------------------------------------------------------------------
+MLP_ARGS=(-- --limit 256 --hidden 32)
+train 1 "$WORK/s0.json" "$WORK/data-fewer.log" --steps 3 --load_dir "$S0" &&
+  fail "a resume on 256 samples instead of 512 was accepted" ||
+  { grep -q "was trained on other data (train split 512 then, 256 now).*--accept_data_change" "$WORK/data-fewer.log" &&
+    pass "a resume on fewer samples is refused, naming both sizes and the flag" ||
+    fail "fewer samples: $(grep -i error "$WORK/data-fewer.log" | head -2)"; }
+# The same files with one pixel of every training image changed: same sizes, other content.
+mkdir "$WORK/other-data"
+cp /usr/share/datasets/fashion-mnist/*.gz "$WORK/other-data/"
+/usr/bin/python3 - "$WORK/other-data/train-images-idx3-ubyte.gz" <<'PY'
+import gzip, sys
+data = bytearray(gzip.open(sys.argv[1]).read())
+for i in range(16 + 400, len(data), 784):  # pixel 400 of every image, after the 16-byte header
+    data[i] ^= 0x01
+gzip.open(sys.argv[1], "wb", compresslevel=1).write(bytes(data))
+PY
+MLP_ARGS=(-- --limit 512 --hidden 32 --data "$WORK/other-data")
+train 1 "$WORK/s0.json" "$WORK/data-other.log" --steps 3 --load_dir "$S0" && fail "a resume on other pixels was accepted" ||
+  { grep -q "the same sizes, but 64 samples spread over the train split differ" "$WORK/data-other.log" &&
+    pass "a resume on the same number of other samples is refused" ||
+    fail "other pixels: $(grep -i error "$WORK/data-other.log" | head -2)"; }
+train 1 "$WORK/s0.json" "$WORK/data-accept.log" --steps 3 --load_dir "$S0" --accept_data_change && grep -q "resuming anyway (--accept_data_change)" "$WORK/data-accept.log" &&
+  pass "--accept_data_change resumes on the other data with a warning" ||
+  fail "--accept_data_change: $(tail -3 "$WORK/data-accept.log")"
 exit $FAILED

@@ -2,7 +2,6 @@
 // the known-answer vectors of FIPS 180-2, every part of a safetensors file named when one of
 // its bytes flips, and a manifest edited after save refused.
 #include "checkpoint/checksums.h"
-
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
