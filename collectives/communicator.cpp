@@ -19,6 +19,9 @@
 namespace dscpp::comm {
 
 using Clock = std::chrono::steady_clock;
+// The longest a hang report can take: its fixed waits (~6 s) plus one store call at the
+// longest reply timeout (store_reply_timeout, 60 s), which marks a stalled store for the rest.
+constexpr auto kReportBound = std::chrono::seconds(120);
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -94,6 +97,7 @@ struct Task {
   std::condition_variable finished;
   bool done = false;
   std::exception_ptr error;
+  std::atomic<bool> reporting{false};  // the progress thread is writing this task's hang report
 };
 
 std::string describe(const OpRecord& r) {
@@ -142,8 +146,12 @@ class TaskWork final : public Work {
     auto grace = std::max(Millis(5000), timeout_ / 10);
     auto start = Clock::now();
     if (!task_->finished.wait_for(lock, timeout_ + grace, [&] { return task_->done; })) {
-      lock.unlock();
-      on_timeout_(task_->seq, std::chrono::duration<double>(Clock::now() - start).count());
+      // The engine gave up and the progress thread is writing the hang report (whose store
+      // calls are bounded): that report is the answer, not a second one started here.
+      if (!task_->reporting || !task_->finished.wait_for(lock, kReportBound, [&] { return task_->done; })) {
+        lock.unlock();
+        on_timeout_(task_->seq, std::chrono::duration<double>(Clock::now() - start).count());
+      }
     }
     if (task_->error) std::rethrow_exception(task_->error);
   }
@@ -190,6 +198,7 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
         // An engine that gave up at the group timeout gets the same forensics as a hang.
         double ran = q.now_s() - start;
         if (!task->body && ran >= 0.9 * std::chrono::duration<double>(context_.timeout).count()) {
+          task->reporting = true;
           try {
             report_hang(task->seq, ran, e.what(), task->what);
           } catch (...) {
@@ -501,8 +510,9 @@ void Communicator::report_hang(uint64_t seq, double waited_s, const std::string&
     for (int r = 0; r < size(); ++r)
       if (r != rank()) peers.push_back({r, read(fmt::format("progress/{}", r)), read(fmt::format("hang/{}", r))});
   } catch (const std::exception& e) {
-    fail("group '{}' ({}): {} did not complete within {:.1f} s on rank {}, and the store could not be asked "
-         "about the other ranks: {}", context_.name, backend_->name(), current, waited_s, rank(), e.what());
+    fail("group '{}' ({}): {} did not complete within the group timeout ({:g} s; rank {} waited {:.1f} s), and the "
+         "store could not be asked about the other ranks: {}",
+         context_.name, backend_->name(), current, std::chrono::duration<double>(context_.timeout).count(), rank(), waited_s, e.what());
   }
   // World rank 0 hosts the store: stay a moment so that the others can finish their reading
   // before this rank's failure takes the store down.
@@ -519,14 +529,18 @@ void Communicator::report_hang(uint64_t seq, double waited_s, const std::string&
     } else if (fields == 0 || (done == 0 && p.hang.empty())) {
       silent.push_back(p.rank);
     } else {
-      behind += fmt::format("; rank {} last finished #{}{}", p.rank, done, fields >= 2 ? fmt::format(" ({})", op) : "");
+      // Progress is published at most once a second, so a peer that stopped may have done more.
+      behind += fmt::format("; rank {} had finished at least #{}{}", p.rank, done,
+                            fields >= 2 ? fmt::format(" ({})", op) : "");
     }
   }
-  std::string message = fmt::format("group '{}' ({}): {} did not complete within {:.1f} s on rank {}", context_.name,
-                                    backend_->name(), current, waited_s, rank());
+  std::string message =
+      fmt::format("group '{}' ({}): {} did not complete within the group timeout ({:g} s; rank {} waited {:.1f} s)",
+                  context_.name, backend_->name(), current, std::chrono::duration<double>(context_.timeout).count(), rank(), waited_s);
   if (!behind.empty()) message += ". Behind:" + behind.substr(1);
   if (!silent.empty())
-    message += fmt::format(". Never finished an operation on this group (dead, or stuck before it): rank{} {}",
+    message += fmt::format(". Reported no progress on this group (progress is reported once a second: dead, stopped "
+                           "or stuck before its first report): rank{} {}",
                            silent.size() == 1 ? "" : "s", format_rank_list(silent));
   if (!waiting.empty()) message += fmt::format(". Waiting in the same operation: {}", format_rank_list(waiting));
   if (!engine_message.empty()) message += fmt::format(". The engine said: {}", engine_message);

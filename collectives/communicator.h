@@ -222,6 +222,12 @@ struct World {
 // mpi (when started by mpirun/srun) or gloo between hosts) and builds the groups.
 World create_world(const CommOptions& options);
 
+// The world store's reply timeout for a group timeout: half of it, within 2-60 s. A stalled
+// store host then costs a hang report one such wait, and the exit at most another (the
+// progress publisher's call in flight), so a job whose rank 0 stops ends within
+// timeout + 2 × this + ~5 s of forensics (docs/reliability.md).
+Millis store_reply_timeout(Millis group_timeout);
+
 // Reads CommOptions from the environment a launcher leaves (RANK/WORLD_SIZE/MASTER_ADDR/
 // MASTER_PORT and the OMPI_/SLURM_/PMI_ equivalents via core/rank_discovery.h, plus
 // DSCPP_COMM_BACKEND, DSCPP_COMM_TIMEOUT and DSCPP_RENDEZVOUS_TIMEOUT seconds, DSCPP_RANKS_PER_NODE,

@@ -123,6 +123,20 @@ struct TcpStore::Impl {
     return Error(gone);
   }
 
+  static double seconds(Millis t) { return std::chrono::duration<double>(t).count(); }
+
+  // The host is alive but answers nothing: every later call fails at once instead of waiting
+  // out the reply timeout again (a hang report's forensics, the progress publisher).
+  [[noreturn]] void stalled(const std::string& detail) {
+    std::lock_guard lock(mutex);
+    if (gone.empty())
+      gone = fmt::format(
+          "rendezvous store at {}: {}; the store's host (rank 0) is alive but stalled (stopped, swapping or "
+          "wedged)",
+          where, detail);
+    throw Error(gone);
+  }
+
   [[noreturn]] void io_failed(int err, const std::string& what) {
     if (err == 0 || err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == EHOSTUNREACH ||
         err == ENETUNREACH || err == ECONNABORTED)
@@ -131,19 +145,19 @@ struct TcpStore::Impl {
   }
 
   void send_all(int fd, std::string_view data, const std::string& what) {
-    auto deadline = Clock::now() + kReplyTimeout;
+    auto deadline = Clock::now() + options.reply_timeout;
     while (!data.empty()) {
       ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
       if (n > 0) data.remove_prefix(static_cast<size_t>(n));
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) io_failed(errno, what);
       if (n < 0 && errno != EINTR && poll_until(fd, POLLOUT, deadline) == 0)
-        fail("rendezvous store at {}: {} could not be sent within {} s (the host is not reading)", where, what,
-             kReplyTimeout.count());
+        stalled(fmt::format("{} could not be sent within {:g} s (the host is not reading)", what,
+                            seconds(options.reply_timeout)));
     }
   }
 
   // False if `first_byte_deadline` passes before any of the reply arrives; once it starts, the
-  // rest must follow within kReplyTimeout.
+  // rest must follow within the reply timeout.
   bool read_frame(int fd, std::string& out, Clock::time_point first_byte_deadline, const std::string& what) {
     char header[4];
     bool started = false;
@@ -152,12 +166,12 @@ struct TcpStore::Impl {
       for (size_t got = 0; got < n;) {
         if (poll_until(fd, POLLIN, deadline) == 0) {
           if (!started) return false;
-          fail("rendezvous store at {}: the reply to {} stalled for {} s part-way", where, what, kReplyTimeout.count());
+          stalled(fmt::format("the reply to {} stalled for {:g} s part-way", what, seconds(options.reply_timeout)));
         }
         ssize_t r = ::recv(fd, buf + got, n - got, 0);
         if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
           io_failed(r == 0 ? 0 : errno, what);
-        if (r > 0 && !std::exchange(started, true)) deadline = Clock::now() + kReplyTimeout;
+        if (r > 0 && !std::exchange(started, true)) deadline = Clock::now() + options.reply_timeout;
         got += static_cast<size_t>(std::max<ssize_t>(r, 0));
       }
       return true;
@@ -205,13 +219,12 @@ struct TcpStore::Impl {
 
     send_all(fd, request, what);
     std::string reply;
-    if (!read_frame(fd, reply, cancel_at ? *cancel_at : Clock::now() + kReplyTimeout, what)) {
+    if (!read_frame(fd, reply, cancel_at ? *cancel_at : Clock::now() + options.reply_timeout, what)) {
       if (!cancel_at)
-        fail("rendezvous store at {}: no reply to {} within {} s (the host is alive but stalled?)", where, what,
-             kReplyTimeout.count());
+        stalled(fmt::format("no reply to {} within {:g} s", what, seconds(options.reply_timeout)));
       send_all(fd, Frame(kCancel).done(), what);
-      if (!read_frame(fd, reply, Clock::now() + kReplyTimeout, what))
-        fail("rendezvous store at {}: no answer to cancelling {} within {} s", where, what, kReplyTimeout.count());
+      if (!read_frame(fd, reply, Clock::now() + options.reply_timeout, what))
+        stalled(fmt::format("no answer to cancelling {} within {:g} s", what, seconds(options.reply_timeout)));
     }
     Reader r(reply, fmt::format("rendezvous store at {}: malformed reply to {}", where, what));
     uint8_t status = r.num<uint8_t>("status");

@@ -18,6 +18,10 @@ struct TcpStoreOptions {
   // Clients retry connecting this long (the host may start after them), then throw Error naming
   // addr:port and saying that rank 0 hosts it.
   Millis connect_timeout{std::chrono::seconds(60)};
+  // How long a reply may take, beyond the caller-chosen get/wait times: a host that sends
+  // nothing that long is stalled (stopped, swapping, wedged), the call throws, and every later
+  // call fails at once. A live host answers in microseconds.
+  Millis reply_timeout{std::chrono::seconds(300)};
 };
 
 class TcpStore final : public Store {

@@ -33,8 +33,9 @@ constexpr size_t kMaxKey = 4096;
 constexpr size_t kMaxValue = size_t{64} << 20;
 // A wait() for a few thousand ranks fits easily; anything larger is not a dscpp client.
 constexpr size_t kMaxFrame = kMaxValue + 2 * kMaxKey + 64;
-// Bounds every exchange except the caller-chosen get/wait timeouts, so a stalled host (alive
-// but not answering) still turns into an error. Vanished hosts are caught sooner by keepalive.
+// The default bound on every exchange except the caller-chosen get/wait timeouts
+// (TcpStoreOptions::reply_timeout), so a stalled host (alive but not answering) still turns
+// into an error. Vanished hosts are caught sooner by keepalive.
 constexpr auto kReplyTimeout = std::chrono::seconds(300);
 constexpr size_t kIdleConnections = 8;
 

@@ -141,6 +141,10 @@ std::string_view engine_name(BackendChoice b) {
 
 }  // namespace
 
+Millis store_reply_timeout(Millis group_timeout) {
+  return std::clamp(group_timeout / 2, Millis(2000), Millis(60000));
+}
+
 World create_world(const CommOptions& o) {
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
     fail("rank {} is not within a world of {} ranks", o.rank, o.world_size);
@@ -153,6 +157,7 @@ World create_world(const CommOptions& o) {
     so.port = o.master_port;
     so.host_server = o.rank == 0;
     so.connect_timeout = o.connect_timeout;
+    so.reply_timeout = store_reply_timeout(o.timeout);
     w.store = std::make_shared<TcpStore>(so);
   }
   // The host (rank 0) waits a moment longer, so that every rank gets to report the missing

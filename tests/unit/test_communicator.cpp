@@ -193,7 +193,7 @@ TEST_CASE("a rank that falls behind is named with the last operation it finished
     INFO(errors[r]);
     CHECK_THAT(errors[r], Catch::Contains("group 'world' (store): "));
     CHECK_THAT(errors[r], Catch::Contains("allreduce #4 (fp32 sum, 0.00 MiB) did not complete within"));
-    CHECK_THAT(errors[r], Catch::Contains("Behind: rank 2 last finished #3 (allreduce)"));
+    CHECK_THAT(errors[r], Catch::Contains("Behind: rank 2 had finished at least #3 (allreduce)"));
   }
 }
 
@@ -209,7 +209,8 @@ TEST_CASE("a rank that never communicates is named as silent") {
       if (rank == 0) error = e.what();
     }
   });
-  CHECK_THAT(error, Catch::Contains("Never finished an operation on this group (dead, or stuck before it): rank 1"));
+  CHECK_THAT(error, Catch::Contains("Reported no progress on this group (progress is reported once a second: dead, stopped or "
+                                      "stuck before its first report): rank 1"));
   CHECK_THAT(error, Catch::Contains("Waiting in the same operation: 2"));
 }
 
