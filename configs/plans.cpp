@@ -212,6 +212,18 @@ TrainPlan train_plan(const LoadedConfig& loaded, int world_size) {
   p.flops_profiler = c.flops_profiler;
   p.csv_monitor = c.csv_monitor;
   p.comms_logger = c.comms_logger;
+  DsConfig other = c;
+  for (int s = 0; s <= 3; ++s) {
+    other.zero_optimization.stage = s;
+    p.zero_at_stage[static_cast<size_t>(s)] = zero_plan(other.zero_optimization);
+  }
+  other.zero_optimization.stage = 3;
+  other.zero_optimization.offload_optimizer = OffloadOptimizerConfig{};
+  other.zero_optimization.offload_optimizer->device = "cpu";
+  other.zero_optimization.offload_param = OffloadParamConfig{};
+  other.zero_optimization.offload_param->device = "cpu";
+  p.cpu_optimizer_offload = optimizer_offload_plan(other);
+  p.cpu_param_offload = param_offload_plan(other);
   return p;
 }
 

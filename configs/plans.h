@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "offload/aio_options.h"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -180,6 +181,11 @@ struct TrainPlan {
   FlopsProfilerConfig flops_profiler;
   TensorboardConfig csv_monitor;
   CommsLoggerConfig comms_logger;
+  // For the out-of-memory advice, which plans other settings exactly as a run would: this
+  // config's zero_optimization at each stage, and the offload a `{"device": "cpu"}` section gives.
+  std::array<ZeroPlan, 4> zero_at_stage;
+  OptimizerOffloadPlan cpu_optimizer_offload;
+  ParamOffloadPlan cpu_param_offload;
 };
 // Throws for what needs the world to be known (hpZ's group size).
 TrainPlan train_plan(const LoadedConfig& loaded, int world_size);

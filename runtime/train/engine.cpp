@@ -62,13 +62,7 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
                                         plan_.batch.micro, plan_.batch.gas, plan_.batch.drop_last);
   if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
 
-  Grouping grouping;
-  grouping.parts = plan_.zero.parts(world.size());
-  if (plan_.zero.parameters_partitioned)
-    grouping.layer_per_group = true;
-  else if (plan_.zero.optimizer_partitioned)  // a group is one reduce-scatter and one allgather: both sizes bound it
-    grouping.max_group_elements = std::min(plan_.zero.reduce_bucket_elements, plan_.zero.allgather_bucket_elements);
-  layout_ = make_flat_layout(plugin.layers(), grouping);
+  layout_ = make_flat_layout(plugin.layers(), grouping_for(plan_.zero, world.size()));
   ckpt_ = checkpointing_options(plan_.activation_checkpointing, plan_.file_name,
                                 static_cast<int>(plugin.layers().size()));
   if (!options_.eval_only) {

@@ -65,6 +65,14 @@ struct EvalResult {
 
 class Engine {
  public:
+  // A setting the out-of-memory advice plans: a ZeRO stage, CPU offload, a rank count.
+  struct MemorySetting {
+    int stage = 0;
+    bool offload_optimizer = false;
+    bool offload_param = false;  // with offload_optimizer
+    int ranks = 1;
+  };
+
   // `host`: the host memory offload and cpu_checkpointing use (pinned next to a GPU), which
   // must outlive the engine (the communicators stage device buffers through it too); null: the
   // engine makes its own with make_host_device().
@@ -87,7 +95,10 @@ class Engine {
 
  private:
   void allocate();
-  MemoryPlan make_memory_plan() const;  // engine_memory.cpp  // engine_memory.cpp
+  MemoryPlan make_memory_plan() const;  // engine_memory.cpp
+  MemoryPlan plan_with(const FlatLayout& layout, const ZeroPlan& zero, const OptimizerOffloadPlan& optimizer_offload,
+                       const ParamOffloadPlan& param_offload, int world) const;
+  MemoryPlan plan_for(const MemorySetting& setting) const;  // as a run with that setting would plan  // engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);  // engine_memory.cpp, as the reports below
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp

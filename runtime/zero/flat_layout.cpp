@@ -14,6 +14,16 @@ int64_t layer_elements(const LayerDecl& l) {
 }
 }  // namespace
 
+Grouping grouping_for(const ZeroPlan& zero, int world_size) {
+  Grouping g;
+  g.parts = zero.parts(world_size);
+  if (zero.parameters_partitioned)
+    g.layer_per_group = true;
+  else if (zero.optimizer_partitioned)
+    g.max_group_elements = std::min(zero.reduce_bucket_elements, zero.allgather_bucket_elements);
+  return g;
+}
+
 FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping& grouping) {
   FlatLayout layout;
   layout.parts = std::max(1, grouping.parts);

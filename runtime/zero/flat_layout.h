@@ -16,6 +16,7 @@
 // parts, grouping), which the checkpoint manifest records, so another world size can reshard.
 #pragma once
 
+#include "runtime/plans.h"
 #include "runtime/train/plugin.h"
 
 #include <cstdint>
@@ -53,6 +54,11 @@ struct Grouping {
   int64_t max_group_elements = std::numeric_limits<int64_t>::max();  // close a group before it exceeds this
   bool layer_per_group = false;                                // stage 3: every layer is a group
 };
+
+// How a ZeRO plan groups the layout over `world_size` ranks: one part per rank once anything is
+// partitioned; at stage 3 a group per layer (gathered as one); at stages 1-2 groups bounded by
+// both bucket sizes (a group is one reduce-scatter and one allgather).
+Grouping grouping_for(const ZeroPlan& zero, int world_size);
 
 struct FlatLayout {
   std::vector<ParamSlot> params;

@@ -8,8 +8,9 @@
 #     master for bf16), plus the one bounded extra that counts as parameters: the stage-3
 #     layer being computed (prefetch, reuse and persistence are switched off here);
 #  2. stage 3 on 4 ranks holds at most 1/3.5 of stage 0's model states;
-#  3. under --device_memory_limit a model that does not fit at stage 0 fails with a message
-#     naming the categories and how many ranks at stage 3 would fit, and trains at stage 3 on 4 ranks.
+#  3. under --device_memory_limit a model that does not fit at stage 0 fails with advice taken
+#     from the same memory plan (another stage, CPU offload, or more ranks), and the first
+#     setting it advises trains under the same limit (1 rank, and 2 ranks with a tighter limit).
 # Usage: zero_memory.sh DSCPP RUNTIME GPT_SO
 set -u
 DSCPP=$1 RUNTIME=$2 GPT=$3
@@ -89,24 +90,46 @@ if [ "$s0" -gt 0 ] && [ "$s3" -gt 0 ]; then
     fail "stage 3 on 4 ranks holds 1/$ratio of stage 0 (want ≤ 1/3.5)"
 fi
 
-# ---- 3. a model that does not fit at stage 0 trains at stage 3 ------------------------------
-# Stage 0 needs 16Ψ ≈ 13 MB of model states; 4 ranks at stage 3 need about 4Ψ + activations.
-LIMIT=$((PSI * 16 * 7 / 10))
-config "$WORK/oom0.json" 0 ''
-if run 1 "$WORK/oom0.json" "$WORK/oom0.log" --device_memory_limit "$LIMIT"; then
-  fail "stage 0 fit under a limit of $LIMIT bytes (model states alone need $((PSI * 16)))"
-else
-  if grep -q "out of memory" "$WORK/oom0.log" && grep -q "At stage 3, [0-9]* ranks would hold" "$WORK/oom0.log" &&
-    grep -q "optimizer state" "$WORK/oom0.log"; then
-    pass "stage 0 over the limit: $(grep -m1 'out of memory' "$WORK/oom0.log" | cut -c1-200)"
-  else
-    fail "stage 0 over the limit: no clear message: $(tail -3 "$WORK/oom0.log")"
+# ---- 3. the out-of-memory advice, run -----------------------------------------------------
+# Over the limit, the error suggests only settings its memory plan says fit; each first
+# suggestion is then run under the same limit and must train. Stage 0 needs 16Ψ ≈ 13 MB of
+# model states: at 0.7 of that one rank fits by offloading the optimizer; at a third of it two
+# ranks fit only with parameters offloaded too; at 3.7 MiB one rank fits nothing, and the advice
+# names a rank count.
+# advice_runs NAME RANKS LIMIT: stage 0 on RANKS fails with advice whose first setting trains.
+advice_runs() {
+  local name=$1 ranks=$2 limit=$3 log=$WORK/$1.log s stage offload ranks_s
+  config "$WORK/$name.json" 0 ''
+  if run "$ranks" "$WORK/$name.json" "$log" --device_memory_limit "$limit"; then
+    fail "$name: stage 0 on $ranks rank(s) fit under $limit bytes"
+    return
   fi
-fi
-config "$WORK/oom3.json" 3 ''
-run 4 "$WORK/oom3.json" "$WORK/oom3.log" --device_memory_limit "$LIMIT" &&
-  pass "stage 3 on 4 ranks trains under the same limit (peak $(sed -n 's/.*total=\([0-9]*\);.*/\1/p' "$WORK/oom3.log") B)" ||
-  fail "stage 3 on 4 ranks under the limit: $(tail -3 "$WORK/oom3.log")"
+  s=$(grep -o "these fit [^:]*: stage [0-3][^(]*on [0-9]* ranks\?" "$log" | head -1 | sed 's/.*: //')
+  [ -z "$s" ] && s=$(grep -o "More ranks: stage [0-3][^(]*on [0-9]* ranks\?" "$log" | head -1 | sed 's/More ranks: //')
+  if [ -z "$s" ] || ! grep -q "out of memory" "$log"; then
+    fail "$name: no advice in: $(grep -m1 -A1 'out of memory' "$log" | tail -1 | cut -c1-300)"
+    return
+  fi
+  stage=$(sed 's/stage \([0-3]\).*/\1/' <<< "$s")
+  ranks_s=$(sed 's/.* on \([0-9]*\) rank.*/\1/' <<< "$s")
+  offload=''
+  grep -q "offload_optimizer cpu" <<< "$s" && offload='"offload_optimizer": {"device": "cpu"},'
+  grep -q "offload_param" <<< "$s" && offload="$offload \"offload_param\": {\"device\": \"cpu\"},"
+  cat > "$WORK/$name-advised.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 100,
+ "zero_optimization": {"stage": $stage, $offload "reduce_bucket_size": 60000, "stage3_prefetch_bucket_size": 0,
+   "stage3_max_reuse_distance": 0, "stage3_param_persistence_threshold": 0},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}
+JSON
+  run "$ranks_s" "$WORK/$name-advised.json" "$WORK/$name-advised.log" --device_memory_limit "$limit" &&
+    pass "$name: stage 0 on $ranks rank(s) over $limit B advises '$s', which trains under the same limit" ||
+    fail "$name: the advised '$s' failed under the same limit: $(grep -m1 -A1 'out of memory' "$WORK/$name-advised.log" |
+      tail -1 | cut -c1-300)"
+}
+advice_runs oom-1rank 1 $((PSI * 16 * 7 / 10))
+advice_runs oom-2ranks 2 $((PSI * 16 / 3))
+# 3.7 MiB: between what all the offload plans on 1 rank (3.8 MiB) and on 2 ranks (3.6 MiB).
+advice_runs oom-more-ranks 1 $((37 * 1048576 / 10))
 
 [ "$FAILED" = 0 ] && echo "zero_memory: all checks passed"
 exit "$FAILED"
