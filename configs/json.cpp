@@ -385,8 +385,10 @@ std::string JsonValue::describe() const {
       return boolean ? "true" : "false";
     case Kind::integer:
     case Kind::number:
-      return text.empty() ? fmt::format("{}", number) : text;
+      return text.empty() ? fmt::format("{}", number) : shorten(text);
     case Kind::string:
+      if (text.size() > kEchoLimit)
+        return fmt::format("{}… ({} characters)", json_quote(std::string_view(text).substr(0, kEchoLimit)), text.size());
       return json_quote(text);
     case Kind::array:
       return fmt::format("an array of {}", items.size());
@@ -394,6 +396,11 @@ std::string JsonValue::describe() const {
       return "an object";
   }
   return "?";
+}
+
+std::string shorten(std::string_view text) {
+  if (text.size() <= kEchoLimit) return std::string(text);
+  return fmt::format("{}… ({} characters)", text.substr(0, kEchoLimit), text.size());
 }
 
 std::string json_quote(std::string_view s) {

@@ -64,4 +64,8 @@ JsonValue parse_json(std::string_view text);
 std::string to_json_text(const JsonValue& value);
 std::string json_quote(std::string_view s);
 
+// What messages echo of a value: at most kEchoLimit characters, then "… (N characters)".
+inline constexpr size_t kEchoLimit = 80;
+std::string shorten(std::string_view text);
+
 }  // namespace dscpp::config

@@ -261,8 +261,11 @@ class Reader final : public Visitor {
         out = static_cast<std::int64_t>(j.number);
         return true;
       }
-      error(j.loc, fmt::format("expected an integer{}{}, found {} (not a whole number)",
-                               range_text(o).empty() ? "" : " ", range_text(o), j.describe()));
+      // A whole number too large for 64 bits reads as a float; say which it is.
+      const bool whole = std::isfinite(j.number) && j.number == std::floor(j.number);
+      error(j.loc, fmt::format("expected an integer{}{}, found {} ({})", range_text(o).empty() ? "" : " ",
+                               range_text(o), j.describe(),
+                               whole ? "a whole number beyond the 64-bit integer range" : "not a whole number"));
       return false;
     }
     error(j.loc, fmt::format("expected an integer{}{}, found {}", range_text(o).empty() ? "" : " ", range_text(o),

@@ -15,25 +15,32 @@ char lower(char c) {
 
 // Optimal-string-alignment distance (Damerau-Levenshtein without repeated edits of one
 // substring), case-insensitive: transposed letters are the commonest config typo.
+// Three rows of the table are all the recurrence needs, so memory is O(|b|).
 size_t edit_distance(std::string_view a, std::string_view b) {
   const size_t n = a.size(), m = b.size();
-  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
-  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
+  std::vector<size_t> before(m + 1), prev(m + 1), cur(m + 1);
+  for (size_t j = 0; j <= m; ++j) prev[j] = j;
   for (size_t i = 1; i <= n; ++i) {
+    cur[0] = i;
     for (size_t j = 1; j <= m; ++j) {
       size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost});
       if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) && lower(a[i - 2]) == lower(b[j - 1]))
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        cur[j] = std::min(cur[j], before[j - 2] + 1);
     }
+    std::swap(before, prev);
+    std::swap(prev, cur);
   }
-  return d[n][m];
+  return prev[m];
 }
+
+// No key or value name is longer; a longer word gets no suggestion rather than an O(n·m) search.
+constexpr size_t kLongestSuggestible = 128;
 
 }  // namespace
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  if (word.size() > kLongestSuggestible) return {};
   std::string best;
   size_t best_distance = SIZE_MAX;
   for (const auto& c : candidates) {

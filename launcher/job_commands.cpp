@@ -3,8 +3,11 @@
 #include "core/error.h"
 #include "launcher/env_export.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 namespace dscpp::launcher {
 namespace {
@@ -46,6 +49,17 @@ std::string runtime_executable(const std::string& dscpp_path) {
   return runtime.string();
 }
 
+// A file here that the kernel would refuse to exec but that is an ELF shared object: what a
+// plugin built without the .so suffix looks like (exec would say only "Permission denied").
+static bool is_plugin_without_suffix(const std::string& path) {
+  if (::access(path.c_str(), X_OK) == 0) return false;
+  std::ifstream f(path, std::ios::binary);
+  unsigned char head[18] = {};
+  if (!f.read(reinterpret_cast<char*>(head), sizeof head)) return false;
+  const bool elf = head[0] == 0x7f && head[1] == 'E' && head[2] == 'L' && head[3] == 'F';
+  return elf && head[16] == 3 && head[17] == 0;  // e_type ET_DYN, little-endian
+}
+
 ProgramSpec resolve_program(const std::vector<std::string>& program, bool no_local_rank,
                             const std::string& dscpp_path) {
   if (program.empty()) fail("no PROGRAM to run");
@@ -63,6 +77,10 @@ ProgramSpec resolve_program(const std::vector<std::string>& program, bool no_loc
   } else if (first.find('/') != std::string::npos) {
     spec.file = absolute(first);
     spec.argv = {spec.file};
+    if (is_plugin_without_suffix(spec.file))
+      fail("{} is a shared library that is not executable: a model plugin? dscpp runs a plugin under dscpp-runtime "
+           "when its name ends in .so (rename it, or link to it as NAME.so)",
+           first);
   } else {
     spec.argv = {first};
   }

@@ -87,7 +87,10 @@ Resolved resolve_resources(const LaunchArgs& args, const Environment& env) {
   sel.pool_source = r.pool_source;
   sel.slots_are_limits = slots_are_limits;
   r.plan.hosts = select_resources(pool, sel);
-  if (r.plan.world_size() == 0) fail("no ranks to start: {} leaves no slots after --include/--exclude", r.pool_source);
+  if (r.plan.world_size() == 0)
+    fail("no ranks to start: {} {}", r.pool_source,
+         args.include.empty() && args.exclude.empty() ? "has no slots (every host has slots=0)"
+                                                      : "leaves no slots after --include/--exclude");
   return r;
 }
 

@@ -42,7 +42,9 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
   app.add_option("-e,--exclude", a.exclude, "leave out these, same syntax as --include")->group(res);
   app.add_option("--num_nodes", a.num_nodes, "use the first N hosts")->group(res);
   app.add_option("--num_gpus,--num_accelerators", a.num_gpus, "use GPUs 0..N-1 on every host")->group(res);
-  app.add_option("--num_procs", a.num_procs, "CPU ranks on this machine when it has no GPUs (default 1)")->group(res);
+  app.add_option("--num_procs", a.num_procs, "CPU ranks on this machine when it has no GPUs (default 1)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(res);
   const char* run = "Running";
   app.add_option("--launcher", a.launcher, "local | ssh | openmpi | slurm (default: local for one host, slurm "
                                            "inside an allocation, else ssh)")
@@ -51,6 +53,7 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
   app.add_option("--master_addr", a.master_addr, "rank 0's address (default: the first host's, as this host sees it)")
       ->group(run);
   app.add_option("--master_port", a.master_port, "rank 0's rendezvous port (default 29500; checked to be free)")
+      ->check(CLI::Range(1, 65535))
       ->group(run);
   app.add_option("--ssh_port", a.ssh_port, "sshd port on every host (default 22)")->group(run);
   app.add_flag("--no_ssh_check", a.no_ssh_check, "skip the pre-flight reachability/binary checks over ssh")->group(run);
@@ -69,7 +72,11 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
                  "DSCPP_RESTART_COUNT)")
       ->group(run)
       ->type_name("K");
+  // One value per --env, so that `--env A=1 ./program` leaves the program alone.
   app.add_option("--env", a.env, "K=V for every rank (repeatable; overrides exported variables and env files)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->group(run);
   app.add_flag("--dry_run", a.dry_run, "print the plan, the exact commands and each host's environment; start nothing")
       ->group(run);

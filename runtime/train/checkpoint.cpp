@@ -16,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -305,7 +307,7 @@ void write_manifest(const std::string& path, const ckpt::Manifest& m) {
   std::ofstream f(path);
   f << ckpt::manifest_json(m).dump(2) << "\n";
   f.close();
-  if (!f) fail("cannot write {}", path);
+  if (!f) fail("cannot write {}: {}", path, std::strerror(errno));
 }
 
 // After the master weights changed: the 16-bit parameters follow, and every rank sees them.

@@ -50,6 +50,19 @@ check_error "cannot|No such file" -H /nonexistent/hostfile -- /bin/true
 RANK=1 WORLD_SIZE=2 "$dscpp" --num_procs 2 -- /bin/true >out 2>err; rc=$?
 [ "$rc" = 1 ] && grep -q "inside a launched job" err || fail "inside a launched job: exit $rc, $(cat err)"
 "$dscpp" >out 2>err; [ $? = 2 ] && grep -q "no PROGRAM" err || fail "no program: $(cat err)"
+printf 'worker-0 slots=0\n' >zero
+check_error "hostfile zero has no slots \(every host has slots=0\)" --dry_run -H zero -- /bin/true
+# A shared library without the .so suffix would only get "Permission denied" from exec.
+cp /usr/lib/x86_64-linux-gnu/libm.so.6 plugin && chmod -x plugin
+check_error "plugin is a shared library that is not executable: a model plugin\?.*ends in .so" --num_procs 1 ./plugin
+# Ranges the command line refuses before planning anything.
+for bad in "--num_procs 0" "--num_procs -2" "--master_port 0" "--master_port 70000"; do
+  "$dscpp" $bad -- /bin/true >out 2>err && fail "$bad was accepted"
+  expect err "${bad%% *}: Value -?[0-9]+ not in range" "$bad refused"
+done
+# --env takes one value: the program after it stays the program.
+"$dscpp" --num_procs 1 --env A=1 /usr/bin/env >out 2>err || fail "--env A=1 PROGRAM: $(cat err)"
+expect out "A=1" "--env A=1 directly before the program"
 
 # A busy master port is refused before any rank starts.
 exec 9< <(exec python3 -c 'import socket,time; s=socket.socket(); s.bind(("0.0.0.0",0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(30)')
