@@ -510,9 +510,11 @@ void Communicator::report_hang(uint64_t seq, double waited_s, const std::string&
     for (int r = 0; r < size(); ++r)
       if (r != rank()) peers.push_back({r, read(fmt::format("progress/{}", r)), read(fmt::format("hang/{}", r))});
   } catch (const std::exception& e) {
-    fail("group '{}' ({}): {} did not complete within the group timeout ({:g} s; rank {} waited {:.1f} s), and the "
-         "store could not be asked about the other ranks: {}",
-         context_.name, backend_->name(), current, std::chrono::duration<double>(context_.timeout).count(), rank(), waited_s, e.what());
+    throw PeerFailure(fmt::format(
+        "group '{}' ({}): {} did not complete within the group timeout ({:g} s; rank {} waited {:.1f} s), and the "
+        "store could not be asked about the other ranks: {}",
+        context_.name, backend_->name(), current, std::chrono::duration<double>(context_.timeout).count(), rank(),
+        waited_s, e.what()));
   }
   // World rank 0 hosts the store: stay a moment so that the others can finish their reading
   // before this rank's failure takes the store down.
@@ -544,7 +546,7 @@ void Communicator::report_hang(uint64_t seq, double waited_s, const std::string&
                            silent.size() == 1 ? "" : "s", format_rank_list(silent));
   if (!waiting.empty()) message += fmt::format(". Waiting in the same operation: {}", format_rank_list(waiting));
   if (!engine_message.empty()) message += fmt::format(". The engine said: {}", engine_message);
-  fail("{}", message);
+  throw PeerFailure(message);
 }
 
 BackendChoice parse_backend_choice(std::string_view name) {

@@ -181,8 +181,8 @@ class GlooBackend final : public Backend {
 
   void run(const OpDesc& op) override {
     if (!broken_.empty())
-      fail("gloo group '{}': {} refused: the group failed earlier and cannot be used again ({})", context_.name,
-           op_kind_name(op.kind), broken_);
+      throw PeerFailure(fmt::format("gloo group '{}': {} refused: the group failed earlier and cannot be used again ({})",
+                                    context_.name, op_kind_name(op.kind), broken_));
     peer_ = -1;
     try {
       dispatch(op);
@@ -208,8 +208,8 @@ class GlooBackend final : public Backend {
         record_failure(detail);
       }
       broken_ = detail;
-      fail("gloo group '{}': {} failed on rank {} of {}: {}", context_.name, op_kind_name(op.kind), context_.rank,
-           context_.size, detail);
+      throw PeerFailure(fmt::format("gloo group '{}': {} failed on rank {} of {}: {}", context_.name,
+                                    op_kind_name(op.kind), context_.rank, context_.size, detail));
     }
   }
 

@@ -273,7 +273,7 @@ void ShmBackend::fail_group(const std::string& message) {
     header_->abort.store(2);
     for (int r = 0; r < ctx_.size; ++r) futex(&ctl_[r].arrive, FUTEX_WAKE, INT_MAX, nullptr);
   }
-  throw Error(message);
+  throw PeerFailure(message);  // every group failure here is a peer's: gone, late or diverging
 }
 
 void ShmBackend::check_abort() {
@@ -283,7 +283,7 @@ void ShmBackend::check_abort() {
     sched_yield();
     state = header_->abort.load(std::memory_order_acquire);
   }
-  throw Error(header_->reason);
+  throw PeerFailure(header_->reason);
 }
 
 void ShmBackend::wait_for(int peer, uint32_t target) {

@@ -61,7 +61,7 @@ struct TcpStore::Impl {
     for (;;) {
       {
         std::lock_guard lock(mutex);
-        if (!gone.empty()) throw Error(gone);
+        if (!gone.empty()) throw PeerFailure(gone);
       }
       int fd = try_connect(deadline, last_error, last_errno);
       if (fd >= 0) {
@@ -113,14 +113,14 @@ struct TcpStore::Impl {
     return result;
   }
 
-  Error declare_gone(const std::string& detail) {
+  PeerFailure declare_gone(const std::string& detail) {
     std::lock_guard lock(mutex);
     if (gone.empty())
       gone = fmt::format(
           "rendezvous store at {}: the store's host (rank 0) closed the connection ({}); rank 0 exited or "
           "crashed, see its log",
           where, detail);
-    return Error(gone);
+    return PeerFailure(gone);
   }
 
   static double seconds(Millis t) { return std::chrono::duration<double>(t).count(); }
@@ -134,7 +134,7 @@ struct TcpStore::Impl {
           "rendezvous store at {}: {}; the store's host (rank 0) is alive but stalled (stopped, swapping or "
           "wedged)",
           where, detail);
-    throw Error(gone);
+    throw PeerFailure(gone);
   }
 
   [[noreturn]] void io_failed(int err, const std::string& what) {
@@ -196,7 +196,7 @@ struct TcpStore::Impl {
     int fd = -1;
     {
       std::lock_guard lock(mutex);
-      if (!gone.empty()) throw Error(fmt::format("cannot {}: {}", what, gone));
+      if (!gone.empty()) throw PeerFailure(fmt::format("cannot {}: {}", what, gone));
       if (!idle.empty()) {
         fd = idle.back();
         idle.pop_back();

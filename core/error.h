@@ -23,6 +23,15 @@ class InternalError : public Error {
   explicit InternalError(const std::string& message) : Error(message) {}
 };
 
+// A failure this rank did not cause: a peer exited, hung up, stalled, or took the store with
+// it. dscpp-runtime exits with kExitPeerFailed for it, so that the launcher blames the rank
+// whose failure came first in cause rather than the bystander that noticed first.
+class PeerFailure : public Error {
+ public:
+  explicit PeerFailure(const std::string& message) : Error(message) {}
+};
+inline constexpr int kExitPeerFailed = 3;
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

@@ -82,8 +82,9 @@ constexpr std::array kKnobs{
          "first master weight becomes NaN after the update."},
     Knob{"DSCPP_INJECT_DIVERGENCE", "testing", "a step", "no injection",
          "Fault injection: after that step the last rank issues one extra collective (--check_schedule's test)."},
-    Knob{"DSCPP_FAULT_INJECT", "testing", "save_before_commit", "no injection",
-         "Fault injection: a checkpoint save dies with every file written but not committed."},
+    Knob{"DSCPP_FAULT_INJECT", "testing", "save_before_commit or fail_slowly", "no injection",
+         "Fault injection: a checkpoint save dies with every file written but not committed, or the last rank "
+         "fails after step 2 and lingers 1 s after closing its connections."},
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "runtime/observe/describe_model.h"
 #include "runtime/rank_device.h"
 #include "runtime/train/engine.h"
+#include "runtime/train/fault_injection.h"
 #include "runtime/train/plugin.h"
 #include "runtime/train/sampler.h"
 
@@ -18,6 +19,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 
@@ -282,8 +284,12 @@ int main(int argc, char** argv) {
   try {
     if (a.describe_model) return runtime::run_describe_model(a.model, a.plugin_args);
     return run(a);
+  } catch (const PeerFailure& e) {  // another rank's failure: the launcher blames that one
+    log::error("{} (this rank stopped because another failed)", e.what());
+    return kExitPeerFailed;
   } catch (const std::exception& e) {
     log::error("{}", e.what());
+    if (runtime::slow_exit_injected()) std::this_thread::sleep_for(std::chrono::seconds(1));
     return 1;
   }
 }

@@ -56,6 +56,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxPartialLine = 64 * 1024;  // a longer line without '\n' is emitted in pieces
 constexpr double kKillWaitSeconds = 5.0;       // after SIGKILL, how long before we stop waiting
+constexpr double kBystanderWaitSeconds = 3.0;  // for the failure that made a rank exit with kExitPeerFailed
 
 std::atomic<bool> g_running{false};
 
@@ -136,6 +137,7 @@ class Supervisor {
   void message(const std::string& text) { write_out(options_.err_fd, "dscpp: " + text + "\n"); }
   void check_ranks();
   void on_rank_exit(Rank& rank);
+  void declare_failure(const RankExit& exit, const std::string& note);
   void stop(int code, const std::string& why);
   void teardown(Phase phase);
   int phase_signal() const { return phase_ == Phase::killing ? SIGKILL : phase_ == Phase::terminating ? SIGTERM : 0; }
@@ -150,6 +152,10 @@ class Supervisor {
   GroupResult result_;
   Phase phase_ = Phase::running;
   Clock::time_point deadline_{};
+  // A rank that exited with kExitPeerFailed stopped because another failed: its failure is
+  // declared only if no rank fails on its own within kBystanderWaitSeconds.
+  std::optional<RankExit> bystander_;
+  Clock::time_point bystander_deadline_{};
   std::set<pid_t> termed_;  // leftover processes already sent SIGTERM
   bool out_broken_ = false, err_broken_ = false;
   pid_t self_ = getpid();
@@ -268,9 +274,21 @@ void Supervisor::on_rank_exit(Rank& rank) {
   if (rank.err.fd >= 0) relay(rank, rank.err, true, true);
   const RankExit& exit = rank.exit;
   if (phase_ != Phase::running || (exit.exit_code == 0 && exit.signal == 0)) return;
+  if (exit.signal == 0 && exit.exit_code == kExitPeerFailed) {
+    if (!bystander_) {
+      bystander_ = exit;
+      bystander_deadline_ = after(kBystanderWaitSeconds);
+    }
+    return;
+  }
+  declare_failure(exit, bystander_ ? fmt::format(" (rank {} had stopped because of a peer's failure)", bystander_->rank)
+                                   : std::string());
+}
+
+void Supervisor::declare_failure(const RankExit& exit, const std::string& note) {
   result_.first_failure = exit;
   result_.exit_code = exit.signal != 0 ? 128 + exit.signal : exit.exit_code;
-  message(exit.describe(options_.host) + (alive().empty() ? "" : "; stopping the other ranks"));
+  message(exit.describe(options_.host) + note + (alive().empty() ? "" : "; stopping the other ranks"));
   teardown(Phase::terminating);
 }
 
@@ -325,7 +343,14 @@ std::vector<pid_t> Supervisor::leftovers(int sig) {
 }
 
 void Supervisor::loop() {
+  auto bystander_due = [&] {
+    return phase_ == Phase::running && bystander_ && (alive().empty() || Clock::now() >= bystander_deadline_);
+  };
   while (true) {
+    if (bystander_due())
+      declare_failure(*bystander_, fmt::format(" (it stopped because a peer failed, and no rank{} failed on its own "
+                                               "within {:g} s)",
+                                               on_host(), kBystanderWaitSeconds));
     if (alive().empty()) {
       std::vector<pid_t> rest = leftovers(phase_signal());
       if (rest.empty()) return;
@@ -345,8 +370,10 @@ void Supervisor::loop() {
       if (rank.err.fd >= 0) fds.push_back({rank.err.fd, POLLIN, 0}), streams.emplace_back(&rank, true);
     }
     int timeout = -1;
-    if (phase_ != Phase::running) {
-      auto left = std::chrono::duration<double, std::milli>(deadline_ - Clock::now()).count();
+    if (phase_ != Phase::running || bystander_) {
+      auto left = std::chrono::duration<double, std::milli>((phase_ != Phase::running ? deadline_ : bystander_deadline_) -
+                                                            Clock::now())
+                      .count();
       timeout = static_cast<int>(std::clamp(std::ceil(left), 0.0, 1e9));
     }
     if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) fail_errno("supervisor: poll");

@@ -366,6 +366,10 @@ void Engine::train_step() {
     LocalPartitions(layout_, world_.rank(), master_.get(), optimizer_.get(), params_.get())
         .copy_in(ckpt::kMasterWeights, 0, 1, &nan);
   });
+  // Tests of the launcher's blame: one rank fails on its own.
+  inject_fault(FaultPoint::rank_failure, counters_.global_steps, world_.rank(), world_.size(), [this] {
+    fail("DSCPP_FAULT_INJECT=fail_slowly: rank {} fails at step {}", world_.rank(), counters_.global_steps);
+  });
   // Tests of --check_schedule: one rank takes a different path.
   inject_fault(FaultPoint::step_end, counters_.global_steps, world_.rank(), world_.size(),
                [this] { world_.barrier(); });

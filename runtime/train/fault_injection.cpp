@@ -34,6 +34,7 @@ struct FaultSettings {
   std::set<int64_t> nan_grad_steps, nan_loss_steps, nan_weight_steps;
   int64_t divergence_step = -1;
   bool die_before_commit = false;
+  bool fail_slowly = false;
 };
 
 FaultSettings read_settings() {
@@ -56,9 +57,12 @@ FaultSettings read_settings() {
     if (*v == '\0' || *end != '\0') fail("DSCPP_INJECT_DIVERGENCE='{}': expected a step number", v);
   }
   if (const char* v = knob("DSCPP_FAULT_INJECT"); v && *v) {
-    if (std::string_view(v) != "save_before_commit")
-      fail("DSCPP_FAULT_INJECT='{}': expected save_before_commit", v);
-    f.die_before_commit = true;
+    if (std::string_view(v) == "save_before_commit")
+      f.die_before_commit = true;
+    else if (std::string_view(v) == "fail_slowly")
+      f.fail_slowly = true;
+    else
+      fail("DSCPP_FAULT_INJECT='{}': expected save_before_commit or fail_slowly", v);
   }
   return f;
 }
@@ -72,6 +76,14 @@ const FaultSettings& settings() {
 
 void check_fault_settings() { settings(); }
 
+bool slow_exit_injected() {
+  try {
+    return settings().fail_slowly;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void inject_fault(FaultPoint point, int64_t step, int rank, int world_size, const std::function<void()>& fault) {
   const FaultSettings& s = settings();
   const bool last_rank = rank == world_size - 1;
@@ -83,6 +95,7 @@ void inject_fault(FaultPoint point, int64_t step, int rank, int world_size, cons
     case FaultPoint::weights_nan: now = last_rank && s.nan_weight_steps.count(step) > 0; break;
     case FaultPoint::step_end: now = last_rank && step == s.divergence_step; break;
     case FaultPoint::checkpoint_commit: now = s.die_before_commit; break;
+    case FaultPoint::rank_failure: now = last_rank && step == 2 && s.fail_slowly; break;
   }
   if (now) fault();
 }

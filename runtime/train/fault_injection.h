@@ -18,7 +18,12 @@ enum class FaultPoint {
   weights_nan,        // after a step's update: DSCPP_INJECT_NAN=weights:'s steps, last rank (the save's guard)
   step_end,           // after a step: DSCPP_INJECT_DIVERGENCE's step, last rank
   checkpoint_commit,  // every file of a save written, not yet committed: DSCPP_FAULT_INJECT=save_before_commit
+  rank_failure,       // after step 2: DSCPP_FAULT_INJECT=fail_slowly, last rank
 };
+
+// Whether DSCPP_FAULT_INJECT=fail_slowly asked the failing rank to linger 1 s before exiting,
+// after its communicators closed: the race in which a peer notices first (the launcher's blame test).
+bool slow_exit_injected();
 
 // Runs `fault` when the environment asked for one at `point` of `step` (1-based, as logged) on
 // `rank` of `world_size`. Throws dscpp::Error naming the variable when its value is malformed.

@@ -147,26 +147,26 @@ TEST_CASE("a partial last line is flushed with a newline, on both streams") {
   CHECK(err.text() == "[rank 0] err tail\n");
 }
 
-TEST_CASE("rank 2 of 4 exits 3: the others are stopped, their process trees gone") {
+TEST_CASE("rank 2 of 4 exits 4: the others are stopped, their process trees gone") {
   Capture out, err;
   std::string token = unique_token();
   std::vector<RankLaunch> ranks;
   for (int r = 0; r < 4; ++r)
     ranks.push_back(
-        sh_rank(r, r == 2 ? "echo pid $$; sleep 0.3; echo bye >&2; exit 3" : "echo pid $$; sleep 60", token));
+        sh_rank(r, r == 2 ? "echo pid $$; sleep 0.3; echo bye >&2; exit 4" : "echo pid $$; sleep 60", token));
   auto start = Clock::now();
   GroupResult result = run_rank_group(ranks, to(out, err, 2, "nodeA"));
   double elapsed = seconds_since(start);
   std::fprintf(stderr, "[timing] failure -> all 3 other ranks gone: %.0f ms after the failing rank's 300 ms\n",
                (elapsed - 0.3) * 1000);
-  CHECK(result.exit_code == 3);
+  CHECK(result.exit_code == 4);
   REQUIRE(result.first_failure);
   CHECK(result.first_failure->rank == 2);
-  CHECK(result.first_failure->exit_code == 3);
+  CHECK(result.first_failure->exit_code == 4);
   CHECK_FALSE(result.stopped);
   CHECK(elapsed < 2 + 1);
   // The failing rank's last words come before the verdict.
-  CHECK(err.text() == "[rank 2] bye\ndscpp: rank 2 on nodeA exited with code 3; stopping the other ranks\n");
+  CHECK(err.text() == "[rank 2] bye\ndscpp: rank 2 on nodeA exited with code 4; stopping the other ranks\n");
   CHECK(count_of(out.text(), "pid ") == 4);
   CHECK(surviving_pids(out.text()).empty());
   CHECK(processes_with(token).empty());
@@ -225,10 +225,34 @@ TEST_CASE("a rank's own background children are killed with it, even ones that l
 TEST_CASE("a leftover process writing without pause does not hold up the teardown") {
   Capture out, err;
   auto start = Clock::now();
-  GroupResult result = run_rank_group({sh_rank(0, "yes & sleep 0.2; exit 3")}, to(out, err));
-  CHECK(result.exit_code == 3);
+  GroupResult result = run_rank_group({sh_rank(0, "yes & sleep 0.2; exit 4")}, to(out, err));
+  CHECK(result.exit_code == 4);
   CHECK(seconds_since(start) < 5);  // an unbounded drain would never end (~0.3 s here, ~1.5 s under ASan)
-  CHECK_THAT(err.text(), Catch::Contains("rank 0 exited with code 3"));
+  CHECK_THAT(err.text(), Catch::Contains("rank 0 exited with code 4"));
+}
+
+TEST_CASE("blame: a rank that exits 3 (stopped by a peer's failure) yields to one that failed on its own") {
+  Capture out, err;
+  // Rank 0 notices first and exits 3; rank 1, the cause, exits 1 half a second later.
+  GroupResult result = run_rank_group({sh_rank(0, "sleep 0.2; exit 3"), sh_rank(1, "sleep 0.7; exit 1")},
+                                      to(out, err, 2, "nodeA"));
+  REQUIRE(result.first_failure);
+  CHECK(result.first_failure->rank == 1);
+  CHECK(result.exit_code == 1);
+  CHECK_THAT(err.text(), Catch::Contains("rank 1 on nodeA exited with code 1 (rank 0 had stopped because of a peer's "
+                                         "failure)"));
+  // Alone, after the 3 s wait, the code-3 rank is named, saying why.
+  Capture out2, err2;
+  auto start = Clock::now();
+  result = run_rank_group({sh_rank(0, "sleep 0.2; exit 3"), sh_rank(1, "sleep 60")}, to(out2, err2, 2, "nodeA"));
+  const double elapsed = seconds_since(start);
+  REQUIRE(result.first_failure);
+  CHECK(result.first_failure->rank == 0);
+  CHECK(result.exit_code == 3);
+  CHECK(elapsed > 3.0);
+  CHECK(elapsed < 3.2 + 2 + 1);
+  CHECK_THAT(err2.text(), Catch::Contains("rank 0 on nodeA exited with code 3 (it stopped because a peer failed, and "
+                                          "no rank on nodeA failed on its own within 3 s)"));
 }
 
 TEST_CASE("a supervisor killed by SIGKILL leaves nothing behind: PDEATHSIG and the watchdog") {

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# A stalled rank ends the job within its stated bound, whichever rank it is (the mlp example,
-# 2 ranks through the launcher, DSCPP_COMM_TIMEOUT=6 s, one rank stopped with SIGSTOP while
-# training):
+# Fault drills through the launcher (the mlp example, 2 ranks). A stalled rank ends the job
+# within its stated bound, whichever rank it is (DSCPP_COMM_TIMEOUT=6 s, one rank stopped with
+# SIGSTOP while training):
 #  1. rank 1 stopped: rank 0 (the store's host) reports the hang and the job ends within
-#     timeout + 10 s;
+#     timeout + 12 s;
 #  2. rank 0 stopped — the store's host, so every store call of rank 1's hang report and exit
-#     meets a stalled host: the job still ends within timeout + 2 × reply timeout (3 s) + 10 s,
+#     meets a stalled host: the job still ends within timeout + 2 × reply timeout (3 s) + 12 s,
 #     where it used to wait out a fixed 300 s reply timeout twice;
 # each time the launcher exits non-zero, the report states the group timeout, and no process of
 # the job is left behind.
-# Usage: stalled_rank.sh DSCPP MLP_SO
+#  3. blame: rank 1 fails on its own and lingers 1 s after closing its connections, so rank 0
+#     (which exits with code 3, "stopped because another failed") is seen to exit first; over
+#     6 runs the launcher names rank 1 every time.
+# Usage: fault_drills.sh DSCPP MLP_SO
 set -u
 DSCPP=$1 MLP=$2
 if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "stalled_rank: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): skipping"
+  echo "fault_drills: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): skipping"
   exit 77
 fi
 WORK=$(mktemp -d /tmp/dscpp_stalled.XXXXXX)
@@ -71,6 +74,25 @@ drill() {
     fail "rank $victim stopped: processes left behind: $left"
 }
 
-drill 1 $((TIMEOUT + 10))
-drill 0 $((TIMEOUT + 2 * 3 + 10))
+# The bounds: timeout + forensics (~6 s) + the launcher's 3 s wait for a rank that failed on its
+# own (the reporting rank exits "because another failed"), + 2 reply timeouts when rank 0 stalls.
+drill 1 $((TIMEOUT + 6 + 3 + 3))
+drill 0 $((TIMEOUT + 2 * 3 + 6 + 3 + 3))
+
+# ---- 3. blame the rank that failed first in cause ------------------------------------------
+right=0 runs=6
+for i in $(seq $runs); do
+  DSCPP_FAULT_INJECT=fail_slowly "$DSCPP" --num_procs 2 --master_port "$(port)" "$MLP" --deepspeed_config "$WORK/c.json" \
+    --no_eval --steps 10 -- --limit 512 --hidden 16 > "$WORK/blame$i.log" 2>&1 && fail "blame run $i: exit 0"
+  grep -qE "^dscpp: rank 1 (on [^ ]+ )?exited with code 1" "$WORK/blame$i.log" && right=$((right + 1)) ||
+    echo "blame run $i: $(grep "^dscpp:" "$WORK/blame$i.log" | head -2)"
+done
+[ "$right" = "$runs" ] && pass "blame: rank 1, which failed on its own, is named in $right of $runs runs" ||
+  fail "blame: rank 1 named in $right of $runs runs"
+grep -q "rank 0 had stopped because of a peer's failure" "$WORK"/blame*.log &&
+  pass "blame: the bystander is said to have stopped because of it" ||
+  fail "blame: no run showed rank 0 exiting first (the drill did not race as designed)"
+grep -q "this rank stopped because another failed" "$WORK"/blame*.log &&
+  pass "blame: rank 0's own error says it stopped because another failed" ||
+  fail "blame: rank 0's error does not say why it stopped"
 exit $FAILED
