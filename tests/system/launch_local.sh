@@ -2,7 +2,7 @@
 # End to end through the real `dscpp` binary with the local runner:
 #   dscpp --num_procs 4 --master_port P -- sh -c SCRIPT TOKEN
 # 1. four ranks print their rank environment; every line comes back prefixed "[rank R]";
-# 2. rank 2 exits 3: dscpp exits 3, stderr names rank 2 and code 3, no process of the job is left;
+# 2. rank 2 exits 4: dscpp exits 4, stderr names rank 2 and code 4, no process of the job is left;
 # 3. SIGINT (then SIGTERM) to dscpp while four ranks sleep: dscpp exits 130 (143), nothing left.
 # "Nothing left": every rank prints its pid and its background child's pid, which must be gone
 # from /proc (zombies included — an unreaped zombie would be PID 1's to collect here, and
@@ -67,13 +67,13 @@ unprefixed=$(grep -vE '^\[rank [0-3]\] ' "$WORK/ok.out")
 TOKEN=dscpp_ll_fail_$$_$RANDOM
 start=$(now_ms)
 "$DSCPP" --num_procs 4 --master_port "$(port)" -- sh -c \
-  'sleep 60 & echo "pid $$ child $!"; if [ "$RANK" = 2 ]; then sleep 1; echo "rank 2 fails" >&2; exit 3; fi; wait' \
+  'sleep 60 & echo "pid $$ child $!"; if [ "$RANK" = 2 ]; then sleep 1; echo "rank 2 fails" >&2; exit 4; fi; wait' \
   "$TOKEN" >"$WORK/fail.out" 2>"$WORK/fail.err"
 code=$?
 elapsed=$(( $(now_ms) - start ))
-[ "$code" = 3 ] || fail "failure case: dscpp exited $code, expected 3"
-grep -qE 'rank 2( on [^ ]+)? exited with code 3' "$WORK/fail.err" ||
-  fail "failure case: stderr does not name rank 2 and code 3: $(cat "$WORK/fail.err")"
+[ "$code" = 4 ] || fail "failure case: dscpp exited $code, expected 4"
+grep -qE 'rank 2( on [^ ]+)? exited with code 4' "$WORK/fail.err" ||
+  fail "failure case: stderr does not name rank 2 and code 4: $(cat "$WORK/fail.err")"
 grep -qxF '[rank 2] rank 2 fails' "$WORK/fail.err" || fail "failure case: rank 2's stderr line missing or unprefixed"
 [ "$(grep -c '^\[rank [0-3]\] pid ' "$WORK/fail.out")" = 4 ] || fail "failure case: not all 4 ranks reported their pids"
 [ "$elapsed" -lt 4000 ] || fail "failure case: dscpp took ${elapsed} ms (rank 2 fails after 1000 ms)"

@@ -20,11 +20,11 @@ done
 
 token=dscpp-mpi-$$
 start=$SECONDS
-"$dscpp" --launcher openmpi --num_procs 3 -- sh -c "if [ \$RANK = 1 ]; then exit 3; fi; exec sleep 60 # $token" \
+"$dscpp" --launcher openmpi --num_procs 3 -- sh -c "if [ \$RANK = 1 ]; then exit 4; fi; exec sleep 60 # $token" \
   >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ "$rc" = 3 ] || fail "a rank exiting 3 made dscpp exit $rc, expected 3"
-grep -q "rank 1 on .* exited with code 3" "$tmp/err" || fail "rank 1's failure not named: $(cat "$tmp/err")"
+[ "$rc" = 4 ] || fail "a rank exiting 4 made dscpp exit $rc, expected 4"
+grep -q "rank 1 on .* exited with code 4" "$tmp/err" || fail "rank 1's failure not named: $(cat "$tmp/err")"
 [ $((SECONDS - start)) -lt 20 ] || fail "took $((SECONDS - start)) s to stop"
 sleep 0.5
 left=$(pgrep -f "$token" | grep -v "^$$\$" || true)

@@ -10,8 +10,8 @@
 # Cases:
 # 1. once, --num_gpus 3 --max_restarts 2: exit 0, the restart line, every rank of attempt 1 saw
 #    DSCPP_RESTART_COUNT=1 and the same MASTER_PORT, no process of attempt 0 left;
-# 2. always, --max_restarts 2: exactly 3 attempts, exit 3, "no restarts left (2 used)";
-# 3. once, no --max_restarts: exit 3, one attempt, no restart message (behaviour as before);
+# 2. always, --max_restarts 2: exactly 3 attempts, exit 4, "no restarts left (2 used)";
+# 3. once, no --max_restarts: exit 4, one attempt, no restart message (behaviour as before);
 # 4. sleep, --max_restarts 2, SIGINT (SIGTERM) to dscpp during attempt 0: exit 130 (143), no restart,
 #    nothing left;
 # 5. once under --launcher openmpi --max_restarts 1: exit 0 after one restart, nothing left;
@@ -45,7 +45,7 @@ case $mode in
   always) ;;
   sleep) wait; exit 0 ;;
 esac
-if [ "$RANK" = 1 ]; then sleep 0.3; echo "rank 1 fails" >&2; exit 3; fi
+if [ "$RANK" = 1 ]; then sleep 0.3; echo "rank 1 fails" >&2; exit 4; fi
 wait
 EOF
 chmod +x "$WORK/prog.sh"
@@ -85,7 +85,7 @@ timeout -k 5 30 "$DSCPP" --num_gpus 3 --max_restarts 2 --master_port "$P" "$WORK
 code=$?
 elapsed=$(( $(now_ms) - start ))
 [ "$code" = 0 ] || fail "fail-once case: dscpp exited $code, expected 0 (stderr: $(cat "$WORK/once.err"))"
-grep -qE '^dscpp: rank 1 on [^ ]+ exited with code 3; restarting the job \(restart 1 of 2\)$' "$WORK/once.err" ||
+grep -qE '^dscpp: rank 1 on [^ ]+ exited with code 4; restarting the job \(restart 1 of 2\)$' "$WORK/once.err" ||
   fail "fail-once case: no restart line naming rank 1 in: $(cat "$WORK/once.err")"
 for r in 0 1 2; do
   grep -qxE "\[rank $r\] attempt 0 rank $r te 0/2 port $P pid [0-9]+" "$WORK/once.out" ||
@@ -106,15 +106,15 @@ timeout -k 5 30 "$DSCPP" --num_procs 3 --max_restarts 2 --master_port "$(port)" 
   >"$WORK/always.out" 2>"$WORK/always.err"
 code=$?
 elapsed=$(( $(now_ms) - start ))
-[ "$code" = 3 ] || fail "always-failing case: dscpp exited $code, expected 3 (stderr: $(cat "$WORK/always.err"))"
+[ "$code" = 4 ] || fail "always-failing case: dscpp exited $code, expected 4 (stderr: $(cat "$WORK/always.err"))"
 attempts=$(grep -oE '^\[rank 1\] attempt [0-9]+' "$WORK/always.out" | awk '{print $4}' | tr '\n' ' ')
 [ "$attempts" = "0 1 2 " ] || fail "always-failing case: rank 1 ran attempts '$attempts', expected '0 1 2 '"
 [ "$(count "$WORK/always.err" 'restarting the job')" = 2 ] || fail "always-failing case: expected 2 restart lines"
 grep -q 'restarting the job (restart 2 of 2)' "$WORK/always.err" || fail "always-failing case: no 'restart 2 of 2'"
-grep -qE '^dscpp: rank 1 on [^ ]+ exited with code 3; no restarts left \(2 used\)$' "$WORK/always.err" ||
+grep -qE '^dscpp: rank 1 on [^ ]+ exited with code 4; no restarts left \(2 used\)$' "$WORK/always.err" ||
   fail "always-failing case: no 'no restarts left (2 used)' line in: $(cat "$WORK/always.err")"
 [ "$elapsed" -lt 10000 ] || fail "always-failing case: took ${elapsed} ms"
-echo "always-failing case: exit 3 after 3 attempts in ${elapsed} ms"
+echo "always-failing case: exit 4 after 3 attempts in ${elapsed} ms"
 check_nothing_left "$WORK/always.out" "$TOKEN" "always-failing case"
 
 # ---- 3. default: no restart ---------------------------------------------------------------
@@ -124,14 +124,14 @@ timeout -k 5 30 "$DSCPP" --num_procs 3 --master_port "$(port)" "$WORK/prog.sh" o
   >"$WORK/default.out" 2>"$WORK/default.err"
 code=$?
 elapsed=$(( $(now_ms) - start ))
-[ "$code" = 3 ] || fail "default case: dscpp exited $code, expected 3"
-grep -qE 'rank 1 on [^ ]+ exited with code 3; stopping the other ranks' "$WORK/default.err" ||
+[ "$code" = 4 ] || fail "default case: dscpp exited $code, expected 4"
+grep -qE 'rank 1 on [^ ]+ exited with code 4; stopping the other ranks' "$WORK/default.err" ||
   fail "default case: failure not named as before: $(cat "$WORK/default.err")"
 grep -qE 'restart' "$WORK/default.err" && fail "default case: mentions restarts: $(cat "$WORK/default.err")"
 [ "$(count "$WORK/default.out" '] attempt 0 rank [0-2] te 0/0 ')" = 3 ] ||
-  fail "default case: expected 3 attempt-0 lines with TORCHELASTIC 0/0: $(cat "$WORK/default.out")"
+  fail "default case: expected 4 attempt-0 lines with TORCHELASTIC 0/0: $(cat "$WORK/default.out")"
 grep -q '] attempt 1 ' "$WORK/default.out" && fail "default case: a second attempt ran"
-echo "default case: exit 3, no restart, in ${elapsed} ms"
+echo "default case: exit 4, no restart, in ${elapsed} ms"
 check_nothing_left "$WORK/default.out" "$TOKEN" "default case"
 
 # ---- 4. SIGINT / SIGTERM to dscpp are a stop, never a restart ------------------------------
@@ -173,8 +173,8 @@ if command -v mpirun >/dev/null; then
   code=$?
   elapsed=$(( $(now_ms) - start ))
   [ "$code" = 0 ] || fail "openmpi case: dscpp exited $code, expected 0 (stderr: $(cat "$WORK/mpi.err"))"
-  grep -q 'rank 1 on .* exited with code 3' "$WORK/mpi.err" || fail "openmpi case: rank 1's failure not named"
-  grep -qE '^dscpp: mpirun exited with code 3; restarting the job \(restart 1 of 1\)$' "$WORK/mpi.err" ||
+  grep -q 'rank 1 on .* exited with code 4' "$WORK/mpi.err" || fail "openmpi case: rank 1's failure not named"
+  grep -qE '^dscpp: mpirun exited with code 4; restarting the job \(restart 1 of 1\)$' "$WORK/mpi.err" ||
     fail "openmpi case: no restart line in: $(cat "$WORK/mpi.err")"
   for r in 0 1 2; do
     grep -qE "^\[rank $r\] attempt 1 rank $r te 1/1 " "$WORK/mpi.out" ||

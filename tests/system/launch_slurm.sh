@@ -50,12 +50,12 @@ done
 
 t0=$SECONDS
 j=$(sbatch --parsable --chdir="$tmp" --output="$tmp/bad.out" --export=ALL,DSCPP="$dscpp" \
-  "$root/hostfiles/sbatch-dscpp.sh" sh -c 'if [ "$RANK" = 2 ]; then exit 3; fi; exec sleep 60')
+  "$root/hostfiles/sbatch-dscpp.sh" sh -c 'if [ "$RANK" = 2 ]; then exit 4; fi; exec sleep 60')
 code=$(wait_job "$j" 45)
 echo "failing job $j: $code in $((SECONDS - t0)) s"
 [ "$code" != "ExitCode=0:0" ] && [ "$code" != timeout ] || fail "a failing rank did not end the job: $code"
 [ $((SECONDS - t0)) -lt 30 ] || fail "the job took $((SECONDS - t0)) s to stop after rank 2 failed"
-grep -q "rank 2 .*exited with code 3" "$tmp/bad.out" || fail "rank 2's failure not named: $(cat "$tmp/bad.out")"
+grep -q "rank 2 .*exited with code 4" "$tmp/bad.out" || fail "rank 2's failure not named: $(cat "$tmp/bad.out")"
 
 [ "$failures" = 0 ] && echo "launch_slurm: all checks passed"
 exit $(( failures > 0 ))

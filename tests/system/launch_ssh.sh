@@ -84,15 +84,15 @@ done
   ok "9 sessions on 3 hosts: 1368 stdout lines of 2 KB and 1350 stderr lines, whole and in order per host" ||
   { bad "output relay (rc=$rc)"; head -c 600 "$W/err"; }
 
-# 2. One host exits 3: the others (sleep 60, one with a background child) are stopped.
+# 2. One host exits 4: the others (sleep 60, one with a background child) are stopped.
 t0=$(now)
-R "$IP1" "$S1 60" "$IP2" "sleep 0.5; exit 3" "$IP3" "$S3 60 & $S3 61; wait" >"$W/out" 2>"$W/err"
+R "$IP1" "$S1 60" "$IP2" "sleep 0.5; exit 4" "$IP3" "$S3 60 & $S3 61; wait" >"$W/out" 2>"$W/err"
 rc=$?
 t=$(printf '%.1f' "$(elapsed "$t0")")
-if [ $rc = 3 ] && grep -q "^dscpp: host $IP2 exited with code 3; stopping the other hosts$" "$W/err" &&
+if [ $rc = 4 ] && grep -q "^dscpp: host $IP2 exited with code 4; stopping the other hosts$" "$W/err" &&
    grep -q "host=$IP1 exit_code=143 signal=TERM" "$W/err" && grep -q "host=$IP3 exit_code=143 signal=TERM" "$W/err" &&
    grep -q "first_failure=$IP2" "$W/err"; then
-  ok "host 2 exit 3 -> exit code 3, others TERMed, run took ${t} s"
+  ok "host 2 exit 4 -> exit code 4, others TERMed, run took ${t} s"
 else bad "first-failure stop (rc=$rc)"; cat "$W/err"; fi
 all_gone 5 && ok "no remote process left after the stop (checked on every node, ${gone_after} s)" || bad "processes left after the stop"
 
@@ -219,10 +219,10 @@ if grep -q -- --hostfile <<<"$("$DSCPP" --help 2>&1)"; then
   [ $rc = 0 ] && for i in 1 2 3; do grep -q "hello from node$i" <<<"$out" || rc=99; done
   [ $rc = 0 ] && ok "dscpp --hostfile: every host ran the command" || { bad "dscpp --hostfile run (rc=$rc)"; echo "$out"; }
   t0=$(now)
-  out=$(D -- /bin/sh -c "case \$(hostname) in node2) sleep 0.5; exit 3;; node1) exec $S1 60;; *) exec $S3 60;; esac" 2>&1)
+  out=$(D -- /bin/sh -c "case \$(hostname) in node2) sleep 0.5; exit 4;; node1) exec $S1 60;; *) exec $S3 60;; esac" 2>&1)
   rc=$?
   t=$(printf '%.1f' "$(elapsed "$t0")")
-  [ $rc = 3 ] && grep -q node2 <<<"$out" && ok "dscpp: node2 exit 3 -> dscpp exits 3 naming node2 (${t} s)" ||
+  [ $rc = 4 ] && grep -q node2 <<<"$out" && ok "dscpp: node2 exit 4 -> dscpp exits 4 naming node2 (${t} s)" ||
     { bad "dscpp failure propagation (rc=$rc)"; echo "$out"; }
   all_gone 8 && ok "dscpp: no remote process left (${gone_after} s)" || bad "dscpp: processes left"
 else
