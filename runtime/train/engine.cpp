@@ -164,6 +164,12 @@ void Engine::allocate() {
 
 Engine::~Engine() = default;
 
+std::string Engine::perplexity_text(const EvalResult& r) const {
+  // A language model's loss is the mean cross-entropy per token: exp of it is the perplexity.
+  if (plugin_.data().tokens_per_sample <= 0) return "";
+  return fmt::format(", perplexity {:.4f}", std::exp(r.loss));
+}
+
 CheckpointView Engine::checkpoint_view() {
   CheckpointView v;
   v.layout = &layout_;
@@ -268,8 +274,8 @@ void Engine::run() {
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
       EvalResult r = evaluate();
       if (world_.rank() == 0)
-        log::info("eval at step {}: loss {:.4f}, accuracy {:.2f}% ({} samples)", step, r.loss, 100 * r.accuracy,
-                  r.counted);
+        log::info("eval at step {}: loss {:.4f}, accuracy {:.2f}%{} ({} samples)", step, r.loss, 100 * r.accuracy,
+                  perplexity_text(r), r.counted);
     }
     if (!options_.save_dir.empty() && options_.save_interval > 0 && step % options_.save_interval == 0 &&
         step < total_steps_)
@@ -287,7 +293,8 @@ void Engine::run() {
   if (options_.eval && plugin_.data().eval_size > 0) {
     EvalResult r = evaluate();
     if (world_.rank() == 0)
-      log::info("final eval: loss {:.4f}, accuracy {:.2f}% ({} samples)", r.loss, 100 * r.accuracy, r.counted);
+      log::info("final eval: loss {:.4f}, accuracy {:.2f}%{} ({} samples)", r.loss, 100 * r.accuracy,
+                perplexity_text(r), r.counted);
   }
   if (!options_.save_dir.empty()) save(options_.save_dir);
   report();  // collective at stage 3

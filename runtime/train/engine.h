@@ -118,6 +118,8 @@ class Engine {
   std::string swap_line(double window_s);                 // engine_report.cpp
   std::unique_ptr<FlopsProfiler> make_profiler() const;   // engine_report.cpp
   void report_profile(double step_s);                     // engine_report.cpp
+  // ", perplexity P" for a model with tokens (language models), else "".
+  std::string perplexity_text(const EvalResult& r) const;
   bool profiling_step() const { return profiler_ && counters_.global_steps + 1 == profiler_->profile_step(); }
 
   Plugin& plugin_;

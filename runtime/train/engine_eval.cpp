@@ -45,8 +45,8 @@ void Engine::run_eval_only() {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (world_.rank() == 0)
-    log::info("eval only: loss {:.6f}, accuracy {:.2f}% ({} samples) in {:.2f} s, weights from {}", r.loss,
-              100 * r.accuracy, r.counted, secs,
+    log::info("eval only: loss {:.6f}, accuracy {:.2f}%{} ({} samples) in {:.2f} s, weights from {}", r.loss,
+              100 * r.accuracy, perplexity_text(r), r.counted, secs,
               !options_.load_dir.empty() ? options_.load_dir
                                          : !options_.init_from.empty() ? options_.init_from : "initialisation");
   params_->home().flush();

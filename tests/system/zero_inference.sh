@@ -155,6 +155,10 @@ JSON
 run 1 "$WORK/e-ref.json" "$WORK/e-ref.log" --eval_only --load_dir "$CKPT" || fail "eval reference: $(tail -3 "$WORK/e-ref.log")"
 REF=$(evloss "$WORK/e-ref.log")
 echo "reference eval loss (stage 0, 1 rank, no limit): ${REF:-?}"
+# A language model's eval line also gives the perplexity, exp(loss).
+ppl=$(sed -n 's/.*eval only: loss [0-9.]*, accuracy [0-9.]*%, perplexity \([0-9.]*\) .*/\1/p' "$WORK/e-ref.log")
+[ -n "$ppl" ] && [ -n "$REF" ] && awk -v p="$ppl" -v l="$REF" 'BEGIN { e = exp(l); exit !((p - e) ^ 2 <= (1e-4 * e) ^ 2) }' &&
+  pass "the eval line gives perplexity $ppl = exp($REF)" || fail "perplexity '${ppl:-?}' is not exp(${REF:-?})"
 # Below the model's own fp32 size; above one layer + activations of micro-batch 4 (~10 MB).
 LIMIT=$((PSI * 4 * 8 / 10))
 ecfg() {  # FILE OFFLOAD: stage 3, no prefetch, only the layer in use on the device; no optimizer section
