@@ -91,12 +91,14 @@ int64_t Engine::deepspeed_estimate() const {
              : estimate_zero2(P, world_.size(), 1, off).gpu_bytes;
 }
 
+namespace {
 std::string describe(const Engine::MemorySetting& s) {
   std::string what = fmt::format("stage {}", s.stage);
   if (s.offload_param) what += " with offload_param and offload_optimizer cpu";
   else if (s.offload_optimizer) what += " with offload_optimizer cpu";
   return what + fmt::format(" on {} rank{}", s.ranks, s.ranks == 1 ? "" : "s");
 }
+}  // namespace
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
   if (options_.eval_only) eval_out_of_memory(e);
