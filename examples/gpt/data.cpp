@@ -52,7 +52,31 @@ std::vector<std::string> fortune_files() {
 
 }  // namespace
 
+namespace {
+// Token data: the same non-overlapping windows of context+1 as text, over token ids.
+void load_tokens(Gpt& m) {
+  try {
+    m.tokens = std::make_unique<examples::TokenFile>(m.cfg.tokens, static_cast<int>(m.cfg.token_bytes), m.cfg.vocab_size);
+  } catch (const std::exception& e) {
+    fail(DSCPP_E_IO, std::string("gpt: ") + e.what());
+  }
+  const int64_t T = m.cfg.context;
+  m.windows = m.tokens->size() / (T + 1);
+  m.train_windows = m.windows * 9 / 10;
+  if (m.train_windows < 1)
+    fail(DSCPP_E_INVALID_ARGUMENT, "gpt: " + m.cfg.tokens + " has " + std::to_string(m.tokens->size()) +
+                                       " tokens, too few for one training window of context+1 = " +
+                                       std::to_string(T + 1));
+  if (m.host.rank == 0)
+    m.log("gpt: tokens " + m.cfg.tokens + " (" + m.tokens->format() + "): " + std::to_string(m.tokens->size()) +
+          " tokens, largest id " + std::to_string(m.tokens->max_token()) + ", vocabulary " +
+          std::to_string(m.cfg.vocab_size) + ", " + std::to_string(m.train_windows) + " train / " +
+          std::to_string(m.windows - m.train_windows) + " eval windows of " + std::to_string(T) + "+1");
+}
+}  // namespace
+
 void load_text(Gpt& m) {
+  if (!m.cfg.tokens.empty()) return load_tokens(m);
   const Config& cfg = m.cfg;
   std::string source;
   if (!cfg.data.empty()) {
@@ -109,8 +133,16 @@ void load_sample(const Gpt* m, int32_t split, int64_t index, void* input, int32_
     fail(DSCPP_E_INVALID_ARGUMENT, std::string("gpt: ") + (split == 0 ? "train" : "eval") + " sample " +
                                        std::to_string(index) + " outside [0, " + std::to_string(size) + ")");
   const int64_t T = m->T();
-  const uint8_t* w = m->text.data() + (split == 0 ? index : m->train_windows + index) * (T + 1);
+  const int64_t window = split == 0 ? index : m->train_windows + index;
   int32_t* x = static_cast<int32_t*>(input);
+  if (m->tokens) {
+    for (int64_t t = 0; t < T; ++t) {
+      x[t] = static_cast<int32_t>(m->tokens->at(window * (T + 1) + t));
+      target[t] = static_cast<int32_t>(m->tokens->at(window * (T + 1) + t + 1));
+    }
+    return;
+  }
+  const uint8_t* w = m->text.data() + window * (T + 1);
   for (int64_t t = 0; t < T; ++t) {
     x[t] = m->byte_to_id[w[t]];
     target[t] = m->byte_to_id[w[t + 1]];

@@ -4,8 +4,10 @@
 #pragma once
 
 #include "dscpp/model.h"
+#include "token_file.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +57,9 @@ struct Layout {
 // ---- the model ----------------------------------------------------------------------------
 struct Config {
   std::string data;
+  std::string tokens;       // a token file (examples/common/token_file.h) instead of text
+  int64_t vocab_size = 0;   // with --tokens: the vocabulary (every token below it)
+  int64_t token_bytes = 2;  // with --tokens: 2 or 4, for a file without an llm.c header
   int64_t layers = 4, d_model = 256, heads = 4, context = 128, sample_chars = 200;
   double temperature = 0;
 };
@@ -70,7 +75,8 @@ struct LayerInfo {
 struct Gpt {
   Config cfg;
   std::vector<uint8_t> text;
-  std::vector<uint8_t> vocab;  // id → byte
+  std::vector<uint8_t> vocab;  // id → byte (text data)
+  std::unique_ptr<examples::TokenFile> tokens;  // token data: ids as they are
   int32_t byte_to_id[256];
   int64_t windows = 0, train_windows = 0;
   size_t elem = 4;
@@ -80,7 +86,7 @@ struct Gpt {
   int64_t C() const { return cfg.d_model; }
   int64_t T() const { return cfg.context; }
   int64_t H() const { return cfg.heads; }
-  int64_t V() const { return static_cast<int64_t>(vocab.size()); }
+  int64_t V() const { return tokens ? cfg.vocab_size : static_cast<int64_t>(vocab.size()); }
   void log(const std::string& line) const {
     if (host.log != nullptr) host.log(host.runtime, line.c_str());
   }

@@ -34,6 +34,9 @@ void parse_args(Config& cfg, int argc, const char* const* argv) {
       value = argv[++i];
     }
     if (key == "--data") cfg.data = value;
+    else if (key == "--tokens") cfg.tokens = value;
+    else if (key == "--vocab_size") cfg.vocab_size = parse_int(key, value, 1);
+    else if (key == "--token_bytes") cfg.token_bytes = parse_int(key, value, 2);
     else if (key == "--layers") cfg.layers = parse_int(key, value, 1);
     else if (key == "--d_model") cfg.d_model = parse_int(key, value, 1);
     else if (key == "--heads") cfg.heads = parse_int(key, value, 1);
@@ -46,10 +49,15 @@ void parse_args(Config& cfg, int argc, const char* const* argv) {
         fail(DSCPP_E_INVALID_ARGUMENT, "gpt: --temperature wants a number ≥ 0, got '" + value + "'");
     } else {
       fail(DSCPP_E_INVALID_ARGUMENT, "gpt: unknown argument '" + key +
-                                         "' (accepted: --data FILE, --layers N, --d_model N, --heads N, --context N, "
-                                         "--sample_chars N, --temperature X)");
+                                         "' (accepted: --data FILE, --tokens FILE --vocab_size N [--token_bytes 2|4], "
+                                         "--layers N, --d_model N, --heads N, --context N, --sample_chars N, "
+                                         "--temperature X)");
     }
   }
+  if (!cfg.tokens.empty() && !cfg.data.empty())
+    fail(DSCPP_E_INVALID_ARGUMENT, "gpt: --data (text) and --tokens (a token file) exclude each other");
+  if (!cfg.tokens.empty() && cfg.vocab_size <= 0)
+    fail(DSCPP_E_INVALID_ARGUMENT, "gpt: --tokens needs --vocab_size (every token id must be below it)");
   if (cfg.d_model % cfg.heads != 0)
     fail(DSCPP_E_INVALID_ARGUMENT, "gpt: --d_model " + std::to_string(cfg.d_model) + " is not a multiple of --heads " +
                                        std::to_string(cfg.heads));

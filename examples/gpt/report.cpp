@@ -32,6 +32,7 @@ std::string printable(const std::string& s) {
 void report(const Gpt* m, const dscpp_infer* infer) {
   const Config& cfg = m->cfg;
   if (cfg.sample_chars == 0 || infer == nullptr || infer->forward == nullptr || infer->max_batch < 1) return;
+  if (m->tokens) return;  // token ids have no text here (no tokenizer): nothing to print
   const int64_t T = m->T(), V = m->V();
   // Prompt: the first window of the eval split (the last training window when eval is empty).
   const int64_t w = m->windows > m->train_windows ? m->train_windows : m->train_windows - 1;
