@@ -1,6 +1,8 @@
 // Token files, the pre-tokenized data language models train on, read in place (mmap):
 //   llm.c's format: a header of 256 little-endian int32 (magic 20240520, version 1 = uint16
 //   tokens or 2 = uint32 tokens, the token count), then the tokens;
+//   Megatron's indexed dataset: PREFIX.bin with PREFIX.idx beside it (MMIDIDX version 1, uint16
+//   or int32 tokens, sequences end to end), read as one stream in sequence order;
 //   a headerless array of little-endian uint16 (nanoGPT's train.bin / val.bin) or uint32.
 // Every token is checked against the vocabulary once, at open. Plugins only: it needs nothing
 // but the standard library and POSIX, and reports errors as std::runtime_error naming the file.

@@ -28,8 +28,8 @@
 //
 // Plugin arguments (after `--`):
 //   --data FILE         text to model (default: the Debian fortunes text, see below)
-//   --tokens FILE       pre-tokenized data instead (examples/common/token_file.h: llm.c's
-//                       header format, or headerless uint16/uint32) with --vocab_size N and,
+//   --tokens FILE       pre-tokenized data instead (examples/common/token_file.h: llm.c's or
+//                       Megatron's format, or headerless uint16/uint32) with --vocab_size N and,
 //                       headerless, --token_bytes 2|4 (default 2); ids are used as they are
 //   --layers N          transformer blocks (default 4)
 //   --d_model N         width (default 256)

@@ -85,3 +85,46 @@ TEST_CASE("token files: every malformed file is refused, naming the file and the
   std::ofstream(d.path + "/empty.bin").close();
   refused(d.path + "/empty.bin", 2, 0, "empty");
 }
+
+namespace {
+// PREFIX.bin and PREFIX.idx as Megatron's builder writes them (MMIDIDX version 1).
+void write_megatron(const std::string& prefix, uint8_t code, const std::vector<std::vector<uint16_t>>& docs,
+                    int64_t skew = 0) {
+  std::ofstream bin(prefix + ".bin", std::ios::binary), idx(prefix + ".idx", std::ios::binary);
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> pointers, starts{0};
+  int64_t at = 0;
+  for (const auto& d : docs) {
+    bin.write(reinterpret_cast<const char*>(d.data()), static_cast<std::streamsize>(d.size() * 2));
+    lengths.push_back(static_cast<int32_t>(d.size()));
+    pointers.push_back(at + (pointers.size() == 1 ? skew : 0));
+    at += static_cast<int64_t>(d.size()) * 2;
+    starts.push_back(static_cast<int64_t>(starts.size()));
+  }
+  const uint64_t version = 1, n = lengths.size(), ndocs = starts.size();
+  idx.write("MMIDIDX\0\0", 9);
+  idx.write(reinterpret_cast<const char*>(&version), 8);
+  idx.write(reinterpret_cast<const char*>(&code), 1);
+  idx.write(reinterpret_cast<const char*>(&n), 8);
+  idx.write(reinterpret_cast<const char*>(&ndocs), 8);
+  idx.write(reinterpret_cast<const char*>(lengths.data()), static_cast<std::streamsize>(n * 4));
+  idx.write(reinterpret_cast<const char*>(pointers.data()), static_cast<std::streamsize>(n * 8));
+  idx.write(reinterpret_cast<const char*>(starts.data()), static_cast<std::streamsize>(ndocs * 8));
+}
+}  // namespace
+
+TEST_CASE("token files: Megatron's indexed dataset reads as one stream in sequence order", "[tokens]") {
+  TempDir d;
+  const std::vector<std::vector<uint16_t>> docs = {{5, 6, 7}, {8}, {9, 10, 11, 12}};
+  write_megatron(d.path + "/ds", 8, docs);
+  const examples::TokenFile f(d.path + "/ds.bin", 4, 13);
+  CHECK(f.format() == "Megatron indexed (uint16; 3 sequences, 3 documents)");
+  REQUIRE(f.size() == 8);
+  for (int64_t i = 0; i < 8; ++i) CHECK(f.at(i) == static_cast<uint32_t>(5 + i));
+  // Sequences that do not lie end to end, and a dtype the reader does not take, are named.
+  write_megatron(d.path + "/gap", 8, docs, 2);
+  CHECK_THROWS_WITH(examples::TokenFile(d.path + "/gap.bin", 2, 0),
+                    Contains("gap.idx") && Contains("sequence 1 starts at byte 8 of the .bin, not 6"));
+  write_megatron(d.path + "/f64", 6, docs);
+  CHECK_THROWS_WITH(examples::TokenFile(d.path + "/f64.bin", 2, 0), Contains("Megatron dtype code 6"));
+}
