@@ -18,25 +18,6 @@ namespace {
 
 constexpr size_t kChunk = 4 << 20;  // bytes read per pread
 
-struct DigestContext {
-  DigestContext() : ctx(EVP_MD_CTX_new()) {
-    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) fail("SHA-256: OpenSSL could not start a digest");
-  }
-  ~DigestContext() { EVP_MD_CTX_free(ctx); }
-  void update(const void* p, size_t n) {
-    if (EVP_DigestUpdate(ctx, p, n) != 1) fail("SHA-256: OpenSSL digest update failed");
-  }
-  std::string hex() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    if (EVP_DigestFinal_ex(ctx, md, &len) != 1) fail("SHA-256: OpenSSL digest final failed");
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", md[i]);
-    return out;
-  }
-  EVP_MD_CTX* ctx;
-};
-
 // Closes its descriptor on every path out.
 class ReadFile {
  public:
@@ -54,7 +35,7 @@ class ReadFile {
   }
   // The SHA-256 of bytes [offset, offset + bytes).
   std::string digest(uint64_t offset, uint64_t bytes, std::vector<unsigned char>& buffer) const {
-    DigestContext d;
+    Sha256 d;
     while (bytes > 0) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes, buffer.size()));
       const ssize_t r = ::pread(fd_, buffer.data(), n, static_cast<off_t>(offset));
@@ -74,8 +55,28 @@ class ReadFile {
 
 }  // namespace
 
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (!ctx_ || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1)
+    fail("SHA-256: OpenSSL could not start a digest");
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::update(const void* data, size_t bytes) {
+  if (EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, bytes) != 1) fail("SHA-256: OpenSSL digest update failed");
+}
+
+std::string Sha256::hex() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &len) != 1) fail("SHA-256: OpenSSL digest final failed");
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", md[i]);
+  return out;
+}
+
 std::string sha256_hex(const void* data, size_t bytes) {
-  DigestContext d;
+  Sha256 d;
   d.update(data, bytes);
   return d.hex();
 }

@@ -24,6 +24,20 @@ FileDigests digest_safetensors(const std::string& path);
 // (header or tensor, in file order) whose digest differs, or a tensor missing on either side.
 std::string verify_digests(const std::string& path, const FileDigests& expected);
 
+// A SHA-256 fed piece by piece (OpenSSL); hex() ends it.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(const void* data, size_t bytes);
+  std::string hex();  // lowercase
+
+ private:
+  void* ctx_;  // EVP_MD_CTX
+};
+
 // The lowercase hex SHA-256 of `bytes` bytes at `data`, or of a string.
 std::string sha256_hex(const void* data, size_t bytes);
 inline std::string sha256_hex(const std::string& text) { return sha256_hex(text.data(), text.size()); }

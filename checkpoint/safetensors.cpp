@@ -81,8 +81,8 @@ void write_all(int fd, const std::string& path, const void* data, size_t n) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+FileDigests write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
   // Header first: names, dtypes, shapes and offsets are all known before any data moves.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -111,14 +111,25 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
 
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("safetensors: cannot create {}: {}", path, errno_text(errno));
+  FileDigests digests;
+  {
+    Sha256 h;
+    h.update(len, sizeof len);
+    h.update(text.data(), text.size());
+    digests[kHeaderDigest] = h.hex();
+  }
   write_all(fd, path, len, sizeof len);
   write_all(fd, path, text.data(), text.size());
   std::vector<unsigned char> staging;  // for tensors given by fill
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorToWrite& t = tensors[i];
-    if (sizes[i] == 0) continue;
-    if (t.data) {
+    Sha256 h;
+    if (sizes[i] > 0 && t.data) {
+      h.update(t.data, sizes[i]);
       write_all(fd, path, t.data, sizes[i]);
+    }
+    if (sizes[i] == 0 || t.data) {
+      digests[t.name] = h.hex();
       continue;
     }
     const size_t esize = dtype_size(t.dtype);
@@ -133,8 +144,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
         ::close(fd);
         throw;
       }
+      h.update(staging.data(), static_cast<size_t>(n) * esize);
       write_all(fd, path, staging.data(), static_cast<size_t>(n) * esize);
     }
+    digests[t.name] = h.hex();
   }
   if (::fsync(fd) != 0) {
     int err = errno;
@@ -143,6 +156,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   }
   // close() can report a deferred write error (NFS): a checkpoint must not pass silently.
   if (::close(fd) != 0) fail("safetensors: closing {} failed: {}", path, errno_text(errno));
+  return digests;
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {

@@ -4,6 +4,7 @@
 // so users (and PyPI's `safetensors`) can open our files.
 #pragma once
 
+#include "checkpoint/checksums.h"
 #include "core/dtype.h"
 
 #include <cstdint>
@@ -30,8 +31,9 @@ struct TensorToWrite {
 // must be unique). A tensor given by `fill` goes through one bounded staging buffer, so the
 // memory a write needs does not grow with the tensors. Throws dscpp::Error naming the path on
 // any I/O failure (disk full, ...); an exception from a fill propagates (the file is left
-// incomplete: write to a temporary name and rename when that matters).
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+// incomplete: write to a temporary name and rename when that matters). Returns the SHA-256
+// digests of what it wrote (checksums.h), computed on the way, so no one reads the file back.
+FileDigests write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 struct TensorInfo {

@@ -265,8 +265,11 @@ class NonfiniteScan {
   std::string first_;
 };
 
+// Each writer records the digests of the files it wrote in `written`, by file name.
+using Written = std::map<std::string, ckpt::FileDigests>;
+
 void write_by_name(const std::string& staging, const LocalPartitions& local,
-                   const std::map<std::string, std::string>& meta, NonfiniteScan& scan) {
+                   const std::map<std::string, std::string>& meta, NonfiniteScan& scan, Written& written) {
   const ckpt::PartitionLayout& l = local.layout();
   std::vector<ckpt::TensorToWrite> model, optimizer;
   for (size_t i = 0; i < l.params.size(); ++i)
@@ -282,12 +285,13 @@ void write_by_name(const std::string& staging, const LocalPartitions& local,
                              local.copy_param_out(i, state, first, count, static_cast<float*>(dst));
                              scan.scan(l.params[i].name + "/" + state, first, static_cast<const float*>(dst), count);
                            }});
-  ckpt::write_safetensors((fs::path(staging) / ckpt::kModelFile).string(), model, meta);
-  ckpt::write_safetensors((fs::path(staging) / ckpt::kOptimizerFile).string(), optimizer, meta);
+  written[ckpt::kModelFile] = ckpt::write_safetensors((fs::path(staging) / ckpt::kModelFile).string(), model, meta);
+  written[ckpt::kOptimizerFile] =
+      ckpt::write_safetensors((fs::path(staging) / ckpt::kOptimizerFile).string(), optimizer, meta);
 }
 
-void write_partitions(const std::string& path, const LocalPartitions& local,
-                      const std::map<std::string, std::string>& meta, NonfiniteScan& scan) {
+void write_partitions(const std::string& staging, const std::string& file, const LocalPartitions& local,
+                      const std::map<std::string, std::string>& meta, NonfiniteScan& scan, Written& written) {
   std::vector<std::string> whats{ckpt::kMasterWeights};
   whats.insert(whats.end(), local.states().begin(), local.states().end());
   std::vector<ckpt::TensorToWrite> tensors;
@@ -300,7 +304,7 @@ void write_partitions(const std::string& path, const LocalPartitions& local,
                          local.copy_out(what, first, count, static_cast<float*>(dst));
                          scan.scan(what, first, static_cast<const float*>(dst), count);
                        }});
-  ckpt::write_safetensors(path, tensors, meta);
+  written[file] = ckpt::write_safetensors((fs::path(staging) / file).string(), tensors, meta);
 }
 
 void write_manifest(const std::string& path, const ckpt::Manifest& m) {
@@ -321,7 +325,8 @@ void publish_master(const CheckpointView& v) {
 namespace {
 // Every rank takes part in one allgather per group (device memory: one group at a time); rank 0
 // keeps the gathered bytes on the host and writes them by parameter name.
-void write_gathered_weights(const std::string& path, const CheckpointView& v, comm::Communicator& comm) {
+void write_gathered_weights(const std::string& staging, const CheckpointView& v, comm::Communicator& comm,
+                            Written& written) {
   const FlatLayout& layout = *v.layout;
   const size_t elem = dtype_size(v.params_dtype);
   std::vector<std::vector<unsigned char>> host(layout.groups.size());
@@ -341,7 +346,8 @@ void write_gathered_weights(const std::string& path, const CheckpointView& v, co
     tensors.push_back({s.name, v.params_dtype, s.shape,
                        host[g].data() + (s.offset - layout.groups[g].begin) * static_cast<int64_t>(elem), {}});
   }
-  ckpt::write_safetensors(path, tensors, {{"format", "dscpp"}, {"content", "consolidated parameters"}});
+  written[kModel16bitFile] = ckpt::write_safetensors((fs::path(staging) / kModel16bitFile).string(), tensors,
+                                                     {{"format", "dscpp"}, {"content", "consolidated parameters"}});
 }
 }  // namespace
 
@@ -354,13 +360,14 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
   const std::string staging = ckpt::checkpoint_staging_dir(save_dir, tag);
   std::map<std::string, std::string> meta{{"format", "dscpp"}, {"global_steps", std::to_string(m.global_steps)}};
   NonfiniteScan scan;
+  Written written;  // digests of this rank's files, gathered below for rank 0's manifest
   if (m.storage == ckpt::Storage::by_name) {
     // Stage 0: every rank holds the same model and optimizer state; rank 0 writes them once.
-    if (comm.rank() == 0) write_by_name(staging, local, meta, scan);
+    if (comm.rank() == 0) write_by_name(staging, local, meta, scan, written);
   } else {
     meta["rank"] = std::to_string(comm.rank());
     meta["world_size"] = std::to_string(comm.size());
-    write_partitions((fs::path(staging) / m.files[static_cast<size_t>(comm.rank())]).string(), local, meta, scan);
+    write_partitions(staging, m.files[static_cast<size_t>(comm.rank())], local, meta, scan, written);
   }
   double nonfinite = static_cast<double>(scan.count());
   if (scan.count() > 0)
@@ -373,20 +380,9 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
          "holds some names the first); {} is unchanged",
          tag, nonfinite, previous ? fmt::format("latest ({})", *previous) : std::string("the save directory"));
   }
-  if (v.gather_16bit_weights) write_gathered_weights((fs::path(staging) / kModel16bitFile).string(), v, comm);
-  // The digests of what each rank wrote, gathered for rank 0's manifest (checkpoint/checksums.h).
-  std::map<std::string, ckpt::FileDigests> written;
-  auto digest = [&](const std::string& file) {
-    written[file] = ckpt::digest_safetensors((fs::path(staging) / file).string());
-  };
-  if (m.storage == ckpt::Storage::partitions)
-    digest(m.files[static_cast<size_t>(comm.rank())]);
-  else if (comm.rank() == 0)
-    for (const std::string& f : m.files) digest(f);
-  if (v.gather_16bit_weights && comm.rank() == 0) digest(kModel16bitFile);
+  if (v.gather_16bit_weights) write_gathered_weights(staging, v, comm, written);
   for (const std::string& text : allgather_strings(comm, json(written).dump()))
-    for (auto& [file, digests] : json::parse(text).get<std::map<std::string, ckpt::FileDigests>>())
-      m.checksums[file] = std::move(digests);
+    for (auto& [file, digests] : json::parse(text).get<Written>()) m.checksums[file] = std::move(digests);
   if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
   comm.barrier();
   // Tests of the commit protocol: die with every file written but the checkpoint not yet

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -56,10 +57,16 @@ TEST_CASE("a flipped byte anywhere in a safetensors file is named by file and pa
   std::vector<float> a(1000), b(5000);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(i);
-  write_safetensors(path, {{"fp32", DType::f32, {1000}, a.data(), {}}, {"exp_avg", DType::f32, {5000}, b.data(), {}}},
-                    {{"format", "dscpp"}});
+  // One tensor from memory, one streamed through a fill: the writer's digests are the reader's.
+  const FileDigests written = write_safetensors(
+      path,
+      {{"fp32", DType::f32, {1000}, a.data(), {}},
+       {"exp_avg", DType::f32, {5000}, nullptr,
+        [&](int64_t first, int64_t count, void* dst) { std::copy_n(b.data() + first, count, static_cast<float*>(dst)); }}},
+      {{"format", "dscpp"}});
   const FileDigests saved = digest_safetensors(path);
   REQUIRE(saved.size() == 3);
+  CHECK(written == saved);
   CHECK(verify_digests(path, saved).empty());
 
   const SafetensorsFile file(path);
@@ -93,8 +100,10 @@ TEST_CASE("digests of a tensor larger than one read agree with the digest of its
   const std::string path = dir.path + "/big.safetensors";
   std::vector<float> big(3 << 20);  // 12 MiB: three 4 MiB reads
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 977);
-  write_safetensors(path, {{"w", DType::f32, {static_cast<int64_t>(big.size())}, big.data(), {}}});
+  const FileDigests written =
+      write_safetensors(path, {{"w", DType::f32, {static_cast<int64_t>(big.size())}, big.data(), {}}});
   CHECK(digest_safetensors(path).at("w") == sha256_hex(big.data(), big.size() * sizeof(float)));
+  CHECK(written.at("w") == sha256_hex(big.data(), big.size() * sizeof(float)));
 }
 
 TEST_CASE("a manifest edited after save is refused; files.sha256 round-trips", "[checksums]") {
