@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdlib>
 
 namespace dscpp {
@@ -95,6 +96,16 @@ const char* knob(std::string_view name) {
   for (const Knob& k : kKnobs)
     if (k.name == name) return std::getenv(std::string(name).c_str());
   fail("internal: the environment variable {} is read but not declared in core/knobs.cpp", name);
+}
+
+std::optional<int64_t> knob_int(std::string_view name, int64_t min, std::string_view what) {
+  const char* v = knob(name);
+  if (v == nullptr) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || errno == ERANGE || x < min) fail("{}='{}': expected {}", name, v, what);
+  return x;
 }
 
 std::string format_knobs() {

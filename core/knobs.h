@@ -6,6 +6,8 @@
 // that the document and the table agree.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,6 +27,10 @@ std::span<const Knob> knobs();
 // getenv for a declared knob: the value, or nullptr when unset. Throws dscpp::Error for a name
 // that is not in the table (a dscpp bug: declare it there).
 const char* knob(std::string_view name);
+
+// A declared knob as a whole number of at least `min`: nullopt when unset; throws dscpp::Error
+// naming the variable, `what` it takes and what it holds otherwise.
+std::optional<int64_t> knob_int(std::string_view name, int64_t min, std::string_view what);
 
 // The table as text, one knob per paragraph, with "(set: VALUE)" where the variable is set in
 // this process's environment: what `dscpp report` prints.

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <filesystem>
 
@@ -49,12 +48,8 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
   if (plan_.wall_clock_breakdown) timers_.synchronize_with(&device_);
   comms_log_ = comms_logger_for(plan_.comms_logger, plan_.file_name, world);
   check_fault_settings();
-  if (const char* v = knob("DSCPP_MAX_NONFINITE_STEPS")) {
-    char* end = nullptr;
-    max_nonfinite_ = std::strtoll(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || max_nonfinite_ < 1)
-      fail("DSCPP_MAX_NONFINITE_STEPS='{}': expected a positive whole number (steps in a row)", v);
-  }
+  max_nonfinite_ =
+      knob_int("DSCPP_MAX_NONFINITE_STEPS", 1, "a positive whole number (steps in a row)").value_or(max_nonfinite_);
 
   total_steps_ = options_.steps
                      ? *options_.steps
@@ -461,7 +456,7 @@ bool Engine::skip_nonfinite(const std::string& what) {
   ++nonfinite_in_a_row_;
   const int64_t step = counters_.global_steps + 1;
   if (nonfinite_in_a_row_ >= max_nonfinite_)
-    fail("step {}: non-finite {}, the {} step in a row (DSCPP_MAX_NONFINITE_STEPS={}): stopping. The weights "
+    fail("step {}: non-finite {}, {} in a row (DSCPP_MAX_NONFINITE_STEPS={}): stopping. The weights "
          "were never updated from a non-finite step and no checkpoint holds one; lower the learning rate, set "
          "gradient_clipping, use bf16 or fp16 loss scaling, or check the data and the model's loss",
          step, what, nonfinite_in_a_row_, max_nonfinite_);

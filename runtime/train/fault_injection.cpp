@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "core/knobs.h"
 
-#include <cstdlib>
+#include <cstdint>
 #include <string>
 
 namespace dscpp::runtime {
@@ -51,11 +51,7 @@ FaultSettings read_settings() {
     else
       fail("DSCPP_INJECT_NAN='{}': expected grads:STEPS, loss:STEPS or weights:STEPS (e.g. grads:20-40)", v);
   }
-  if (const char* v = knob("DSCPP_INJECT_DIVERGENCE")) {
-    char* end = nullptr;
-    f.divergence_step = std::strtoll(v, &end, 10);
-    if (*v == '\0' || *end != '\0') fail("DSCPP_INJECT_DIVERGENCE='{}': expected a step number", v);
-  }
+  if (auto step = knob_int("DSCPP_INJECT_DIVERGENCE", INT64_MIN, "a step number")) f.divergence_step = *step;
   if (const char* v = knob("DSCPP_FAULT_INJECT"); v && *v) {
     if (std::string_view(v) == "save_before_commit")
       f.die_before_commit = true;

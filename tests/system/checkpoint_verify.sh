@@ -9,16 +9,7 @@
 # Usage: checkpoint_verify.sh DSCPP RUNTIME MLP_SO
 set -u
 DSCPP=$1 RUNTIME=$2 MLP=$3
-if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "checkpoint_verify: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): skipping"
-  exit 77
-fi
-WORK=$(mktemp -d /tmp/dscpp_ckpt_verify.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-fail() { echo "FAIL: $*"; FAILED=1; }
-pass() { echo "ok: $*"; }
-. "$(dirname "$0")/free_port.sh"  # port
+. "$(dirname "$0")/mlp_train.sh"  # skip without the data, WORK, fail/pass, port, train
 MLP_ARGS=(-- --limit 512 --hidden 32)
 
 config() {
@@ -26,16 +17,6 @@ config() {
 {"train_micro_batch_size_per_gpu": 8, "steps_per_print": 2, "zero_optimization": {"stage": $1},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}}
 JSON
-}
-train() {  # RANKS CONFIG LOG [runtime args...]
-  local ranks=$1 cfg=$2 log=$3
-  shift 3
-  if [ "$ranks" = 1 ]; then
-    "$RUNTIME" --model "$MLP" --deepspeed_config "$cfg" --no_eval "$@" "${MLP_ARGS[@]}" > "$log" 2>&1
-  else
-    "$DSCPP" --num_procs "$ranks" --master_port "$(port)" "$MLP" --deepspeed_config "$cfg" --no_eval "$@" \
-      "${MLP_ARGS[@]}" > "$log" 2>&1
-  fi
 }
 # flip FILE TENSOR: xors one byte in the middle of TENSOR's bytes (found through the file's header).
 flip() {

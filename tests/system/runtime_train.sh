@@ -12,16 +12,7 @@
 # Usage: runtime_train.sh DSCPP RUNTIME MLP_SO COMPARE BAD1_SO BAD2_SO BAD3_SO
 set -u
 DSCPP=$1 RUNTIME=$2 MLP=$3 COMPARE=$4 BAD1=$5 BAD2=$6 BAD3=$7
-if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "runtime_train: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): skipping"
-  exit 77
-fi
-WORK=$(mktemp -d /tmp/dscpp_runtime_train.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-FAILED=0
-fail() { echo "FAIL: $*"; FAILED=1; }
-pass() { echo "ok: $*"; }
-. "$(dirname "$0")/free_port.sh"  # port
+. "$(dirname "$0")/mlp_train.sh"  # skip without the data, WORK, fail/pass, port, train
 MLP_ARGS=(-- --limit 1536 --hidden 64,32)
 
 # config MICRO GAS FILE: AdamW with weight decay and a warmup schedule, clipping on.
@@ -32,17 +23,6 @@ config() {
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 4, "warmup_type": "linear"}}}
 JSON
-}
-# train RANKS CONFIG LOG [runtime args...]: through the launcher (1 rank: the runtime alone).
-train() {
-  local ranks=$1 cfg=$2 log=$3
-  shift 3
-  if [ "$ranks" = 1 ]; then
-    "$RUNTIME" --model "$MLP" --deepspeed_config "$cfg" --no_eval "$@" "${MLP_ARGS[@]}" > "$log" 2>&1
-  else
-    "$DSCPP" --num_procs "$ranks" --master_port "$(port)" "$MLP" --deepspeed_config "$cfg" --no_eval "$@" \
-      "${MLP_ARGS[@]}" > "$log" 2>&1
-  fi
 }
 model() { echo "$1/global_step$2/model.safetensors"; }
 

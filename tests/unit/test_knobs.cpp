@@ -95,3 +95,17 @@ TEST_CASE("knob() reads declared variables and refuses others", "[knobs]") {
   CHECK(knob("DSCPP_LOG_LEVEL") == nullptr);
   CHECK_THROWS_AS(knob("DSCPP_NOT_A_KNOB"), Error);
 }
+
+TEST_CASE("knob_int reads a whole number and names the variable for anything else", "[knobs]") {
+  ::unsetenv("DSCPP_MAX_NONFINITE_STEPS");
+  CHECK_FALSE(knob_int("DSCPP_MAX_NONFINITE_STEPS", 1, "a positive whole number").has_value());
+  ::setenv("DSCPP_MAX_NONFINITE_STEPS", "5", 1);
+  CHECK(knob_int("DSCPP_MAX_NONFINITE_STEPS", 1, "a positive whole number") == 5);
+  for (const char* bad : {"0", "-2", "3x", "", "99999999999999999999"}) {
+    ::setenv("DSCPP_MAX_NONFINITE_STEPS", bad, 1);
+    CHECK_THROWS_WITH(knob_int("DSCPP_MAX_NONFINITE_STEPS", 1, "a positive whole number"),
+                      Catch::Contains(std::string("DSCPP_MAX_NONFINITE_STEPS='") + bad +
+                                      "': expected a positive whole number"));
+  }
+  ::unsetenv("DSCPP_MAX_NONFINITE_STEPS");
+}
