@@ -113,28 +113,27 @@ struct TcpStore::Impl {
     return result;
   }
 
-  PeerFailure declare_gone(const std::string& detail) {
+  // The first reason the host is lost is kept: every later call fails at once with it.
+  PeerFailure lost(const std::string& reason) {
     std::lock_guard lock(mutex);
-    if (gone.empty())
-      gone = fmt::format(
-          "rendezvous store at {}: the store's host (rank 0) closed the connection ({}); rank 0 exited or "
-          "crashed, see its log",
-          where, detail);
+    if (gone.empty()) gone = reason;
     return PeerFailure(gone);
+  }
+
+  PeerFailure declare_gone(const std::string& detail) {
+    return lost(fmt::format("rendezvous store at {}: the store's host (rank 0) closed the connection ({}); rank 0 "
+                            "exited or crashed, see its log",
+                            where, detail));
   }
 
   static double seconds(Millis t) { return std::chrono::duration<double>(t).count(); }
 
-  // The host is alive but answers nothing: every later call fails at once instead of waiting
-  // out the reply timeout again (a hang report's forensics, the progress publisher).
+  // The host is alive but answers nothing: later calls (a hang report's forensics, the progress
+  // publisher) fail at once instead of waiting out the reply timeout again.
   [[noreturn]] void stalled(const std::string& detail) {
-    std::lock_guard lock(mutex);
-    if (gone.empty())
-      gone = fmt::format(
-          "rendezvous store at {}: {}; the store's host (rank 0) is alive but stalled (stopped, swapping or "
-          "wedged)",
-          where, detail);
-    throw PeerFailure(gone);
+    throw lost(fmt::format("rendezvous store at {}: {}; the store's host (rank 0) is alive but stalled (stopped, "
+                           "swapping or wedged)",
+                           where, detail));
   }
 
   [[noreturn]] void io_failed(int err, const std::string& what) {
