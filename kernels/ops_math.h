@@ -1,6 +1,6 @@
 // Element math of the model ops table shared by the CPU loops (kernels/cpu/ops) and the CUDA
 // kernels (kernels/cuda/ops.cu): exp, GELU and its derivative, the layer-norm, softmax and
-// cross-entropy element formulas, and the embedding row address.
+// cross-entropy element formulas, SiLU, RMSNorm, and the embedding row address.
 //
 // Each function is one element (or one row scalar) in fp32 with a fixed operation order, so a
 // vectorised CPU lane, the scalar CPU tail and a CUDA thread evaluate the same expression. The
@@ -114,6 +114,33 @@ DSCPP_HD inline float cross_entropy_grad(float p, bool is_target, float scale) {
 }
 
 // ---- embedding ----------------------------------------------------------------------------
+
+// ---- SiLU and SwiGLU (σ(x) = 1/(1 + e^(−x))) ------------------------------------------------
+
+DSCPP_HD inline float sigmoid(float x) {
+  return 1.0f / (1.0f + exp_f(-x));
+}
+
+DSCPP_HD inline float silu(float x) {
+  return x * sigmoid(x);
+}
+
+// d/dx [x·σ(x)] = σ + x·σ(1 − σ) = σ·(1 + x·(1 − σ)).
+DSCPP_HD inline float silu_grad(float x) {
+  const float s = sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+
+// ---- RMSNorm (per row: rstd = 1/sqrt(Σx²/n + ε), the layer norm's rstd of a zero mean) ---------
+
+DSCPP_HD inline float rmsnorm_out(float x, float rstd, float gamma) {
+  return (x * rstd) * gamma;
+}
+
+// dx = rstd·(g − x̂·mean(g·x̂)) with g = dy·gamma, x̂ = x·rstd; mean_gx is the row mean of g·x̂.
+DSCPP_HD inline float rmsnorm_dx(float dy, float x, float gamma, float rstd, float mean_gx) {
+  return rstd * (dy * gamma - (x * rstd) * mean_gx);
+}
 
 // Offset of row `id` in a [vocab, dim] table, or −1 when the id is out of range (the ops
 // reject the whole batch before writing anything).

@@ -39,8 +39,10 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 4u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
-                                    compute dtypes reach layers, layer 0's float input included */
+#define DSCPP_MODEL_ABI_VERSION 5u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
+                                    compute dtypes reach layers, layer 0's float input included; 5: the
+                                    ops of Llama-style models (RMSNorm, RoPE, SiLU/SwiGLU, multiply,
+                                    strided copies) */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -63,6 +65,21 @@ typedef struct dscpp_error {
  * Every op takes the table itself first (it carries the device binding) and returns a
  * status. Sizes are element counts. Row-major throughout. */
 typedef enum dscpp_transpose { DSCPP_NO_TRANS = 0, DSCPP_TRANS = 1 } dscpp_transpose;
+
+/* Rotary embedding frequencies (ABI 5): inv_freq[i] = theta^(−2i/rotary_dim), i < rotary_dim/2, then
+ * Llama 3's rescaling when llama3_factor > 0 (Hugging Face's rope_type "llama3"): a wavelength
+ * 2π/f above original_max_position/low_freq_factor divides f by the factor, one below
+ * original_max_position/high_freq_factor keeps it, and between the two f blends linearly in
+ * s = (original_max_position/wavelength − low_freq_factor)/(high_freq_factor − low_freq_factor):
+ * (1 − s)·f/factor + s·f. linear_factor > 0 then divides every frequency by it (rope_type "linear"). */
+typedef struct dscpp_rope {
+  float theta;            /* rope_theta, e.g. 10000 */
+  int32_t rotary_dim;     /* even, ≤ head_dim (and ≤ 256); 0 = head_dim */
+  int32_t interleaved;    /* 0: rotate_half pairs (i, i + d/2); 1: adjacent pairs (2i, 2i + 1) */
+  float llama3_factor;    /* 0: no Llama 3 rescaling */
+  float low_freq_factor, high_freq_factor, original_max_position;
+  float linear_factor;    /* 0: none */
+} dscpp_rope;
 
 typedef struct dscpp_ops dscpp_ops;
 struct dscpp_ops {
@@ -180,6 +197,46 @@ struct dscpp_ops {
   int (*flash_attention_backward)(const dscpp_ops*, const void* qkv, const void* out, const float* lse,
                                   const void* dout, void* dqkv, float* workspace, int64_t batch, int64_t T,
                                   int64_t heads, int64_t head_dim, float scale);
+
+  /* ---- ABI 5 ---- */
+  /* y = a ⊙ b. */
+  int (*mul)(const dscpp_ops*, const void* a, const void* b, void* y, int64_t n);
+  /* SiLU, y = x·σ(x); backward: dx = dy·σ(x)·(1 + x·(1 − σ(x))). */
+  int (*silu_forward)(const dscpp_ops*, const void* x, void* y, int64_t n);
+  int (*silu_backward)(const dscpp_ops*, const void* x, const void* dy, void* dx, int64_t n);
+  /* SwiGLU's gate, y = silu(gate) ⊙ up; backward overwrites dgate = dy·up·silu'(gate) and
+   * dup = dy·silu(gate). dgate may alias gate and dup may alias up (each element is read before
+   * it is written); dy may alias neither output. */
+  int (*swiglu_forward)(const dscpp_ops*, const void* gate, const void* up, void* y, int64_t n);
+  int (*swiglu_backward)(const dscpp_ops*, const void* gate, const void* up, const void* dy, void* dgate, void* dup,
+                         int64_t n);
+
+  /* RMSNorm over the last dim: y = (x·rstd)·gamma, rstd = 1/sqrt(mean(x²) + eps), `rows` floats
+   * (always fp32) saved for backward. Backward overwrites dx (may alias dy) with
+   * rstd·(g − x̂·mean(g·x̂)), g = dy·gamma, x̂ = x·rstd, and accumulates dgamma += Σ_rows dy·x̂. */
+  int (*rmsnorm_forward)(const dscpp_ops*, const void* x, const void* gamma, void* y, float* rstd, int64_t rows,
+                         int64_t cols, float eps);
+  int (*rmsnorm_backward)(const dscpp_ops*, const void* dy, const void* x, const void* gamma, const float* rstd,
+                          void* dx, void* dgamma, int64_t rows, int64_t cols);
+
+  /* Rotary position embedding, in place, on heads 0 … heads−1 of each of the batch × T rows of x
+   * (row stride `width` elements, head h at columns h·head_dim …; with a packed [q | k | v] row,
+   * heads = q heads + kv heads rotates q and k together). Row t of each sequence has position
+   * positions[b·T + t] (device int32) or, with positions NULL, pos0 + t. Within a head the first
+   * rope->rotary_dim columns (all when 0) are rotated in pairs by angle position·inv_freq[i]:
+   * pairs (i, i + rotary_dim/2) (Hugging Face's rotate_half) or (2i, 2i + 1) (Meta's, when
+   * `interleaved`); the rest pass through. Backward rotates the gradient by the opposite angle. */
+  int (*rope_forward)(const dscpp_ops*, void* x, int64_t batch, int64_t T, int64_t width, int64_t heads,
+                      int64_t head_dim, const int32_t* positions, int64_t pos0, const struct dscpp_rope* rope);
+  int (*rope_backward)(const dscpp_ops*, void* dx, int64_t batch, int64_t T, int64_t width, int64_t heads,
+                       int64_t head_dim, const int32_t* positions, int64_t pos0, const struct dscpp_rope* rope);
+
+  /* dst[r, c] = src[r, c] (accumulate = 0) or dst[r, c] += src[r, c] (1) for a rows × cols block
+   * of two row-major matrices with row strides src_ld and dst_ld: slicing and gathering columns
+   * (e.g. repeating grouped-query k/v heads, and summing their gradients back). The blocks must
+   * not overlap. */
+  int (*copy_2d)(const dscpp_ops*, const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows,
+                 int64_t cols, int32_t accumulate);
 };
 
 /* ---- what a model declares ---------------------------------------------------------- */

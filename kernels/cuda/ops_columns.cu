@@ -1,4 +1,4 @@
-// Column reductions of the CUDA ops table: bias and layer-norm parameter gradients (sums over
+// Column reductions of the CUDA ops table: bias, layer-norm and RMSNorm parameter gradients (sums over
 // rows) and the embedding gradient (sums over each token's positions).
 //
 // One thread per column looping over all rows (what these were) gives a 768-column layer 768
@@ -32,6 +32,18 @@ struct LayerNormTerms {
     const int64_t i = r * cols + c;
     acc[0] += dy[i] * hd::layernorm_xhat(x[i], mean[r], rstd[r]);
     acc[1] += dy[i];
+  }
+};
+
+// dgamma += Σ dy·x·rstd (RMSNorm).
+struct RmsNormTerms {
+  static constexpr int kOut = 1;
+  Src dy, x;
+  const float* rstd;
+  int64_t cols;
+  DSCPP_HD void add(int64_t r, int64_t c, float* acc) const {
+    const int64_t i = r * cols + c;
+    acc[0] += dy[i] * (x[i] * rstd[r]);
   }
 };
 
@@ -125,6 +137,12 @@ Status layernorm_param_grads(Src dy, Src x, const float* mean, const float* rstd
                              int64_t cols, float* scratch, Stream s) {
   const Dst out[2] = {dgamma, dbeta};
   return column_sums(LayerNormTerms{dy, x, mean, rstd, cols}, out, scratch, rows, cols, s);
+}
+
+Status rmsnorm_param_grad(Src dy, Src x, const float* rstd, Dst dgamma, int64_t rows, int64_t cols, float* scratch,
+                          Stream s) {
+  const Dst out[1] = {dgamma};
+  return column_sums(RmsNormTerms{dy, x, rstd, cols}, out, scratch, rows, cols, s);
 }
 
 std::vector<int32_t> embedding_segments(const int32_t* ids, int64_t n) {

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/elems.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/rope_math.h"
 
 #include <cstdint>
 #include <vector>
@@ -26,6 +27,20 @@ Status gelu_forward(Src x, Dst y, int64_t n, Stream s);
 Status gelu_backward(Src x, Src dy, Dst dx, int64_t n, Stream s);  // dx = dy·gelu'(x)
 Status relu_forward(Src x, Dst y, int64_t n, Stream s);
 Status relu_backward(Src x, Src dy, Dst dx, int64_t n, Stream s);
+Status mul(Src a, Src b, Dst y, int64_t n, Stream s);
+Status silu_forward(Src x, Dst y, int64_t n, Stream s);
+Status silu_backward(Src x, Src dy, Dst dx, int64_t n, Stream s);  // dx = dy·silu'(x)
+Status swiglu_forward(Src gate, Src up, Dst y, int64_t n, Stream s);
+// dgate = dy·up·silu'(gate), dup = dy·silu(gate); dgate may be gate and dup may be up.
+Status swiglu_backward(Src gate, Src up, Src dy, Dst dgate, Dst dup, int64_t n, Stream s);
+// dst[r·dst_ld + c] = (or +=) src[r·src_ld + c] for a rows × cols block.
+Status copy_2d(Src src, int64_t src_ld, Dst dst, int64_t dst_ld, int64_t rows, int64_t cols, bool accumulate,
+               Stream s);
+// *bad = 1 when a position is negative (never cleared here).
+Status check_positions(const int32_t* positions, int64_t n, int32_t* bad, Stream s);
+// The rotary embedding of model.h's rope_forward (backward: the opposite angle), in place.
+Status rope(Dst x, int64_t batch, int64_t T, int64_t width, int64_t heads, int64_t head_dim, const int32_t* positions,
+            int64_t pos0, const hd::RopeTable& table, bool backward, Stream s);
 // x[r,c] += bias[c] (+ residual[r,c] when non-null); then gelu_out = gelu(x) when non-null.
 // The linear layer's epilogue; bias may be null too.
 Status bias_residual_gelu(Dst x, Src bias, Src residual, Dst gelu_out, int64_t rows,
@@ -67,6 +82,10 @@ std::vector<int32_t> embedding_segments(const int32_t* ids, int64_t n);
 Status embedding_backward(const int32_t* segments, int64_t n, int64_t count, Src dout, Dst dtable,
                           int64_t dim, Stream s);
 
+// dgamma[c] += Σ_r dy·x·rstd (RMSNorm); scratch: column_scratch_floats(rows, cols, 1).
+Status rmsnorm_param_grad(Src dy, Src x, const float* rstd, Dst dgamma, int64_t rows, int64_t cols, float* scratch,
+                          Stream s);
+
 // ---- blockwise causal attention (ops_attention.cu) ----
 // One block of queries q0 … q0+rows−1 of sequence b against keys 0 … keys−1; its scores (and
 // score gradients) are [heads][rows][keys] row-major; lse and delta are batch × heads × T.
@@ -98,6 +117,10 @@ Status layernorm_forward(Src x, Src gamma, Src beta, Dst y, float* mean, float* 
 Status layernorm_backward(Src dy, Src x, Src gamma, const float* mean, const float* rstd, Dst dx, Dst dgamma,
                           Dst dbeta, int64_t rows, int64_t cols, float* scratch,
                           Stream s);
+Status rmsnorm_forward(Src x, Src gamma, Dst y, float* rstd, int64_t rows, int64_t cols, float eps, Stream s);
+// dgamma accumulates (rmsnorm_param_grad, with its scratch); dx overwritten (may be dy).
+Status rmsnorm_backward(Src dy, Src x, Src gamma, const float* rstd, Dst dx, Dst dgamma, int64_t rows, int64_t cols,
+                        float* scratch, Stream s);
 // y = softmax(scale·x) per row over its first `live` entries, 0 beyond: live = cols for a plain
 // softmax; with causal, row r of a [groups·T, T] matrix sees entries 0..(r mod T).
 Status softmax_forward(Src x, Dst y, int64_t rows, int64_t cols, float scale, bool causal, Stream s);

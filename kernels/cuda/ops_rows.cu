@@ -68,6 +68,55 @@ struct LayerNormDx {
   }
 };
 
+// Rounds: Σx²; finish writes y and rstd.
+struct RmsNormFwd {
+  static constexpr int kRounds = 1;
+  Src x, gamma;
+  Dst y;
+  float* rstd;
+  int64_t cols;
+  float eps;
+  DSCPP_HD double partial(const Thread& t, int, const double*) const {
+    const Src xr = x + int64_t(t.block) * cols;
+    double acc = 0;
+    for (int64_t c = t.thread; c < cols; c += t.threads) {
+      const float v = xr[c];
+      acc += v * v;
+    }
+    return acc;
+  }
+  DSCPP_HD static double combine(int r, double a, double b) { return sum(r, a, b); }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    const int64_t off = int64_t(t.block) * cols;
+    const float rs = hd::layernorm_rstd(static_cast<float>(totals[0]), 1.0f / static_cast<float>(cols), eps);
+    for (int64_t c = t.thread; c < cols; c += t.threads) y[off + c] = hd::rmsnorm_out(x[off + c], rs, gamma[c]);
+    if (t.thread == 0) rstd[t.block] = rs;
+  }
+};
+
+// Rounds: Σ dy·γ·x̂; finish writes dx (which may be dy, as in LayerNormDx).
+struct RmsNormDx {
+  static constexpr int kRounds = 1;
+  Src dy, x, gamma;
+  const float* rstd;
+  Dst dx;
+  int64_t cols;
+  DSCPP_HD double partial(const Thread& t, int, const double*) const {
+    const int64_t off = int64_t(t.block) * cols;
+    const float rs = rstd[t.block];
+    double acc = 0;
+    for (int64_t c = t.thread; c < cols; c += t.threads) acc += dy[off + c] * gamma[c] * (x[off + c] * rs);
+    return acc;
+  }
+  DSCPP_HD static double combine(int r, double a, double b) { return sum(r, a, b); }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    const int64_t off = int64_t(t.block) * cols;
+    const float mgx = static_cast<float>(totals[0]) / static_cast<float>(cols), rs = rstd[t.block];
+    for (int64_t c = t.thread; c < cols; c += t.threads)
+      dx[off + c] = hd::rmsnorm_dx(dy[off + c], x[off + c], gamma[c], rs, mgx);
+  }
+};
+
 DSCPP_HD inline int64_t live_cols(unsigned row, int64_t cols, bool causal) {
   return causal ? int64_t(row) % cols + 1 : cols;
 }
@@ -181,6 +230,25 @@ Status layernorm_backward(Src dy, Src x, Src gamma, const float* mean, const flo
   if (Status st = layernorm_param_grads(dy, x, mean, rstd, dgamma, dbeta, rows, cols, scratch, s); st != kOk) return st;
   return per_row(rows, s, LayerNormDx{dy, x, gamma, mean, rstd, dx, cols}, [](LayerNormDx b, int64_t r0) {
     b.dy += r0 * b.cols, b.x += r0 * b.cols, b.dx += r0 * b.cols, b.mean += r0, b.rstd += r0;
+    return b;
+  });
+}
+
+Status rmsnorm_forward(Src x, Src gamma, Dst y, float* rstd, int64_t rows, int64_t cols, float eps, Stream s) {
+  if (cols == 0) return kOk;
+  return per_row(rows, s, RmsNormFwd{x, gamma, y, rstd, cols, eps}, [](RmsNormFwd b, int64_t r0) {
+    b.x += r0 * b.cols, b.y += r0 * b.cols, b.rstd += r0;
+    return b;
+  });
+}
+
+Status rmsnorm_backward(Src dy, Src x, Src gamma, const float* rstd, Dst dx, Dst dgamma, int64_t rows, int64_t cols,
+                        float* scratch, Stream s) {
+  if (rows == 0 || cols == 0) return kOk;
+  // dgamma first: dx may overwrite dy.
+  if (Status st = rmsnorm_param_grad(dy, x, rstd, dgamma, rows, cols, scratch, s); st != kOk) return st;
+  return per_row(rows, s, RmsNormDx{dy, x, gamma, rstd, dx, cols}, [](RmsNormDx b, int64_t r0) {
+    b.dy += r0 * b.cols, b.x += r0 * b.cols, b.dx += r0 * b.cols, b.rstd += r0;
     return b;
   });
 }

@@ -174,6 +174,45 @@ int relu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, i
   return binary_op(o, x, dy, dx, n, ops::relu_backward);
 }
 
+int mul(const dscpp_ops* o, const void* a, const void* b, void* y, int64_t n) {
+  if (int s = check_ops(o)) return s;
+  if (n < 0 || bad_ptr(a, n) || bad_ptr(b, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::mul(rd(o, a), rd(o, b), wr(o, y), n, ctx(o).stream));
+}
+
+int silu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
+  return unary_op(o, x, y, n, ops::silu_forward);
+}
+
+int silu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
+  return binary_op(o, x, dy, dx, n, ops::silu_backward);
+}
+
+int swiglu_forward(const dscpp_ops* o, const void* gate, const void* up, void* y, int64_t n) {
+  if (int s = check_ops(o)) return s;
+  if (n < 0 || bad_ptr(gate, n) || bad_ptr(up, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::swiglu_forward(rd(o, gate), rd(o, up), wr(o, y), n, ctx(o).stream));
+}
+
+int swiglu_backward(const dscpp_ops* o, const void* gate, const void* up, const void* dy, void* dgate, void* dup,
+                    int64_t n) {
+  if (int s = check_ops(o)) return s;
+  if (n < 0 || bad_ptr(gate, n) || bad_ptr(up, n) || bad_ptr(dy, n) || bad_ptr(dgate, n) || bad_ptr(dup, n) ||
+      (n > 0 && (dy == dgate || dy == dup || dgate == dup)))
+    return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::swiglu_backward(rd(o, gate), rd(o, up), rd(o, dy), wr(o, dgate), wr(o, dup), n, ctx(o).stream));
+}
+
+int copy_2d(const dscpp_ops* o, const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows, int64_t cols,
+            int32_t accumulate) {
+  if (int s = check_ops(o)) return s;
+  if (rows < 0 || cols < 0 || src_ld < cols || dst_ld < cols || (accumulate != 0 && accumulate != 1))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (rows == 0 || cols == 0) return DSCPP_OK;
+  if (src == nullptr || dst == nullptr) return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::copy_2d(rd(o, src), src_ld, wr(o, dst), dst_ld, rows, cols, accumulate != 0, ctx(o).stream));
+}
+
 // ---- row ops -----------------------------------------------------------------------------------
 
 int layernorm_forward(const dscpp_ops* o, const void* x, const void* gamma, const void* beta, void* y, float* mean,
@@ -198,6 +237,30 @@ int layernorm_backward(const dscpp_ops* o, const void* dy, const void* x, const 
     return status(ops::layernorm_backward(rd(o, dy), rd(o, x), rd(o, gamma), mean, rstd, wr(o, dx), wr(o, dgamma),
                                           wr(o, dbeta), rows, cols,
                                           c.column_scratch(rows, cols, 2), c.stream));
+  });
+}
+
+int rmsnorm_forward(const dscpp_ops* o, const void* x, const void* gamma, void* y, float* rstd, int64_t rows,
+                    int64_t cols, float eps) {
+  if (int s = check_ops(o)) return s;
+  const int64_t n = rows * cols;
+  if (rows < 0 || cols < 0 || (cols == 0 && rows > 0) || bad_ptr(x, n) || bad_ptr(y, n) || bad_ptr(gamma, cols) ||
+      bad_ptr(rstd, rows) || !(eps >= 0.0f))
+    return DSCPP_E_INVALID_ARGUMENT;
+  return status(ops::rmsnorm_forward(rd(o, x), rd(o, gamma), wr(o, y), rstd, rows, cols, eps, ctx(o).stream));
+}
+
+int rmsnorm_backward(const dscpp_ops* o, const void* dy, const void* x, const void* gamma, const float* rstd, void* dx,
+                     void* dgamma, int64_t rows, int64_t cols) {
+  if (int s = check_ops(o)) return s;
+  const int64_t n = rows * cols;
+  if (rows < 0 || cols < 0 || bad_ptr(dy, n) || bad_ptr(x, n) || bad_ptr(dx, n) || bad_ptr(gamma, cols) ||
+      bad_ptr(dgamma, cols) || bad_ptr(rstd, rows))
+    return DSCPP_E_INVALID_ARGUMENT;
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    return status(ops::rmsnorm_backward(rd(o, dy), rd(o, x), rd(o, gamma), rstd, wr(o, dx), wr(o, dgamma), rows, cols,
+                                        c.column_scratch(rows, cols, 1), c.stream));
   });
 }
 
@@ -324,6 +387,35 @@ int cross_entropy_backward(const dscpp_ops* o, const void* probs, const int32_t*
       return int(DSCPP_E_INVALID_ARGUMENT);
     return status(ops::cross_entropy_backward(rd(o, probs), targets, wr(o, dlogits), rows, cols, scale, c.stream));
   });
+}
+
+// Positions, when given, are checked on the device first (one wait), as embedding ids are.
+int rope(const dscpp_ops* o, void* x, int64_t batch, int64_t T, int64_t width, int64_t heads, int64_t head_dim,
+         const int32_t* positions, int64_t pos0, const dscpp_rope* r, bool backward) {
+  if (int s = check_ops(o)) return s;
+  hd::RopeTable table;
+  if (batch < 0 || T < 0 || heads < 0 || head_dim <= 0 || width < heads * head_dim || pos0 < 0 ||
+      !hd::rope_table(r, head_dim, &table))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (batch * T == 0 || heads == 0) return DSCPP_OK;
+  if (x == nullptr) return DSCPP_E_INVALID_ARGUMENT;
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    if (positions != nullptr &&
+        flagged(c, [&](int32_t* f) { return ops::check_positions(positions, batch * T, f, c.stream); }))
+      return int(DSCPP_E_INVALID_ARGUMENT);
+    return status(ops::rope(wr(o, x), batch, T, width, heads, head_dim, positions, pos0, table, backward, c.stream));
+  });
+}
+
+int rope_forward(const dscpp_ops* o, void* x, int64_t batch, int64_t T, int64_t width, int64_t heads, int64_t head_dim,
+                 const int32_t* positions, int64_t pos0, const dscpp_rope* r) {
+  return rope(o, x, batch, T, width, heads, head_dim, positions, pos0, r, false);
+}
+
+int rope_backward(const dscpp_ops* o, void* dx, int64_t batch, int64_t T, int64_t width, int64_t heads,
+                  int64_t head_dim, const int32_t* positions, int64_t pos0, const dscpp_rope* r) {
+  return rope(o, dx, batch, T, width, heads, head_dim, positions, pos0, r, true);
 }
 
 // Device <-> host, either direction (cudaMemcpyDefault: unified addressing tells them apart).

@@ -108,6 +108,23 @@ struct Wrappers {
     prof(o).count(attention_flops(batch, T, heads, head_dim));  // as causal_attention_forward
     return real(o)->flash_attention_forward(real(o), qkv, lse, out, batch, T, heads, head_dim, s);
   }
+  static int mul(const dscpp_ops* o, const void* a, const void* b, void* y, int64_t n) {
+    prof(o).count(d(n));
+    return real(o)->mul(real(o), a, b, y, n);
+  }
+  static int silu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
+    prof(o).count(d(n));
+    return real(o)->silu_forward(real(o), x, y, n);
+  }
+  static int swiglu_forward(const dscpp_ops* o, const void* gate, const void* up, void* y, int64_t n) {
+    prof(o).count(2 * d(n));  // the SiLU and the product
+    return real(o)->swiglu_forward(real(o), gate, up, y, n);
+  }
+  static int rmsnorm_forward(const dscpp_ops* o, const void* x, const void* gamma, void* y, float* rstd, int64_t rows,
+                             int64_t cols, float eps) {
+    prof(o).count(4 * d(rows) * d(cols));  // square, sum, scale, weight
+    return real(o)->rmsnorm_forward(real(o), x, gamma, y, rstd, rows, cols, eps);
+  }
   static int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void* bias, const void* residual,
                             void* y, void* gelu_out, int64_t rows, int64_t in, int64_t out) {
     const double outputs = d(rows) * d(out);
@@ -147,6 +164,10 @@ FlopsProfiler::FlopsProfiler(const dscpp_ops& real, std::vector<std::string> lay
   wrap(t.causal_attention_forward, &Wrappers::causal_attention_forward);
   wrap(t.flash_attention_forward, &Wrappers::flash_attention_forward);
   wrap(t.linear_forward, &Wrappers::linear_forward);
+  wrap(t.mul, &Wrappers::mul);
+  wrap(t.silu_forward, &Wrappers::silu_forward);
+  wrap(t.swiglu_forward, &Wrappers::swiglu_forward);
+  wrap(t.rmsnorm_forward, &Wrappers::rmsnorm_forward);
 }
 
 FlopsProfiler::~FlopsProfiler() { active = nullptr; }

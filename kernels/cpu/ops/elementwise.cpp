@@ -1,6 +1,7 @@
-// Elementwise ops, bias and activations of the CPU ops table. Each kernel is a DSCPP_SIMD
-// function over one contiguous chunk; parallel_for hands chunks of at least kGrainElements to
-// the pool's threads, aligned to 16 floats so no two threads write one cache line.
+// Elementwise ops, bias, activations (GELU, ReLU, SiLU, SwiGLU) and strided copies of the CPU
+// ops table. Each kernel is a DSCPP_SIMD function over one contiguous chunk; parallel_for hands
+// chunks of at least kGrainElements to the pool's threads, aligned to 16 floats so no two
+// threads write one cache line.
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops/cpu_ops_internal.h"
 
@@ -68,6 +69,36 @@ DSCPP_SIMD void relu_fwd_k(const float* x, float* y, int64_t n) {
 
 DSCPP_SIMD void relu_bwd_k(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+DSCPP_SIMD void mul_k(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+DSCPP_SIMD void silu_fwd_k(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = hd::silu(x[i]);
+}
+
+DSCPP_SIMD void silu_bwd_k(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * hd::silu_grad(x[i]);
+}
+
+DSCPP_SIMD void swiglu_fwd_k(const float* gate, const float* up, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = hd::silu(gate[i]) * up[i];
+}
+
+// dgate and dup may be gate and up: both inputs of an element are read before either is written.
+DSCPP_SIMD void swiglu_bwd_k(const float* gate, const float* up, const float* dy, float* dgate, float* dup,
+                             int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i], u = up[i], d = dy[i];
+    dgate[i] = d * u * hd::silu_grad(g);
+    dup[i] = d * hd::silu(g);
+  }
+}
+
+DSCPP_SIMD void add_into_k(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
 // Runs f(begin, end) over [0, n) on the pool, in cache-line-aligned chunks.
@@ -190,6 +221,67 @@ int relu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
 
 int relu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
   return binary(o, x, dy, dx, n, kGrainElements, relu_bwd_k);
+}
+
+int mul(const dscpp_ops* o, const void* a, const void* b, void* y, int64_t n) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(a, n) || bad_ptr(b, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  const auto* pa = static_cast<const float*>(a);
+  const auto* pb = static_cast<const float*>(b);
+  auto* py = static_cast<float*>(y);
+  chunked(n, kGrainElements, [&](int64_t s, int64_t e) { mul_k(pa + s, pb + s, py + s, e - s); });
+  return DSCPP_OK;
+}
+
+int silu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
+  return unary(o, x, y, n, kGeluGrain, silu_fwd_k);
+}
+
+int silu_backward(const dscpp_ops* o, const void* x, const void* dy, void* dx, int64_t n) {
+  return binary(o, x, dy, dx, n, kGeluGrain, silu_bwd_k);
+}
+
+int swiglu_forward(const dscpp_ops* o, const void* gate, const void* up, void* y, int64_t n) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(gate, n) || bad_ptr(up, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
+  const auto* g = static_cast<const float*>(gate);
+  const auto* u = static_cast<const float*>(up);
+  auto* py = static_cast<float*>(y);
+  chunked(n, kGeluGrain, [&](int64_t b, int64_t e) { swiglu_fwd_k(g + b, u + b, py + b, e - b); });
+  return DSCPP_OK;
+}
+
+int swiglu_backward(const dscpp_ops* o, const void* gate, const void* up, const void* dy, void* dgate, void* dup,
+                    int64_t n) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(gate, n) || bad_ptr(up, n) || bad_ptr(dy, n) || bad_ptr(dgate, n) || bad_ptr(dup, n) ||
+      (n > 0 && (dy == dgate || dy == dup || dgate == dup)))
+    return DSCPP_E_INVALID_ARGUMENT;
+  const auto* g = static_cast<const float*>(gate);
+  const auto* u = static_cast<const float*>(up);
+  const auto* d = static_cast<const float*>(dy);
+  auto* dg = static_cast<float*>(dgate);
+  auto* du = static_cast<float*>(dup);
+  chunked(n, kGeluGrain, [&](int64_t b, int64_t e) { swiglu_bwd_k(g + b, u + b, d + b, dg + b, du + b, e - b); });
+  return DSCPP_OK;
+}
+
+int copy_2d(const dscpp_ops* o, const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows, int64_t cols,
+            int32_t accumulate) {
+  if (int s = check_table(o)) return s;
+  if (rows < 0 || cols < 0 || src_ld < cols || dst_ld < cols || (accumulate != 0 && accumulate != 1))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (rows == 0 || cols == 0) return DSCPP_OK;
+  if (src == nullptr || dst == nullptr) return DSCPP_E_INVALID_ARGUMENT;
+  const auto* ps = static_cast<const float*>(src);
+  auto* pd = static_cast<float*>(dst);
+  dscpp::parallel_for(rows, row_grain(cols), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if (accumulate) add_into_k(ps + r * src_ld, pd + r * dst_ld, cols);
+      else std::memcpy(pd + r * dst_ld, ps + r * src_ld, static_cast<size_t>(cols) * sizeof(float));
+    }
+  });
+  return DSCPP_OK;
 }
 
 }  // namespace op
