@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Regenerate (or --check) the Hugging Face parity reference data in this directory.
+#
+# It builds three tiny random models with Hugging Face transformers (Llama with
+# GQA, Llama 3 with tied embeddings and llama3 RoPE scaling, GPT-2), saves them
+# with save_pretrained (config.json + model.safetensors), a llm.c-format
+# tokens.bin, and reference.safetensors holding transformers' logits, loss,
+# gradients and the parameters after 3 AdamW steps.  These are committed so
+# that CI can check dscpp's model loading, forward, backward and optimizer
+# against transformers without needing Python, torch or transformers.
+#
+# Usage: tests/data/hf/make.sh [--check] [VENV_DIR]
+#   VENV_DIR defaults to ${TMPDIR:-/tmp}/dscpp-hf-venv.  It is created with
+#   Debian's python3 and its system site packages (python3-torch 1.13), plus
+#   transformers==4.44.2 and safetensors from PyPI.
+#   Without --check: rewrite the data under tests/data/hf/.
+#   With --check: generate into a temporary directory and compare every file
+#   byte for byte with the committed ones; exit 1 on any difference.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+models=(llama_gqa llama3_tied gpt2)
+
+check=0
+venv=""
+for arg in "$@"; do
+  case "$arg" in
+    --check) check=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -*) echo "make.sh: unknown option $arg" >&2; exit 2 ;;
+    *)
+      if [[ -n "$venv" ]]; then echo "make.sh: more than one VENV_DIR" >&2; exit 2; fi
+      venv="$arg" ;;
+  esac
+done
+venv="${venv:-${TMPDIR:-/tmp}/dscpp-hf-venv}"
+
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "make.sh: creating venv $venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+if ! "$venv/bin/python" -c 'import transformers, safetensors, sys; sys.exit(transformers.__version__ != "4.44.2")' 2>/dev/null; then
+  echo "make.sh: installing transformers==4.44.2 safetensors into $venv"
+  "$venv/bin/pip" install -q transformers==4.44.2 safetensors
+fi
+
+# Keep the run single-threaded and quiet.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES=""
+export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+if [[ "$check" == 0 ]]; then
+  "$venv/bin/python" "$here/make_parity.py" "$here"
+  exit 0
+fi
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/dscpp-hf-check.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+"$venv/bin/python" "$here/make_parity.py" "$tmp" >"$tmp.log" 2>&1 || {
+  cat "$tmp.log" >&2; rm -f "$tmp.log"; exit 1; }
+rm -f "$tmp.log"
+
+status=0
+nfiles=0
+for m in "${models[@]}"; do
+  # Files generated now: each must exist in the committed tree and be identical.
+  while IFS= read -r -d '' f; do
+    rel="${f#"$tmp"/}"
+    nfiles=$((nfiles + 1))
+    if [[ ! -f "$here/$rel" ]]; then
+      echo "missing in tests/data/hf: $rel"; status=1
+    elif ! cmp -s "$f" "$here/$rel"; then
+      echo "differs: $rel"; status=1
+    fi
+  done < <(find "$tmp/$m" -type f -print0 | sort -z)
+  # Committed files the generator no longer produces.
+  if [[ -d "$here/$m" ]]; then
+    while IFS= read -r -d '' f; do
+      rel="${f#"$here"/}"
+      if [[ ! -f "$tmp/$rel" ]]; then echo "stale (not generated): $rel"; status=1; fi
+    done < <(find "$here/$m" -type f -print0 | sort -z)
+  fi
+done
+
+if [[ "$status" == 0 ]]; then
+  echo "make.sh --check: all $nfiles files identical"
+else
+  echo "make.sh --check: FAILED (regenerate with tests/data/hf/make.sh and review the diff)" >&2
+fi
+exit "$status"

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Generate Hugging Face parity reference data for dscpp.
+
+Usage: python make_parity.py OUT_DIR
+
+Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2}/ with
+  config.json, model.safetensors   (save_pretrained of a tiny random model)
+  tokens.bin                       (llm.c token file: B windows of T+1 uint16 ids)
+  reference.safetensors            (input_ids, labels, logits, loss, grad.*,
+                                    loss_step.*, after3.*)
+See README.md next to this file for the exact conventions.
+
+Pinned environment: Python 3.11, torch 1.13 (CPU), transformers 4.44.2.
+Run through make.sh, which sets that environment up.
+"""
+
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import transformers
+from safetensors import safe_open
+from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+B = 4  # sequences per batch
+T = 16  # tokens per sequence
+VOCAB = 96
+STEPS = 3
+LR = 1e-2
+BETAS = (0.9, 0.999)
+EPS = 1e-8
+WEIGHT_DECAY = 0.1
+
+MODEL_SEED = 1234  # + per-model offset: weight init
+PERTURB_SEED = 5678  # + per-model offset: 0.1*randn added to 1-D params
+DATA_SEED = 9012  # + per-model offset: token windows
+
+LLM_C_MAGIC = 20240520
+LLM_C_VERSION_U16 = 1
+
+LOSS_DEFINITION = (
+    "mean over all B*T positions of cross_entropy(logits[b,t,:], labels[b,t]); "
+    "labels[b,t] = window_b[t+1], input_ids[b,t] = window_b[t]; no further shift"
+)
+
+
+def llama_base(**overrides):
+    kw = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        attention_dropout=0.0,
+        mlp_bias=False,
+        initializer_range=0.1,
+        hidden_act="silu",
+        attn_implementation="eager",
+    )
+    kw.update(overrides)
+    return LlamaConfig(**kw)
+
+
+# original_max_position_embeddings=8192 already puts the four head_dim-8
+# frequencies into all three llama3 branches (kept, smoothed, divided), see
+# check_llama3_branches(); no adjustment was needed.
+LLAMA3_ROPE_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+MODELS = [
+    # (name, seed offset, config factory, model class)
+    ("llama_gqa", 0, lambda: llama_base(), LlamaForCausalLM),
+    (
+        "llama3_tied",
+        1,
+        lambda: llama_base(
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+            rope_scaling=dict(LLAMA3_ROPE_SCALING),
+            num_key_value_heads=1,
+        ),
+        LlamaForCausalLM,
+    ),
+    (
+        "gpt2",
+        2,
+        lambda: GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=32,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            summary_first_dropout=0.0,
+            initializer_range=0.1,
+            attn_implementation="eager",
+        ),
+        GPT2LMHeadModel,
+    ),
+]
+
+
+def canonicalize_safetensors(path):
+    """Rewrite the header of a safetensors file so its bytes are reproducible.
+
+    safetensors serialises the __metadata__ map from a Rust HashMap, so the key
+    order differs from run to run.  Re-emit the same JSON with the metadata keys
+    sorted (tensor entries keep their order, which fixes the data layout), padded
+    with spaces to the original header length.  The file content is unchanged.
+    """
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n].decode("utf-8"))
+    out = {}
+    if "__metadata__" in header:
+        out["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    for k, v in header.items():
+        if k != "__metadata__":
+            out[k] = v
+    text = json.dumps(out, separators=(",", ":"), ensure_ascii=True).encode("utf-8")
+    assert len(text) <= n, (path, len(text), n)
+    text = text + b" " * (n - len(text))
+    with open(path, "wb") as f:
+        f.write(blob[:8] + text + blob[8 + n :])
+    # sanity: still loads, same metadata
+    with safe_open(path, framework="pt") as f:
+        md = f.metadata()
+    assert md == header.get("__metadata__"), path
+
+
+def write_tokens_bin(path, windows):
+    """llm.c token file: 256 x int32 header, then uint16 tokens."""
+    flat = windows.reshape(-1).astype("<u2")
+    assert int(windows.max()) < 65536
+    header = np.zeros(256, dtype="<i4")
+    header[0] = LLM_C_MAGIC
+    header[1] = LLM_C_VERSION_U16
+    header[2] = flat.size
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(flat.tobytes())
+
+
+def rope_inv_freqs(model):
+    """The distinct inv_freq buffers of the model (name -> tensor)."""
+    out = {}
+    for name, buf in model.named_buffers():
+        if name.endswith("inv_freq"):
+            out[name] = buf.detach().clone()
+    return out
+
+
+def check_llama3_branches(config, inv_freq):
+    """Verify that the llama3 rescaling hits all three branches."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    base = config.rope_theta
+    plain = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    rs = config.rope_scaling
+    old = rs["original_max_position_embeddings"]
+    low_wl = old / rs["low_freq_factor"]
+    high_wl = old / rs["high_freq_factor"]
+    branches = []
+    for f in plain.tolist():
+        wl = 2 * math.pi / f
+        if wl < high_wl:
+            branches.append("kept")
+        elif wl > low_wl:
+            branches.append("divided")
+        else:
+            branches.append("smoothed")
+    print(f"  llama3 rope: unscaled inv_freq = {[float(x) for x in plain]}")
+    print(f"  llama3 rope: wavelengths      = {[2 * math.pi / float(x) for x in plain]}")
+    print(f"  llama3 rope: band thresholds  = high_freq_wavelen {high_wl}, low_freq_wavelen {low_wl}")
+    print(f"  llama3 rope: branches         = {branches}")
+    print(f"  llama3 rope: scaled inv_freq  = {[float(x) for x in inv_freq]}")
+    changed = int((inv_freq != plain).sum())
+    print(f"  llama3 rope: {changed} of {plain.numel()} frequencies changed by the rescaling")
+    assert changed >= 1, "llama3 rescaling changed no frequency"
+    assert set(branches) == {"kept", "smoothed", "divided"}, branches
+
+
+def build_model(name, offset, make_config, cls):
+    config = make_config()
+    torch.manual_seed(MODEL_SEED + offset)
+    model = cls(config).to(torch.float32)
+    assert model.config._attn_implementation == "eager", model.config._attn_implementation
+    # HF initialises norm weights to 1 and biases to 0; perturb every 1-D
+    # parameter so that a swapped/ignored bias or norm weight shows up.
+    g = torch.Generator().manual_seed(PERTURB_SEED + offset)
+    perturbed = []
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=torch.float32))
+                perturbed.append(pname)
+    return model, perturbed
+
+
+def make_one(out_root, name, offset, make_config, cls):
+    print(f"== {name}")
+    d = os.path.join(out_root, name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+
+    model, perturbed = build_model(name, offset, make_config, cls)
+    cfg = model.config
+    nparams = sum(p.numel() for p in model.parameters())
+    print(f"  class {cls.__name__}, parameters (tied counted once): {nparams}")
+    print(f"  perturbed 1-D params: {len(perturbed)}")
+
+    if isinstance(model, LlamaForCausalLM):
+        attn = model.model.layers[0].self_attn
+        print(
+            f"  config.head_dim = {getattr(cfg, 'head_dim', '(absent in this transformers version)')}, "
+            f"attention.head_dim = {attn.head_dim}, num_key_value_groups = {attn.num_key_value_groups}"
+        )
+        inv = rope_inv_freqs(model)
+        uniq = {}
+        for bname, t in inv.items():
+            key = tuple(t.tolist())
+            uniq.setdefault(key, []).append(bname)
+        for key, names in uniq.items():
+            print(f"  inv_freq {list(key)}  ({len(names)} buffers, e.g. {names[0]})")
+        assert len(uniq) == 1, "rotary embeddings disagree"
+        if cfg.rope_scaling is not None:
+            check_llama3_branches(cfg, next(iter(inv.values())))
+
+    # ---- save model (config.json + model.safetensors) -------------------
+    model.save_pretrained(d, safe_serialization=True)
+    gen_cfg = os.path.join(d, "generation_config.json")
+    if os.path.exists(gen_cfg):
+        os.remove(gen_cfg)
+    canonicalize_safetensors(os.path.join(d, "model.safetensors"))
+    with open(os.path.join(d, "config.json")) as f:
+        cfg_text = f.read()
+    for bad in (out_root, os.path.abspath(out_root), "/tmp", "/home", "/work"):
+        assert bad not in cfg_text, f"config.json mentions {bad!r}"
+    with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
+        saved = list(f.keys())
+        saved_md = f.metadata()
+    print(f"  model.safetensors metadata {saved_md}, {len(saved)} tensors: {saved}")
+
+    # ---- data ------------------------------------------------------------
+    g = torch.Generator().manual_seed(DATA_SEED + offset)
+    windows = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g, dtype=torch.int64)
+    write_tokens_bin(os.path.join(d, "tokens.bin"), windows.numpy())
+    input_ids = windows[:, :T].contiguous()
+    labels = windows[:, 1:].contiguous()
+
+    # ---- reference: logits, loss, grads, 3 AdamW steps -----------------------
+    model.train()  # all dropout probabilities are 0 anyway
+    params = list(model.named_parameters())
+    opt = torch.optim.AdamW(
+        [p for _, p in params],
+        lr=LR,
+        betas=BETAS,
+        eps=EPS,
+        weight_decay=WEIGHT_DECAY,
+        amsgrad=False,
+        foreach=False,
+        maximize=False,
+    )
+    ref = {
+        "input_ids": input_ids.to(torch.int32),
+        "labels": labels.to(torch.int32),
+    }
+    V = cfg.vocab_size
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=input_ids, use_cache=False).logits
+        assert logits.dtype == torch.float32 and logits.shape == (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+        loss.backward()
+        ref[f"loss_step.{step}"] = loss.detach().reshape(1).clone()
+        if step == 0:
+            ref["logits"] = logits.detach().clone()
+            ref["loss"] = loss.detach().reshape(1).clone()
+            for pname, p in params:
+                ref[f"grad.{pname}"] = p.grad.detach().clone()
+        opt.step()
+    for pname, p in params:
+        ref[f"after3.{pname}"] = p.detach().clone()
+    for k, v in ref.items():
+        assert v.dtype in (torch.float32, torch.int32), (k, v.dtype)
+    ref = {k: v.contiguous() for k, v in sorted(ref.items())}
+
+    metadata = {
+        "batch": str(B),
+        "context": str(T),
+        "lr": repr(LR),
+        "beta1": repr(BETAS[0]),
+        "beta2": repr(BETAS[1]),
+        "eps": repr(EPS),
+        "weight_decay": repr(WEIGHT_DECAY),
+        "steps": str(STEPS),
+        "loss_definition": LOSS_DEFINITION,
+    }
+    ref_path = os.path.join(d, "reference.safetensors")
+    save_file(ref, ref_path, metadata=metadata)
+    canonicalize_safetensors(ref_path)
+
+    losses = [float(ref[f"loss_step.{k}"]) for k in range(STEPS)]
+    print(f"  loss {float(ref['loss']):.7f}  (ln V = {math.log(V):.7f}); losses per step {losses}")
+    for fn in sorted(os.listdir(d)):
+        print(f"  {fn:24s} {os.path.getsize(os.path.join(d, fn)):8d} bytes")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    out_root = sys.argv[1]
+    os.makedirs(out_root, exist_ok=True)
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.set_default_dtype(torch.float32)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}")
+    if transformers.__version__ != "4.44.2":
+        print("WARNING: transformers is not 4.44.2; output will not match the committed data", file=sys.stderr)
+
+    for name, offset, make_config, cls in MODELS:
+        make_one(out_root, name, offset, make_config, cls)
+
+
+if __name__ == "__main__":
+    main()
