@@ -251,11 +251,24 @@ typedef enum dscpp_init_kind {
 /* Initial values are a function of (seed, parameter's full name, element index) only, so any
  * rank can initialise any slice and every world size / ZeRO stage starts from one model. */
 typedef struct dscpp_param_desc {
-  const char* name; /* unique within the layer; the full name is "<layer>.<name>" */
+  const char* name; /* unique within the layer; the full name is "<layer>.<name>" unless full_name says */
   int32_t ndim;
   int64_t shape[DSCPP_MAX_DIMS];
   dscpp_init_kind init;
   float init_a;
+  /* ---- ABI 5 ---- */
+  /* The parameter's name in checkpoints and weight files (e.g. Hugging Face's
+   * "model.layers.0.self_attn.q_proj.weight"), unique in the model; NULL: "<layer>.<name>". */
+  const char* full_name;
+  /* Shared parameters: the full name of a parameter an earlier layer declares. This layer then
+   * uses that parameter (the same values; its gradient contributions are added into that
+   * parameter's once per micro-step) instead of one of its own; shape must equal the owner's,
+   * and init is ignored. NULL: an ordinary parameter. */
+  const char* tied_to;
+  /* Nonzero for a 2-D parameter that weight files store transposed, [shape[1], shape[0]] (GPT-2's
+   * Conv1D weights in Hugging Face files): --init_from / a plugin's init_from and export
+   * transpose it; in memory and in dscpp's own checkpoints it is [shape[0], shape[1]]. */
+  int32_t file_transposed;
 } dscpp_param_desc;
 
 typedef struct dscpp_layer_desc {
@@ -283,6 +296,19 @@ typedef struct dscpp_data_desc {
 typedef struct dscpp_model_desc {
   int32_t num_layers; /* ≥ 1; layer num_layers−1 is the loss layer */
   dscpp_data_desc data;
+  /* ---- ABI 5 ---- */
+  /* Weights the model starts from (e.g. a Hugging Face directory given to the plugin): a
+   * .safetensors file, a sharded index (model.safetensors.index.json) or a directory holding
+   * either; tensors by full name, file_transposed ones transposed. The runtime refuses a file
+   * with a parameter missing or a tensor it does not use, unless init_partial (then missing
+   * parameters keep their init rule and unused tensors are listed). NULL: none. --init_from on the
+   * command line may not be given as well; --load_dir (resuming) takes precedence. */
+  const char* init_from;
+  int32_t init_partial;
+  /* A JSON object (e.g. the Hugging Face config.json the model was built from) saved beside every
+   * checkpoint as config.json, so that `dscpp export-hf` can write a directory transformers loads.
+   * NULL: none. */
+  const char* export_config;
 } dscpp_model_desc;
 
 /* What the runtime tells the plugin at creation. */

@@ -6,6 +6,8 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_source.h"
+#include "checkpoint/weight_files.h"
+#include "configs/load.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "runtime/train/fault_injection.h"
@@ -25,6 +27,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 namespace dscpp::runtime {
@@ -436,21 +439,45 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
   comm.barrier();
 }
 
-void load_initial_weights(const std::string& path, comm::Communicator& comm, const CheckpointView& v) {
-  ckpt::NamedTensorSource source(path);
-  std::vector<std::string> problems;
+void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, const CheckpointView& v) {
+  ckpt::WeightFiles source(w.path, w.transposed);
+  std::vector<std::string> problems, missing, unused, names;
+  std::set<std::string> wanted;
   for (const ParamSlot& s : v.layout->params) {
-    int64_t i = source.find(s.name);
+    wanted.insert(s.name);
+    names.push_back(s.name);
+    const int64_t i = source.find(s.name);
     if (i < 0)
-      problems.push_back(fmt::format("parameter '{}' {} is missing", s.name, shape_text(s.shape)));
+      missing.push_back(fmt::format("'{}' {}", s.name, shape_text(s.shape)));
     else if (const auto& shape = source.params()[static_cast<size_t>(i)].shape; shape != s.shape)
-      problems.push_back(fmt::format("parameter '{}' has shape {} in the file but the model declares {}", s.name,
-                                     shape_text(shape), shape_text(s.shape)));
+      problems.push_back(fmt::format("parameter '{}' has shape {} in the file{} but the model declares {}", s.name,
+                                     shape_text(shape), w.transposed.count(s.name) ? " (transposed)" : "",
+                                     shape_text(s.shape)));
   }
-  if (!problems.empty()) fail("{} does not fit the model: {}", path, fmt::join(problems, "; "));
+  for (const ckpt::ParamDesc& t : source.params())
+    if (!wanted.count(t.name) && !w.aliases.count(t.name)) {
+      const std::string near = config::closest_match(t.name, names);
+      unused.push_back(fmt::format("'{}' {}{}", t.name, shape_text(t.shape),
+                                   near.empty() ? "" : fmt::format(" (closest parameter: '{}')", near)));
+    }
+  if (!problems.empty()) fail("{} does not fit the model: {}", w.path, fmt::join(problems, "; "));
+  auto listed = [](const std::vector<std::string>& v) {
+    constexpr size_t kShown = 8;
+    std::vector<std::string> head(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), kShown)));
+    return fmt::format("{}{}", fmt::join(head, ", "), v.size() > kShown ? fmt::format(" and {} more", v.size() - kShown) : "");
+  };
+  if (!w.partial && (!missing.empty() || !unused.empty()))
+    fail("{} does not fit the model:{}{} (a model that starts from part of a file says so: init_partial)", w.path,
+         missing.empty() ? "" : fmt::format(" {} parameter(s) missing: {};", missing.size(), listed(missing)),
+         unused.empty() ? "" : fmt::format(" {} tensor(s) the model does not use: {}", unused.size(), listed(unused)));
+  if (comm.rank() == 0) {
+    if (!missing.empty())
+      log::warn("{}: {} parameter(s) not in the file keep their initial values: {}", w.path, missing.size(), listed(missing));
+    if (!unused.empty()) log::warn("{}: {} tensor(s) not used: {}", w.path, unused.size(), listed(unused));
+  }
   LocalPartitions local = local_partitions(v, comm);
   v.params->settle();
-  local.load_owned(source, {ckpt::kMasterWeights});
+  local.load_owned(source, {ckpt::kMasterWeights}, /*skip_missing=*/true);
   publish_master(v);
 }
 

@@ -34,6 +34,7 @@
 #include "runtime/zero/param_store.h"
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 namespace dscpp::runtime {
@@ -82,9 +83,18 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
 // mismatch between the checkpoint and the running model/config.
 void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const CheckpointView& view);
 
-// --init_from: the fp32 master weights from a safetensors file by parameter name (any float
-// dtype), each rank reading only what it owns; then the parameters follow and are published.
-// Collective over `comm`. Throws dscpp::Error naming every missing or misshapen parameter.
-void load_initial_weights(const std::string& path, comm::Communicator& comm, const CheckpointView& view);
+// Where a run's initial weights come from: --init_from, or the plugin's init_from.
+struct InitialWeights {
+  std::string path;  // a .safetensors file, a sharded index, or a directory (checkpoint/weight_files.h)
+  bool partial = false;              // missing parameters keep their init; unused tensors are listed
+  std::set<std::string> transposed;  // parameters the files hold as [cols, rows]
+  std::set<std::string> aliases;     // shared parameters' own names: a file may hold them, unread
+};
+
+// The fp32 master weights from `w` by parameter name (any float dtype), each rank reading only
+// what it owns; then the parameters follow and are published. Collective over `comm`. Throws
+// dscpp::Error naming every misshapen parameter and, unless w.partial, every missing parameter
+// and every tensor the model does not use (with the closest parameter name).
+void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, const CheckpointView& view);
 
 }  // namespace dscpp::runtime

@@ -222,19 +222,35 @@ void Engine::initialise_params() {
   params_->publish();
 }
 
+InitialWeights Engine::initial_weights() const {
+  InitialWeights w;
+  if (!options_.init_from.empty() && !plugin_.init_from().empty())
+    fail("--init_from {}: model {} already starts from {} (its own arguments say so); give the weights once",
+         options_.init_from, plugin_.name(), plugin_.init_from());
+  w.path = !options_.init_from.empty() ? options_.init_from : plugin_.init_from();
+  w.partial = options_.init_from.empty() && plugin_.init_partial();
+  for (const LayerDecl& l : plugin_.layers()) {
+    for (const ParamDecl& p : l.params)
+      if (p.file_transposed) w.transposed.insert(p.name);
+    for (const TiedParam& t : l.tied) w.aliases.insert(t.name);
+  }
+  return w;
+}
+
 void Engine::run() {
   if (options_.eval_only) return run_eval_only();
   auto t0 = Clock::now();
   initialise_params();
-  if (!options_.init_from.empty()) {
-    load_initial_weights(options_.init_from, world_, checkpoint_view());
-    if (world_.rank() == 0) log::info("initial weights from {}", options_.init_from);
-  }
   std::string resume_dir = options_.load_dir;
   if (resume_dir.empty() && options_.resume_from_save_dir && !options_.save_dir.empty() &&
       ckpt::read_latest_tag(options_.save_dir)) {
     resume_dir = options_.save_dir;
     if (world_.rank() == 0) log::info("restarted job: resuming from the newest checkpoint in {}", resume_dir);
+  }
+  // Initial weights only for a fresh start: a checkpoint replaces them all.
+  if (const InitialWeights init = initial_weights(); !init.path.empty() && resume_dir.empty()) {
+    load_initial_weights(init, world_, checkpoint_view());
+    if (world_.rank() == 0) log::info("initial weights from {}", init.path);
   }
   if (!resume_dir.empty()) load(resume_dir);
   // The data position follows from the samples seen, whatever the world size was.

@@ -100,6 +100,8 @@ class Engine {
                        const ParamOffloadPlan& param_offload, int world) const;
   MemoryPlan plan_for(const MemorySetting& setting) const;  // as a run with that setting would plan  // engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
+  // The run's initial weights: --init_from, or the plugin's init_from (not both); path "" = none.
+  InitialWeights initial_weights() const;
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);  // engine_memory.cpp, as the reports below
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;

@@ -23,14 +23,15 @@ void Engine::run_eval_only() {
   if (!options_.load_dir.empty() && !options_.init_from.empty())
     fail("--eval_only: give the weights once, with --load_dir ({}) or --init_from ({}), not both", options_.load_dir,
          options_.init_from);
-  if (options_.load_dir.empty() && options_.init_from.empty()) {
+  const InitialWeights init = initial_weights();
+  if (options_.load_dir.empty() && init.path.empty()) {
     if (world_.rank() == 0)
       log::warn("--eval_only without --load_dir or --init_from: evaluating the freshly initialised weights (seed {})",
                 options_.seed);
     initialise_params();
-  } else if (!options_.init_from.empty()) {
-    params_->settle();
-    load_initial_weights(options_.init_from, world_, checkpoint_view());
+  } else if (options_.load_dir.empty()) {
+    if (init.partial) initialise_params();  // what the file lacks keeps its init rule
+    load_initial_weights(init, world_, checkpoint_view());
   } else {
     auto tag = ckpt::read_latest_tag(options_.load_dir);
     if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to evaluate", options_.load_dir);
@@ -48,7 +49,7 @@ void Engine::run_eval_only() {
     log::info("eval only: loss {:.6f}, accuracy {:.2f}%{} ({} samples) in {:.2f} s, weights from {}", r.loss,
               100 * r.accuracy, perplexity_text(r), r.counted, secs,
               !options_.load_dir.empty() ? options_.load_dir
-                                         : !options_.init_from.empty() ? options_.init_from : "initialisation");
+                                         : !init.path.empty() ? init.path : "initialisation");
   params_->home().flush();
   log_memory_peaks();
 }

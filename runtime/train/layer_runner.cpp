@@ -47,9 +47,42 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
   for (size_t l = 0; l < layers.size(); ++l) layer_slots_[l + 1] += layer_slots_[l];
   param_ptrs_.resize(layers.size());
   grad_ptrs_.resize(layers.size());
+  owned_ties_.resize(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
-    param_ptrs_[l].assign(layers[l].params.size(), nullptr);
-    grad_ptrs_[l].assign(layers[l].params.size(), nullptr);
+    const size_t slots = std::max<size_t>(static_cast<size_t>(layers[l].num_slots),
+                                          layers[l].params.size() + layers[l].tied.size());
+    param_ptrs_[l].assign(slots, nullptr);
+    grad_ptrs_[l].assign(slots, nullptr);
+    for (const TiedParam& t : layers[l].tied) {
+      const size_t bytes = static_cast<size_t>(t.numel * ce);
+      owned_ties_[static_cast<size_t>(t.owner_layer)].push_back(ties_.size());
+      ties_.push_back(Tie{static_cast<int>(l), t.slot, layers[static_cast<size_t>(t.owner_layer)].params[static_cast<size_t>(t.owner_param)].slot,
+                          t.numel, DeviceBuffer(device, bytes, MemCategory::buffers),
+                          DeviceBuffer(device, bytes, MemCategory::buffers)});
+    }
+  }
+}
+
+void LayerRunner::check_op(const char* what, int status) const {
+  if (status != DSCPP_OK) fail("sharing a parameter between layers: the ops table's {} failed with status {}", what, status);
+}
+
+// A shared parameter: the owner's forward leaves a copy of its values for the user, whose
+// gradient goes to a zeroed buffer that the owner's backward (always later: the owner is an
+// earlier layer) adds into the owner's gradient before the owner adds its own.
+void LayerRunner::point_ties(int layer, bool backward) {
+  const auto l = static_cast<size_t>(layer);
+  for (size_t k : owned_ties_[l]) {
+    Tie& t = ties_[k];
+    const auto slot = static_cast<size_t>(t.owner_slot);
+    if (!backward) check_op("copy", ops_.copy(&ops_, param_ptrs_[l][slot], t.value.data(), t.numel));
+    else check_op("axpy", ops_.axpy(&ops_, 1.0f, t.grad.data(), grad_ptrs_[l][slot], t.numel));
+  }
+  for (Tie& t : ties_) {
+    if (t.layer != layer) continue;
+    param_ptrs_[l][static_cast<size_t>(t.slot)] = t.value.data();
+    grad_ptrs_[l][static_cast<size_t>(t.slot)] = backward ? t.grad.data() : nullptr;
+    if (backward) check_op("fill", ops_.fill(&ops_, t.grad.data(), 0.0f, t.numel));
   }
 }
 
@@ -83,6 +116,7 @@ void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward) {
     grad_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
         backward ? static_cast<char*>(grads) + (s.offset - first) * ce : nullptr;
   }
+  if (!ties_.empty()) point_ties(layer, backward);
 }
 
 dscpp_layer_ctx LayerRunner::context(int layer) const {

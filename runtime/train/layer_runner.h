@@ -100,6 +100,17 @@ class LayerRunner {
   // the compute dtype when storage has another, and the data input in the compute dtype.
   DeviceBuffer param32_, grad_stage_, input_cast_;
   std::vector<size_t> layer_slots_;  // layout.params[layer_slots_[l], layer_slots_[l+1]) are layer l's
+  // Shared parameters (plugin.h's TiedParam): the using layer's view of the owner's values and
+  // its gradient contribution, both in the compute dtype.
+  struct Tie {
+    int layer, slot, owner_slot;
+    int64_t numel;
+    DeviceBuffer value, grad;
+  };
+  void point_ties(int layer, bool backward);
+  void check_op(const char* what, int status) const;
+  std::vector<Tie> ties_;
+  std::vector<std::vector<size_t>> owned_ties_;  // per layer: the ties_ it owns
   std::vector<std::vector<const void*>> param_ptrs_;
   std::vector<std::vector<void*>> grad_ptrs_;
   // The micro-batch in flight.

@@ -4,8 +4,10 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
+#include <map>
 #include <set>
 
 namespace dscpp::runtime {
@@ -119,7 +121,15 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
     fail("model plugin {}: input dtype must be DSCPP_F32 or DSCPP_I32", name());
   if (data_.target_dtype != DSCPP_I32) fail("model plugin {}: target dtype must be DSCPP_I32", name());
 
+  if (desc.init_from != nullptr) init_from_ = desc.init_from;
+  init_partial_ = desc.init_partial != 0;
+  if (desc.export_config != nullptr) export_config_ = desc.export_config;
+
   std::set<std::string> layer_names, param_names;
+  struct Owner {
+    int layer, param;
+  };
+  std::map<std::string, Owner> owners;  // full name → where it is declared
   for (int32_t i = 0; i < desc.num_layers; ++i) {
     dscpp_layer_desc ld{};
     if ((rc = api_->layer(model_, i, &ld, &err)) != DSCPP_OK) failed(fmt::format("layer({})", i), rc, err);
@@ -132,10 +142,13 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
     layer.output_numel = ld.output_numel;
     layer.saved_bytes = ld.saved_bytes;
     layer.workspace_bytes = ld.workspace_bytes;
+    layer.num_slots = ld.num_params;
     for (int32_t p = 0; p < ld.num_params; ++p) {
       const dscpp_param_desc& pd = ld.params[p];
       ParamDecl param;
-      param.name = layer.name + "." + (pd.name ? pd.name : fmt::format("p{}", p));
+      param.name = pd.full_name != nullptr ? std::string(pd.full_name)
+                                           : layer.name + "." + (pd.name ? pd.name : fmt::format("p{}", p));
+      if (param.name.empty()) fail("model plugin {}: layer '{}' parameter {} has an empty full_name", name(), layer.name, p);
       if (pd.ndim < 1 || pd.ndim > DSCPP_MAX_DIMS)
         fail("model plugin {}: parameter '{}' has ndim {} (expected 1..{})", name(), param.name, pd.ndim, DSCPP_MAX_DIMS);
       param.numel = 1;
@@ -146,7 +159,25 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
       }
       param.init = pd.init;
       param.init_a = pd.init_a;
+      param.slot = p;
+      param.file_transposed = pd.file_transposed != 0;
+      if (param.file_transposed && pd.ndim != 2)
+        fail("model plugin {}: parameter '{}' is file_transposed but has {} dimensions (only a matrix can be)", name(),
+             param.name, pd.ndim);
       if (!param_names.insert(param.name).second) fail("model plugin {}: two parameters are named '{}'", name(), param.name);
+      if (pd.tied_to != nullptr) {
+        auto owner = owners.find(pd.tied_to);
+        if (owner == owners.end())
+          fail("model plugin {}: parameter '{}' is tied to '{}', which no earlier layer declares", name(), param.name,
+               pd.tied_to);
+        const ParamDecl& o = layers_[static_cast<size_t>(owner->second.layer)].params[static_cast<size_t>(owner->second.param)];
+        if (o.shape != param.shape)
+          fail("model plugin {}: parameter '{}' is tied to '{}' but declares shape [{}] where the owner has [{}]", name(),
+               param.name, pd.tied_to, fmt::join(param.shape, ", "), fmt::join(o.shape, ", "));
+        layer.tied.push_back(TiedParam{param.name, p, owner->second.layer, owner->second.param, param.numel});
+        continue;
+      }
+      owners[param.name] = Owner{i, static_cast<int>(layer.params.size())};
       layer.params.push_back(std::move(param));
     }
     layers_.push_back(std::move(layer));

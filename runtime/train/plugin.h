@@ -16,16 +16,30 @@ DType dtype_of(dscpp_dtype d);
 dscpp_dtype abi_dtype(DType d);  // f32, f16 or bf16; throws for another
 
 struct ParamDecl {
-  std::string name;  // full name "<layer>.<param>"
+  std::string name;  // full name: "<layer>.<param>", or the plugin's full_name
   std::vector<int64_t> shape;
   int64_t numel = 0;
   dscpp_init_kind init = DSCPP_INIT_ZEROS;
   float init_a = 0;
+  int slot = 0;                  // its index in the plugin's parameter list of the layer (ctx.params[slot])
+  bool file_transposed = false;  // weight files hold it as [shape[1], shape[0]]
+};
+
+// A parameter a layer uses but an earlier layer owns (dscpp_param_desc::tied_to). It is not one
+// of the model's parameters (no storage, optimizer state or checkpoint entry of its own).
+struct TiedParam {
+  std::string name;       // the using layer's name for it ("<layer>.<param>" or its full_name)
+  int slot = 0;           // ctx.params[slot] of the using layer
+  int owner_layer = 0;    // the owner, an earlier layer
+  int owner_param = 0;    // index into the owner's LayerDecl::params
+  int64_t numel = 0;
 };
 
 struct LayerDecl {
   std::string name;
-  std::vector<ParamDecl> params;
+  std::vector<ParamDecl> params;  // the layer's own parameters
+  std::vector<TiedParam> tied;    // parameters it shares with earlier layers
+  int num_slots = 0;              // params.size() + tied.size(): the plugin's parameter count
   int64_t output_numel = 0;
   int64_t saved_bytes = 0;
   int64_t workspace_bytes = 0;
@@ -46,6 +60,11 @@ class Plugin {
   std::string name() const { return api_->name ? api_->name : path_; }
   const std::vector<LayerDecl>& layers() const { return layers_; }
   const dscpp_data_desc& data() const { return data_; }
+  // What the model asks to start from (model.h's init_from; "" = nothing) and whether a partial
+  // match is accepted; the JSON it wants saved beside checkpoints ("" = none).
+  const std::string& init_from() const { return init_from_; }
+  bool init_partial() const { return init_partial_; }
+  const std::string& export_config() const { return export_config_; }
   bool has_report() const { return api_->report != nullptr; }
 
   void forward(int layer, const dscpp_layer_ctx& ctx) const;
@@ -62,6 +81,8 @@ class Plugin {
   void* model_ = nullptr;
   std::vector<LayerDecl> layers_;
   dscpp_data_desc data_{};
+  std::string init_from_, export_config_;
+  bool init_partial_ = false;
 };
 
 const char* status_name(int code);

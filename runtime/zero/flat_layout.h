@@ -34,7 +34,7 @@ struct ParamSlot {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   int layer = 0;
-  int index = 0;       // within the layer
+  int index = 0;       // the layer's ctx.params slot (LayerDecl/ParamDecl::slot)
   int64_t offset = 0;  // elements from the start of the flat array
   dscpp_init_kind init = DSCPP_INIT_ZEROS;
   float init_a = 0;

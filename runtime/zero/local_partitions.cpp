@@ -83,10 +83,12 @@ void LocalPartitions::copy_param_out(size_t param, const std::string& what, int6
   }
 }
 
-void LocalPartitions::load_owned(ckpt::TensorSource& source, const std::vector<std::string>& whats) {
+void LocalPartitions::load_owned(ckpt::TensorSource& source, const std::vector<std::string>& whats,
+                                 bool skip_missing) {
   std::vector<float> buf;
   for (size_t i = 0; i < layout_.params.size(); ++i) {
     const int64_t at = source.find(layout_.params[i].name);
+    if (at < 0 && skip_missing) continue;
     if (at < 0) fail("{}: parameter '{}' is missing", source.description(), layout_.params[i].name);
     for (const ckpt::Fragment& f : ckpt::owned_fragments(layout_, i, rank_)) {
       buf.resize(static_cast<size_t>(std::min(kChunk, std::max<int64_t>(f.count, static_cast<int64_t>(buf.size())))));

@@ -52,7 +52,8 @@ class LocalPartitions {
 
   // For every parameter, reads the elements this rank owns of each of `whats` from `source`
   // (matched by name). The caller has checked that the source has every parameter and state.
-  void load_owned(ckpt::TensorSource& source, const std::vector<std::string>& whats);
+  // skip_missing: a parameter the source lacks keeps what this rank holds (else an error).
+  void load_owned(ckpt::TensorSource& source, const std::vector<std::string>& whats, bool skip_missing = false);
 
  private:
   ckpt::PartitionLayout layout_;

@@ -19,8 +19,10 @@ inline runtime::LayerDecl layer_decl(const std::string& name, const std::vector<
     p.name = name + ".p" + std::to_string(i);
     p.shape = {numels[i]};
     p.numel = numels[i];
+    p.slot = static_cast<int>(i);
     l.params.push_back(p);
   }
+  l.num_slots = static_cast<int>(l.params.size());
   return l;
 }
 

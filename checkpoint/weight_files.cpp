@@ -1,0 +1,111 @@
+#include "checkpoint/weight_files.h"
+
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+namespace dscpp::ckpt {
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool is_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+std::string dir_of(const std::string& p) {
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+// The shard files an index names, in the order of its weight_map's first mention of each.
+std::vector<std::string> shards_of(const std::string& index_path) {
+  std::ifstream in(index_path);
+  if (!in) fail("{}: cannot open: {}", index_path, std::strerror(errno));
+  nlohmann::ordered_json root;
+  try {
+    root = nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not JSON: {}", index_path, e.what());
+  }
+  auto map = root.find("weight_map");
+  if (map == root.end() || !map->is_object())
+    fail("{}: expected an object \"weight_map\" (tensor name → shard file), found {}", index_path,
+         map == root.end() ? "none" : map->type_name());
+  std::vector<std::string> shards;
+  for (const auto& [name, file] : map->items()) {
+    const std::string f = file.is_string() ? file.get<std::string>() : std::string();
+    if (f.empty() || f.find('/') != std::string::npos)
+      fail("{}: weight_map[\"{}\"] should name a shard file beside the index, found {}", index_path, name, file.dump());
+    if (std::find(shards.begin(), shards.end(), f) == shards.end()) shards.push_back(f);
+  }
+  if (shards.empty()) fail("{}: weight_map is empty", index_path);
+  return shards;
+}
+
+}  // namespace
+
+WeightFiles::WeightFiles(const std::string& path, std::set<std::string> transposed)
+    : path_(path), transposed_(std::move(transposed)) {
+  std::string index;
+  if (is_dir(path)) {
+    if (is_file(path + "/model.safetensors.index.json")) index = path + "/model.safetensors.index.json";
+    else if (is_file(path + "/model.safetensors")) file_paths_.push_back(path + "/model.safetensors");
+    else fail("{}: a weights directory needs model.safetensors or model.safetensors.index.json; it has neither", path);
+  } else if (ends_with(path, ".json")) {
+    index = path;
+  } else {
+    file_paths_.push_back(path);
+  }
+  if (!index.empty())
+    for (const std::string& shard : shards_of(index)) file_paths_.push_back(dir_of(index) + "/" + shard);
+  std::map<std::string, size_t> seen;
+  for (const std::string& f : file_paths_) {
+    files_.push_back(std::make_unique<SafetensorsFile>(f));
+    for (const TensorInfo& t : files_.back()->tensors()) {
+      if (auto it = seen.find(t.name); it != seen.end())
+        fail("{}: tensor '{}' is in two shards, {} and {}", path, t.name, file_paths_[it->second], f);
+      seen[t.name] = files_.size() - 1;
+      std::vector<int64_t> shape = t.shape;
+      if (transposed_.count(t.name)) {
+        if (shape.size() != 2)
+          fail("{}: tensor '{}' has shape of {} dimensions, but the model reads it as a transposed matrix", f, t.name,
+               shape.size());
+        std::swap(shape[0], shape[1]);
+      }
+      params_.push_back(ParamDesc{t.name, shape, t.numel, 0});
+      file_of_.push_back(files_.size() - 1);
+    }
+  }
+}
+
+WeightFiles::~WeightFiles() = default;
+
+void WeightFiles::read(size_t param, const std::string& what, int64_t first, int64_t count, float* dst) {
+  if (what != kMasterWeights) fail("{}: holds weights only, no optimizer state '{}'", path_, what);
+  const ParamDesc& p = params_.at(param);
+  const SafetensorsFile& file = *files_[file_of_[param]];
+  if (!transposed_.count(p.name)) return file.read(p.name, first, count, dst, DType::f32);
+  if (cached_ != param) {
+    cache_.assign(static_cast<size_t>(p.numel), 0.0f);
+    file.read(p.name, 0, p.numel, cache_.data(), DType::f32);
+    cached_ = param;
+  }
+  // Element (r, c) of memory's [rows, cols] is the file's (c, r).
+  const int64_t rows = p.shape[0], cols = p.shape[1];
+  for (int64_t e = first; e < first + count; ++e) dst[e - first] = cache_[static_cast<size_t>((e % cols) * rows + e / cols)];
+}
+
+}  // namespace dscpp::ckpt

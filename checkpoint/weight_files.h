@@ -1,0 +1,48 @@
+// Weights as other tools save them: one safetensors file, a sharded set (Hugging Face's
+// model.safetensors.index.json, whose weight_map names each tensor's shard), or a directory
+// holding either. A TensorSource (tensor_source.h) by tensor name, so the engine's --init_from
+// and a plugin's init_from read them as they read any file: each rank only what it owns.
+//
+// Tensors named in `transposed` are 2-D matrices the files hold as [cols, rows] (GPT-2's Conv1D
+// weights): params() reports them in memory's shape [rows, cols] and read() serves elements of
+// that layout, reading the file's whole tensor once (kept until another transposed tensor is
+// read; transposed matrices are a layer's weights, not the embedding).
+#pragma once
+
+#include "checkpoint/safetensors.h"
+#include "checkpoint/tensor_source.h"
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace dscpp::ckpt {
+
+class WeightFiles final : public TensorSource {
+ public:
+  // Throws dscpp::Error naming the path when it is none of the three, an index that does not
+  // parse or names a missing shard, or a tensor that two shards hold.
+  WeightFiles(const std::string& path, std::set<std::string> transposed = {});
+  ~WeightFiles() override;
+
+  const std::string& description() const override { return path_; }
+  const std::vector<ParamDesc>& params() const override { return params_; }
+  bool has(const std::string& what) const override { return what == kMasterWeights; }
+  void read(size_t param, const std::string& what, int64_t first, int64_t count, float* dst) override;
+
+  // The files read (one, or the shards in index order).
+  const std::vector<std::string>& files() const { return file_paths_; }
+
+ private:
+  std::string path_;
+  std::vector<std::string> file_paths_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<ParamDesc> params_;
+  std::vector<size_t> file_of_;  // per param: index into files_
+  std::set<std::string> transposed_;
+  size_t cached_ = SIZE_MAX;     // param whose transposed values cache_ holds
+  std::vector<float> cache_;
+};
+
+}  // namespace dscpp::ckpt
