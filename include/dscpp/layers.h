@@ -1,0 +1,337 @@
+/* dscpp layer library: transformer layers with their backward passes, for model plugins.
+ *
+ * A plugin built on this library declares its model as a list of layers (TokenEmbedding,
+ * DecoderBlock, LmHead, or its own subclasses of Layer) and exports it with
+ * DSCPP_EXPORT_MODEL; the library implements the C ABI of dscpp/model.h (descriptions, calls,
+ * error messages) and every forward and backward through the ops table, so the plugin holds no
+ * backward math and never touches device memory. Each layer states its parameters (with their
+ * names in Hugging Face files where they have one), and the saved and workspace bytes it needs
+ * per sample, from the parts it is made of (Linear, Norm, Attention, Mlp).
+ *
+ * Link: the static library dscpp_layers (meson: dscpp_layers_dep); C++20.
+ *
+ * Conventions: rows = batch × context tokens; matrices row-major; Linear weights [out, in]
+ * (y = x·Wᵀ + b, torch.nn.Linear's); the attention's packed projection rows are
+ * [q (heads·head_dim) | k (kv_heads·head_dim) | v (kv_heads·head_dim)], head h at columns
+ * h·head_dim of its part; query head h reads kv head h / (heads / kv_heads). */
+#ifndef DSCPP_LAYERS_H
+#define DSCPP_LAYERS_H
+
+#include "dscpp/model.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dscpp::layers {
+
+// ---- errors ---------------------------------------------------------------------------------
+// Thrown inside the library's entry points and turned into a status with its message.
+struct Failure {
+  int code;
+  std::string message;
+};
+[[noreturn]] void fail(int code, const std::string& message);
+// Fails naming the op unless status is DSCPP_OK.
+void check(int status, const char* op);
+#define DSCPP_CALL(ops, name, ...) \
+  ::dscpp::layers::check((ops)->name != nullptr ? (ops)->name((ops), __VA_ARGS__) : DSCPP_E_UNSUPPORTED, #name)
+
+size_t dtype_bytes(dscpp_dtype d);
+
+// ---- memory plans -----------------------------------------------------------------------------
+// A layer's saved or workspace buffer holds `batch` samples' worth of several tensors, laid out
+// tensor-major (all samples of tensor 0, then of tensor 1, …) so each tensor is one contiguous
+// [batch·rows, cols] matrix; every per-sample size is rounded up to 64 bytes.
+class Buffers {
+ public:
+  int add(int64_t bytes_per_sample);  // returns the tensor's slot
+  int64_t bytes() const { return total_; }  // per sample
+  void* at(void* base, int slot, int64_t batch) const;
+
+ private:
+  std::vector<int64_t> offset_;  // per sample, before the slot
+  int64_t total_ = 0;
+};
+
+// What every layer of a model shares: the compute dtype's element size and tokens per sample.
+struct Env {
+  size_t elem = 4;
+  int64_t context = 0;
+};
+
+struct Init {
+  dscpp_init_kind kind = DSCPP_INIT_ZEROS;
+  float a = 0;
+};
+inline Init zeros() { return {DSCPP_INIT_ZEROS, 0}; }
+inline Init ones() { return {DSCPP_INIT_ONES, 0}; }
+inline Init normal(float std) { return {DSCPP_INIT_NORMAL, std}; }
+
+// A parameter's names: `local` within its layer (the full name is "<layer>.<local>") unless
+// `full` is given. An empty local name means "no such parameter" (e.g. no bias).
+struct Name {
+  std::string local, full;
+  Name() = default;
+  Name(const char* l) : local(l) {}
+  Name(std::string l) : local(std::move(l)) {}
+  Name(std::string l, std::string f) : local(std::move(l)), full(std::move(f)) {}
+  bool empty() const { return local.empty(); }
+};
+
+struct ParamSpec {
+  Name name;
+  std::vector<int64_t> shape;
+  Init init;
+  std::string tied_to;  // a full name of an earlier layer's parameter; "" = its own
+  bool file_transposed = false;
+};
+
+class Layer;
+
+// One forward or backward call of a layer.
+struct Call {
+  const dscpp_layer_ctx& ctx;
+  const Layer& layer;
+  const dscpp_ops* ops() const { return ctx.ops; }
+  int64_t batch() const { return ctx.batch; }
+  const void* param(int i) const { return ctx.params[i]; }
+  void* grad(int i) const { return ctx.grads[i]; }
+  void* saved(int slot) const;
+  void* fwd_work(int slot) const;
+  void* bwd_work(int slot) const;
+};
+
+// Element offset into a tensor of the compute dtype.
+inline void* at(void* p, int64_t elements, const Env& env) {
+  return static_cast<char*>(p) + elements * static_cast<int64_t>(env.elem);
+}
+inline const void* at(const void* p, int64_t elements, const Env& env) {
+  return static_cast<const char*>(p) + elements * static_cast<int64_t>(env.elem);
+}
+
+class Layer {
+ public:
+  Layer(const Env& env, std::string name, int64_t output_numel);
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  virtual void forward(const Call& c) = 0;
+  virtual void backward(const Call& c) = 0;
+
+  int add_param(ParamSpec p);  // returns its index in ctx.params
+  const std::string& name() const { return name_; }
+  const Env& env() const { return env_; }
+  int64_t output_numel() const { return output_numel_; }
+  const std::vector<ParamSpec>& params() const { return params_; }
+  // The full name of parameter i ("<layer>.<local>" or its own).
+  std::string full_name(int i) const;
+  // The ABI's view (pointers into this layer, valid while it lives).
+  void describe(dscpp_layer_desc* out);
+
+  // Per sample: kept from forward to backward, scratch of forward, scratch of backward (the two
+  // scratch plans share one workspace: it is as large as the larger).
+  Buffers saved, fwd_work, bwd_work;
+
+ private:
+  Env env_;
+  std::string name_;
+  int64_t output_numel_;
+  std::vector<ParamSpec> params_;
+  std::vector<std::string> local_names_, full_names_, tied_;
+  std::vector<dscpp_param_desc> descs_;
+};
+
+// ---- parts: pieces of a layer that declare their parameters and buffers on it -------------------
+
+// y = x·Wᵀ (+ b), W [out, in].
+class Linear {
+ public:
+  Linear(Layer& owner, const Name& weight, int64_t in, int64_t out, Init init, const Name& bias = {},
+         bool file_transposed = false, const std::string& tied_to = "");
+  // y[rows × out] = x·Wᵀ + b (+ residual, which may be y itself).
+  void forward(const Call& c, const void* x, void* y, int64_t rows, const void* residual = nullptr) const;
+  // Into the first `out` columns of y, whose row stride is ld; a bias goes in through `ones`
+  // (rows ones of the compute dtype, filled by the caller).
+  void forward_strided(const Call& c, const void* x, void* y, int64_t ld, int64_t rows, const void* ones) const;
+  // dW += dyᵀ·x, db += Σ_rows dy, and dx = dy·W (or dx += dy·W with accumulate; dx null skips);
+  // dy has row stride ld (out: contiguous); `ones` as above when ld ≠ out and there is a bias.
+  void backward(const Call& c, const void* dy, int64_t ld, const void* x, void* dx, bool accumulate, int64_t rows,
+                const void* ones = nullptr) const;
+  int64_t in, out;
+  int weight = -1, bias = -1;
+};
+
+enum class NormKind { rms, layer };
+
+// RMSNorm (weight only) or LayerNorm (weight and bias) over the last dimension.
+class Norm {
+ public:
+  Norm(Layer& owner, NormKind kind, const Name& weight, const Name& bias, int64_t dim, float eps);
+  int64_t stats_floats(int64_t rows) const { return kind == NormKind::rms ? rows : 2 * rows; }
+  void forward(const Call& c, const void* x, void* y, float* stats, int64_t rows) const;
+  // dx (may be dy) from dy; the weight (and bias) gradients accumulate.
+  void backward(const Call& c, const void* dy, const void* x, const float* stats, void* dx, int64_t rows) const;
+  NormKind kind;
+  int64_t dim;
+  float eps;
+  int weight = -1, bias = -1;
+};
+
+struct AttentionSpec {
+  int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  // One packed projection [(heads + 2·kv_heads)·head_dim, hidden] (GPT-2's c_attn), or three.
+  bool fused_qkv = false;
+  Name qkv, qkv_bias;                        // fused
+  Name q, k, v, q_bias, k_bias, v_bias;      // separate
+  Name out, out_bias;
+  bool file_transposed = false;              // the projections' files hold them [in, out]
+  std::optional<dscpp_rope> rope;            // rotary embedding of q and k (none: positions come elsewhere)
+  Init init, out_init;
+};
+
+// Causal self-attention with grouped-query heads, without T² scores (the table's flash
+// attention); grouped k/v heads are repeated into scratch for it and their gradients summed back.
+class Attention {
+ public:
+  Attention(Layer& owner, const AttentionSpec& spec);
+  // y = residual + out(attention(x)); residual may be y.
+  void forward(const Call& c, const void* x, const void* residual, void* y) const;
+  // dx (overwritten) from dy, the gradient of y without the residual's share.
+  void backward(const Call& c, const void* dy, const void* x, void* dx) const;
+
+ private:
+  void expand(const Call& c, const void* qkv, void* qkv3) const;
+  void reduce(const Call& c, const void* dqkv3, void* dqkv) const;
+  AttentionSpec s_;
+  const Env& env_;
+  int64_t width_;  // (heads + 2·kv_heads)·head_dim
+  std::optional<Linear> qkv_, q_, k_, v_, out_;  // optional only to be made in the order they run
+  int sv_qkv_, sv_lse_, sv_att_;
+  int fw_qkv3_ = -1, fw_ones_ = -1;
+  int bw_datt_, bw_dqkv_, bw_scratch_, bw_qkv3_ = -1, bw_dqkv3_ = -1, bw_ones_ = -1;
+};
+
+struct MlpSpec {
+  int64_t hidden = 0, inner = 0;
+  bool gated = true;            // SwiGLU: down(silu(gate(x)) ⊙ up(x)); else proj(gelu_tanh(fc(x)))
+  Name gate, up, down;          // gated
+  Name fc, fc_bias, proj, proj_bias;  // GELU
+  bool file_transposed = false;
+  Init init, out_init;
+};
+
+class Mlp {
+ public:
+  Mlp(Layer& owner, const MlpSpec& spec);
+  void forward(const Call& c, const void* x, const void* residual, void* y) const;
+  void backward(const Call& c, const void* dy, const void* x, void* dx) const;
+
+ private:
+  MlpSpec s_;
+  const Env& env_;
+  std::optional<Linear> gate_, up_, fc_, down_;
+  int sv_a_, sv_b_ = -1;  // gated: gate and up outputs; GELU: the pre-activation
+  int fw_act_, bw_act_, bw_dact_;
+};
+
+// ---- layers ---------------------------------------------------------------------------------------
+
+// Token ids (int32, context per sample) → rows of the embedding table, plus learned positions
+// when `positions` is named (GPT-2's wpe, [max_positions ≥ context, hidden]; a window uses its
+// first context rows).
+class TokenEmbedding final : public Layer {
+ public:
+  TokenEmbedding(const Env& env, std::string name, int64_t vocab, int64_t hidden, const Name& table, Init init,
+                 const Name& positions = {}, int64_t max_positions = 0);
+  void forward(const Call& c) override;
+  void backward(const Call& c) override;
+  int64_t vocab, hidden;
+  int table = -1, positions = -1;
+};
+
+struct BlockSpec {
+  NormKind norm = NormKind::rms;
+  float eps = 1e-5f;
+  Name norm1, norm1_bias, norm2, norm2_bias;
+  AttentionSpec attention;
+  MlpSpec mlp;
+};
+
+// A pre-norm transformer block: h = x + attention(norm1(x)); y = h + mlp(norm2(h)).
+class DecoderBlock final : public Layer {
+ public:
+  DecoderBlock(const Env& env, std::string name, const BlockSpec& spec);
+  void forward(const Call& c) override;
+  void backward(const Call& c) override;
+
+ private:
+  int64_t hidden_;
+  Norm norm1_;
+  Attention attn_;
+  Norm norm2_;
+  Mlp mlp_;
+  int sv_stats1_, sv_h_, sv_stats2_, fw_xn_, bw_xn_, bw_dxn_, bw_dh_;
+};
+
+// The loss layer: final norm, logits = norm(x)·Wᵀ (W its own [vocab, hidden] or tied to the
+// embedding table), and the mean cross-entropy over the positions whose target is ≥ 0. Its
+// output is the logits; in a training forward the softmax probabilities replace them in place
+// (backward's input), so the layer needs no vocabulary-sized buffer of its own.
+class LmHead final : public Layer {
+ public:
+  LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, NormKind norm, float eps, const Name& norm_weight,
+         const Name& norm_bias, const Name& weight, Init init, const std::string& tied_to = "");
+  void forward(const Call& c) override;
+  void backward(const Call& c) override;
+
+ private:
+  int64_t hidden_, vocab_;
+  Norm norm_;
+  Linear proj_;
+  int sv_stats_, fw_xn_, bw_xn_, bw_dxn_;
+  int64_t counted_ = 0;  // rows the last training forward counted (its backward follows it)
+};
+
+// ---- models ---------------------------------------------------------------------------------------
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // One sample of a split (0 train, 1 eval) into host buffers (model.h's load_sample).
+  virtual void load_sample(int32_t split, int64_t index, void* input, int32_t* target) const = 0;
+
+  template <class L, class... Args>
+  L& add(Args&&... args) {
+    layers.push_back(std::make_unique<L>(std::forward<Args>(args)...));
+    return static_cast<L&>(*layers.back());
+  }
+  void log(const std::string& line) const {
+    if (host.log != nullptr) host.log(host.runtime, line.c_str());
+  }
+
+  std::vector<std::unique_ptr<Layer>> layers;
+  dscpp_data_desc data{};
+  dscpp_host_info host{};
+  std::string init_from, export_config;  // model.h's dscpp_model_desc fields ("" = none)
+  bool init_partial = false;
+};
+
+// argv[0] is the plugin's path; the rest are its arguments.
+using ModelFactory = std::unique_ptr<Model> (*)(const std::vector<std::string>& args, const dscpp_host_info& host);
+// The plugin's API table for a model made by `factory` (one per shared object).
+const dscpp_model_api* model_api(const char* name, ModelFactory factory);
+
+}  // namespace dscpp::layers
+
+#define DSCPP_EXPORT_MODEL(NAME, FACTORY)                                                   \
+  extern "C" __attribute__((visibility("default"))) const dscpp_model_api* dscpp_model_entry(void) { \
+    return ::dscpp::layers::model_api(NAME, FACTORY);                                         \
+  }
+
+#endif /* DSCPP_LAYERS_H */

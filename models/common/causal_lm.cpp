@@ -1,0 +1,204 @@
+#include "causal_lm.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace dscpp::models {
+
+using layers::fail;
+
+// ---- Args ---------------------------------------------------------------------------------------
+
+Args::Args(const std::string& family, const std::vector<std::string>& args, const std::vector<std::string>& flags)
+    : family_(family) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string key = args[i], value;
+    if (key.rfind("--", 0) != 0) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": expected an --option, found '" + key + "'");
+    if (const size_t eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key.resize(eq);
+    } else if (std::find(flags.begin(), flags.end(), key) != flags.end()) {
+      value = "1";
+    } else {
+      if (i + 1 >= args.size()) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": " + key + " needs a value");
+      value = args[++i];
+    }
+    if (values_.count(key)) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": " + key + " is given twice");
+    values_[key] = value;
+    used_[key] = false;
+  }
+}
+
+bool Args::has(const std::string& key) {
+  if (!values_.count(key)) return false;
+  used_[key] = true;
+  return true;
+}
+
+std::string Args::text(const std::string& key, const std::string& fallback) {
+  return has(key) ? values_[key] : fallback;
+}
+
+int64_t Args::integer(const std::string& key, int64_t fallback, int64_t lo) {
+  if (!has(key)) return fallback;
+  const std::string& v = values_[key];
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < lo)
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": " + key + " wants an integer ≥ " + std::to_string(lo) + ", got '" + v + "'");
+  return x;
+}
+
+void Args::finish() const {
+  for (const auto& [key, used] : used_)
+    if (!used) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": unknown argument " + key);
+}
+
+// ---- HfConfig -------------------------------------------------------------------------------------
+
+HfConfig::HfConfig(const std::string& path) : path_(path) {
+  std::ifstream in(path);
+  if (!in) fail(DSCPP_E_IO, path + ": cannot open: " + std::strerror(errno));
+  std::stringstream s;
+  s << in.rdbuf();
+  text_ = s.str();
+  try {
+    json_ = nlohmann::json::parse(text_);
+  } catch (const nlohmann::json::exception& e) {
+    fail(DSCPP_E_IO, path + ": not JSON: " + e.what());
+  }
+  if (!json_.is_object()) fail(DSCPP_E_IO, path + ": expected a JSON object, found " + json_.type_name());
+}
+
+void HfConfig::bad(const std::string& key, const std::string& what) const {
+  auto it = json_.find(key);
+  fail(DSCPP_E_INVALID_ARGUMENT,
+       path_ + ": \"" + key + "\": expected " + what + ", found " + (it == json_.end() ? "nothing" : it->dump()));
+}
+
+bool HfConfig::has(const std::string& key) const {
+  auto it = json_.find(key);
+  return it != json_.end() && !it->is_null();
+}
+
+int64_t HfConfig::integer(const std::string& key) const {
+  if (!has(key) || !json_[key].is_number_integer()) bad(key, "an integer");
+  return json_[key].get<int64_t>();
+}
+
+int64_t HfConfig::integer(const std::string& key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
+
+double HfConfig::number(const std::string& key, double fallback) const {
+  if (!has(key)) return fallback;
+  if (!json_[key].is_number()) bad(key, "a number");
+  return json_[key].get<double>();
+}
+
+bool HfConfig::boolean(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  if (!json_[key].is_boolean()) bad(key, "true or false");
+  return json_[key].get<bool>();
+}
+
+std::string HfConfig::string(const std::string& key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  if (!json_[key].is_string()) bad(key, "a string");
+  return json_[key].get<std::string>();
+}
+
+// ---- TokenWindows -----------------------------------------------------------------------------------
+
+TokenWindows::TokenWindows(const std::string& family, const std::string& train, const std::string& eval,
+                           int token_bytes, int64_t vocab, int64_t context)
+    : family_(family), context_(context) {
+  try {
+    train_ = std::make_unique<examples::TokenFile>(train, token_bytes, vocab);
+    if (!eval.empty()) eval_ = std::make_unique<examples::TokenFile>(eval, token_bytes, vocab);
+  } catch (const std::runtime_error& e) {
+    fail(DSCPP_E_IO, family_ + ": " + e.what());
+  }
+  const int64_t windows = train_->size() / (context + 1);
+  if (eval_) {
+    train_size_ = windows;
+    eval_size_ = eval_->size() / (context + 1);
+  } else {
+    train_size_ = windows * 9 / 10;
+    eval_size_ = windows - train_size_;
+    eval_first_ = train_size_;
+  }
+  if (train_size_ < 1)
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": " + train + " has " + std::to_string(train_->size()) +
+                                       " tokens, too few for one training window of context+1 = " +
+                                       std::to_string(context + 1));
+}
+
+void TokenWindows::load(int32_t split, int64_t index, void* input, int32_t* target) const {
+  if (split != 0 && split != 1)
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": split " + std::to_string(split) + " is neither 0 (train) nor 1 (eval)");
+  const int64_t size = split == 0 ? train_size_ : eval_size_;
+  if (index < 0 || index >= size)
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": sample " + std::to_string(index) + " of a split of " + std::to_string(size));
+  const examples::TokenFile& f = split == 1 && eval_ ? *eval_ : *train_;
+  const int64_t first = ((split == 1 ? eval_first_ : 0) + index) * (context_ + 1);
+  auto* x = static_cast<int32_t*>(input);
+  for (int64_t t = 0; t < context_; ++t) {
+    x[t] = static_cast<int32_t>(f.at(first + t));
+    target[t] = static_cast<int32_t>(f.at(first + t + 1));
+  }
+}
+
+std::string TokenWindows::summary() const {
+  return std::to_string(train_size_) + " train / " + std::to_string(eval_size_) + " eval windows of " +
+         std::to_string(context_) + "+1 tokens (" + train_->format() + ")";
+}
+
+// ---- CausalLM ----------------------------------------------------------------------------------------
+
+CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host)
+    : family_(family), args_(family, args, {"--init_partial"}), compute_(host.compute_dtype) {
+  this->host = host;
+  const std::string dir = args_.text("--from_hf"), file = args_.text("--config");
+  if (dir.empty() == file.empty())
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": give the model as --from_hf DIR (config and weights) or --config "
+                                             "config.json (shape only, initial weights from the init rule)");
+  config_ = std::make_unique<HfConfig>(dir.empty() ? file : dir + "/config.json");
+  if (!dir.empty()) init_from = dir;
+  init_partial = args_.has("--init_partial");
+  if (init_partial && dir.empty()) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --init_partial goes with --from_hf");
+  export_config = config_->text();
+}
+
+layers::Env CausalLM::env(int64_t max_positions) {
+  context_ = args_.integer("--context", std::min<int64_t>(max_positions, 1024), 1);
+  return layers::Env{layers::dtype_bytes(compute_), context_};
+}
+
+void CausalLM::data_from(int64_t vocab) {
+  if (context_ == 0) fail(DSCPP_E_INTERNAL, family_ + ": data before the context is known");
+  const std::string train = args_.text("--data");
+  if (train.empty()) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --data FILE (a token file) is required");
+  const auto bytes = static_cast<int>(args_.integer("--token_bytes", 2, 2));
+  if (bytes != 2 && bytes != 4) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --token_bytes is 2 or 4");
+  data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_);
+  args_.finish();
+  data = dscpp_data_desc{};
+  data.train_size = data_->train_size();
+  data.eval_size = data_->eval_size();
+  data.input_dtype = DSCPP_I32;
+  data.input_numel = context_;
+  data.target_dtype = DSCPP_I32;
+  data.target_numel = context_;
+  data.tokens_per_sample = context_;
+  if (host.rank == 0) log(family_ + ": " + data_->summary());
+}
+
+void CausalLM::load_sample(int32_t split, int64_t index, void* input, int32_t* target) const {
+  data_->load(split, index, input, target);
+}
+
+}  // namespace dscpp::models

@@ -1,0 +1,106 @@
+// What every shipped causal language model family shares: its plugin arguments, the Hugging
+// Face config.json it is built from, and token-file data cut into windows.
+//
+// Arguments (after `--` on the dscpp command line):
+//   --from_hf DIR       a Hugging Face model directory: config.json and model.safetensors (or a
+//                       sharded model.safetensors.index.json); the run starts from its weights
+//   --config FILE       a config.json only: the model's shape, weights from the family's init rule
+//   --init_partial      with --from_hf: parameters the files lack keep their init, unused tensors
+//                       are listed instead of refused
+//   --data FILE         training tokens (examples/common/token_file.h: llm.c's or Megatron's
+//                       format, or headerless uint16/uint32 with --token_bytes 2|4)
+//   --eval_data FILE    evaluation tokens; without it the last tenth of --data's windows
+//   --context N         tokens per sample (default: the config's maximum positions, at most 1024)
+// Samples are non-overlapping windows of context+1 tokens: window w = tokens[w·(T+1), (w+1)·(T+1)),
+// input its first T tokens, target its last T; every token is checked against the vocabulary.
+#pragma once
+
+#include "dscpp/layers.h"
+#include "token_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dscpp::models {
+
+// "--key value" and "--key=value" pairs; flags listed in `flags` take no value.
+class Args {
+ public:
+  Args(const std::string& family, const std::vector<std::string>& args, const std::vector<std::string>& flags);
+  bool has(const std::string& key);
+  std::string text(const std::string& key, const std::string& fallback = "");
+  int64_t integer(const std::string& key, int64_t fallback, int64_t lo);
+  // Fails naming the first argument no one asked for.
+  void finish() const;
+
+ private:
+  std::string family_;
+  std::map<std::string, std::string> values_;
+  std::map<std::string, bool> used_;
+};
+
+// A config.json with typed, located reads: every failure names the file and the key.
+class HfConfig {
+ public:
+  explicit HfConfig(const std::string& path);
+  const std::string& path() const { return path_; }
+  const std::string& text() const { return text_; }
+  bool has(const std::string& key) const;  // present and not null
+  int64_t integer(const std::string& key) const;
+  int64_t integer(const std::string& key, int64_t fallback) const;
+  double number(const std::string& key, double fallback) const;
+  bool boolean(const std::string& key, bool fallback) const;
+  std::string string(const std::string& key, const std::string& fallback) const;
+  const nlohmann::json& json() const { return json_; }
+  [[noreturn]] void bad(const std::string& key, const std::string& what) const;
+
+ private:
+  std::string path_, text_;
+  nlohmann::json json_;
+};
+
+// Token windows of context+1 from the data files, split into train and eval.
+class TokenWindows {
+ public:
+  TokenWindows(const std::string& family, const std::string& train, const std::string& eval, int token_bytes,
+               int64_t vocab, int64_t context);
+  int64_t train_size() const { return train_size_; }
+  int64_t eval_size() const { return eval_size_; }
+  void load(int32_t split, int64_t index, void* input, int32_t* target) const;
+  std::string summary() const;
+
+ private:
+  std::string family_;
+  int64_t context_;
+  std::unique_ptr<examples::TokenFile> train_, eval_;
+  int64_t train_size_ = 0, eval_size_ = 0, eval_first_ = 0;  // eval windows start at eval_first_ of their file
+};
+
+// The parts of a model every family fills the same way: the data description, weights to start
+// from (--from_hf), the config to export, and the data itself.
+class CausalLM : public layers::Model {
+ public:
+  // Reads --from_hf/--config, --data/--eval_data, --context; `context_cap`: the config's maximum
+  // positions. Call data_from() once the vocabulary is known.
+  CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host);
+  const HfConfig& config() const { return *config_; }
+  Args& args() { return args_; }
+  layers::Env env(int64_t max_positions);
+  void data_from(int64_t vocab);
+  void load_sample(int32_t split, int64_t index, void* input, int32_t* target) const override;
+
+ private:
+  std::string family_;
+  Args args_;
+  std::unique_ptr<HfConfig> config_;
+  std::unique_ptr<TokenWindows> data_;
+  dscpp_dtype compute_;
+  int64_t context_ = 0;
+};
+
+}  // namespace dscpp::models

@@ -1,0 +1,141 @@
+// The layers a causal language model is made of (dscpp/layers.h): token embedding, pre-norm
+// decoder block, and the loss head.
+#include "dscpp/layers.h"
+
+namespace dscpp::layers {
+
+// ---- TokenEmbedding -----------------------------------------------------------------------------
+
+TokenEmbedding::TokenEmbedding(const Env& env, std::string name, int64_t v, int64_t h, const Name& t, Init init,
+                               const Name& p, int64_t max_positions)
+    : Layer(env, std::move(name), env.context * h), vocab(v), hidden(h) {
+  table = add_param({t, {vocab, hidden}, init, "", false});
+  if (p.empty()) return;
+  if (max_positions < env.context)
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + this->name() + ": a context of " + std::to_string(env.context) +
+                                       " tokens needs at least as many positions, not " + std::to_string(max_positions));
+  positions = add_param({p, {max_positions, hidden}, init, "", false});
+}
+
+void TokenEmbedding::forward(const Call& c) {
+  const int64_t B = c.batch(), T = env().context;
+  const auto* ids = static_cast<const int32_t*>(c.ctx.input);
+  DSCPP_CALL(c.ops(), embedding_forward, ids, c.param(table), c.ctx.output, B * T, vocab, hidden);
+  // Learned positions act as a bias of length T·hidden over the batch's B rows.
+  if (positions >= 0) DSCPP_CALL(c.ops(), bias_add, c.ctx.output, c.param(positions), B, T * hidden);
+}
+
+void TokenEmbedding::backward(const Call& c) {
+  const int64_t B = c.batch(), T = env().context;
+  const auto* ids = static_cast<const int32_t*>(c.ctx.input);
+  DSCPP_CALL(c.ops(), embedding_backward, ids, c.ctx.grad_output, c.grad(table), B * T, vocab, hidden);
+  if (positions >= 0) DSCPP_CALL(c.ops(), bias_grad, c.ctx.grad_output, c.grad(positions), B, T * hidden);
+}
+
+// ---- DecoderBlock -------------------------------------------------------------------------------
+
+DecoderBlock::DecoderBlock(const Env& env, std::string name, const BlockSpec& s)
+    : Layer(env, std::move(name), env.context * s.attention.hidden),
+      hidden_(s.attention.hidden),
+      norm1_(*this, s.norm, s.norm1, s.norm1_bias, hidden_, s.eps),
+      attn_(*this, s.attention),
+      norm2_(*this, s.norm, s.norm2, s.norm2_bias, hidden_, s.eps),
+      mlp_(*this, s.mlp) {
+  const int64_t T = env.context, TC = T * hidden_ * static_cast<int64_t>(env.elem);
+  sv_stats1_ = saved.add(norm1_.stats_floats(T) * 4);
+  sv_h_ = saved.add(TC);
+  sv_stats2_ = saved.add(norm2_.stats_floats(T) * 4);
+  fw_xn_ = fwd_work.add(TC);
+  bw_xn_ = bwd_work.add(TC);
+  bw_dxn_ = bwd_work.add(TC);
+  bw_dh_ = bwd_work.add(TC);
+}
+
+// The norm outputs are not kept: backward makes them again from the same inputs (the same bits),
+// which costs a norm pass and saves two T×C tensors per sample.
+void DecoderBlock::forward(const Call& c) {
+  const int64_t rows = c.batch() * env().context;
+  void* xn = c.fwd_work(fw_xn_);
+  void* h = c.saved(sv_h_);
+  norm1_.forward(c, c.ctx.input, xn, static_cast<float*>(c.saved(sv_stats1_)), rows);
+  attn_.forward(c, xn, c.ctx.input, h);
+  norm2_.forward(c, h, xn, static_cast<float*>(c.saved(sv_stats2_)), rows);
+  mlp_.forward(c, xn, h, c.ctx.output);
+}
+
+void DecoderBlock::backward(const Call& c) {
+  const int64_t rows = c.batch() * env().context;
+  const void* dy = c.ctx.grad_output;
+  const void* h = c.saved(sv_h_);
+  auto* stats1 = static_cast<float*>(c.saved(sv_stats1_));
+  auto* stats2 = static_cast<float*>(c.saved(sv_stats2_));
+  void* xn = c.bwd_work(bw_xn_);
+  void* dxn = c.bwd_work(bw_dxn_);
+  void* dh = c.bwd_work(bw_dh_);
+  // y = h + mlp(norm2(h))
+  norm2_.forward(c, h, xn, stats2, rows);
+  mlp_.backward(c, dy, xn, dxn);
+  norm2_.backward(c, dxn, h, stats2, dh, rows);
+  DSCPP_CALL(c.ops(), axpy, 1.0f, dy, dh, rows * hidden_);
+  // h = x + attention(norm1(x))
+  norm1_.forward(c, c.ctx.input, xn, stats1, rows);
+  attn_.backward(c, dh, xn, dxn);
+  if (c.ctx.grad_input != nullptr) {
+    norm1_.backward(c, dxn, c.ctx.input, stats1, c.ctx.grad_input, rows);
+    DSCPP_CALL(c.ops(), axpy, 1.0f, dh, c.ctx.grad_input, rows * hidden_);
+  } else {
+    norm1_.backward(c, dxn, c.ctx.input, stats1, dxn, rows);  // the first layer: only the norm's own gradients
+  }
+}
+
+// ---- LmHead -------------------------------------------------------------------------------------
+
+LmHead::LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, NormKind norm, float eps,
+               const Name& norm_weight, const Name& norm_bias, const Name& weight, Init init, const std::string& tied_to)
+    : Layer(env, std::move(name), env.context * vocab),
+      hidden_(hidden),
+      vocab_(vocab),
+      norm_(*this, norm, norm_weight, norm_bias, hidden, eps),
+      proj_(*this, weight, hidden, vocab, init, {}, false, tied_to) {
+  const int64_t T = env.context, TC = T * hidden * static_cast<int64_t>(env.elem);
+  sv_stats_ = saved.add(norm_.stats_floats(T) * 4);
+  fw_xn_ = fwd_work.add(TC);
+  bw_xn_ = bwd_work.add(TC);
+  bw_dxn_ = bwd_work.add(TC);
+}
+
+void LmHead::forward(const Call& c) {
+  const int64_t rows = c.batch() * env().context;
+  void* xn = c.fwd_work(fw_xn_);
+  norm_.forward(c, c.ctx.input, xn, static_cast<float*>(c.saved(sv_stats_)), rows);
+  proj_.forward(c, xn, c.ctx.output, rows);
+  if (c.ctx.target == nullptr) return;  // predicting: the output keeps the logits
+  double loss_sum = 0;
+  int64_t counted = 0, correct = 0;
+  DSCPP_CALL(c.ops(), cross_entropy_forward, c.ctx.output, c.ctx.target, c.ctx.output, rows, vocab_, &loss_sum,
+             &counted, &correct);
+  counted_ = counted;
+  if (c.ctx.metrics != nullptr) {
+    c.ctx.metrics->loss_sum += loss_sum;
+    c.ctx.metrics->counted += counted;
+    c.ctx.metrics->correct += correct;
+  }
+}
+
+void LmHead::backward(const Call& c) {
+  const int64_t rows = c.batch() * env().context;
+  if (c.ctx.target == nullptr || c.ctx.grad_input == nullptr)
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + name() + ": backward needs targets and a layer before it");
+  // The objective is the mean over the counted positions: d/dlogits = loss_grad/counted·(p − onehot).
+  const float scale = counted_ > 0 ? c.ctx.loss_grad / static_cast<float>(counted_) : 0.0f;
+  void* dlogits = c.ctx.output;  // the probabilities, turned into their gradient in place
+  DSCPP_CALL(c.ops(), cross_entropy_backward, c.ctx.output, c.ctx.target, dlogits, rows, vocab_, scale);
+  void* xn = c.bwd_work(bw_xn_);
+  void* dxn = c.bwd_work(bw_dxn_);
+  auto* stats = static_cast<float*>(c.saved(sv_stats_));
+  norm_.forward(c, c.ctx.input, xn, stats, rows);
+  proj_.backward(c, dlogits, vocab_, xn, dxn, false, rows);
+  norm_.backward(c, dxn, c.ctx.input, stats, c.ctx.grad_input, rows);
+}
+
+}  // namespace dscpp::layers

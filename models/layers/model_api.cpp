@@ -1,0 +1,187 @@
+// The layer library's plumbing: memory plans, the Layer base, and the C ABI (dscpp/model.h) a
+// Model is exported through, with every exception turned into a status and its message.
+#include "dscpp/layers.h"
+
+#include <cstdio>
+#include <exception>
+#include <new>
+
+namespace dscpp::layers {
+
+void fail(int code, const std::string& message) { throw Failure{code, message}; }
+
+void check(int status, const char* op) {
+  if (status == DSCPP_E_UNSUPPORTED)
+    fail(status, std::string("the ops table cannot run ") + op + " (not in this table, or not for its dtype)");
+  if (status != DSCPP_OK) fail(status, std::string("op ") + op + " failed with status " + std::to_string(status));
+}
+
+size_t dtype_bytes(dscpp_dtype d) { return d == DSCPP_F16 || d == DSCPP_BF16 ? 2 : 4; }
+
+int Buffers::add(int64_t bytes_per_sample) {
+  if (bytes_per_sample < 0) fail(DSCPP_E_INVALID_ARGUMENT, "a layer buffer of negative size");
+  offset_.push_back(total_);
+  total_ += (bytes_per_sample + 63) / 64 * 64;
+  return static_cast<int>(offset_.size()) - 1;
+}
+
+void* Buffers::at(void* base, int slot, int64_t batch) const {
+  return static_cast<char*>(base) + offset_.at(static_cast<size_t>(slot)) * batch;
+}
+
+void* Call::saved(int slot) const { return layer.saved.at(ctx.saved, slot, ctx.batch); }
+void* Call::fwd_work(int slot) const { return layer.fwd_work.at(ctx.workspace, slot, ctx.batch); }
+void* Call::bwd_work(int slot) const { return layer.bwd_work.at(ctx.workspace, slot, ctx.batch); }
+
+Layer::Layer(const Env& env, std::string name, int64_t output_numel)
+    : env_(env), name_(std::move(name)), output_numel_(output_numel) {}
+
+int Layer::add_param(ParamSpec p) {
+  if (p.name.empty()) fail(DSCPP_E_INTERNAL, "layer " + name_ + ": a parameter without a name");
+  if (p.shape.empty() || p.shape.size() > DSCPP_MAX_DIMS)
+    fail(DSCPP_E_INTERNAL, "layer " + name_ + ": parameter " + p.name.local + " has " + std::to_string(p.shape.size()) +
+                               " dimensions");
+  params_.push_back(std::move(p));
+  return static_cast<int>(params_.size()) - 1;
+}
+
+std::string Layer::full_name(int i) const {
+  const ParamSpec& p = params_.at(static_cast<size_t>(i));
+  return p.name.full.empty() ? name_ + "." + p.name.local : p.name.full;
+}
+
+void Layer::describe(dscpp_layer_desc* out) {
+  // The strings the descriptors point at live as long as the layer; built once.
+  if (descs_.size() != params_.size()) {
+    local_names_.clear(), full_names_.clear(), tied_.clear(), descs_.clear();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      local_names_.push_back(params_[i].name.local);
+      full_names_.push_back(full_name(static_cast<int>(i)));
+      tied_.push_back(params_[i].tied_to);
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamSpec& p = params_[i];
+      dscpp_param_desc d{};
+      d.name = local_names_[i].c_str();
+      d.full_name = full_names_[i].c_str();
+      d.tied_to = tied_[i].empty() ? nullptr : tied_[i].c_str();
+      d.ndim = static_cast<int32_t>(p.shape.size());
+      for (size_t k = 0; k < p.shape.size(); ++k) d.shape[k] = p.shape[k];
+      d.init = p.init.kind;
+      d.init_a = p.init.a;
+      d.file_transposed = p.file_transposed ? 1 : 0;
+      descs_.push_back(d);
+    }
+  }
+  *out = dscpp_layer_desc{};
+  out->name = name_.c_str();
+  out->num_params = static_cast<int32_t>(descs_.size());
+  out->params = descs_.data();
+  out->output_numel = output_numel_;
+  out->saved_bytes = saved.bytes();
+  out->workspace_bytes = fwd_work.bytes() > bwd_work.bytes() ? fwd_work.bytes() : bwd_work.bytes();
+}
+
+namespace {
+
+ModelFactory g_factory = nullptr;
+dscpp_model_api g_api{};
+
+void set_error(dscpp_error* err, const std::string& message) {
+  if (err != nullptr) std::snprintf(err->message, DSCPP_ERROR_CAP, "%s", message.c_str());
+}
+
+template <class Body>
+int guarded(dscpp_error* err, Body&& body) {
+  try {
+    body();
+    return DSCPP_OK;
+  } catch (const Failure& f) {
+    set_error(err, f.message);
+    return f.code;
+  } catch (const std::bad_alloc&) {
+    set_error(err, "out of host memory");
+    return DSCPP_E_INTERNAL;
+  } catch (const std::exception& e) {
+    set_error(err, e.what());
+    return DSCPP_E_INTERNAL;
+  }
+}
+
+Model& model_of(void* m) { return *static_cast<Model*>(m); }
+
+Layer& layer_of(void* m, int32_t index) {
+  Model& model = model_of(m);
+  if (index < 0 || static_cast<size_t>(index) >= model.layers.size())
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + std::to_string(index) + " of a model with " +
+                                       std::to_string(model.layers.size()) + " layers");
+  return *model.layers[static_cast<size_t>(index)];
+}
+
+int api_create(int argc, const char* const* argv, const dscpp_host_info* host, void** model, dscpp_error* err) {
+  return guarded(err, [&] {
+    if (model == nullptr || host == nullptr) fail(DSCPP_E_INVALID_ARGUMENT, "create without a model pointer or host info");
+    std::vector<std::string> args(argv, argv + argc);
+    std::unique_ptr<Model> m = g_factory(args, *host);
+    if (m == nullptr || m->layers.empty()) fail(DSCPP_E_INTERNAL, "the model has no layers");
+    m->host = *host;
+    *model = m.release();
+  });
+}
+
+void api_destroy(void* model) { delete static_cast<Model*>(model); }
+
+int api_describe(void* model, dscpp_model_desc* out, dscpp_error* err) {
+  return guarded(err, [&] {
+    const Model& m = model_of(model);
+    *out = dscpp_model_desc{};
+    out->num_layers = static_cast<int32_t>(m.layers.size());
+    out->data = m.data;
+    out->init_from = m.init_from.empty() ? nullptr : m.init_from.c_str();
+    out->init_partial = m.init_partial ? 1 : 0;
+    out->export_config = m.export_config.empty() ? nullptr : m.export_config.c_str();
+  });
+}
+
+int api_layer(void* model, int32_t index, dscpp_layer_desc* out, dscpp_error* err) {
+  return guarded(err, [&] { layer_of(model, index).describe(out); });
+}
+
+int api_forward(void* model, int32_t index, const dscpp_layer_ctx* ctx, dscpp_error* err) {
+  return guarded(err, [&] {
+    Layer& l = layer_of(model, index);
+    l.forward(Call{*ctx, l});
+  });
+}
+
+int api_backward(void* model, int32_t index, const dscpp_layer_ctx* ctx, dscpp_error* err) {
+  return guarded(err, [&] {
+    Layer& l = layer_of(model, index);
+    l.backward(Call{*ctx, l});
+  });
+}
+
+int api_load_sample(void* model, int32_t split, int64_t index, void* input, int32_t* target, dscpp_error* err) {
+  return guarded(err, [&] { model_of(model).load_sample(split, index, input, target); });
+}
+
+}  // namespace
+
+const dscpp_model_api* model_api(const char* name, ModelFactory factory) {
+  if (g_factory == nullptr) {
+    g_factory = factory;
+    g_api.name = name;
+    g_api.create = api_create;
+    g_api.destroy = api_destroy;
+    g_api.describe = api_describe;
+    g_api.layer = api_layer;
+    g_api.forward = api_forward;
+    g_api.backward = api_backward;
+    g_api.load_sample = api_load_sample;
+    g_api.report = nullptr;
+    dscpp_model_api_stamp(&g_api);
+  }
+  return &g_api;
+}
+
+}  // namespace dscpp::layers

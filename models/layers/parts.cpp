@@ -1,0 +1,249 @@
+// The parts layers are made of (dscpp/layers.h): linear maps, norms, attention and MLPs, each
+// declaring its parameters and buffers on its layer and computing only through the ops table.
+#include "dscpp/layers.h"
+
+#include <cmath>
+
+namespace dscpp::layers {
+namespace {
+
+int64_t rows_of(const Call& c, const Env& env) { return c.batch() * env.context; }
+
+}  // namespace
+
+// ---- Linear -----------------------------------------------------------------------------------
+
+Linear::Linear(Layer& owner, const Name& w, int64_t in_, int64_t out_, Init init, const Name& b, bool file_transposed,
+               const std::string& tied_to)
+    : in(in_), out(out_) {
+  weight = owner.add_param({w, {out, in}, init, tied_to, file_transposed});
+  if (!b.empty()) bias = owner.add_param({b, {out}, zeros(), "", false});
+}
+
+void Linear::forward(const Call& c, const void* x, void* y, int64_t rows, const void* residual) const {
+  DSCPP_CALL(c.ops(), linear_forward, x, c.param(weight), bias >= 0 ? c.param(bias) : nullptr, residual, y, nullptr,
+             rows, in, out);
+}
+
+void Linear::forward_strided(const Call& c, const void* x, void* y, int64_t ld, int64_t rows, const void* ones) const {
+  if (ld == out) return forward(c, x, y, rows);
+  DSCPP_CALL(c.ops(), gemm, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, x, in, c.param(weight), in, 0.0f, y, ld);
+  // The bias as a rank-1 product: y += ones[rows × 1]·b[1 × out].
+  if (bias >= 0)
+    DSCPP_CALL(c.ops(), gemm, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, out, int64_t{1}, 1.0f, ones, int64_t{1},
+               c.param(bias), out, 1.0f, y, ld);
+}
+
+void Linear::backward(const Call& c, const void* dy, int64_t ld, const void* x, void* dx, bool accumulate, int64_t rows,
+                      const void* ones) const {
+  if (ld == out && !accumulate) {
+    DSCPP_CALL(c.ops(), linear_backward, dy, x, c.param(weight), c.grad(weight), bias >= 0 ? c.grad(bias) : nullptr, dx,
+               nullptr, rows, in, out);
+    return;
+  }
+  DSCPP_CALL(c.ops(), gemm, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dy, ld, x, in, 1.0f, c.grad(weight), in);
+  if (bias >= 0) {
+    if (ld == out) DSCPP_CALL(c.ops(), bias_grad, dy, c.grad(bias), rows, out);
+    else
+      DSCPP_CALL(c.ops(), gemm, DSCPP_TRANS, DSCPP_NO_TRANS, int64_t{1}, out, rows, 1.0f, ones, int64_t{1}, dy, ld, 1.0f,
+                 c.grad(bias), out);
+  }
+  if (dx != nullptr)
+    DSCPP_CALL(c.ops(), gemm, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dy, ld, c.param(weight), in,
+               accumulate ? 1.0f : 0.0f, dx, in);
+}
+
+// ---- Norm -------------------------------------------------------------------------------------
+
+Norm::Norm(Layer& owner, NormKind k, const Name& w, const Name& b, int64_t d, float e) : kind(k), dim(d), eps(e) {
+  weight = owner.add_param({w, {dim}, ones(), "", false});
+  if (kind == NormKind::layer) {
+    if (b.empty()) fail(DSCPP_E_INTERNAL, "layer " + owner.name() + ": a LayerNorm needs a bias name");
+    bias = owner.add_param({b, {dim}, zeros(), "", false});
+  }
+}
+
+void Norm::forward(const Call& c, const void* x, void* y, float* stats, int64_t rows) const {
+  if (kind == NormKind::rms)
+    DSCPP_CALL(c.ops(), rmsnorm_forward, x, c.param(weight), y, stats, rows, dim, eps);
+  else
+    DSCPP_CALL(c.ops(), layernorm_forward, x, c.param(weight), c.param(bias), y, stats, stats + rows, rows, dim, eps);
+}
+
+void Norm::backward(const Call& c, const void* dy, const void* x, const float* stats, void* dx, int64_t rows) const {
+  if (kind == NormKind::rms)
+    DSCPP_CALL(c.ops(), rmsnorm_backward, dy, x, c.param(weight), stats, dx, c.grad(weight), rows, dim);
+  else
+    DSCPP_CALL(c.ops(), layernorm_backward, dy, x, c.param(weight), stats, stats + rows, dx, c.grad(weight),
+               c.grad(bias), rows, dim);
+}
+
+// ---- Attention --------------------------------------------------------------------------------
+
+Attention::Attention(Layer& owner, const AttentionSpec& s)
+    : s_(s), env_(owner.env()), width_((s.heads + 2 * s.kv_heads) * s.head_dim) {
+  if (s.heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0 || s.heads % s.kv_heads != 0)
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": " + std::to_string(s.heads) + " query heads cannot share " +
+                                       std::to_string(s.kv_heads) + " key/value heads (it must divide them)");
+  if (s.fused_qkv) {
+    qkv_.emplace(owner, s.qkv, s.hidden, width_, s.init, s.qkv_bias, s.file_transposed);
+  } else {
+    const int64_t kv = s.kv_heads * s.head_dim;
+    q_.emplace(owner, s.q, s.hidden, s.heads * s.head_dim, s.init, s.q_bias, s.file_transposed);
+    k_.emplace(owner, s.k, s.hidden, kv, s.init, s.k_bias, s.file_transposed);
+    v_.emplace(owner, s.v, s.hidden, kv, s.init, s.v_bias, s.file_transposed);
+  }
+  out_.emplace(owner, s.out, s.heads * s.head_dim, s.hidden, s.out_init, s.out_bias, s.file_transposed);
+  const int64_t T = env_.context, e = static_cast<int64_t>(env_.elem), Q = s.heads * s.head_dim;
+  sv_qkv_ = owner.saved.add(T * width_ * e);  // after the rotary embedding
+  sv_lse_ = owner.saved.add(s.heads * T * 4);
+  sv_att_ = owner.saved.add(T * Q * e);
+  const bool grouped = s.kv_heads != s.heads;
+  if (grouped) fw_qkv3_ = owner.fwd_work.add(3 * T * Q * e);
+  if (!s.fused_qkv) fw_ones_ = owner.fwd_work.add(T * e);
+  bw_datt_ = owner.bwd_work.add(T * Q * e);
+  bw_dqkv_ = owner.bwd_work.add(T * width_ * e);
+  bw_scratch_ = owner.bwd_work.add(s.heads * T * 4);
+  if (grouped) {
+    bw_qkv3_ = owner.bwd_work.add(3 * T * Q * e);
+    bw_dqkv3_ = owner.bwd_work.add(3 * T * Q * e);
+  }
+  if (!s.fused_qkv) bw_ones_ = owner.bwd_work.add(T * e);
+}
+
+// [q | k (kv heads) | v (kv heads)] → [q | k | v] with every kv head repeated for its group.
+void Attention::expand(const Call& c, const void* qkv, void* qkv3) const {
+  const int64_t rows = rows_of(c, env_), D = s_.head_dim, Q = s_.heads * D, G = s_.heads / s_.kv_heads;
+  DSCPP_CALL(c.ops(), copy_2d, qkv, width_, qkv3, 3 * Q, rows, Q, 0);
+  for (int64_t part = 1; part <= 2; ++part)
+    for (int64_t j = 0; j < s_.kv_heads; ++j)
+      for (int64_t g = 0; g < G; ++g)
+        DSCPP_CALL(c.ops(), copy_2d, at(qkv, Q + (part - 1) * s_.kv_heads * D + j * D, env_), width_,
+                   at(qkv3, part * Q + (j * G + g) * D, env_), 3 * Q, rows, D, 0);
+}
+
+// The transpose of expand: each kv head's gradient is the sum over its group's copies.
+void Attention::reduce(const Call& c, const void* dqkv3, void* dqkv) const {
+  const int64_t rows = rows_of(c, env_), D = s_.head_dim, Q = s_.heads * D, G = s_.heads / s_.kv_heads;
+  DSCPP_CALL(c.ops(), copy_2d, dqkv3, 3 * Q, dqkv, width_, rows, Q, 0);
+  for (int64_t part = 1; part <= 2; ++part)
+    for (int64_t j = 0; j < s_.kv_heads; ++j)
+      for (int64_t g = 0; g < G; ++g)
+        DSCPP_CALL(c.ops(), copy_2d, at(dqkv3, part * Q + (j * G + g) * D, env_), 3 * Q,
+                   at(dqkv, Q + (part - 1) * s_.kv_heads * D + j * D, env_), width_, rows, D, g == 0 ? 0 : 1);
+}
+
+void Attention::forward(const Call& c, const void* x, const void* residual, void* y) const {
+  const int64_t rows = rows_of(c, env_), B = c.batch(), T = env_.context, D = s_.head_dim, Q = s_.heads * D;
+  const int64_t kv = s_.kv_heads * D;
+  void* qkv = c.saved(sv_qkv_);
+  if (qkv_) {
+    qkv_->forward(c, x, qkv, rows);
+  } else {
+    void* ones = c.fwd_work(fw_ones_);
+    DSCPP_CALL(c.ops(), fill, ones, 1.0f, rows);
+    q_->forward_strided(c, x, qkv, width_, rows, ones);
+    k_->forward_strided(c, x, at(qkv, Q, env_), width_, rows, ones);
+    v_->forward_strided(c, x, at(qkv, Q + kv, env_), width_, rows, ones);
+  }
+  if (s_.rope)
+    DSCPP_CALL(c.ops(), rope_forward, qkv, B, T, width_, s_.heads + s_.kv_heads, D, nullptr, int64_t{0}, &*s_.rope);
+  const void* packed = qkv;
+  if (fw_qkv3_ >= 0) {
+    expand(c, qkv, c.fwd_work(fw_qkv3_));
+    packed = c.fwd_work(fw_qkv3_);
+  }
+  void* att = c.saved(sv_att_);
+  DSCPP_CALL(c.ops(), flash_attention_forward, packed, static_cast<float*>(c.saved(sv_lse_)), att, B, T, s_.heads, D,
+             1.0f / std::sqrt(static_cast<float>(D)));
+  out_->forward(c, att, y, rows, residual);
+}
+
+void Attention::backward(const Call& c, const void* dy, const void* x, void* dx) const {
+  const int64_t rows = rows_of(c, env_), B = c.batch(), T = env_.context, D = s_.head_dim, Q = s_.heads * D;
+  const int64_t kv = s_.kv_heads * D;
+  void* datt = c.bwd_work(bw_datt_);
+  out_->backward(c, dy, s_.hidden, c.saved(sv_att_), datt, false, rows);
+  const void* qkv = c.saved(sv_qkv_);
+  void* dqkv = c.bwd_work(bw_dqkv_);
+  const void* packed = qkv;
+  void* dpacked = dqkv;
+  if (bw_qkv3_ >= 0) {
+    expand(c, qkv, c.bwd_work(bw_qkv3_));
+    packed = c.bwd_work(bw_qkv3_);
+    dpacked = c.bwd_work(bw_dqkv3_);
+  }
+  DSCPP_CALL(c.ops(), flash_attention_backward, packed, c.saved(sv_att_), static_cast<const float*>(c.saved(sv_lse_)),
+             datt, dpacked, static_cast<float*>(c.bwd_work(bw_scratch_)), B, T, s_.heads, D,
+             1.0f / std::sqrt(static_cast<float>(D)));
+  if (bw_qkv3_ >= 0) reduce(c, dpacked, dqkv);
+  if (s_.rope)
+    DSCPP_CALL(c.ops(), rope_backward, dqkv, B, T, width_, s_.heads + s_.kv_heads, D, nullptr, int64_t{0}, &*s_.rope);
+  if (qkv_) {
+    qkv_->backward(c, dqkv, width_, x, dx, false, rows);
+  } else {
+    void* ones = c.bwd_work(bw_ones_);
+    DSCPP_CALL(c.ops(), fill, ones, 1.0f, rows);
+    q_->backward(c, dqkv, width_, x, dx, false, rows, ones);
+    k_->backward(c, at(dqkv, Q, env_), width_, x, dx, true, rows, ones);
+    v_->backward(c, at(dqkv, Q + kv, env_), width_, x, dx, true, rows, ones);
+  }
+}
+
+// ---- Mlp --------------------------------------------------------------------------------------
+
+Mlp::Mlp(Layer& owner, const MlpSpec& s) : s_(s), env_(owner.env()) {
+  if (s.gated) {
+    gate_.emplace(owner, s.gate, s.hidden, s.inner, s.init, Name{}, s.file_transposed);
+    up_.emplace(owner, s.up, s.hidden, s.inner, s.init, Name{}, s.file_transposed);
+    down_.emplace(owner, s.down, s.inner, s.hidden, s.out_init, Name{}, s.file_transposed);
+  } else {
+    fc_.emplace(owner, s.fc, s.hidden, s.inner, s.init, s.fc_bias, s.file_transposed);
+    down_.emplace(owner, s.proj, s.inner, s.hidden, s.out_init, s.proj_bias, s.file_transposed);
+  }
+  const int64_t TI = env_.context * s.inner * static_cast<int64_t>(env_.elem);
+  sv_a_ = owner.saved.add(TI);
+  if (s.gated) sv_b_ = owner.saved.add(TI);
+  fw_act_ = owner.fwd_work.add(TI);
+  bw_act_ = owner.bwd_work.add(TI);
+  bw_dact_ = owner.bwd_work.add(TI);
+}
+
+void Mlp::forward(const Call& c, const void* x, const void* residual, void* y) const {
+  const int64_t rows = rows_of(c, env_);
+  void* act = c.fwd_work(fw_act_);
+  if (s_.gated) {
+    gate_->forward(c, x, c.saved(sv_a_), rows);
+    up_->forward(c, x, c.saved(sv_b_), rows);
+    DSCPP_CALL(c.ops(), swiglu_forward, c.saved(sv_a_), c.saved(sv_b_), act, rows * s_.inner);
+  } else {
+    DSCPP_CALL(c.ops(), linear_forward, x, c.param(fc_->weight), fc_->bias >= 0 ? c.param(fc_->bias) : nullptr, nullptr,
+               c.saved(sv_a_), act, rows, s_.hidden, s_.inner);
+  }
+  down_->forward(c, act, y, rows, residual);
+}
+
+void Mlp::backward(const Call& c, const void* dy, const void* x, void* dx) const {
+  const int64_t rows = rows_of(c, env_), n = rows * s_.inner;
+  void* act = c.bwd_work(bw_act_);
+  void* dact = c.bwd_work(bw_dact_);
+  if (s_.gated) {
+    void* gate = c.saved(sv_a_);
+    void* up = c.saved(sv_b_);
+    DSCPP_CALL(c.ops(), swiglu_forward, gate, up, act, n);
+    down_->backward(c, dy, s_.hidden, act, dact, false, rows);
+    // The gradients overwrite gate and up: backward is their last reader.
+    DSCPP_CALL(c.ops(), swiglu_backward, gate, up, dact, gate, up, n);
+    gate_->backward(c, gate, s_.inner, x, dx, false, rows);
+    up_->backward(c, up, s_.inner, x, dx, true, rows);
+  } else {
+    const void* pre = c.saved(sv_a_);
+    DSCPP_CALL(c.ops(), gelu_forward, pre, act, n);
+    // dact is the gradient of the GELU's input (linear_backward takes it through the GELU).
+    DSCPP_CALL(c.ops(), linear_backward, dy, act, c.param(down_->weight), c.grad(down_->weight),
+               down_->bias >= 0 ? c.grad(down_->bias) : nullptr, dact, pre, rows, s_.inner, s_.hidden);
+    fc_->backward(c, dact, s_.inner, x, dx, false, rows);
+  }
+}
+
+}  // namespace dscpp::layers
