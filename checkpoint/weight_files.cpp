@@ -3,7 +3,6 @@
 #include "core/error.h"
 
 #include <nlohmann/json.hpp>
-
 #include <sys/stat.h>
 
 #include <algorithm>

@@ -1,8 +1,5 @@
 #include "checkpoint/zero_to_fp32.h"
 
-#include "checkpoint/manifest.h"
-#include "checkpoint/safetensors.h"
-#include "checkpoint/tensor_source.h"
 #include "core/error.h"
 
 #include <fmt/ranges.h>
@@ -11,70 +8,110 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <utility>
 
 namespace dscpp::ckpt {
 
-ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
-                               const std::function<void(const ConsolidateProgress&)>& progress,
-                               const std::string& what) {
-  ConsolidateResult r;
-  r.tag_dir = resolve_tag_dir(ckpt);
-  Manifest m = read_manifest(r.tag_dir);
-  r.zero_stage = m.zero_stage;
-  r.world_size = m.world_size;
-  r.global_steps = m.global_steps;
+CheckpointReader::CheckpointReader(const std::string& ckpt, const std::string& what,
+                                   std::function<void(const ConsolidateProgress&)> progress)
+    : what_(what), progress_(std::move(progress)) {
+  result_.tag_dir = resolve_tag_dir(ckpt);
+  manifest_ = read_manifest(result_.tag_dir);
+  result_.zero_stage = manifest_.zero_stage;
+  result_.world_size = manifest_.world_size;
+  result_.global_steps = manifest_.global_steps;
   // Every file against the digests recorded at save, before anything is converted.
-  for (const std::string& f : m.files)
-    if (std::string problem = verify_file(m, f); !problem.empty()) fail("{}", problem);
-  r.verified = !m.checksums.empty();
-  std::unique_ptr<TensorSource> source = open_source(m);
-  if (!source->has(what))
-    fail("checkpoint {}: it has no '{}' (it has the master weights '{}' and the optimizer states [{}])", r.tag_dir,
-         what, kMasterWeights, fmt::join(m.optimizer_states, ", "));
+  for (const std::string& f : manifest_.files)
+    if (std::string problem = verify_file(manifest_, f); !problem.empty()) fail("{}", problem);
+  result_.verified = !manifest_.checksums.empty();
+  source_ = open_source(manifest_);
+  if (!source_->has(what))
+    fail("checkpoint {}: it has no '{}' (it has the master weights '{}' and the optimizer states [{}])",
+         result_.tag_dir, what, kMasterWeights, fmt::join(manifest_.optimizer_states, ", "));
+  done_.tensors_total = manifest_.layout.params.size();
+  for (const ParamDesc& d : manifest_.layout.params) done_.bytes_total += d.numel * 4;
+}
 
-  ConsolidateProgress p;
-  p.tensors_total = m.layout.params.size();
-  for (const ParamDesc& d : m.layout.params) p.bytes_total += d.numel * 4;
-  std::vector<TensorToWrite> tensors;
-  for (const ParamDesc& d : m.layout.params) {
-    int64_t index = source->find(d.name);
-    if (index < 0)
-      fail("checkpoint {}: parameter '{}' is in the manifest but not in {}", r.tag_dir, d.name, source->description());
-    if (source->params()[static_cast<size_t>(index)].shape != d.shape)
-      fail("checkpoint {}: parameter '{}' has another shape in {} than in the manifest", r.tag_dir, d.name,
-           source->description());
-    TensorToWrite t{d.name, DType::f32, d.shape, nullptr, {}};
-    t.fill = [&, index, numel = d.numel](int64_t first, int64_t count, void* dst) {
-      source->read(static_cast<size_t>(index), what, first, count, static_cast<float*>(dst));
-      p.bytes_done += count * 4;
-      if (first + count == numel) {
-        ++p.tensors_done;
-        if (progress) progress(p);
+TensorToWrite CheckpointReader::tensor(size_t i, const std::string& name, DType dtype, bool transposed) {
+  const ParamDesc& d = manifest_.layout.params.at(i);
+  const int64_t index = source_->find(d.name);
+  if (index < 0)
+    fail("checkpoint {}: parameter '{}' is in the manifest but not in {}", result_.tag_dir, d.name,
+         source_->description());
+  if (source_->params()[static_cast<size_t>(index)].shape != d.shape)
+    fail("checkpoint {}: parameter '{}' has another shape in {} than in the manifest", result_.tag_dir, d.name,
+         source_->description());
+  if (transposed && d.shape.size() != 2)
+    fail("checkpoint {}: parameter '{}' is marked transposed but has {} dimensions", result_.tag_dir, d.name,
+         d.shape.size());
+  std::vector<int64_t> shape = d.shape;
+  if (transposed) std::swap(shape[0], shape[1]);
+  TensorToWrite t{name, dtype, shape, nullptr, {}};
+  t.fill = [this, index, d, dtype, transposed](int64_t first, int64_t count, void* dst) {
+    float* f32 = dtype == DType::f32 ? static_cast<float*>(dst) : nullptr;
+    if (transposed) {
+      if (first == 0) {  // the writer asks in order: the whole parameter once, at its start
+        staged_.assign(static_cast<size_t>(d.numel), 0.0f);
+        source_->read(static_cast<size_t>(index), what_, 0, d.numel, staged_.data());
       }
-    };
-    tensors.push_back(std::move(t));
-    r.numel += d.numel;
-    if (d.numel == 0) ++p.tensors_done;  // written without a fill call
-  }
-  r.tensors = tensors.size();
-  // "format": "pt" is what Hugging Face loaders expect of a weights file; the rest says where
-  // the weights came from.
-  std::map<std::string, std::string> meta{{"format", "pt"},
-                                          {"dscpp_checkpoint", r.tag_dir},
-                                          {"global_steps", std::to_string(m.global_steps)},
-                                          {"zero_stage", std::to_string(m.zero_stage)},
-                                          {"world_size", std::to_string(m.world_size)},
-                                          {"tensor", what}};
+      std::vector<float> chunk;
+      if (!f32) chunk.resize(static_cast<size_t>(count)), f32 = chunk.data();
+      // Element (c, r) of the file's [cols, rows] is memory's (r, c).
+      const int64_t rows = d.shape[0], cols = d.shape[1];
+      for (int64_t e = first; e < first + count; ++e) f32[e - first] = staged_[static_cast<size_t>((e % rows) * cols + e / rows)];
+      if (dtype != DType::f32) convert(f32, DType::f32, dst, dtype, static_cast<size_t>(count));
+    } else if (f32) {
+      source_->read(static_cast<size_t>(index), what_, first, count, f32);
+    } else {
+      staged_.resize(static_cast<size_t>(count));
+      source_->read(static_cast<size_t>(index), what_, first, count, staged_.data());
+      convert(staged_.data(), DType::f32, dst, dtype, static_cast<size_t>(count));
+    }
+    done_.bytes_done += count * 4;
+    if (first + count == d.numel) {
+      ++done_.tensors_done;
+      if (progress_) progress_(done_);
+    }
+  };
+  result_.numel += d.numel;
+  ++result_.tensors;
+  if (d.numel == 0) ++done_.tensors_done;  // written without a fill call
+  return t;
+}
+
+FileDigests write_whole(const std::string& out, const std::vector<TensorToWrite>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
   const std::string partial = out + ".partial";
+  FileDigests digests;
   try {
-    write_safetensors(partial, tensors, meta);
+    digests = write_safetensors(partial, tensors, metadata);
   } catch (...) {
     std::remove(partial.c_str());
     throw;
   }
   if (std::rename(partial.c_str(), out.c_str()) != 0)
-    fail("zero-to-fp32: cannot rename {} to {}: {}", partial, out, std::strerror(errno));
-  return r;
+    fail("cannot rename {} to {}: {}", partial, out, std::strerror(errno));
+  return digests;
+}
+
+ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
+                               const std::function<void(const ConsolidateProgress&)>& progress,
+                               const std::string& what) {
+  CheckpointReader reader(ckpt, what, progress);
+  const Manifest& m = reader.manifest();
+  std::vector<TensorToWrite> tensors;
+  for (size_t i = 0; i < m.layout.params.size(); ++i)
+    tensors.push_back(reader.tensor(i, m.layout.params[i].name, DType::f32, false));
+  // "format": "pt" is what Hugging Face loaders expect of a weights file; the rest says where
+  // the weights came from.
+  std::map<std::string, std::string> meta{{"format", "pt"},
+                                          {"dscpp_checkpoint", reader.result().tag_dir},
+                                          {"global_steps", std::to_string(m.global_steps)},
+                                          {"zero_stage", std::to_string(m.zero_stage)},
+                                          {"world_size", std::to_string(m.world_size)},
+                                          {"tensor", what}};
+  write_whole(out, tensors, meta);
+  return reader.result();
 }
 
 }  // namespace dscpp::ckpt

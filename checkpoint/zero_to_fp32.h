@@ -8,8 +8,13 @@
 // when complete, so an interrupted conversion never leaves a truncated OUT.
 #pragma once
 
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/tensor_source.h"
+
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace dscpp::ckpt {
@@ -28,6 +33,34 @@ struct ConsolidateResult {
   size_t tensors = 0;
   int64_t numel = 0;
 };
+
+// A checkpoint opened for streaming its parameters out whole, one at a time, after every file
+// was checked against the digests recorded at save (zero-to-fp32, export-hf).
+class CheckpointReader {
+ public:
+  // `ckpt`: a save directory (follows `latest`) or a tag directory; `what` as below.
+  CheckpointReader(const std::string& ckpt, const std::string& what,
+                   std::function<void(const ConsolidateProgress&)> progress = {});
+  const Manifest& manifest() const { return manifest_; }
+  const ConsolidateResult& result() const { return result_; }
+  // Parameter i of the manifest as a tensor to write, named `name`, stored as `dtype` (a float
+  // type), transposed ([cols, rows]) when asked; each element is read from the checkpoint
+  // when the writer asks for it (a transposed one reads its parameter whole first).
+  TensorToWrite tensor(size_t i, const std::string& name, DType dtype, bool transposed);
+
+ private:
+  std::string what_;
+  Manifest manifest_;
+  ConsolidateResult result_;
+  std::unique_ptr<TensorSource> source_;
+  std::function<void(const ConsolidateProgress&)> progress_;
+  ConsolidateProgress done_;
+  std::vector<float> staged_;  // a transposed parameter, or one chunk to convert
+};
+
+// Writes `tensors` to `out` through OUT.partial, renamed when complete.
+FileDigests write_whole(const std::string& out, const std::vector<TensorToWrite>& tensors,
+                        const std::map<std::string, std::string>& metadata);
 
 // `ckpt` is a save directory (follows `latest`) or a tag directory. `progress` (optional) is
 // called as each tensor finishes. `what` selects what is consolidated: the fp32 master

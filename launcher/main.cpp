@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
       "  dscpp report                        what this build and this machine offer\n"
       "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n"
       "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n"
+      "  dscpp export-hf CKPT OUT_DIR        a checkpoint → a Hugging Face model directory (config + safetensors)\n"
       "  dscpp aio-bench --path DIR          sweep NVMe offload's aio settings on DIR: GB/s vs fio, best `aio` block\n",
       "dscpp"};
   app.set_version_flag("--version", DSCPP_VERSION_STRING);
@@ -180,6 +181,21 @@ int main(int argc, char** argv) {
   z2f_cmd->add_option("--progress_interval", z2f.progress_interval, "seconds between progress lines (default 2)");
   z2f_cmd->add_flag("-q,--quiet", z2f.quiet, "no progress lines");
 
+  dscpp::launcher::ExportHfArgs ehf;
+  CLI::App* ehf_cmd = app.add_subcommand(
+      "export-hf",
+      "Write a dscpp checkpoint (any ZeRO stage, any number of ranks) as a Hugging Face model directory that\n"
+      "transformers loads: config.json (saved with the checkpoint by the model families of models/) and\n"
+      "model.safetensors, sharded with model.safetensors.index.json above --max_shard_size; parameters in\n"
+      "Hugging Face's names and layouts. Streams tensor by tensor. No GPU and no runtime needed.");
+  ehf_cmd->add_option("CKPT", ehf.checkpoint, "a save directory (follows its `latest`) or a tag directory")->required();
+  ehf_cmd->add_option("OUT_DIR", ehf.out_dir, "the directory to write (created if needed)")->required();
+  ehf_cmd->add_option("--dtype", ehf.dtype, "fp32 (default), bf16 or fp16");
+  ehf_cmd->add_option("--max_shard_size", ehf.max_shard_size, "largest shard, e.g. 5GB (default), 500MB");
+  ehf_cmd->add_option("--config", ehf.config, "a config.json to write instead of the one saved with the checkpoint");
+  ehf_cmd->add_option("--progress_interval", ehf.progress_interval, "seconds between progress lines (default 2)");
+  ehf_cmd->add_flag("-q,--quiet", ehf.quiet, "no progress lines");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -191,6 +207,7 @@ int main(int argc, char** argv) {
     if (*report_cmd) return dscpp::launcher::run_report();
     if (*estimate_cmd) return dscpp::launcher::run_estimate(estimate);
     if (*z2f_cmd) return dscpp::launcher::run_zero_to_fp32(z2f);
+    if (*ehf_cmd) return dscpp::launcher::run_export_hf(ehf);
     launch.program = app.remaining();
     if (!launch.program.empty() && launch.program.front() == "--") launch.program.erase(launch.program.begin());
     if (launch.program.empty()) {

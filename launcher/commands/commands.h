@@ -48,6 +48,18 @@ struct ZeroToFp32Args {
 };
 int run_zero_to_fp32(const ZeroToFp32Args& args);
 
+// `dscpp export-hf CKPT OUT_DIR`: a Hugging Face model directory (checkpoint/export_hf.h).
+struct ExportHfArgs {
+  std::string checkpoint;          // a save dir (its `latest`) or a tag dir
+  std::string out_dir;
+  std::string dtype = "fp32";      // fp32, bf16 or fp16
+  std::string max_shard_size = "5GB";
+  std::string config;              // instead of the checkpoint's config.json
+  double progress_interval = 2.0;
+  bool quiet = false;
+};
+int run_export_hf(const ExportHfArgs& args);
+
 // `dscpp aio-bench ARGS`: replaces this process with dscpp-aio-bench ARGS (returns only by throwing).
 [[noreturn]] void run_aio_bench(const std::vector<std::string>& args);
 

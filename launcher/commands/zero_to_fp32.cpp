@@ -1,12 +1,19 @@
-// `dscpp zero-to-fp32 CKPT OUT`: the consolidation itself is checkpoint/zero_to_fp32.h (no
-// engine: the launcher never links the runtime); this adds the progress lines and summary.
+// `dscpp zero-to-fp32 CKPT OUT` and `dscpp export-hf CKPT OUT_DIR`: the conversions themselves
+// are checkpoint/zero_to_fp32.h and checkpoint/export_hf.h (no engine: the launcher never links
+// the runtime); this adds the progress lines and summaries.
+#include "checkpoint/export_hf.h"
 #include "checkpoint/zero_to_fp32.h"
+#include "core/error.h"
 #include "launcher/commands/commands.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
 
 namespace dscpp::launcher {
 
@@ -14,26 +21,48 @@ namespace {
 std::string gigabytes(int64_t bytes) {
   return fmt::format("{:.2f} GB", static_cast<double>(bytes) / 1e9);
 }
-}  // namespace
 
-int run_zero_to_fp32(const ZeroToFp32Args& args) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
-  Clock::time_point last = start;
-  auto progress = [&](const ckpt::ConsolidateProgress& p) {
+using Clock = std::chrono::steady_clock;
+
+// A progress line on stderr at most every `interval` seconds (none when quiet).
+std::function<void(const ckpt::ConsolidateProgress&)> progress_lines(const char* command, double interval, bool quiet) {
+  auto last = std::make_shared<Clock::time_point>(Clock::now());
+  return [=](const ckpt::ConsolidateProgress& p) {
     Clock::time_point now = Clock::now();
     bool done = p.tensors_done == p.tensors_total;
-    if (args.quiet || done || std::chrono::duration<double>(now - last).count() < args.progress_interval) return;
-    last = now;
+    if (quiet || done || std::chrono::duration<double>(now - *last).count() < interval) return;
+    *last = now;
     std::fprintf(
         stderr, "%s",
         fmt::format(
-            "zero-to-fp32: {}/{} tensors, {} of {} ({:.0f}%)\n", p.tensors_done, p.tensors_total,
-            gigabytes(p.bytes_done), gigabytes(p.bytes_total),
+            "{}: {}/{} tensors, {} of {} ({:.0f}%)\n", command, p.tensors_done, p.tensors_total, gigabytes(p.bytes_done),
+            gigabytes(p.bytes_total),
             p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100.0)
             .c_str());
   };
-  ckpt::ConsolidateResult r = ckpt::zero_to_fp32(args.checkpoint, args.out, progress, args.state);
+}
+
+// "5GB", "500MB", "100KB" (powers of 1000, as transformers reads max_shard_size) or bytes.
+int64_t shard_bytes(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    fail("export-hf: --max_shard_size wants a size like 5GB or 500MB, got '{}'", text);
+  }
+  const std::string unit = text.substr(used);
+  const double scale = unit.empty() || unit == "B" ? 1 : unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9 : 0;
+  if (scale == 0 || !(v > 0)) fail("export-hf: --max_shard_size wants a size like 5GB or 500MB, got '{}'", text);
+  return static_cast<int64_t>(v * scale);
+}
+
+}  // namespace
+
+int run_zero_to_fp32(const ZeroToFp32Args& args) {
+  const Clock::time_point start = Clock::now();
+  ckpt::ConsolidateResult r = ckpt::zero_to_fp32(
+      args.checkpoint, args.out, progress_lines("zero-to-fp32", args.progress_interval, args.quiet), args.state);
   const std::string what = args.state == "fp32" ? "master weights" : "optimizer state " + args.state;
   std::printf("%s", fmt::format("wrote {}: {}, {} tensors, {} fp32 values ({}), from {} (ZeRO stage {}, {} rank{}, "
                                 "step {}; {}) in {:.2f} s\n",
@@ -41,6 +70,29 @@ int run_zero_to_fp32(const ZeroToFp32Args& args) {
                                 r.world_size, r.world_size == 1 ? "" : "s", r.global_steps,
                                 r.verified ? "its files match their SHA-256 digests"
                                            : "no digests recorded: its files were not verified",
+                                std::chrono::duration<double>(Clock::now() - start).count())
+                        .c_str());
+  return 0;
+}
+
+int run_export_hf(const ExportHfArgs& args) {
+  const Clock::time_point start = Clock::now();
+  ckpt::ExportOptions o;
+  const std::optional<DType> dtype = parse_dtype(args.dtype);
+  if (!dtype || (*dtype != DType::f32 && *dtype != DType::bf16 && *dtype != DType::f16))
+    fail("export-hf: --dtype is fp32, bf16 or fp16, not '{}'", args.dtype);
+  o.dtype = *dtype;
+  o.max_shard_bytes = shard_bytes(args.max_shard_size);
+  o.config = args.config;
+  ckpt::ExportResult r = ckpt::export_hf(args.checkpoint, args.out_dir, o,
+                                         progress_lines("export-hf", args.progress_interval, args.quiet));
+  std::printf("%s", fmt::format("wrote {}: {} ({} tensors, {} {} values, {}), from {} (ZeRO stage {}, {} rank{}, step "
+                                "{}; {}) in {:.2f} s\n",
+                                args.out_dir, fmt::join(r.files, ", "), r.read.tensors, r.read.numel, dtype_name(o.dtype),
+                                gigabytes(r.bytes), r.read.tag_dir, r.read.zero_stage, r.read.world_size,
+                                r.read.world_size == 1 ? "" : "s", r.read.global_steps,
+                                r.read.verified ? "its files match their SHA-256 digests"
+                                                : "no digests recorded: its files were not verified",
                                 std::chrono::duration<double>(Clock::now() - start).count())
                         .c_str());
   return 0;

@@ -3,6 +3,7 @@
 #include "build_config.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checksums.h"
+#include "checkpoint/export_hf.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_source.h"
@@ -136,6 +137,11 @@ ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalP
       {"loss_scaler", scaler_json(v.scaler)},
   };
   if (v.data) m.doc["data"] = v.data->to_json();
+  if (!v.export_config.empty()) {
+    m.doc["export_config"] = ckpt::kExportConfigFile;
+    m.doc["export_config_sha256"] = ckpt::sha256_hex(v.export_config);
+  }
+  if (!v.file_transposed.empty()) m.doc["file_transposed"] = v.file_transposed;
   try {
     m.doc["ds_config"] = json::parse(v.config_json);
   } catch (const std::exception&) {
@@ -352,6 +358,13 @@ void write_gathered_weights(const std::string& staging, const CheckpointView& v,
   written[kModel16bitFile] = ckpt::write_safetensors((fs::path(staging) / kModel16bitFile).string(), tensors,
                                                      {{"format", "dscpp"}, {"content", "consolidated parameters"}});
 }
+// The model's config.json for export-hf, beside the manifest (whose digest of it export-hf checks).
+void write_export_config(const std::string& staging, const std::string& text) {
+  const std::string path = (fs::path(staging) / ckpt::kExportConfigFile).string();
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  if (!out.flush()) fail("checkpoint: cannot write {}: {}", path, std::strerror(errno));
+}
 }  // namespace
 
 std::string save_checkpoint(const std::string& save_dir, const std::string& tag, comm::Communicator& comm,
@@ -386,6 +399,7 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
   if (v.gather_16bit_weights) write_gathered_weights(staging, v, comm, written);
   for (const std::string& text : allgather_strings(comm, json(written).dump()))
     for (auto& [file, digests] : json::parse(text).get<Written>()) m.checksums[file] = std::move(digests);
+  if (comm.rank() == 0 && !v.export_config.empty()) write_export_config(staging, v.export_config);
   if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
   comm.barrier();
   // Tests of the commit protocol: die with every file written but the checkpoint not yet

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace dscpp::runtime {
 
@@ -72,6 +73,10 @@ struct CheckpointView {
   // training dtype as <tag>/model_16bit.safetensors (DeepSpeed's save_16bit_model), gathered
   // one partition group at a time; rank 0 holds them in host memory to write them.
   bool gather_16bit_weights = false;
+  // What `dscpp export-hf` needs beside the weights: the model's config.json (saved as
+  // <tag>/config.json; "" = none) and the parameters the files store transposed.
+  std::string export_config;
+  std::vector<std::string> file_transposed;
 };
 
 std::string step_tag(int64_t global_steps);  // "global_step<N>"

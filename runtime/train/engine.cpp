@@ -186,6 +186,10 @@ CheckpointView Engine::checkpoint_view() {
   v.accept_data_change = options_.accept_data_change;
   v.config_json = plan_.effective_json;
   v.gather_16bit_weights = plan_.zero.gather_16bit_weights_on_save;
+  v.export_config = plugin_.export_config();
+  for (const LayerDecl& l : plugin_.layers())
+    for (const ParamDecl& p : l.params)
+      if (p.file_transposed) v.file_transposed.push_back(p.name);
   return v;
 }
 
