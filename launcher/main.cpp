@@ -107,6 +107,15 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // `dscpp gradcheck PLUGIN.so [runtime options] [-- plugin args]` is the runtime's --gradcheck.
+  if (argc >= 2 && std::string(argv[1]) == "gradcheck") {
+    try {
+      dscpp::launcher::run_gradcheck(std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dscpp gradcheck: error: %s\n", e.what());
+      return 1;
+    }
+  }
   // Every argument after `aio-bench` is the benchmark's (its --help included).
   if (argc >= 2 && std::string(argv[1]) == "aio-bench") {
     try {
@@ -127,6 +136,7 @@ int main(int argc, char** argv) {
       "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n"
       "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n"
       "  dscpp export-hf CKPT OUT_DIR        a checkpoint → a Hugging Face model directory (config + safetensors)\n"
+      "  dscpp gradcheck PLUGIN.so [-- ARGS] a plugin's backward against finite differences, with a verdict\n"
       "  dscpp aio-bench --path DIR          sweep NVMe offload's aio settings on DIR: GB/s vs fio, best `aio` block\n",
       "dscpp"};
   app.set_version_flag("--version", DSCPP_VERSION_STRING);

@@ -9,6 +9,7 @@
 #include "core/rank_discovery.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "runtime/observe/describe_model.h"
+#include "runtime/observe/gradcheck.h"
 #include "runtime/rank_device.h"
 #include "runtime/train/engine.h"
 #include "runtime/train/fault_injection.h"
@@ -40,7 +41,7 @@ struct Args {
   std::string device = "auto";
   bool check_schedule = false;
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
-  bool accept_data_change = false;
+  bool accept_data_change = false, gradcheck = false;
   std::vector<std::string> plugin_args;
 };
 
@@ -233,6 +234,9 @@ int main(int argc, char** argv) {
   app.add_option("--deepspeed_config", a.config, "DeepSpeed JSON config (file or base64)");
   app.add_flag("--describe_model", a.describe_model,
                "print the plugin's parameter counts as one JSON line and exit (used by `dscpp estimate --model`)");
+  app.add_flag("--gradcheck", a.gradcheck,
+               "check the plugin's backward against finite differences of its loss for every parameter, on one "
+               "micro-batch, print a verdict and exit (needs no config; `dscpp gradcheck` runs this)");
   app.add_flag("--deepspeed", a.deepspeed, "accepted for DeepSpeed compatibility (no effect)");
   auto* steps = app.add_option("--steps", a.steps, "train until this many optimizer steps (global_steps)");
   app.add_option("--epochs", a.epochs, "train for this many passes over the train split (default 1)")->excludes(steps);
@@ -277,12 +281,21 @@ int main(int argc, char** argv) {
   app.positionals_at_end();
   try {
     app.parse(argc, argv);
-    if (!a.describe_model && a.config.empty()) throw CLI::RequiredError("--deepspeed_config");
+    if (!a.describe_model && !a.gradcheck && a.config.empty()) throw CLI::RequiredError("--deepspeed_config");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
     if (a.describe_model) return runtime::run_describe_model(a.model, a.plugin_args);
+    if (a.gradcheck) {
+      log::init_logging(-1);
+      runtime::GradcheckOptions g;
+      g.model = a.model;
+      g.plugin_args = a.plugin_args;
+      g.device = a.device == "auto" ? "cpu" : a.device;
+      g.seed = a.seed;
+      return runtime::run_gradcheck(g);
+    }
     return run(a);
   } catch (const PeerFailure& e) {  // another rank's failure: the launcher blames that one
     log::error("{} (this rank stopped because another failed)", e.what());

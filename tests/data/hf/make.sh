@@ -10,12 +10,18 @@
 # against transformers without needing Python, torch or transformers.
 #
 # Usage: tests/data/hf/make.sh [--check] [VENV_DIR]
+#        tests/data/hf/make.sh --load-export MODEL_NAME EXPORT_DIR
+#                              [--expect initial|after3] [VENV_DIR]
 #   VENV_DIR defaults to ${TMPDIR:-/tmp}/dscpp-hf-venv.  It is created with
 #   Debian's python3 and its system site packages (python3-torch 1.13), plus
 #   transformers==4.44.2 and safetensors from PyPI.
 #   Without --check: rewrite the data under tests/data/hf/.
 #   With --check: generate into a temporary directory and compare every file
 #   byte for byte with the committed ones; exit 1 on any difference.
+#   With --load-export: check that EXPORT_DIR, an HF directory exported by
+#   dscpp for MODEL_NAME (llama_gqa, llama3_tied or gpt2), loads in transformers
+#   and reproduces the reference (--expect initial, the default: the untrained
+#   weights; --expect after3: the weights after 3 AdamW steps); exit 1 if not.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,16 +29,37 @@ models=(llama_gqa llama3_tied gpt2)
 
 check=0
 venv=""
-for arg in "$@"; do
+load_model=""
+load_dir=""
+expect=""
+while [[ $# -gt 0 ]]; do
+  arg="$1"; shift
   case "$arg" in
     --check) check=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --load-export)
+      if [[ $# -lt 2 ]]; then echo "make.sh: --load-export needs MODEL_NAME EXPORT_DIR" >&2; exit 2; fi
+      load_model="$1"; load_dir="$2"; shift 2
+      if [[ " ${models[*]} " != *" $load_model "* ]]; then
+        echo "make.sh: unknown model $load_model (one of ${models[*]})" >&2; exit 2
+      fi
+      if [[ ! -d "$load_dir" ]]; then echo "make.sh: no directory $load_dir" >&2; exit 2; fi ;;
+    --expect)
+      if [[ $# -lt 1 ]]; then echo "make.sh: --expect needs initial or after3" >&2; exit 2; fi
+      expect="$1"; shift
+      case "$expect" in initial|after3) ;; *) echo "make.sh: --expect $expect: use initial or after3" >&2; exit 2 ;; esac ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "make.sh: unknown option $arg" >&2; exit 2 ;;
     *)
       if [[ -n "$venv" ]]; then echo "make.sh: more than one VENV_DIR" >&2; exit 2; fi
       venv="$arg" ;;
   esac
 done
+if [[ -n "$load_model" && "$check" == 1 ]]; then
+  echo "make.sh: --check and --load-export are exclusive" >&2; exit 2
+fi
+if [[ -n "$expect" && -z "$load_model" ]]; then
+  echo "make.sh: --expect only goes with --load-export" >&2; exit 2
+fi
 venv="${venv:-${TMPDIR:-/tmp}/dscpp-hf-venv}"
 
 if [[ ! -x "$venv/bin/python" ]]; then
@@ -47,6 +74,11 @@ fi
 # Keep the run single-threaded and quiet.
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES=""
 export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+if [[ -n "$load_model" ]]; then
+  exec "$venv/bin/python" "$here/make_parity.py" --load-export "$load_model" "$load_dir" \
+    --expect "${expect:-initial}"
+fi
 
 if [[ "$check" == 0 ]]; then
   "$venv/bin/python" "$here/make_parity.py" "$here"

@@ -2,6 +2,7 @@
 """Generate Hugging Face parity reference data for dscpp.
 
 Usage: python make_parity.py OUT_DIR
+       python make_parity.py --load-export MODEL_NAME EXPORT_DIR [--expect initial|after3]
 
 Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2}/ with
   config.json, model.safetensors   (save_pretrained of a tiny random model)
@@ -10,10 +11,22 @@ Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2}/ with
                                     loss_step.*, after3.*)
 See README.md next to this file for the exact conventions.
 
+--load-export checks that EXPORT_DIR (an HF-format directory exported by dscpp
+for MODEL_NAME, one of llama_gqa, llama3_tied, gpt2) loads with
+AutoModelForCausalLM.from_pretrained without missing or unexpected tensors and
+reproduces the reference data committed next to this file:
+  --expect initial (default): the export holds the initial weights; logits must
+      match reference `logits` (max abs diff <= 1e-5) and the loss `loss` (<= 1e-6).
+  --expect after3: the export holds the weights after 3 AdamW steps; its loss on
+      the reference batch must match (<= 1e-5) the loss of the committed model
+      with the `after3.*` tensors loaded.
+Prints one verdict line and exits 1 on failure.
+
 Pinned environment: Python 3.11, torch 1.13 (CPU), transformers 4.44.2.
 Run through make.sh, which sets that environment up.
 """
 
+import argparse
 import json
 import math
 import os
@@ -26,8 +39,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from safetensors import safe_open
-from safetensors.torch import save_file
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 B = 4  # sequences per batch
 T = 16  # tokens per sequence
@@ -329,8 +342,202 @@ def make_one(out_root, name, offset, make_config, cls):
         print(f"  {fn:24s} {os.path.getsize(os.path.join(d, fn)):8d} bytes")
 
 
+# ---- --load-export: check an HF directory exported by dscpp ----------------
+
+LOGITS_TOL_INITIAL = 1e-5  # max |logits - reference logits|, --expect initial
+LOSS_TOL_INITIAL = 1e-6  # |loss - reference loss|, --expect initial
+LOSS_TOL_AFTER3 = 1e-5  # |loss - loss of the reference model with after3.*|, --expect after3
+
+
+def safetensors_header(path):
+    """name -> (dtype, shape) from a safetensors file header."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode("utf-8"))
+    return {k: (v["dtype"], tuple(v["shape"])) for k, v in header.items() if k != "__metadata__"}
+
+
+def export_tensor_files(export_dir):
+    """name -> (file, dtype, shape) for every tensor of the export (single or sharded safetensors)."""
+    single = os.path.join(export_dir, "model.safetensors")
+    index = os.path.join(export_dir, "model.safetensors.index.json")
+    if os.path.isfile(single):
+        files = [single]
+    elif os.path.isfile(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        files = [os.path.join(export_dir, fn) for fn in sorted(set(weight_map.values()))]
+    else:
+        raise SystemExit(f"load-export: no model.safetensors or model.safetensors.index.json in {export_dir}")
+    out = {}
+    for path in files:
+        for name, (dtype, shape) in safetensors_header(path).items():
+            if name in out:
+                raise SystemExit(f"load-export: tensor {name} stored twice ({out[name][0]}, {path})")
+            out[name] = (path, dtype, shape)
+    return out
+
+
+def read_export_tensor(files, name):
+    path = files[name][0]
+    with safe_open(path, framework="pt") as f:
+        return f.get_tensor(name)
+
+
+def load_checked(path, what, problems):
+    """from_pretrained in float32/eager; record any loading problem (None if it raised)."""
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            path, torch_dtype=torch.float32, attn_implementation="eager", output_loading_info=True
+        )
+    except Exception as e:  # e.g. a shape mismatch raises instead of filling mismatched_keys
+        msg = " ".join(str(e).split())
+        problems.append(f"{what}: from_pretrained raised {type(e).__name__}: {msg}")
+        return None
+    # The committed reference directories load with all four lists empty,
+    # tied models included (transformers does not report the tied
+    # lm_head.weight as missing), so nothing is tolerated here.
+    for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        if info.get(key):
+            problems.append(f"{what}: from_pretrained reports {key} {list(info[key])}")
+    model.eval()
+    return model
+
+
+def batch_logits_loss(model, input_ids, labels):
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, use_cache=False).logits
+    V = logits.shape[-1]
+    loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+    return logits, float(loss)
+
+
+def reference_after3_model(ref_dir, ref, problems):
+    """The committed model with the after3.* parameters from reference.safetensors."""
+    model = load_checked(ref_dir, f"reference {ref_dir}", problems)
+    if model is None:
+        raise SystemExit("load-export: " + problems[-1])
+    sd = {k[len("after3.") :]: v for k, v in ref.items() if k.startswith("after3.")}
+    res = model.load_state_dict(sd, strict=False)
+    if res.unexpected_keys:
+        problems.append(f"reference: after3 tensors not in the model: {list(res.unexpected_keys)}")
+    # A tied head is stored once (as the input embedding): the missing key must
+    # share its storage with a loaded one.
+    state = model.state_dict()
+    loaded_ptrs = {state[k].data_ptr() for k in sd if k in state}
+    untied_missing = [k for k in res.missing_keys if state[k].data_ptr() not in loaded_ptrs]
+    if untied_missing:
+        problems.append(f"reference: parameters without an after3 tensor: {untied_missing}")
+    params = dict(model.named_parameters())
+    if set(params) != set(sd):
+        problems.append(f"reference: after3 names {sorted(sd)} != parameters {sorted(params)}")
+    for k, p in params.items():
+        if k in sd and not torch.equal(p.detach(), sd[k]):
+            problems.append(f"reference: {k} was not set to after3.{k}")
+    return model
+
+
+def load_export(name, export_dir, expect):
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.set_default_dtype(torch.float32)
+    if transformers.__version__ != "4.44.2":
+        print("WARNING: transformers is not 4.44.2", file=sys.stderr)
+    models = {m[0]: m[3] for m in MODELS}
+    if name not in models:
+        raise SystemExit(f"load-export: unknown model {name!r} (one of {', '.join(models)})")
+    ref_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    ref = load_file(os.path.join(ref_dir, "reference.safetensors"))
+    input_ids = ref["input_ids"].long()
+    labels = ref["labels"].long()
+    problems = []
+
+    files = export_tensor_files(export_dir)
+    model = load_checked(export_dir, f"export {export_dir}", problems)
+    if model is None:
+        print(f"load-export {name}: loading {export_dir} failed: FAILED (expect {expect})")
+        for p in problems:
+            print(f"  {p}")
+        return 1
+    if type(model) is not models[name]:
+        problems.append(f"export loads as {type(model).__name__}, expected {models[name].__name__}")
+
+    # Independent of what transformers reports: every parameter of the loaded
+    # model must come from a tensor of the export, and every tensor of the
+    # export must be part of the model's state dict.
+    state_names = set(model.state_dict())
+    param_names = [k for k, _ in model.named_parameters()]  # tied counted once
+    not_in_export = [k for k in param_names if k not in files]
+    if not_in_export:
+        problems.append(f"parameters not in the export: {not_in_export}")
+    not_in_model = [k for k in files if k not in state_names]
+    if not_in_model:
+        problems.append(f"export tensors the model does not have: {not_in_model}")
+    non_f32 = sorted({files[k][1] for k in files} - {"F32"})
+    if non_f32:
+        print(f"load-export {name}: note: export holds {non_f32} tensors (loaded as float32)")
+    # A tied head that is also stored must equal the embedding: transformers
+    # keeps only one of the two.
+    if model.config.tie_word_embeddings:
+        emb = model.get_input_embeddings().weight
+        emb_name = next(k for k, p in model.named_parameters() if p is emb)
+        for head in getattr(model, "_tied_weights_keys", None) or []:
+            if head in files and emb_name in files:
+                if not torch.equal(read_export_tensor(files, head), read_export_tensor(files, emb_name)):
+                    problems.append(f"tied {head} is stored and differs from {emb_name}")
+
+    logits, loss = batch_logits_loss(model, input_ids, labels)
+    if expect == "initial":
+        want_logits = ref["logits"]
+        want_loss = float(ref["loss"])
+        loss_tol = LOSS_TOL_INITIAL
+    else:
+        ref_model = reference_after3_model(ref_dir, ref, problems)
+        want_logits, want_loss = batch_logits_loss(ref_model, input_ids, labels)
+        loss_tol = LOSS_TOL_AFTER3
+        # Informational: how far the exported parameters are from after3.*.
+        exported = dict(model.named_parameters())
+        worst = (float("nan"), "-")
+        for k, v in ref.items():
+            pname = k[len("after3.") :]
+            if k.startswith("after3.") and pname in exported and exported[pname].shape == v.shape:
+                d = float((exported[pname].detach() - v).abs().max())
+                if not d <= worst[0]:
+                    worst = (d, pname)
+        print(f"load-export {name}: max |param - after3| {worst[0]:.3g} ({worst[1]})")
+
+    if logits.shape != want_logits.shape:
+        problems.append(f"logits shape {tuple(logits.shape)} != {tuple(want_logits.shape)}")
+        dmax = float("inf")
+    else:
+        dmax = float((logits - want_logits).abs().max())
+    if expect == "initial" and not dmax <= LOGITS_TOL_INITIAL:
+        problems.append(f"max |logits diff| {dmax:.3g} > {LOGITS_TOL_INITIAL:g}")
+    if not abs(loss - want_loss) <= loss_tol:
+        problems.append(f"loss {loss:.8g} vs {want_loss:.8g}: |diff| {abs(loss - want_loss):.3g} > {loss_tol:g}")
+
+    line = (
+        f"load-export {name}: loaded {len(files)} tensors, max |logits diff| {dmax:.3g}, "
+        f"loss {loss:.8g} vs {want_loss:.8g}"
+    )
+    if problems:
+        print(f"{line}: FAILED (expect {expect})")
+        for p in problems:
+            print(f"  {p}")
+        return 1
+    print(f"{line}: ok")
+    return 0
+
+
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) >= 2 and sys.argv[1] == "--load-export":
+        ap = argparse.ArgumentParser(prog="make_parity.py --load-export")
+        ap.add_argument("model", choices=[m[0] for m in MODELS])
+        ap.add_argument("export_dir")
+        ap.add_argument("--expect", choices=["initial", "after3"], default="initial")
+        args = ap.parse_args(sys.argv[2:])
+        sys.exit(load_export(args.model, args.export_dir, args.expect))
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     out_root = sys.argv[1]

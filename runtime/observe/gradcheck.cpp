@@ -1,0 +1,160 @@
+#include "runtime/observe/gradcheck.h"
+
+#include "checkpoint/weight_files.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "runtime/rank_device.h"
+#include "runtime/train/init.h"
+#include "runtime/train/layer_runner.h"
+#include "runtime/train/plugin.h"
+#include "runtime/zero/flat_layout.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <set>
+
+namespace dscpp::runtime {
+namespace {
+
+void plugin_log(void*, const char* message) { log::info("{}", message); }
+
+// The model's parameters on the host: its init_from where it has one, else the init rule.
+std::vector<float> initial_params(const Plugin& plugin, const FlatLayout& layout, uint64_t seed) {
+  std::vector<float> p(static_cast<size_t>(layout.total), 0.0f);
+  for (const ParamSlot& s : layout.params) init_range(seed, s.name, s.init, s.init_a, 0, s.numel, &p[size_t(s.offset)]);
+  if (plugin.init_from().empty()) return p;
+  std::set<std::string> transposed;
+  for (const LayerDecl& l : plugin.layers())
+    for (const ParamDecl& d : l.params)
+      if (d.file_transposed) transposed.insert(d.name);
+  ckpt::WeightFiles files(plugin.init_from(), transposed);
+  int64_t missing = 0;
+  for (const ParamSlot& s : layout.params) {
+    const int64_t i = files.find(s.name);
+    if (i < 0 || files.params()[size_t(i)].shape != s.shape) {
+      ++missing;
+      continue;
+    }
+    files.read(size_t(i), ckpt::kMasterWeights, 0, s.numel, &p[size_t(s.offset)]);
+  }
+  std::printf("%s", fmt::format("weights from {}{}\n", plugin.init_from(),
+                                missing ? fmt::format(" ({} parameters not there keep their init rule)", missing) : "")
+                        .c_str());
+  return p;
+}
+
+}  // namespace
+
+int run_gradcheck(const GradcheckOptions& o) {
+  RankDevice rd = make_rank_device(parse_device_choice(o.device));
+  Device& device = *rd.device;
+  rd.ops.dtype = DSCPP_F32;
+  Plugin plugin(o.model);
+  dscpp_host_info host{};
+  host.struct_size = sizeof(host);
+  host.world_size = 1;
+  host.compute_dtype = DSCPP_F32;
+  host.seed = o.seed;
+  const std::string device_name = device.name();
+  host.device_name = device_name.c_str();
+  host.log = plugin_log;
+  plugin.create(o.plugin_args, host);
+  const dscpp_data_desc& data = plugin.data();
+  const int64_t batch = std::max<int64_t>(1, std::min(o.batch, data.train_size));
+
+  const FlatLayout layout = make_flat_layout(plugin.layers());
+  std::vector<float> params = initial_params(plugin, layout, o.seed);
+  const size_t bytes = static_cast<size_t>(layout.total) * sizeof(float);
+  DeviceBuffer params_d(device, bytes, MemCategory::params), grads_d(device, bytes, MemCategory::grads, true);
+  device.copy_from_host(params_d.data(), params.data(), bytes);
+  LayerRunner runner(plugin, device, rd.ops, layout, batch);
+  runner.bind(params_d.data(), grads_d.data());
+
+  // One micro-batch of the train split, on the device.
+  std::vector<char> input(static_cast<size_t>(batch * data.input_numel) * 4);
+  std::vector<int32_t> target(static_cast<size_t>(batch * data.target_numel));
+  for (int64_t i = 0; i < batch; ++i)
+    plugin.load_sample(0, i, input.data() + i * data.input_numel * 4, target.data() + i * data.target_numel);
+  DeviceBuffer input_d(device, input.size(), MemCategory::buffers), target_d(device, target.size() * 4, MemCategory::buffers);
+  device.copy_from_host(input_d.data(), input.data(), input.size());
+  device.copy_from_host(target_d.data(), target.data(), target.size() * 4);
+  auto loss = [&] {
+    const dscpp_metrics m = runner.forward(input_d.data(), static_cast<const int32_t*>(target_d.data()), batch, true, o.seed);
+    if (m.counted <= 0) fail("gradcheck: the loss layer counted no positions in the batch (every target ignored?)");
+    return m.loss_sum / static_cast<double>(m.counted);
+  };
+
+  const double l0 = loss();
+  runner.backward(1.0f);
+  std::vector<float> grads(params.size());
+  device.copy_to_host(grads.data(), grads_d.data(), bytes);
+  std::printf("%s", fmt::format("gradcheck {}: {} layers, {} parameters ({} values), {} sample(s) of the train split "
+                                "on {}, loss {:.6f}\n",
+                                plugin.name(), plugin.layers().size(), layout.params.size(), layout.numel, batch,
+                                device_name, l0)
+                        .c_str());
+
+  int failed = 0;
+  double worst = 0;
+  std::string worst_name;
+  for (size_t k = 0; k < layout.params.size(); ++k) {
+    const ParamSlot& s = layout.params[k];
+    const float* g = &grads[size_t(s.offset)];
+    std::vector<int64_t> order(static_cast<size_t>(s.numel));
+    std::iota(order.begin(), order.end(), 0);
+    const auto top = static_cast<size_t>(std::min<int64_t>(o.elements_per_tensor / 2 + o.elements_per_tensor % 2, s.numel));
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+                      [&](int64_t a, int64_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+    std::vector<int64_t> picked(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top));
+    std::mt19937_64 rng(o.seed + k);
+    for (int r = 0; r < o.elements_per_tensor / 2 && s.numel > 0; ++r) picked.push_back(static_cast<int64_t>(rng() % uint64_t(s.numel)));
+    const double scale = std::fabs(g[order[0]]);
+    double err = 0;
+    for (int64_t e : picked) {
+      float& p = params[size_t(s.offset + e)];
+      float* dev = static_cast<float*>(params_d.data()) + s.offset + e;
+      const float theta = p, h = 1e-2f * std::max(1.0f, std::fabs(theta));
+      const float up = theta + h, down = theta - h;
+      device.copy_from_host(dev, &up, 4);
+      const double lu = loss();
+      device.copy_from_host(dev, &down, 4);
+      const double ld = loss();
+      device.copy_from_host(dev, &theta, 4);
+      const double fd = (lu - ld) / (static_cast<double>(up) - static_cast<double>(down));
+      err = std::max(err, std::fabs(fd - static_cast<double>(g[e])));
+    }
+    const bool ok = err <= 1e-2 * scale + 1e-5;
+    const double rel = scale > 0 ? err / scale : 0;
+    if (!ok) ++failed;
+    if (rel > worst) worst = rel, worst_name = s.name;
+    std::printf("%s", fmt::format("  {:<48} [{}]  max|g| {:.2e}  {} elements  max|fd - g| {:.2e} ({:.2f}%)  {}\n",
+                                  s.name, fmt::join(s.shape, ", "), scale, picked.size(), err, 100 * rel,
+                                  ok ? "ok" : "FAIL")
+                          .c_str());
+  }
+  for (const LayerDecl& l : plugin.layers())
+    for (const TiedParam& t : l.tied)
+      std::printf("%s", fmt::format("  {:<48} shared with {} (checked there, both uses summed)\n", t.name,
+                                    plugin.layers()[size_t(t.owner_layer)].params[size_t(t.owner_param)].name)
+                            .c_str());
+  if (failed)
+    std::printf("%s", fmt::format("gradcheck: FAILED: {} of {} parameters disagree with finite differences by more "
+                                  "than 1% of their largest gradient\n",
+                                  failed, layout.params.size())
+                          .c_str());
+  else
+    std::printf("%s", fmt::format("gradcheck: all {} parameters of {} layers agree with finite differences (worst "
+                                  "{:.3f}% of a tensor's largest gradient, in {})\n",
+                                  layout.params.size(), plugin.layers().size(), 100 * worst,
+                                  worst_name.empty() ? "-" : worst_name)
+                          .c_str());
+  return failed ? 1 : 0;
+}
+
+}  // namespace dscpp::runtime

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `dscpp gradcheck` passes on every shipped model family and on the hand-written gpt example, and
+# catches a plugin whose backward is wrong (tests/data/plugins/wrong_grad.cpp: one bias gradient
+# counted twice), naming the parameter.
+# Usage: gradcheck.sh DSCPP LLAMA_SO GPT2_SO GPT_SO WRONG_SO SOURCE_ROOT
+set -u
+DSCPP=$1 LLAMA=$2 GPT2=$3 GPT=$4 WRONG=$5 SRC=$6
+DATA=$SRC/tests/data/hf
+WORK=$(mktemp -d /tmp/dscpp_gradcheck.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+FAILED=0
+check() {  # check NAME WANT_STATUS PATTERN PLUGIN [plugin args...]
+  local name=$1 want=$2 pattern=$3 plugin=$4
+  shift 4
+  "$DSCPP" gradcheck "$plugin" -- "$@" > "$WORK/$name.log" 2>&1
+  local status=$?
+  if [ "$status" = "$want" ] && grep -q "$pattern" "$WORK/$name.log"; then
+    echo "ok: $name: $(grep '^gradcheck' "$WORK/$name.log" | tail -1)"
+  else
+    echo "FAIL: $name (exit $status, wanted $want)"; cat "$WORK/$name.log"; FAILED=1
+  fi
+}
+check llama_gqa 0 "gradcheck: all 21 parameters" "$LLAMA" --from_hf "$DATA/llama_gqa" --data "$DATA/llama_gqa/tokens.bin" --context 16
+check llama3_tied 0 "gradcheck: all 20 parameters" "$LLAMA" --from_hf "$DATA/llama3_tied" --data "$DATA/llama3_tied/tokens.bin" --context 16
+check gpt2 0 "gradcheck: all 28 parameters" "$GPT2" --from_hf "$DATA/gpt2" --data "$DATA/gpt2/tokens.bin" --context 16
+check gpt_example 0 "gradcheck: all .* agree" "$GPT" --tokens "$DATA/gpt2/tokens.bin" --vocab_size 96 --context 16 \
+  --layers 1 --d_model 32 --heads 2 --sample_chars 0
+check wrong_grad 1 "shift.bias .*FAIL" "$WRONG" --config "$DATA/llama_gqa/config.json" --data "$DATA/llama_gqa/tokens.bin" --context 16
+grep -q "embed.weight .* ok" "$WORK/wrong_grad.log" || { echo "FAIL: wrong_grad: the correct layers should pass"; FAILED=1; }
+exit $FAILED
