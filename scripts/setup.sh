@@ -17,7 +17,7 @@ dataset-fashion-mnist fortunes"
 # (tests/testbed/netns-hosts.sh, tests/testbed/slurm-local.sh; launch_ssh.sh also uses bc).
 test_extra="python3 openssh-server openssh-client iproute2 util-linux mount procps bc
 slurmctld slurmd slurm-client munge
-python3-numpy python3-pip python3-torch"
+python3-numpy python3-pip python3-torch python3-venv"
 # PyPI packages the tests use as independent references (checkpoints must open in `safetensors`).
 test_pip="safetensors"
 
@@ -41,6 +41,22 @@ install_pip() {
   echo "setup.sh: pip installing$missing_pip"
   # shellcheck disable=SC2086
   /usr/bin/python3 -m pip install -q --root-user-action=ignore --break-system-packages $missing_pip
+}
+
+# transformers for the Hugging Face parity checks (tests/data/hf/make.sh: regenerating the
+# reference data, loading dscpp's exports), in a venv on Debian's torch: PyPI's torch would pull
+# gigabytes of CUDA wheels. A failed install only costs that test (it skips).
+HF_VENV=/opt/dscpp-hf-venv
+install_hf_venv() {
+  [ -n "$want_pip" ] || return 0
+  "$HF_VENV/bin/python" -c "import transformers, safetensors; assert transformers.__version__ == '4.44.2'" \
+    2>/dev/null && return 0
+  [ "$(id -u)" = 0 ] || { echo "setup.sh: $HF_VENV (transformers) is missing and making it needs root" >&2; return 0; }
+  echo "setup.sh: making $HF_VENV (transformers 4.44.2 on Debian's torch)"
+  if ! { /usr/bin/python3 -m venv --system-site-packages "$HF_VENV" &&
+         "$HF_VENV/bin/pip" install -q transformers==4.44.2 safetensors; } > /tmp/dscpp-hf-venv.log 2>&1; then
+    echo "setup.sh: warning: could not make $HF_VENV ($(tail -1 /tmp/dscpp-hf-venv.log)): the transformers checks will skip" >&2
+  fi
 }
 
 # The cuDNN frontend's headers (header-only C++; PyPI's nvidia-cudnn-frontend wheel carries them
@@ -86,6 +102,7 @@ done
 if [ -z "$missing" ]; then
   install_cudnn_frontend
   install_pip
+  install_hf_venv
   exit $?
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -99,4 +116,5 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends $missing >/dev/null
 install_cudnn_frontend
 install_pip
+install_hf_venv
 echo "setup.sh: done"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# transformers itself on both ends of the Hugging Face path, in the venv scripts/setup.sh makes
+# (transformers 4.44.2 on Debian's torch; skipped, 77, without it):
+#   1. the reference data of tests/data/hf regenerates byte for byte (make.sh --check);
+#   2. a directory `dscpp export-hf` writes loads with from_pretrained (no missing, unexpected
+#      or misshapen tensor) and gives transformers' logits: from a step-0 checkpoint the
+#      reference logits (1e-5), after 3 AdamW steps at ZeRO 3 on 2 ranks the loss transformers
+#      gets by applying its own 3 steps (1e-5).
+# Usage: hf_transformers.sh DSCPP LLAMA_SO GPT2_SO SOURCE_ROOT
+set -u
+DSCPP=$1 LLAMA=$2 GPT2=$3 SRC=$4
+VENV=${DSCPP_HF_VENV:-/opt/dscpp-hf-venv}
+DATA=$SRC/tests/data/hf
+if ! "$VENV/bin/python" -c "import transformers, safetensors" 2> /dev/null; then
+  echo "hf_transformers: no transformers venv at $VENV (scripts/setup.sh test makes it): skipping"
+  exit 77
+fi
+WORK=$(mktemp -d /tmp/dscpp_hf_transformers.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"  # port
+FAILED=0
+if out=$(nice "$DATA/make.sh" --check "$VENV" 2>&1); then echo "ok: ${out##*$'\n'}"
+else echo "FAIL: the reference data does not regenerate: $out"; FAILED=1; fi
+cat > "$WORK/adamw.json" <<JSON
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0, "zero_optimization": {"stage": 3},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}}}
+JSON
+for m in llama_gqa llama3_tied gpt2; do
+  so=$LLAMA && [ "$m" = gpt2 ] && so=$GPT2
+  for steps in 0 3; do
+    expect=initial && [ $steps = 3 ] && expect=after3
+    if ! "$DSCPP" --num_procs 2 --master_port "$(port)" "$so" --deepspeed_config "$WORK/adamw.json" --steps $steps \
+      --no_eval --save_dir "$WORK/$m.$steps" -- --from_hf "$DATA/$m" --data "$DATA/$m/tokens.bin" \
+      --eval_data "$DATA/$m/tokens.bin" --context 16 \
+      > "$WORK/$m.$steps.log" 2>&1 || ! "$DSCPP" export-hf -q "$WORK/$m.$steps" "$WORK/$m.$steps.hf" > /dev/null; then
+      echo "FAIL: $m $steps steps: run or export"; tail -20 "$WORK/$m.$steps.log"; FAILED=1; continue
+    fi
+    if out=$("$DATA/make.sh" --load-export "$m" "$WORK/$m.$steps.hf" --expect $expect "$VENV" 2>&1); then
+      echo "ok: $(echo "$out" | grep '^load-export' | tail -1)"
+    else echo "FAIL: $m ($expect): $out"; FAILED=1; fi
+  done
+done
+exit $FAILED
