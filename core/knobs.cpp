@@ -75,6 +75,10 @@ constexpr std::array kKnobs{
     Knob{"DSCPP_MAX_NONFINITE_STEPS", "training", "a positive whole number", "3",
          "A step whose loss or gradient norm is NaN or infinite is skipped with a warning (fp16's loss scaler "
          "handles its own overflows); this many in a row stop the run with an error."},
+    Knob{"DSCPP_GUARD_BUFFERS", "training", "always, first, off", "always on the CPU, first on a GPU",
+         "Guard bytes after every layer's output, saved and workspace buffers (and backward's input gradient) are "
+         "checked after each call; a layer that wrote past the sizes it declared stops the run naming it. first: "
+         "only the first micro-batch's forward and backward (a check costs a device round trip per buffer)."},
     // ---- testing ----
     Knob{"DSCPP_INJECT_OVERFLOW", "testing", "steps, e.g. 3,5,9-12", "no injection",
          "Fault injection: the last rank's gradients get an inf at those steps (the loss scaler's tests)."},

@@ -159,8 +159,16 @@ std::string TokenWindows::summary() const {
 
 // ---- CausalLM ----------------------------------------------------------------------------------------
 
-CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host)
-    : family_(family), args_(family, args, {"--init_partial"}), compute_(host.compute_dtype) {
+namespace {
+std::vector<std::string> with(std::vector<std::string> v, const std::string& s) {
+  v.push_back(s);
+  return v;
+}
+}  // namespace
+
+CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host,
+                   std::vector<std::string> flags)
+    : family_(family), args_(family, args, with(std::move(flags), "--init_partial")), compute_(host.compute_dtype) {
   this->host = host;
   const std::string dir = args_.text("--from_hf"), file = args_.text("--config");
   if (dir.empty() == file.empty())

@@ -87,7 +87,9 @@ class CausalLM : public layers::Model {
  public:
   // Reads --from_hf/--config, --data/--eval_data, --context; `context_cap`: the config's maximum
   // positions. Call data_from() once the vocabulary is known.
-  CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host);
+  // `flags`: the family's own arguments that take no value.
+  CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host,
+           std::vector<std::string> flags = {});
   const HfConfig& config() const { return *config_; }
   Args& args() { return args_; }
   layers::Env env(int64_t max_positions);

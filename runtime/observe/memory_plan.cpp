@@ -63,7 +63,10 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   at(MemCategory::activations) = acts.device_bytes(in.training);
   p.host[static_cast<size_t>(MemCategory::activations)] = acts.host_bytes();
   for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
-  int64_t buffers = in.micro_batch * max_ws;
+  int64_t buffers = in.micro_batch * max_ws + kGuardBytes;
+  // A shared parameter's user gets a copy of its values and a gradient of its own (layer_runner.h).
+  for (const LayerDecl& l : layers)
+    for (const TiedParam& t : l.tied) buffers += 2 * t.numel * ce;
   if (in.compute_dtype != DType::f32) buffers += in.micro_batch * in.float_input_numel * ce;  // the cast data input
   // fp32 compute over 16-bit parameters: an fp32 view of a layer's parameters.
   if (in.dtype != in.compute_dtype) buffers += layout.max_layer_numel * 4;

@@ -76,9 +76,9 @@ ActivationLayout make_activation_layout(const std::vector<LayerDecl>& layers, co
       const LayerDecl& d = layers[static_cast<size_t>(l)];
       a.segment_of[static_cast<size_t>(l)] = s;
       a.output_at[static_cast<size_t>(l)] = at;
-      at += aligned(micro_batch * d.output_numel * element_bytes);
+      at += aligned(micro_batch * d.output_numel * element_bytes) + kGuardBytes;
       a.saved_at[static_cast<size_t>(l)] = at;
-      at += aligned(micro_batch * d.saved_bytes);
+      at += aligned(micro_batch * d.saved_bytes) + kGuardBytes;
       max_out = std::max(max_out, d.output_numel);
     }
     a.arena_bytes = std::max(a.arena_bytes, at);
@@ -94,7 +94,7 @@ ActivationLayout make_activation_layout(const std::vector<LayerDecl>& layers, co
   }
   if (!a.contiguous) a.checkpoint_total = separate_total;
   if (a.checkpoints_on_host) a.staging_bytes = largest_checkpoint;
-  a.grad_bytes = 2 * micro_batch * max_out * element_bytes;
+  a.grad_bytes = 2 * (micro_batch * max_out * element_bytes + kGuardBytes);
   return a;
 }
 

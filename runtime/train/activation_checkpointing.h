@@ -68,6 +68,10 @@ CheckpointingOptions checkpointing_options(const std::optional<config::Activatio
 // One line for the start-up log.
 std::string describe_checkpointing(const CheckpointingOptions& o, int num_layers);
 
+// Bytes after each layer's output and saved piece (and each backward gradient buffer) that the
+// runner fills with a pattern and checks after the layer's calls (DSCPP_GUARD_BUFFERS).
+inline constexpr int64_t kGuardBytes = 64;
+
 // Where every activation byte of one micro-batch lives; the memory plan and the runner both
 // read it, so the plan is what the runner allocates.
 struct ActivationLayout {
@@ -80,7 +84,7 @@ struct ActivationLayout {
   int64_t checkpoint_total = 0;           // as allocated
   bool checkpoints_on_host = false;
   int64_t staging_bytes = 0;  // cpu_checkpointing: the device copy for recompute
-  int64_t grad_bytes = 0;     // the two backward gradient buffers together
+  int64_t grad_bytes = 0;     // the two backward gradient buffers together, guards included
   bool contiguous = false;
 
   int segments() const { return static_cast<int>(segment_begin.size()) - 1; }

@@ -1,9 +1,11 @@
 #include "runtime/train/layer_runner.h"
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "kernels/device_math.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 namespace dscpp::runtime {
@@ -32,7 +34,13 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
   if (ckpt_.enabled && ckpt_.profile) profile_.emplace(act_layout_.segments());
   int64_t max_ws = 0;
   for (const LayerDecl& l : layers) max_ws = std::max(max_ws, l.workspace_bytes);
-  workspace_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_ws), MemCategory::buffers);
+  workspace_ = DeviceBuffer(device, static_cast<size_t>(max_batch * max_ws + kGuardBytes), MemCategory::buffers);
+  const char* guard_knob = knob("DSCPP_GUARD_BUFFERS");
+  const std::string guard = guard_knob != nullptr && *guard_knob ? guard_knob : device.is_host() ? "always" : "first";
+  if (guard == "always") guard_passes_ = -1;
+  else if (guard == "first") guard_passes_ = 2;  // the first forward and its backward
+  else if (guard == "off") guard_passes_ = 0;
+  else fail("DSCPP_GUARD_BUFFERS={}: expected always, first or off", guard);
   grad_a_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
   grad_b_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
   if (param_dtype_ != compute_)
@@ -60,6 +68,50 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
                           t.numel, DeviceBuffer(device, bytes, MemCategory::buffers),
                           DeviceBuffer(device, bytes, MemCategory::buffers)});
     }
+  }
+}
+
+namespace {
+// The guard pattern: not a likely float, zero or NaN run.
+std::array<uint8_t, kGuardBytes> guard_pattern() {
+  std::array<uint8_t, kGuardBytes> g{};
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<uint8_t>(0xA5 ^ (i * 37));
+  return g;
+}
+}  // namespace
+
+// The extents of one call's buffers that a layer may write: output, saved, workspace and (in
+// backward) grad_input, each to what it declared for this batch, guard bytes after each.
+std::vector<LayerRunner::Guard> LayerRunner::arm_guards(int layer, const dscpp_layer_ctx& ctx, bool backward) {
+  std::vector<Guard> g;
+  if (guard_passes_ == 0) return g;
+  const LayerDecl& d = plugin_.layers()[static_cast<size_t>(layer)];
+  const int64_t ce = static_cast<int64_t>(dtype_size(compute_));
+  if (!backward) g.push_back({"output", ctx.output, batch_ * d.output_numel * ce, d.output_numel * ce});
+  g.push_back({"saved", ctx.saved, batch_ * d.saved_bytes, d.saved_bytes});
+  g.push_back({"workspace", ctx.workspace, batch_ * d.workspace_bytes, d.workspace_bytes});
+  if (backward && ctx.grad_input != nullptr) {
+    const int64_t in = plugin_.layers()[static_cast<size_t>(layer) - 1].output_numel * ce;
+    g.push_back({"grad_input", ctx.grad_input, batch_ * in, in});
+  }
+  static const std::array<uint8_t, kGuardBytes> pattern = guard_pattern();
+  for (const Guard& x : g) device_.copy_from_host(static_cast<char*>(x.base) + x.bytes, pattern.data(), kGuardBytes);
+  return g;
+}
+
+void LayerRunner::check_guards(int layer, const std::vector<Guard>& guards, bool backward) const {
+  static const std::array<uint8_t, kGuardBytes> pattern = guard_pattern();
+  std::array<uint8_t, kGuardBytes> seen{};
+  for (const Guard& x : guards) {
+    device_.copy_to_host(seen.data(), static_cast<const char*>(x.base) + x.bytes, kGuardBytes);
+    if (seen != pattern)
+      fail("model plugin {}: layer '{}' wrote past its {} buffer in {}: it declares {} bytes per sample ({} for this "
+           "batch of {}) and the bytes after them changed; the layer needs more than it declares (its "
+           "dscpp_layer_desc{} is too small)",
+           plugin_.name(), plugin_.layers()[static_cast<size_t>(layer)].name, x.what, backward ? "backward" : "forward",
+           x.per_sample, x.bytes, batch_,
+           std::string(x.what) == "saved" ? ".saved_bytes" : std::string(x.what) == "workspace" ? ".workspace_bytes"
+                                                                                              : ".output_numel");
   }
 }
 
@@ -155,6 +207,7 @@ dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int
   rng_seed_ = rng_seed;
   metrics_ = {};
   for (int s = 0; s < act_layout_.segments(); ++s) forward_segment(s, false);
+  if (guard_passes_ > 0) --guard_passes_;
   return metrics_;
 }
 
@@ -185,7 +238,9 @@ void LayerRunner::forward_segment(int segment, bool recompute) {
       ctx.target = target_;
       ctx.metrics = &metrics_;
     }
+    const std::vector<Guard> guards = arm_guards(l, ctx, false);
     plugin_.forward(l, ctx);
+    check_guards(l, guards, false);
     // A recomputed segment's last layer is backward's next: keep its parameters gathered.
     if (after_layer && !(recompute && l == end - 1)) after_layer(l, false);
   }
@@ -218,7 +273,9 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
       ctx.metrics = &metrics_;
       ctx.loss_grad = loss_grad;
     }
+    const std::vector<Guard> guards = arm_guards(l, ctx, true);
     plugin_.backward(l, ctx);
+    check_guards(l, guards, true);
     if (grad_dtype_ != compute_) {
       auto [first, end] = layout_.layer_range[static_cast<size_t>(l)];
       kernels::math_of(device_).add_into(mem.grads, grad_dtype_, grad_stage_.data(), compute_, end - first);
@@ -227,6 +284,7 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
     if (layer_done) layer_done(l);
     grad_out = grad_in;
   }
+  if (guard_passes_ > 0) --guard_passes_;
 }
 
 }  // namespace dscpp::runtime

@@ -107,6 +107,15 @@ class LayerRunner {
     int64_t numel;
     DeviceBuffer value, grad;
   };
+  // Buffer guards (DSCPP_GUARD_BUFFERS): a region a call may write, `bytes` long for this batch.
+  struct Guard {
+    const char* what;
+    void* base;
+    int64_t bytes, per_sample;
+  };
+  std::vector<Guard> arm_guards(int layer, const dscpp_layer_ctx& ctx, bool backward);
+  void check_guards(int layer, const std::vector<Guard>& guards, bool backward) const;
+  int guard_passes_ = -1;  // passes (forward or backward) still checked; -1: all
   void point_ties(int layer, bool backward);
   void check_op(const char* what, int status) const;
   std::vector<Tie> ties_;

@@ -22,9 +22,16 @@ check() {  # check NAME WANT_STATUS PATTERN PLUGIN [plugin args...]
 }
 check llama_gqa 0 "gradcheck: all 21 parameters" "$LLAMA" --from_hf "$DATA/llama_gqa" --data "$DATA/llama_gqa/tokens.bin" --context 16
 check llama3_tied 0 "gradcheck: all 20 parameters" "$LLAMA" --from_hf "$DATA/llama3_tied" --data "$DATA/llama3_tied/tokens.bin" --context 16
+check qwen2 0 "gradcheck: all 27 parameters" "$LLAMA" --from_hf "$DATA/qwen2" --data "$DATA/qwen2/tokens.bin" --context 16
 check gpt2 0 "gradcheck: all 28 parameters" "$GPT2" --from_hf "$DATA/gpt2" --data "$DATA/gpt2/tokens.bin" --context 16
 check gpt_example 0 "gradcheck: all .* agree" "$GPT" --tokens "$DATA/gpt2/tokens.bin" --vocab_size 96 --context 16 \
   --layers 1 --d_model 32 --heads 2 --sample_chars 0
 check wrong_grad 1 "shift.bias .*FAIL" "$WRONG" --config "$DATA/llama_gqa/config.json" --data "$DATA/llama_gqa/tokens.bin" --context 16
 grep -q "embed.weight .* ok" "$WORK/wrong_grad.log" || { echo "FAIL: wrong_grad: the correct layers should pass"; FAILED=1; }
+# The runtime's buffer guards: a layer writing past the workspace it declares is named.
+"$DSCPP" gradcheck "$WRONG" -- --overrun --config "$DATA/llama_gqa/config.json" --data "$DATA/llama_gqa/tokens.bin" \
+  --context 16 > "$WORK/overrun.log" 2>&1
+if grep -q "layer 'shift' wrote past its workspace buffer in forward: it declares 2048 bytes per sample" "$WORK/overrun.log"; then
+  echo "ok: overrun: $(grep -o "layer 'shift' wrote past.*" "$WORK/overrun.log" | cut -c1-120)"
+else echo "FAIL: overrun not caught"; cat "$WORK/overrun.log"; FAILED=1; fi
 exit $FAILED

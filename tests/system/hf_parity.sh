@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The model families of models/ against Hugging Face transformers, through the reference data
-# of tests/data/hf (tiny random GPT-2, GQA Llama, tied Llama-3 made and run by transformers
+# of tests/data/hf (tiny random GPT-2, GQA Llama, tied Llama-3, Qwen2 made and run by transformers
 # 4.44.2; README there), without Python:
 #   1. forward: --eval_only --from_hf gives transformers' loss on the reference batch;
 #   2. backward: one SGD step of lr 1 from the HF weights, exported with `dscpp export-hf`, is
@@ -51,7 +51,7 @@ close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -
 SGD='{"type": "SGD", "params": {"lr": 1.0, "momentum": 0, "weight_decay": 0}}'
 ADAMW='{"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}}'
 
-for m in llama_gqa llama3_tied gpt2; do
+for m in llama_gqa llama3_tied gpt2 qwen2; do
   # 1. forward
   config "$WORK/eval.json" 0 4 "$SGD"
   if run "$m" 1 "$WORK/eval.json" "$WORK/$m.eval.log" --eval_only; then

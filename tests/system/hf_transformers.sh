@@ -25,7 +25,7 @@ cat > "$WORK/adamw.json" <<JSON
 {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0, "zero_optimization": {"stage": 3},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}}}
 JSON
-for m in llama_gqa llama3_tied gpt2; do
+for m in llama_gqa llama3_tied gpt2 qwen2; do
   so=$LLAMA && [ "$m" = gpt2 ] && so=$GPT2
   for steps in 0 3; do
     expect=initial && [ $steps = 3 ] && expect=after3

@@ -77,12 +77,12 @@ TEST_CASE("activation_checkpointing: segments of floor(s*n/(k+1)) layers, checkp
   // Checkpoints: the outputs of layers 1 and 3, micro-batch 3, fp32.
   CHECK(a.checkpoint_bytes == std::vector<int64_t>{0, 3 * 32 * 4, 3 * 64 * 4});
   CHECK(a.checkpoint_total == 3 * 32 * 4 + 3 * 64 * 4);
-  // Arena: the largest segment; each output and saved piece rounded up to 64 bytes.
-  auto al = [](int64_t x) { return (x + 63) / 64 * 64; };
+  // Arena: the largest segment; each output and saved piece rounded up to 64 bytes, then its guard.
+  auto al = [](int64_t x) { return (x + 63) / 64 * 64 + kGuardBytes; };
   int64_t last = 0;
   for (int l = 4; l < 7; ++l) last += al(3 * 16 * (l + 1) * 4) + al(300);
   CHECK(a.arena_bytes == last);
-  CHECK(a.grad_bytes == 2 * 3 * 16 * 7 * 4);
+  CHECK(a.grad_bytes == 2 * (3 * 16 * 7 * 4 + kGuardBytes));
   CHECK(a.device_bytes(true) == last + a.checkpoint_total + a.grad_bytes);
   CHECK(a.host_bytes() == 0);
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Regenerate (or --check) the Hugging Face parity reference data in this directory.
 #
-# It builds three tiny random models with Hugging Face transformers (Llama with
-# GQA, Llama 3 with tied embeddings and llama3 RoPE scaling, GPT-2), saves them
-# with save_pretrained (config.json + model.safetensors), a llm.c-format
-# tokens.bin, and reference.safetensors holding transformers' logits, loss,
-# gradients and the parameters after 3 AdamW steps.  These are committed so
-# that CI can check dscpp's model loading, forward, backward and optimizer
-# against transformers without needing Python, torch or transformers.
+# It builds four tiny random models with Hugging Face transformers (Llama with
+# GQA, Llama 3 with tied embeddings and llama3 RoPE scaling, GPT-2, Qwen2 with
+# q/k/v biases), saves them with save_pretrained (config.json +
+# model.safetensors), a llm.c-format tokens.bin, and reference.safetensors
+# holding transformers' logits, loss, gradients and the parameters after 3
+# AdamW steps.  These are committed so that CI can check dscpp's model
+# loading, forward, backward and optimizer against transformers without
+# needing Python, torch or transformers.
 #
 # Usage: tests/data/hf/make.sh [--check] [VENV_DIR]
 #        tests/data/hf/make.sh --load-export MODEL_NAME EXPORT_DIR
@@ -19,13 +20,14 @@
 #   With --check: generate into a temporary directory and compare every file
 #   byte for byte with the committed ones; exit 1 on any difference.
 #   With --load-export: check that EXPORT_DIR, an HF directory exported by
-#   dscpp for MODEL_NAME (llama_gqa, llama3_tied or gpt2), loads in transformers
-#   and reproduces the reference (--expect initial, the default: the untrained
-#   weights; --expect after3: the weights after 3 AdamW steps); exit 1 if not.
+#   dscpp for MODEL_NAME (llama_gqa, llama3_tied, gpt2 or qwen2), loads in
+#   transformers and reproduces the reference (--expect initial, the default:
+#   the untrained weights; --expect after3: the weights after 3 AdamW steps);
+#   exit 1 if not.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-models=(llama_gqa llama3_tied gpt2)
+models=(llama_gqa llama3_tied gpt2 qwen2)
 
 check=0
 venv=""
@@ -47,7 +49,7 @@ while [[ $# -gt 0 ]]; do
       if [[ $# -lt 1 ]]; then echo "make.sh: --expect needs initial or after3" >&2; exit 2; fi
       expect="$1"; shift
       case "$expect" in initial|after3) ;; *) echo "make.sh: --expect $expect: use initial or after3" >&2; exit 2 ;; esac ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     -*) echo "make.sh: unknown option $arg" >&2; exit 2 ;;
     *)
       if [[ -n "$venv" ]]; then echo "make.sh: more than one VENV_DIR" >&2; exit 2; fi

@@ -4,7 +4,7 @@
 Usage: python make_parity.py OUT_DIR
        python make_parity.py --load-export MODEL_NAME EXPORT_DIR [--expect initial|after3]
 
-Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2}/ with
+Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2,qwen2}/ with
   config.json, model.safetensors   (save_pretrained of a tiny random model)
   tokens.bin                       (llm.c token file: B windows of T+1 uint16 ids)
   reference.safetensors            (input_ids, labels, logits, loss, grad.*,
@@ -12,7 +12,7 @@ Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2}/ with
 See README.md next to this file for the exact conventions.
 
 --load-export checks that EXPORT_DIR (an HF-format directory exported by dscpp
-for MODEL_NAME, one of llama_gqa, llama3_tied, gpt2) loads with
+for MODEL_NAME, one of llama_gqa, llama3_tied, gpt2, qwen2) loads with
 AutoModelForCausalLM.from_pretrained without missing or unexpected tensors and
 reproduces the reference data committed next to this file:
   --expect initial (default): the export holds the initial weights; logits must
@@ -40,7 +40,15 @@ import torch.nn.functional as F
 import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 B = 4  # sequences per batch
 T = 16  # tokens per sequence
@@ -131,6 +139,30 @@ MODELS = [
             attn_implementation="eager",
         ),
         GPT2LMHeadModel,
+    ),
+    # Appended last so the seed offsets of the models above stay the same.
+    # Qwen2: Llama layout plus biases on q_proj/k_proj/v_proj (none on o_proj).
+    (
+        "qwen2",
+        3,
+        lambda: Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            initializer_range=0.1,
+            hidden_act="silu",
+            attention_dropout=0.0,
+            attn_implementation="eager",
+        ),
+        Qwen2ForCausalLM,
     ),
 ]
 
@@ -245,7 +277,7 @@ def make_one(out_root, name, offset, make_config, cls):
     print(f"  class {cls.__name__}, parameters (tied counted once): {nparams}")
     print(f"  perturbed 1-D params: {len(perturbed)}")
 
-    if isinstance(model, LlamaForCausalLM):
+    if isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM)):
         attn = model.model.layers[0].self_attn
         print(
             f"  config.head_dim = {getattr(cfg, 'head_dim', '(absent in this transformers version)')}, "
@@ -259,7 +291,7 @@ def make_one(out_root, name, offset, make_config, cls):
         for key, names in uniq.items():
             print(f"  inv_freq {list(key)}  ({len(names)} buffers, e.g. {names[0]})")
         assert len(uniq) == 1, "rotary embeddings disagree"
-        if cfg.rope_scaling is not None:
+        if getattr(cfg, "rope_scaling", None) is not None:
             check_llama3_branches(cfg, next(iter(inv.values())))
 
     # ---- save model (config.json + model.safetensors) -------------------
