@@ -121,8 +121,8 @@ TokenFile::TokenFile(const std::string& path, int raw_width, int64_t vocab_size)
     tokens_ = bytes + kLlmcHeader;
     format_ = header[1] == 1 ? "llm.c v1 (uint16)" : "llm.c v2 (uint32)";
   } else {
-    if (raw_width != 2 && raw_width != 4) {
-      bad(path, "token width " + std::to_string(raw_width) + " bytes: expected 2 (uint16) or 4 (uint32)");
+    if (raw_width != 1 && raw_width != 2 && raw_width != 4) {
+      bad(path, "token width " + std::to_string(raw_width) + " bytes: expected 1 (bytes), 2 (uint16) or 4 (uint32)");
     }
     width_ = raw_width;
     if (data_bytes % static_cast<size_t>(width_) != 0) {
@@ -131,7 +131,7 @@ TokenFile::TokenFile(const std::string& path, int raw_width, int64_t vocab_size)
     }
     count_ = static_cast<int64_t>(data_bytes / static_cast<size_t>(width_));
     tokens_ = bytes;
-    format_ = width_ == 2 ? "raw uint16" : "raw uint32";
+    format_ = width_ == 1 ? "raw bytes" : width_ == 2 ? "raw uint16" : "raw uint32";
   }
   for (int64_t i = 0; i < count_; ++i) {
     const uint32_t t = at(i);

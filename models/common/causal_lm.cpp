@@ -114,8 +114,8 @@ std::string HfConfig::string(const std::string& key, const std::string& fallback
 // ---- TokenWindows -----------------------------------------------------------------------------------
 
 TokenWindows::TokenWindows(const std::string& family, const std::string& train, const std::string& eval,
-                           int token_bytes, int64_t vocab, int64_t context)
-    : family_(family), context_(context) {
+                           int token_bytes, int64_t vocab, int64_t context, int64_t eod)
+    : family_(family), context_(context), eod_(eod) {
   try {
     train_ = std::make_unique<examples::TokenFile>(train, token_bytes, vocab);
     if (!eval.empty()) eval_ = std::make_unique<examples::TokenFile>(eval, token_bytes, vocab);
@@ -148,13 +148,14 @@ void TokenWindows::load(int32_t split, int64_t index, void* input, int32_t* targ
   auto* x = static_cast<int32_t*>(input);
   for (int64_t t = 0; t < context_; ++t) {
     x[t] = static_cast<int32_t>(f.at(first + t));
-    target[t] = static_cast<int32_t>(f.at(first + t + 1));
+    target[t] = x[t] == eod_ ? -1 : static_cast<int32_t>(f.at(first + t + 1));
   }
 }
 
 std::string TokenWindows::summary() const {
   return std::to_string(train_size_) + " train / " + std::to_string(eval_size_) + " eval windows of " +
-         std::to_string(context_) + "+1 tokens (" + train_->format() + ")";
+         std::to_string(context_) + "+1 tokens (" + train_->format() + ")" +
+         (eod_ >= 0 ? "; no loss after end-of-document token " + std::to_string(eod_) : "");
 }
 
 // ---- CausalLM ----------------------------------------------------------------------------------------
@@ -168,7 +169,9 @@ std::vector<std::string> with(std::vector<std::string> v, const std::string& s) 
 
 CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host,
                    std::vector<std::string> flags)
-    : family_(family), args_(family, args, with(std::move(flags), "--init_partial")), compute_(host.compute_dtype) {
+    : family_(family),
+      args_(family, args, with(with(std::move(flags), "--init_partial"), "--eod_mask_loss")),
+      compute_(host.compute_dtype) {
   this->host = host;
   const std::string dir = args_.text("--from_hf"), file = args_.text("--config");
   if (dir.empty() == file.empty())
@@ -190,9 +193,21 @@ void CausalLM::data_from(int64_t vocab) {
   if (context_ == 0) fail(DSCPP_E_INTERNAL, family_ + ": data before the context is known");
   const std::string train = args_.text("--data");
   if (train.empty()) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --data FILE (a token file) is required");
-  const auto bytes = static_cast<int>(args_.integer("--token_bytes", 2, 2));
-  if (bytes != 2 && bytes != 4) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --token_bytes is 2 or 4");
-  data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_);
+  const auto bytes = static_cast<int>(args_.integer("--token_bytes", 2, 1));
+  if (bytes != 1 && bytes != 2 && bytes != 4) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --token_bytes is 1, 2 or 4");
+  int64_t eod = -1;
+  if (args_.has("--eos_id") && !args_.has("--eod_mask_loss"))
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eos_id names the token --eod_mask_loss masks; give both");
+  if (args_.has("--eod_mask_loss")) {
+    eod = args_.integer("--eos_id", -1, 0);
+    if (eod < 0 && config_->has("eos_token_id") && config_->json()["eos_token_id"].is_number_integer())
+      eod = config_->integer("eos_token_id");
+    if (eod < 0 || eod >= vocab)
+      fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eod_mask_loss needs the end-of-document token: --eos_id N, or an "
+                                               "integer eos_token_id below the vocabulary (" + std::to_string(vocab) +
+                                               ") in " + config_->path());
+  }
+  data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_, eod);
   args_.finish();
   data = dscpp_data_desc{};
   data.train_size = data_->train_size();

@@ -8,9 +8,13 @@
 //   --init_partial      with --from_hf: parameters the files lack keep their init, unused tensors
 //                       are listed instead of refused
 //   --data FILE         training tokens (examples/common/token_file.h: llm.c's or Megatron's
-//                       format, or headerless uint16/uint32 with --token_bytes 2|4)
+//                       format, or headerless uint16/uint32/bytes with --token_bytes 2|4|1; 1
+//                       reads any file, e.g. a text, as byte tokens for a vocabulary ≥ 256)
 //   --eval_data FILE    evaluation tokens; without it the last tenth of --data's windows
 //   --context N         tokens per sample (default: the config's maximum positions, at most 1024)
+//   --eod_mask_loss     documents packed end to end: no loss where the input token is the end of
+//                       a document (Megatron's eod_mask_loss), so no document is predicted from
+//                       the one before; the token is --eos_id N, else the config's eos_token_id
 // Samples are non-overlapping windows of context+1 tokens: window w = tokens[w·(T+1), (w+1)·(T+1)),
 // input its first T tokens, target its last T; every token is checked against the vocabulary.
 #pragma once
@@ -67,8 +71,9 @@ class HfConfig {
 // Token windows of context+1 from the data files, split into train and eval.
 class TokenWindows {
  public:
+  // `eod` ≥ 0: targets where the input is that token are ignored (−1).
   TokenWindows(const std::string& family, const std::string& train, const std::string& eval, int token_bytes,
-               int64_t vocab, int64_t context);
+               int64_t vocab, int64_t context, int64_t eod = -1);
   int64_t train_size() const { return train_size_; }
   int64_t eval_size() const { return eval_size_; }
   void load(int32_t split, int64_t index, void* input, int32_t* target) const;
@@ -79,6 +84,7 @@ class TokenWindows {
   int64_t context_;
   std::unique_ptr<examples::TokenFile> train_, eval_;
   int64_t train_size_ = 0, eval_size_ = 0, eval_first_ = 0;  // eval windows start at eval_first_ of their file
+  int64_t eod_ = -1;
 };
 
 // The parts of a model every family fills the same way: the data description, weights to start

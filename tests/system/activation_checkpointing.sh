@@ -54,7 +54,8 @@ norms() { grep -o 'grad norm [0-9.]*' "$1" | tr '\n' ' '; }
 # and 4TV (head); saved 0 (embed), 4(9TC + HT) + 16T (block: HT attention log-sum-exps; the LN
 # and GELU outputs are made again in backward), 4TC + 8T + 4TV (head).
 # expected V CKPTS HOST → "device host": the layout rule restated (segments of ⌊s·n/(k+1)⌋,
-# 64-aligned pieces, the last segment not recomputed, two gradient buffers of the largest output).
+# 64-aligned pieces each followed by 64 guard bytes, the last segment not recomputed, two
+# gradient buffers of the largest output, each with its guard).
 expected() {
   awk -v L=$L -v C=$C -v H=$H -v T=$T -v b=$B -v V="$1" -v k="$2" -v host="$3" 'function al(x) { return int((x + 63) / 64) * 64 }
   BEGIN {
@@ -64,12 +65,12 @@ expected() {
     segs = (k < 0) ? 1 : k + 1; arena = 0; ck = 0; big = 0; maxout = 0
     for (s = 0; s < segs; ++s) {
       lo = int(s * n / segs); hi = int((s + 1) * n / segs); a = 0
-      for (l = lo; l < hi; ++l) a += al(b * out[l]) + al(b * saved[l])
+      for (l = lo; l < hi; ++l) a += al(b * out[l]) + 64 + al(b * saved[l]) + 64
       if (a > arena) arena = a
       if (s > 0) { ck += b * out[lo - 1]; if (b * out[lo - 1] > big) big = b * out[lo - 1] }
     }
     for (l = 0; l < n; ++l) if (out[l] > maxout) maxout = out[l]
-    grads = 2 * b * maxout
+    grads = 2 * (b * maxout + 64)
     if (host) printf "%d %d", arena + big + grads, ck; else printf "%d 0", arena + ck + grads }'
 }
 

@@ -134,5 +134,51 @@ refused unused 's/"num_hidden_layers": 2/"num_hidden_layers": 1/' "$DATA/llama_g
 if grep -q "9 tensor(s) the model does not use: 'model.layers.1" "$WORK/unused.log"; then
   pass "unused tensors are refused, by name"
 else fail "unused tensors: $(tail -3 "$WORK/unused.log")"; fi
+# A sharded export (an index and 3+ shards) is read back by --from_hf, and gives the same loss.
+config "$WORK/stage3.json" 3 2 "$SGD"
+cp "$DATA/llama3_tied/config.json" "$WORK/tied.config.json"
+if run llama3_tied 2 "$WORK/stage3.json" "$WORK/shard.log" --steps 0 --no_eval --save_dir "$WORK/shard.ckpt" &&
+  "$DSCPP" export-hf -q --max_shard_size 20KB "$WORK/shard.ckpt" "$WORK/sharded" > /dev/null &&
+  [ -f "$WORK/sharded/model.safetensors.index.json" ] && [ -f "$WORK/sharded/model-00003-of-00005.safetensors" ] &&
+  "$RUNTIME" --model "$LLAMA" --deepspeed_config "$WORK/eval.json" --eval_only -- --from_hf "$WORK/sharded" \
+    --data "$DATA/llama3_tied/tokens.bin" --eval_data "$DATA/llama3_tied/tokens.bin" --context 16 > "$WORK/sharded.log" 2>&1 &&
+  grep -q "eval only: loss 4.7219" "$WORK/sharded.log"; then
+  pass "a sharded export ($(ls "$WORK/sharded" | grep -c '^model-') shards and an index) loads back: $(grep -o 'loss [0-9.]*' "$WORK/sharded.log" | head -1)"
+else fail "sharded export: $(tail -3 "$WORK/shard.log" "$WORK/sharded.log" 2> /dev/null)"; ls "$WORK/sharded" 2> /dev/null; fi
+
+# Shared parameters with parameter offload (SGD: the gradient check) and with optimizer offload
+# (AdamW, whose CPU optimizer offload runs: the 3-step check), ZeRO 3 on 2 ranks.
+offload_config() {  # FILE OFFLOAD_KEY OPTIMIZER
+  cat > "$1" <<JSON
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0, "zero_allow_untested_optimizer": true,
+ "zero_optimization": {"stage": 3, "$2": {"device": "cpu"}}, "optimizer": $3}
+JSON
+}
+offload_config "$WORK/offload_param.json" offload_param "$SGD"
+offload_config "$WORK/offload_opt.json" offload_optimizer "$ADAMW"
+out=""
+if run llama3_tied 2 "$WORK/offload_param.json" "$WORK/offload_param.log" --steps 1 --no_eval --save_dir "$WORK/op.ckpt" &&
+  "$DSCPP" export-hf -q "$WORK/op.ckpt" "$WORK/op.hf" > /dev/null &&
+  out=$("$COMPARE" "$WORK/op.hf/model.safetensors" "$DATA/llama3_tied/reference.safetensors" --b_prefix grad. \
+    --minus_from "$DATA/llama3_tied/model.safetensors" --normwise 1 --rtol 1e-5 --complete 1 2>&1); then
+  pass "tied gradients with parameter offload: ${out##*compared }"
+else fail "tied gradients with parameter offload: ${out:-run failed}"; tail -5 "$WORK/offload_param.log"; fi
+out=""
+if run llama3_tied 2 "$WORK/offload_opt.json" "$WORK/offload_opt.log" --steps 3 --no_eval --save_dir "$WORK/oo.ckpt" &&
+  "$DSCPP" export-hf -q "$WORK/oo.ckpt" "$WORK/oo.hf" > /dev/null &&
+  out=$("$COMPARE" "$WORK/oo.hf/model.safetensors" "$DATA/llama3_tied/reference.safetensors" --b_prefix after3. \
+    --atol 3e-5 --complete 1 --where grad. --above 1e-3 2>&1); then
+  pass "tied AdamW with optimizer offload: ${out##*compared }"
+else fail "tied AdamW with optimizer offload: ${out:-run failed}"; tail -5 "$WORK/offload_opt.log"; fi
+
+# --eod_mask_loss: no loss where the input is the end-of-document token (here token 73).
+inputs=$(od -An -tu2 -v -j 1024 "$DATA/llama_gqa/tokens.bin" | tr -s ' ' '\n' | grep -v '^$' |
+  awk '{ if ((NR - 1) % 17 != 16) n[$1]++ } END { print 64 - n[73] }')
+"$RUNTIME" --model "$LLAMA" --deepspeed_config "$WORK/eval.json" --eval_only -- --from_hf "$DATA/llama_gqa" \
+  --data "$DATA/llama_gqa/tokens.bin" --eval_data "$DATA/llama_gqa/tokens.bin" --context 16 --eod_mask_loss --eos_id 73 \
+  > "$WORK/eod.log" 2>&1
+if [ "$inputs" -lt 64 ] && grep -q "perplexity [0-9.]* ($inputs samples)" "$WORK/eod.log"; then
+  pass "--eod_mask_loss counts $inputs of 64 positions (those whose input is not token 73)"
+else fail "--eod_mask_loss: expected $inputs counted positions: $(grep 'eval only' "$WORK/eod.log" || tail -2 "$WORK/eod.log")"; fi
 [ "$FAILED" = 0 ] && echo "hf_parity: all checks passed"
 exit $FAILED

@@ -68,6 +68,14 @@ TEST_CASE("token files: llm.c v1/v2 and headerless uint16/uint32 read back exact
   }
   CHECK(v1.max_token() == max_small);
   CHECK(v2.max_token() == max_large);
+  // Bytes: any file (a text) as byte-level tokens.
+  std::vector<uint8_t> text;
+  for (char ch : std::string("Q: Why is this so?\nA: Because.\n")) text.push_back(static_cast<uint8_t>(ch));
+  const examples::TokenFile bytes(write<uint8_t>(d.path + "/text.txt", {}, text), 1, 256);
+  CHECK(bytes.format() == "raw bytes");
+  REQUIRE(bytes.size() == static_cast<int64_t>(text.size()));
+  for (size_t i = 0; i < text.size(); ++i) CHECK(bytes.at(static_cast<int64_t>(i)) == text[i]);
+  CHECK_THROWS_WITH(examples::TokenFile(d.path + "/text.txt", 1, 100), Contains("outside the vocabulary of 100"));
 }
 
 TEST_CASE("token files: every malformed file is refused, naming the file and the fault", "[tokens]") {
