@@ -122,6 +122,7 @@ class Engine {
   void report_profile(double step_s);                     // engine_report.cpp
   // ", perplexity P" for a model with tokens (language models), else "".
   std::string perplexity_text(const EvalResult& r) const;
+  std::string counted_text(const EvalResult& r) const;  // "(N tokens)" / "(N samples)"
   bool profiling_step() const { return profiler_ && counters_.global_steps + 1 == profiler_->profile_step(); }
 
   Plugin& plugin_;

@@ -46,8 +46,8 @@ void Engine::run_eval_only() {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (world_.rank() == 0)
-    log::info("eval only: loss {:.6f}, accuracy {:.2f}%{} ({} samples) in {:.2f} s, weights from {}", r.loss,
-              100 * r.accuracy, perplexity_text(r), r.counted, secs,
+    log::info("eval only: loss {:.6f}, accuracy {:.2f}%{} {} in {:.2f} s, weights from {}", r.loss,
+              100 * r.accuracy, perplexity_text(r), counted_text(r), secs,
               !options_.load_dir.empty() ? options_.load_dir
                                          : !init.path.empty() ? init.path : "initialisation");
   params_->home().flush();

@@ -177,7 +177,7 @@ inputs=$(od -An -tu2 -v -j 1024 "$DATA/llama_gqa/tokens.bin" | tr -s ' ' '\n' | 
 "$RUNTIME" --model "$LLAMA" --deepspeed_config "$WORK/eval.json" --eval_only -- --from_hf "$DATA/llama_gqa" \
   --data "$DATA/llama_gqa/tokens.bin" --eval_data "$DATA/llama_gqa/tokens.bin" --context 16 --eod_mask_loss --eos_id 73 \
   > "$WORK/eod.log" 2>&1
-if [ "$inputs" -lt 64 ] && grep -q "perplexity [0-9.]* ($inputs samples)" "$WORK/eod.log"; then
+if [ "$inputs" -lt 64 ] && grep -q "perplexity [0-9.]* ($inputs tokens)" "$WORK/eod.log"; then
   pass "--eod_mask_loss counts $inputs of 64 positions (those whose input is not token 73)"
 else fail "--eod_mask_loss: expected $inputs counted positions: $(grep 'eval only' "$WORK/eod.log" || tail -2 "$WORK/eod.log")"; fi
 [ "$FAILED" = 0 ] && echo "hf_parity: all checks passed"
