@@ -107,12 +107,12 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  // `dscpp gradcheck PLUGIN.so [runtime options] [-- plugin args]` is the runtime's --gradcheck.
-  if (argc >= 2 && std::string(argv[1]) == "gradcheck") {
+  // `dscpp gradcheck|generate PLUGIN.so [runtime options] [-- plugin args]`: the runtime's tools.
+  if (argc >= 2 && (std::string(argv[1]) == "gradcheck" || std::string(argv[1]) == "generate")) {
     try {
-      dscpp::launcher::run_gradcheck(std::vector<std::string>(argv + 2, argv + argc));
+      dscpp::launcher::run_runtime_tool(argv[1], std::vector<std::string>(argv + 2, argv + argc));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "dscpp gradcheck: error: %s\n", e.what());
+      std::fprintf(stderr, "dscpp %s: error: %s\n", argv[1], e.what());
       return 1;
     }
   }
@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
       "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n"
       "  dscpp export-hf CKPT OUT_DIR        a checkpoint → a Hugging Face model directory (config + safetensors)\n"
       "  dscpp gradcheck PLUGIN.so [-- ARGS] a plugin's backward against finite differences, with a verdict\n"
+      "  dscpp generate PLUGIN.so --prompt T  sample a continuation, token by token with a KV cache\n"
       "  dscpp aio-bench --path DIR          sweep NVMe offload's aio settings on DIR: GB/s vs fio, best `aio` block\n",
       "dscpp"};
   app.set_version_flag("--version", DSCPP_VERSION_STRING);

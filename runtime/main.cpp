@@ -9,6 +9,7 @@
 #include "core/rank_discovery.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "runtime/observe/describe_model.h"
+#include "runtime/observe/generate.h"
 #include "runtime/observe/gradcheck.h"
 #include "runtime/rank_device.h"
 #include "runtime/train/engine.h"
@@ -41,7 +42,10 @@ struct Args {
   std::string device = "auto";
   bool check_schedule = false;
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
-  bool accept_data_change = false, gradcheck = false;
+  bool accept_data_change = false, gradcheck = false, generate = false, check_decode = false;
+  std::string prompt, prompt_ids;
+  int64_t max_new_tokens = 32, top_k = 0;
+  double temperature = 0;
   std::vector<std::string> plugin_args;
 };
 
@@ -237,6 +241,17 @@ int main(int argc, char** argv) {
   app.add_flag("--gradcheck", a.gradcheck,
                "check the plugin's backward against finite differences of its loss for every parameter, on one "
                "micro-batch, print a verdict and exit (needs no config; `dscpp gradcheck` runs this)");
+  app.add_flag("--generate", a.generate,
+               "sample a continuation of --prompt/--prompt_ids from the weights of --load_dir (or the plugin's "
+               "init_from), one token at a time through the plugin's decode calls with their caches, print it and "
+               "exit (needs no config; `dscpp generate` runs this)");
+  app.add_option("--prompt", a.prompt, "with --generate: a text, as byte tokens (a byte-level model)");
+  app.add_option("--prompt_ids", a.prompt_ids, "with --generate: token ids, e.g. 128000,791,6864");
+  app.add_option("--max_new_tokens", a.max_new_tokens, "with --generate: tokens to add (default 32)");
+  app.add_option("--temperature", a.temperature, "with --generate: 0 = greedy (default), else sample softmax(logits/T)");
+  app.add_option("--top_k", a.top_k, "with --generate and a temperature: sample among the k likeliest (0 = all)");
+  app.add_flag("--check_decode", a.check_decode,
+               "with --generate: also run the training forward at every step and fail unless its logits match");
   app.add_flag("--deepspeed", a.deepspeed, "accepted for DeepSpeed compatibility (no effect)");
   auto* steps = app.add_option("--steps", a.steps, "train until this many optimizer steps (global_steps)");
   app.add_option("--epochs", a.epochs, "train for this many passes over the train split (default 1)")->excludes(steps);
@@ -281,7 +296,8 @@ int main(int argc, char** argv) {
   app.positionals_at_end();
   try {
     app.parse(argc, argv);
-    if (!a.describe_model && !a.gradcheck && a.config.empty()) throw CLI::RequiredError("--deepspeed_config");
+    if (!a.describe_model && !a.gradcheck && !a.generate && a.config.empty())
+      throw CLI::RequiredError("--deepspeed_config");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -295,6 +311,32 @@ int main(int argc, char** argv) {
       g.device = a.device == "auto" ? "cpu" : a.device;
       g.seed = a.seed;
       return runtime::run_gradcheck(g);
+    }
+    if (a.generate) {
+      log::init_logging(-1);
+      runtime::GenerateOptions g;
+      g.model = a.model;
+      g.plugin_args = a.plugin_args;
+      g.device = a.device == "auto" ? "cpu" : a.device;
+      g.seed = a.seed;
+      g.load_dir = a.load_dir;
+      g.prompt = a.prompt;
+      for (size_t at = 0; at < a.prompt_ids.size();) {
+        size_t end = a.prompt_ids.find(',', at);
+        if (end == std::string::npos) end = a.prompt_ids.size();
+        const std::string id = a.prompt_ids.substr(at, end - at);
+        char* stop = nullptr;
+        const long v = std::strtol(id.c_str(), &stop, 10);
+        if (id.empty() || *stop != '\0' || v < 0 || v > INT32_MAX)
+          fail("--prompt_ids {}: '{}' is not a token id (comma-separated whole numbers)", a.prompt_ids, id);
+        g.prompt_ids.push_back(static_cast<int32_t>(v));
+        at = end + 1;
+      }
+      g.max_new_tokens = a.max_new_tokens;
+      g.temperature = a.temperature;
+      g.top_k = a.top_k;
+      g.check_decode = a.check_decode;
+      return runtime::run_generate(g);
     }
     return run(a);
   } catch (const PeerFailure& e) {  // another rank's failure: the launcher blames that one

@@ -92,6 +92,18 @@ struct ParamSpec {
 };
 
 class Layer;
+struct Call;
+
+// One decode call of a layer (model.h's dscpp_decode_ctx): one token of one sequence.
+struct DecodeCall {
+  DecodeCall(const dscpp_decode_ctx& c, const Layer& l);
+  const dscpp_decode_ctx& ctx;
+  const Layer& layer;
+  dscpp_layer_ctx as_layer;  // the ops and parameters as a forward call sees them (batch 1)
+  Call call() const;
+  void* cache(int slot) const;
+  void* work(int slot) const;
+};
 
 // One forward or backward call of a layer.
 struct Call {
@@ -123,6 +135,8 @@ class Layer {
 
   virtual void forward(const Call& c) = 0;
   virtual void backward(const Call& c) = 0;
+  // One token at ctx.position (generation); layers that cannot say so.
+  virtual void decode(const DecodeCall& d);
 
   int add_param(ParamSpec p);  // returns its index in ctx.params
   const std::string& name() const { return name_; }
@@ -137,6 +151,10 @@ class Layer {
   // Per sample: kept from forward to backward, scratch of forward, scratch of backward (the two
   // scratch plans share one workspace: it is as large as the larger).
   Buffers saved, fwd_work, bwd_work;
+  // Per sequence, for decode: kept between calls (a KV cache), scratch of one call; and the
+  // elements one call outputs (0: the layer does not decode).
+  Buffers decode_cache, decode_work;
+  int64_t decode_output_numel = 0;
 
  private:
   Env env_;
@@ -204,6 +222,9 @@ class Attention {
   void forward(const Call& c, const void* x, const void* residual, void* y) const;
   // dx (overwritten) from dy, the gradient of y without the residual's share.
   void backward(const Call& c, const void* dy, const void* x, void* dx) const;
+  // One token: its keys and values join the cache at d.ctx.position, its query attends to
+  // positions 0 … position (grouped heads by strided batched GEMMs, no repeat).
+  void decode(const DecodeCall& d, const void* x, const void* residual, void* y) const;
 
  private:
   void expand(const Call& c, const void* qkv, void* qkv3) const;
@@ -215,6 +236,7 @@ class Attention {
   int sv_qkv_, sv_lse_, sv_att_;
   int fw_qkv3_ = -1, fw_ones_ = -1;
   int bw_datt_, bw_dqkv_, bw_scratch_, bw_qkv3_ = -1, bw_dqkv3_ = -1, bw_ones_ = -1;
+  int dc_k_, dc_v_, dw_qkv_, dw_ones_ = -1, dw_scores_, dw_att_;
 };
 
 struct MlpSpec {
@@ -231,6 +253,7 @@ class Mlp {
   Mlp(Layer& owner, const MlpSpec& spec);
   void forward(const Call& c, const void* x, const void* residual, void* y) const;
   void backward(const Call& c, const void* dy, const void* x, void* dx) const;
+  void decode(const DecodeCall& d, const void* x, const void* residual, void* y) const;
 
  private:
   MlpSpec s_;
@@ -238,6 +261,7 @@ class Mlp {
   std::optional<Linear> gate_, up_, fc_, down_;
   int sv_a_, sv_b_ = -1;  // gated: gate and up outputs; GELU: the pre-activation
   int fw_act_, bw_act_, bw_dact_;
+  int dw_a_, dw_b_, dw_act_;
 };
 
 // ---- layers ---------------------------------------------------------------------------------------
@@ -251,7 +275,8 @@ class TokenEmbedding final : public Layer {
                  const Name& positions = {}, int64_t max_positions = 0);
   void forward(const Call& c) override;
   void backward(const Call& c) override;
-  int64_t vocab, hidden;
+  void decode(const DecodeCall& d) override;
+  int64_t vocab, hidden, max_positions;
   int table = -1, positions = -1;
 };
 
@@ -269,6 +294,7 @@ class DecoderBlock final : public Layer {
   DecoderBlock(const Env& env, std::string name, const BlockSpec& spec);
   void forward(const Call& c) override;
   void backward(const Call& c) override;
+  void decode(const DecodeCall& d) override;
 
  private:
   int64_t hidden_;
@@ -276,7 +302,7 @@ class DecoderBlock final : public Layer {
   Attention attn_;
   Norm norm2_;
   Mlp mlp_;
-  int sv_stats1_, sv_h_, sv_stats2_, fw_xn_, bw_xn_, bw_dxn_, bw_dh_;
+  int sv_stats1_, sv_h_, sv_stats2_, fw_xn_, bw_xn_, bw_dxn_, bw_dh_, dw_xn_, dw_h_, dw_stats_;
 };
 
 // The loss layer: final norm, logits = norm(x)·Wᵀ (W its own [vocab, hidden] or tied to the
@@ -289,12 +315,13 @@ class LmHead final : public Layer {
          const Name& norm_bias, const Name& weight, Init init, const std::string& tied_to = "");
   void forward(const Call& c) override;
   void backward(const Call& c) override;
+  void decode(const DecodeCall& d) override;  // the next token's logits
 
  private:
   int64_t hidden_, vocab_;
   Norm norm_;
   Linear proj_;
-  int sv_stats_, fw_xn_, bw_xn_, bw_dxn_;
+  int sv_stats_, fw_xn_, bw_xn_, bw_dxn_, dw_xn_, dw_stats_;
   int64_t counted_ = 0;  // rows the last training forward counted (its backward follows it)
 };
 

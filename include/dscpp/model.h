@@ -280,6 +280,13 @@ typedef struct dscpp_layer_desc {
   int64_t output_numel;
   int64_t saved_bytes;
   int64_t workspace_bytes;
+  /* ---- ABI 5: decoding one token at a time (generation), when the model has `decode` ----
+   * Per sequence: the bytes the layer keeps from one decode call to the next (e.g. every
+   * position's keys and values: its KV cache), the scratch of one call, and the elements it
+   * outputs per token (the loss layer: the next token's logits). */
+  int64_t decode_cache_bytes;
+  int64_t decode_workspace_bytes;
+  int64_t decode_output_numel;
 } dscpp_layer_desc;
 
 typedef struct dscpp_data_desc {
@@ -351,6 +358,19 @@ typedef struct dscpp_layer_ctx {
   float loss_grad;            /* backward: d(total objective)/d(this micro-batch's mean loss) */
 } dscpp_layer_ctx;
 
+/* One decode call of one layer (ABI 5): one new token of one sequence at `position`, its
+ * earlier positions in `cache` (zeroed before position 0, then only the layer writes it). */
+typedef struct dscpp_decode_ctx {
+  uint32_t struct_size;
+  const dscpp_ops* ops;
+  const void* const* params; /* [num_params] device, compute dtype (shared parameters included) */
+  int64_t position;          /* 0-based; below the positions the layer sized its cache for */
+  const void* input;         /* layer 0: the token id (device int32); else the previous layer's output */
+  void* output;              /* decode_output_numel elements */
+  void* cache;               /* decode_cache_bytes */
+  void* workspace;           /* decode_workspace_bytes */
+} dscpp_decode_ctx;
+
 /* When the plugin wants to look at predictions (e.g. print a generated text), the runtime
  * lends it a forward pass: inputs are host samples, output is the loss layer's output
  * (batch × output_numel, converted to fp32) in host memory. */
@@ -381,6 +401,10 @@ typedef struct dscpp_model_api {
 
   /* Optional (may be NULL): called on rank 0 after evaluation and at the end of training. */
   int (*report)(void* model, const dscpp_infer* infer, dscpp_error* err);
+
+  /* ---- ABI 5 ---- Optional (may be NULL): one layer's decode call (dscpp_decode_ctx), for
+   * `dscpp generate`. */
+  int (*decode)(void* model, int32_t layer, const dscpp_decode_ctx* ctx, dscpp_error* err);
 } dscpp_model_api;
 
 #define DSCPP_MODEL_ENTRY_SYMBOL "dscpp_model_entry"

@@ -60,9 +60,9 @@ struct ExportHfArgs {
 };
 int run_export_hf(const ExportHfArgs& args);
 
-// `dscpp gradcheck PLUGIN.so [ARGS]`: replaces this process with dscpp-runtime --gradcheck --model
-// PLUGIN.so ARGS (returns only by throwing).
-[[noreturn]] void run_gradcheck(const std::vector<std::string>& args);
+// `dscpp gradcheck|generate PLUGIN.so [ARGS]`: replaces this process with dscpp-runtime
+// --gradcheck|--generate --model PLUGIN.so ARGS (returns only by throwing).
+[[noreturn]] void run_runtime_tool(const std::string& tool, const std::vector<std::string>& args);
 
 // `dscpp aio-bench ARGS`: replaces this process with dscpp-aio-bench ARGS (returns only by throwing).
 [[noreturn]] void run_aio_bench(const std::vector<std::string>& args);

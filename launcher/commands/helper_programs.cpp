@@ -1,5 +1,5 @@
 // The commands that are other programs: `dscpp aio-bench` hands its arguments to
-// dscpp-aio-bench, `dscpp gradcheck` to dscpp-runtime --gradcheck. The benchmark needs the async
+// dscpp-aio-bench, `dscpp gradcheck` and `dscpp generate` to dscpp-runtime --gradcheck/--generate. The benchmark needs the async
 // I/O engine (offload/, liburing, libaio) and the gradient check the runtime's layer runner, and
 // the launcher links no engine code, so they live in executables installed next to dscpp (as
 // dscpp-runtime does for `dscpp estimate --model`).
@@ -32,11 +32,12 @@ void run_aio_bench(const std::vector<std::string>& args) {
   fail("cannot run {}: {}", name, std::strerror(errno));
 }
 
-void run_gradcheck(const std::vector<std::string>& args) {
+void run_runtime_tool(const std::string& tool, const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h")
-    fail("usage: dscpp gradcheck PLUGIN.so [--device cpu|cuda-sim] [--seed N] [-- plugin arguments]");
+    fail("usage: dscpp {} PLUGIN.so [options] [-- plugin arguments]; the options are dscpp-runtime's (--help there)",
+         tool);
   const std::string runtime = runtime_executable(self_executable());
-  std::vector<std::string> full{runtime, "--gradcheck", "--model", args[0]};
+  std::vector<std::string> full{runtime, "--" + tool, "--model", args[0]};
   full.insert(full.end(), args.begin() + 1, args.end());
   std::vector<char*> argv;
   for (auto& a : full) argv.push_back(a.data());

@@ -8,8 +8,9 @@ namespace dscpp::layers {
 
 TokenEmbedding::TokenEmbedding(const Env& env, std::string name, int64_t v, int64_t h, const Name& t, Init init,
                                const Name& p, int64_t max_positions)
-    : Layer(env, std::move(name), env.context * h), vocab(v), hidden(h) {
+    : Layer(env, std::move(name), env.context * h), vocab(v), hidden(h), max_positions(max_positions) {
   table = add_param({t, {vocab, hidden}, init, "", false});
+  decode_output_numel = hidden;
   if (p.empty()) return;
   if (max_positions < env.context)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + this->name() + ": a context of " + std::to_string(env.context) +
@@ -23,6 +24,17 @@ void TokenEmbedding::forward(const Call& c) {
   DSCPP_CALL(c.ops(), embedding_forward, ids, c.param(table), c.ctx.output, B * T, vocab, hidden);
   // Learned positions act as a bias of length T·hidden over the batch's B rows.
   if (positions >= 0) DSCPP_CALL(c.ops(), bias_add, c.ctx.output, c.param(positions), B, T * hidden);
+}
+
+void TokenEmbedding::decode(const DecodeCall& d) {
+  const Call c = d.call();
+  const auto* id = static_cast<const int32_t*>(d.ctx.input);
+  DSCPP_CALL(c.ops(), embedding_forward, id, c.param(table), d.ctx.output, int64_t{1}, vocab, hidden);
+  if (positions < 0) return;
+  if (d.ctx.position < 0 || d.ctx.position >= max_positions)
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + name() + ": position " + std::to_string(d.ctx.position) +
+                                       " has no learned embedding (there are " + std::to_string(max_positions) + ")");
+  DSCPP_CALL(c.ops(), add, d.ctx.output, at(c.param(positions), d.ctx.position * hidden, env()), d.ctx.output, hidden);
 }
 
 void TokenEmbedding::backward(const Call& c) {
@@ -49,6 +61,22 @@ DecoderBlock::DecoderBlock(const Env& env, std::string name, const BlockSpec& s)
   bw_xn_ = bwd_work.add(TC);
   bw_dxn_ = bwd_work.add(TC);
   bw_dh_ = bwd_work.add(TC);
+  const int64_t C = hidden_ * static_cast<int64_t>(env.elem);
+  dw_xn_ = decode_work.add(C);
+  dw_h_ = decode_work.add(C);
+  dw_stats_ = decode_work.add(2 * 4);
+  decode_output_numel = hidden_;
+}
+
+void DecoderBlock::decode(const DecodeCall& d) {
+  const Call c = d.call();
+  void* xn = d.work(dw_xn_);
+  void* h = d.work(dw_h_);
+  auto* stats = static_cast<float*>(d.work(dw_stats_));
+  norm1_.forward(c, d.ctx.input, xn, stats, 1);
+  attn_.decode(d, xn, d.ctx.input, h);
+  norm2_.forward(c, h, xn, stats, 1);
+  mlp_.decode(d, xn, h, d.ctx.output);
 }
 
 // The norm outputs are not kept: backward makes them again from the same inputs (the same bits),
@@ -102,6 +130,16 @@ LmHead::LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, 
   fw_xn_ = fwd_work.add(TC);
   bw_xn_ = bwd_work.add(TC);
   bw_dxn_ = bwd_work.add(TC);
+  dw_xn_ = decode_work.add(hidden * static_cast<int64_t>(env.elem));
+  dw_stats_ = decode_work.add(2 * 4);
+  decode_output_numel = vocab;
+}
+
+void LmHead::decode(const DecodeCall& d) {
+  const Call c = d.call();
+  void* xn = d.work(dw_xn_);
+  norm_.forward(c, d.ctx.input, xn, static_cast<float*>(d.work(dw_stats_)), 1);
+  proj_.forward(c, xn, d.ctx.output, 1);
 }
 
 void LmHead::forward(const Call& c) {

@@ -33,6 +33,20 @@ void* Call::saved(int slot) const { return layer.saved.at(ctx.saved, slot, ctx.b
 void* Call::fwd_work(int slot) const { return layer.fwd_work.at(ctx.workspace, slot, ctx.batch); }
 void* Call::bwd_work(int slot) const { return layer.bwd_work.at(ctx.workspace, slot, ctx.batch); }
 
+DecodeCall::DecodeCall(const dscpp_decode_ctx& c, const Layer& l) : ctx(c), layer(l), as_layer{} {
+  as_layer.struct_size = sizeof(dscpp_layer_ctx);
+  as_layer.ops = c.ops;
+  as_layer.batch = 1;
+  as_layer.params = c.params;
+}
+Call DecodeCall::call() const { return Call{as_layer, layer}; }
+void* DecodeCall::cache(int slot) const { return layer.decode_cache.at(ctx.cache, slot, 1); }
+void* DecodeCall::work(int slot) const { return layer.decode_work.at(ctx.workspace, slot, 1); }
+
+void Layer::decode(const DecodeCall&) {
+  fail(DSCPP_E_UNSUPPORTED, "layer " + name_ + " cannot decode one token at a time");
+}
+
 Layer::Layer(const Env& env, std::string name, int64_t output_numel)
     : env_(env), name_(std::move(name)), output_numel_(output_numel) {}
 
@@ -80,6 +94,9 @@ void Layer::describe(dscpp_layer_desc* out) {
   out->output_numel = output_numel_;
   out->saved_bytes = saved.bytes();
   out->workspace_bytes = fwd_work.bytes() > bwd_work.bytes() ? fwd_work.bytes() : bwd_work.bytes();
+  out->decode_cache_bytes = decode_cache.bytes();
+  out->decode_workspace_bytes = decode_work.bytes();
+  out->decode_output_numel = decode_output_numel;
 }
 
 namespace {
@@ -161,6 +178,14 @@ int api_backward(void* model, int32_t index, const dscpp_layer_ctx* ctx, dscpp_e
   });
 }
 
+int api_decode(void* model, int32_t index, const dscpp_decode_ctx* ctx, dscpp_error* err) {
+  return guarded(err, [&] {
+    Layer& l = layer_of(model, index);
+    if (l.decode_output_numel <= 0) l.Layer::decode(DecodeCall{*ctx, l});  // says it cannot
+    l.decode(DecodeCall{*ctx, l});
+  });
+}
+
 int api_load_sample(void* model, int32_t split, int64_t index, void* input, int32_t* target, dscpp_error* err) {
   return guarded(err, [&] { model_of(model).load_sample(split, index, input, target); });
 }
@@ -179,6 +204,7 @@ const dscpp_model_api* model_api(const char* name, ModelFactory factory) {
     g_api.backward = api_backward;
     g_api.load_sample = api_load_sample;
     g_api.report = nullptr;
+    g_api.decode = api_decode;
     dscpp_model_api_stamp(&g_api);
   }
   return &g_api;

@@ -109,6 +109,48 @@ Attention::Attention(Layer& owner, const AttentionSpec& s)
     bw_dqkv3_ = owner.bwd_work.add(3 * T * Q * e);
   }
   if (!s.fused_qkv) bw_ones_ = owner.bwd_work.add(T * e);
+  const int64_t kv = s.kv_heads * s.head_dim;
+  dc_k_ = owner.decode_cache.add(T * kv * e);  // every position's keys, after the rotary embedding
+  dc_v_ = owner.decode_cache.add(T * kv * e);
+  dw_qkv_ = owner.decode_work.add(width_ * e);
+  if (!s.fused_qkv) dw_ones_ = owner.decode_work.add(e);
+  dw_scores_ = owner.decode_work.add(s.heads * T * e);
+  dw_att_ = owner.decode_work.add(Q * e);
+}
+
+void Attention::decode(const DecodeCall& d, const void* x, const void* residual, void* y) const {
+  const Call c = d.call();
+  const int64_t D = s_.head_dim, Q = s_.heads * D, kv = s_.kv_heads * D, G = s_.heads / s_.kv_heads;
+  const int64_t p = d.ctx.position, len = p + 1;
+  if (p < 0 || p >= env_.context)
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + c.layer.name() + ": position " + std::to_string(p) +
+                                       " is outside its cache of " + std::to_string(env_.context) + " positions");
+  void* qkv = d.work(dw_qkv_);
+  if (qkv_) {
+    qkv_->forward(c, x, qkv, 1);
+  } else {
+    void* ones = d.work(dw_ones_);
+    DSCPP_CALL(c.ops(), fill, ones, 1.0f, int64_t{1});
+    q_->forward_strided(c, x, qkv, width_, 1, ones);
+    k_->forward_strided(c, x, at(qkv, Q, env_), width_, 1, ones);
+    v_->forward_strided(c, x, at(qkv, Q + kv, env_), width_, 1, ones);
+  }
+  if (s_.rope) DSCPP_CALL(c.ops(), rope_forward, qkv, int64_t{1}, int64_t{1}, width_, s_.heads + s_.kv_heads, D, nullptr, p, &*s_.rope);
+  void* K = d.cache(dc_k_);
+  void* V = d.cache(dc_v_);
+  DSCPP_CALL(c.ops(), copy_2d, at(qkv, Q, env_), kv, at(K, p * kv, env_), kv, int64_t{1}, kv, 0);
+  DSCPP_CALL(c.ops(), copy_2d, at(qkv, Q + kv, env_), kv, at(V, p * kv, env_), kv, int64_t{1}, kv, 0);
+  // Per kv head j, its G query heads against its keys: scores [G × len] = (q/√D)·Kⱼᵀ; the
+  // cache's rows are positions of kv·D elements, head j at column j·D.
+  DSCPP_CALL(c.ops(), scale, 1.0f / std::sqrt(static_cast<float>(D)), qkv, Q);
+  void* scores = d.work(dw_scores_);
+  DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_TRANS, G, len, D, 1.0f, qkv, D, G * D, K, kv, D, 0.0f,
+             scores, len, G * len, s_.kv_heads);
+  DSCPP_CALL(c.ops(), softmax_forward, scores, scores, s_.heads, len);
+  void* att = d.work(dw_att_);
+  DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_NO_TRANS, G, D, len, 1.0f, scores, len, G * len, V,
+             kv, D, 0.0f, att, D, G * D, s_.kv_heads);
+  out_->forward(c, att, y, 1, residual);
 }
 
 // [q | k (kv heads) | v (kv heads)] → [q | k | v] with every kv head repeated for its group.
@@ -207,6 +249,25 @@ Mlp::Mlp(Layer& owner, const MlpSpec& s) : s_(s), env_(owner.env()) {
   fw_act_ = owner.fwd_work.add(TI);
   bw_act_ = owner.bwd_work.add(TI);
   bw_dact_ = owner.bwd_work.add(TI);
+  const int64_t I = s.inner * static_cast<int64_t>(env_.elem);
+  dw_a_ = owner.decode_work.add(I);
+  dw_b_ = owner.decode_work.add(I);
+  dw_act_ = owner.decode_work.add(I);
+}
+
+void Mlp::decode(const DecodeCall& d, const void* x, const void* residual, void* y) const {
+  const Call c = d.call();
+  void* a = d.work(dw_a_);
+  void* act = d.work(dw_act_);
+  if (s_.gated) {
+    gate_->forward(c, x, a, 1);
+    up_->forward(c, x, d.work(dw_b_), 1);
+    DSCPP_CALL(c.ops(), swiglu_forward, a, d.work(dw_b_), act, s_.inner);
+  } else {
+    DSCPP_CALL(c.ops(), linear_forward, x, c.param(fc_->weight), fc_->bias >= 0 ? c.param(fc_->bias) : nullptr, nullptr,
+               a, act, int64_t{1}, s_.hidden, s_.inner);
+  }
+  down_->forward(c, act, y, 1, residual);
 }
 
 void Mlp::forward(const Call& c, const void* x, const void* residual, void* y) const {

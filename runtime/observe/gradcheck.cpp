@@ -1,8 +1,8 @@
 #include "runtime/observe/gradcheck.h"
 
-#include "checkpoint/weight_files.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/observe/model_weights.h"
 #include "runtime/rank_device.h"
 #include "runtime/train/init.h"
 #include "runtime/train/layer_runner.h"
@@ -20,56 +20,19 @@
 #include <set>
 
 namespace dscpp::runtime {
-namespace {
-
-void plugin_log(void*, const char* message) { log::info("{}", message); }
-
-// The model's parameters on the host: its init_from where it has one, else the init rule.
-std::vector<float> initial_params(const Plugin& plugin, const FlatLayout& layout, uint64_t seed) {
-  std::vector<float> p(static_cast<size_t>(layout.total), 0.0f);
-  for (const ParamSlot& s : layout.params) init_range(seed, s.name, s.init, s.init_a, 0, s.numel, &p[size_t(s.offset)]);
-  if (plugin.init_from().empty()) return p;
-  std::set<std::string> transposed;
-  for (const LayerDecl& l : plugin.layers())
-    for (const ParamDecl& d : l.params)
-      if (d.file_transposed) transposed.insert(d.name);
-  ckpt::WeightFiles files(plugin.init_from(), transposed);
-  int64_t missing = 0;
-  for (const ParamSlot& s : layout.params) {
-    const int64_t i = files.find(s.name);
-    if (i < 0 || files.params()[size_t(i)].shape != s.shape) {
-      ++missing;
-      continue;
-    }
-    files.read(size_t(i), ckpt::kMasterWeights, 0, s.numel, &p[size_t(s.offset)]);
-  }
-  std::printf("%s", fmt::format("weights from {}{}\n", plugin.init_from(),
-                                missing ? fmt::format(" ({} parameters not there keep their init rule)", missing) : "")
-                        .c_str());
-  return p;
-}
-
-}  // namespace
 
 int run_gradcheck(const GradcheckOptions& o) {
   RankDevice rd = make_rank_device(parse_device_choice(o.device));
   Device& device = *rd.device;
   rd.ops.dtype = DSCPP_F32;
   Plugin plugin(o.model);
-  dscpp_host_info host{};
-  host.struct_size = sizeof(host);
-  host.world_size = 1;
-  host.compute_dtype = DSCPP_F32;
-  host.seed = o.seed;
   const std::string device_name = device.name();
-  host.device_name = device_name.c_str();
-  host.log = plugin_log;
-  plugin.create(o.plugin_args, host);
+  plugin.create(o.plugin_args, standalone_host(device_name, o.seed));
   const dscpp_data_desc& data = plugin.data();
   const int64_t batch = std::max<int64_t>(1, std::min(o.batch, data.train_size));
 
   const FlatLayout layout = make_flat_layout(plugin.layers());
-  std::vector<float> params = initial_params(plugin, layout, o.seed);
+  std::vector<float> params = model_weights(plugin, layout, o.seed);
   const size_t bytes = static_cast<size_t>(layout.total) * sizeof(float);
   DeviceBuffer params_d(device, bytes, MemCategory::params), grads_d(device, bytes, MemCategory::grads, true);
   device.copy_from_host(params_d.data(), params.data(), bytes);

@@ -142,6 +142,11 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
     layer.output_numel = ld.output_numel;
     layer.saved_bytes = ld.saved_bytes;
     layer.workspace_bytes = ld.workspace_bytes;
+    if (ld.decode_cache_bytes < 0 || ld.decode_workspace_bytes < 0 || ld.decode_output_numel < 0)
+      fail("model plugin {}: layer '{}' declares negative decode sizes", name(), layer.name);
+    layer.decode_cache_bytes = ld.decode_cache_bytes;
+    layer.decode_workspace_bytes = ld.decode_workspace_bytes;
+    layer.decode_output_numel = ld.decode_output_numel;
     layer.num_slots = ld.num_params;
     for (int32_t p = 0; p < ld.num_params; ++p) {
       const dscpp_param_desc& pd = ld.params[p];
@@ -194,6 +199,19 @@ void Plugin::backward(int layer, const dscpp_layer_ctx& ctx) const {
   dscpp_error err{};
   int rc = api_->backward(model_, layer, &ctx, &err);
   if (rc != DSCPP_OK) failed(fmt::format("backward of layer '{}'", layers_[layer].name), rc, err);
+}
+
+bool Plugin::can_decode() const {
+  if (api_->decode == nullptr) return false;
+  for (const LayerDecl& l : layers_)
+    if (l.decode_output_numel <= 0) return false;
+  return true;
+}
+
+void Plugin::decode(int layer, const dscpp_decode_ctx& ctx) const {
+  dscpp_error err{};
+  int rc = api_->decode(model_, layer, &ctx, &err);
+  if (rc != DSCPP_OK) failed(fmt::format("decode of layer '{}' at position {}", layers_[layer].name, ctx.position), rc, err);
 }
 
 void Plugin::load_sample(int split, int64_t index, void* input, int32_t* target) const {

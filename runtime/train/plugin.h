@@ -43,6 +43,7 @@ struct LayerDecl {
   int64_t output_numel = 0;
   int64_t saved_bytes = 0;
   int64_t workspace_bytes = 0;
+  int64_t decode_cache_bytes = 0, decode_workspace_bytes = 0, decode_output_numel = 0;  // generation
 };
 
 class Plugin {
@@ -70,6 +71,9 @@ class Plugin {
   void forward(int layer, const dscpp_layer_ctx& ctx) const;
   void backward(int layer, const dscpp_layer_ctx& ctx) const;
   void load_sample(int split, int64_t index, void* input, int32_t* target) const;
+  // Generation (model.h's decode): whether every layer decodes, and one layer's call.
+  bool can_decode() const;
+  void decode(int layer, const dscpp_decode_ctx& ctx) const;
   void report(const dscpp_infer& infer) const;
 
  private:

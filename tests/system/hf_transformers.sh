@@ -5,7 +5,9 @@
 #   2. a directory `dscpp export-hf` writes loads with from_pretrained (no missing, unexpected
 #      or misshapen tensor) and gives transformers' logits: from a step-0 checkpoint the
 #      reference logits (1e-5), after 3 AdamW steps at ZeRO 3 on 2 ranks the loss transformers
-#      gets by applying its own 3 steps (1e-5).
+#      gets by applying its own 3 steps (1e-5);
+#   3. `dscpp generate` (token by token with KV caches) continues a prompt greedily with the same
+#      12 tokens as transformers' generate.
 # Usage: hf_transformers.sh DSCPP LLAMA_SO GPT2_SO SOURCE_ROOT
 set -u
 DSCPP=$1 LLAMA=$2 GPT2=$3 SRC=$4
@@ -39,5 +41,20 @@ for m in llama_gqa llama3_tied gpt2 qwen2; do
       echo "ok: $(echo "$out" | grep '^load-export' | tail -1)"
     else echo "FAIL: $m ($expect): $out"; FAILED=1; fi
   done
+done
+for m in llama_gqa llama3_tied gpt2 qwen2; do
+  so=$LLAMA && [ "$m" = gpt2 ] && so=$GPT2
+  ours=$("$DSCPP" generate "$so" --prompt_ids 5,17,3 --max_new_tokens 12 -- --from_hf "$DATA/$m" \
+    --data "$DATA/$m/tokens.bin" --context 16 2>&1 | sed -n 's/^ids: //p')
+  theirs=$("$VENV/bin/python" - "$DATA/$m" 2> /dev/null <<'PY'
+import sys, torch
+from transformers import AutoModelForCausalLM
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32, attn_implementation="eager")
+out = m.generate(torch.tensor([[5, 17, 3]]), max_new_tokens=12, do_sample=False, pad_token_id=0)
+print(",".join(str(t) for t in out[0, 3:].tolist()))
+PY
+)
+  if [ -n "$ours" ] && [ "$ours" = "$theirs" ]; then echo "ok: $m greedy generation, as transformers: $ours"
+  else echo "FAIL: $m greedy generation: dscpp '$ours', transformers '$theirs'"; FAILED=1; fi
 done
 exit $FAILED

@@ -1,0 +1,170 @@
+#include "runtime/observe/generate.h"
+
+#include "core/error.h"
+#include "runtime/observe/model_weights.h"
+#include "runtime/rank_device.h"
+#include "runtime/train/layer_runner.h"
+#include "runtime/train/plugin.h"
+#include "runtime/zero/flat_layout.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+namespace dscpp::runtime {
+namespace {
+
+// The next token from logits: the first largest with temperature 0, else a draw from
+// softmax(logits / T) over the top_k largest (all when 0).
+int32_t sample(const std::vector<float>& logits, double temperature, int64_t top_k, std::mt19937_64& rng) {
+  if (temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t k = top_k > 0 ? std::min(order.size(), static_cast<size_t>(top_k)) : order.size();
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  std::vector<double> w(k);
+  const double top = logits[size_t(order[0])];
+  for (size_t i = 0; i < k; ++i) w[i] = std::exp((logits[size_t(order[i])] - top) / temperature);
+  std::discrete_distribution<size_t> pick(w.begin(), w.end());
+  return order[pick(rng)];
+}
+
+std::string printable(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) {
+    if (id == '\n' || (id >= 32 && id < 127)) s.push_back(static_cast<char>(id));
+    else s += fmt::format("\\x{:02x}", id & 0xff);
+  }
+  return s;
+}
+
+}  // namespace
+
+int run_generate(const GenerateOptions& o) {
+  RankDevice rd = make_rank_device(parse_device_choice(o.device));
+  Device& device = *rd.device;
+  rd.ops.dtype = DSCPP_F32;
+  Plugin plugin(o.model);
+  plugin.create(o.plugin_args, standalone_host(device.name(), o.seed));
+  if (!plugin.can_decode())
+    fail("model plugin {} cannot decode one token at a time (no decode entry, or a layer without decode sizes): "
+         "dscpp generate needs it",
+         plugin.name());
+  const std::vector<LayerDecl>& layers = plugin.layers();
+  const int64_t vocab = layers.back().decode_output_numel;
+  std::vector<int32_t> tokens = o.prompt_ids;
+  for (unsigned char ch : o.prompt) tokens.push_back(ch);
+  if (tokens.empty()) fail("generate: give a prompt (--prompt TEXT or --prompt_ids 1,2,3)");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= vocab) fail("generate: prompt token {} is outside the vocabulary of {}", t, vocab);
+
+  const FlatLayout layout = make_flat_layout(layers);
+  const std::vector<float> weights = model_weights(plugin, layout, o.seed, o.load_dir);
+  DeviceBuffer params(device, static_cast<size_t>(layout.total) * 4, MemCategory::params);
+  device.copy_from_host(params.data(), weights.data(), weights.size() * 4);
+  // Each layer's parameter pointers, shared parameters pointing at their owner's.
+  std::vector<std::vector<const void*>> ptrs(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) ptrs[l].assign(size_t(layers[l].num_slots), nullptr);
+  for (const ParamSlot& s : layout.params)
+    ptrs[size_t(s.layer)][size_t(s.index)] = static_cast<const float*>(params.data()) + s.offset;
+  for (size_t l = 0; l < layers.size(); ++l)
+    for (const TiedParam& t : layers[l].tied)
+      ptrs[l][size_t(t.slot)] = ptrs[size_t(t.owner_layer)][size_t(layers[size_t(t.owner_layer)].params[size_t(t.owner_param)].slot)];
+
+  std::vector<DeviceBuffer> caches;
+  int64_t work = 0, widest = 0;
+  for (const LayerDecl& l : layers) {
+    caches.emplace_back(device, size_t(std::max<int64_t>(l.decode_cache_bytes, 1)), MemCategory::activations, true);
+    work = std::max(work, l.decode_workspace_bytes);
+    widest = std::max(widest, l.decode_output_numel);
+  }
+  DeviceBuffer workspace(device, size_t(std::max<int64_t>(work, 1)), MemCategory::buffers);
+  DeviceBuffer act[2] = {DeviceBuffer(device, size_t(widest) * 4, MemCategory::activations),
+                         DeviceBuffer(device, size_t(widest) * 4, MemCategory::activations)};
+  DeviceBuffer token(device, 4, MemCategory::buffers);
+
+  // The training forward, for --check_decode: one sequence of the model's context.
+  const int64_t context = plugin.data().input_numel;
+  std::unique_ptr<LayerRunner> runner;
+  DeviceBuffer window;
+  if (o.check_decode) {
+    runner = std::make_unique<LayerRunner>(plugin, device, rd.ops, layout, 1);
+    runner->bind(params.data(), nullptr);
+    window = DeviceBuffer(device, size_t(context) * 4, MemCategory::buffers);
+  }
+  double worst = 0;
+
+  // Logits of the token at `position` (the last layer's decode output), on the host.
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  auto step = [&](int32_t id, int64_t position) {
+    device.copy_from_host(token.data(), &id, 4);
+    const void* in = token.data();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      dscpp_decode_ctx c{};
+      c.struct_size = sizeof(c);
+      c.ops = &rd.ops;
+      c.params = ptrs[l].data();
+      c.position = position;
+      c.input = in;
+      c.output = act[l % 2].data();
+      c.cache = caches[l].data();
+      c.workspace = workspace.data();
+      plugin.decode(int(l), c);
+      in = c.output;
+    }
+    device.copy_to_host(logits.data(), in, logits.size() * 4);
+    if (!runner) return;
+    std::vector<int32_t> ids(static_cast<size_t>(context), 0);
+    std::copy_n(tokens.begin(), std::min<size_t>(tokens.size(), size_t(context)), ids.begin());
+    device.copy_from_host(window.data(), ids.data(), ids.size() * 4);
+    runner->forward(window.data(), nullptr, 1, false, o.seed);
+    std::vector<float> full(static_cast<size_t>(vocab));
+    device.copy_to_host(full.data(), static_cast<const float*>(runner->last_output()) + position * vocab, full.size() * 4);
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < full.size(); ++i) {
+      diff = std::max(diff, double(std::fabs(full[i] - logits[i])));
+      scale = std::max(scale, double(std::fabs(full[i])));
+    }
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  };
+
+  std::mt19937_64 rng(o.seed);
+  const size_t prompt = tokens.size();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t p = 0; p < prompt; ++p) step(tokens[p], int64_t(p));
+  std::vector<int32_t> generated;
+  for (int64_t n = 0; n < o.max_new_tokens; ++n) {
+    const int32_t next = sample(logits, o.temperature, o.top_k, rng);
+    generated.push_back(next);
+    tokens.push_back(next);
+    if (int64_t(tokens.size()) >= context) break;  // the caches hold `context` positions
+    step(next, int64_t(tokens.size()) - 1);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s", fmt::format("generated {} tokens after a prompt of {} in {:.3f} s ({:.1f} tokens/s, {} on {}):\n"
+                                "ids: {}\n",
+                                generated.size(), prompt, secs, double(tokens.size() - 1) / std::max(secs, 1e-9),
+                                o.temperature > 0 ? fmt::format("temperature {}, top_k {}", o.temperature, o.top_k)
+                                                  : std::string("greedy"),
+                                device.name(), fmt::join(generated, ","))
+                        .c_str());
+  if (!o.prompt.empty()) std::printf("text: %s\n", printable(generated).c_str());
+  if (o.check_decode) {
+    const bool ok = worst <= 1e-4;
+    std::printf("%s", fmt::format("check_decode: decode logits vs the training forward at every step: max difference "
+                                  "{:.2e} of the largest logit: {}\n",
+                                  worst, ok ? "ok" : "FAILED")
+                          .c_str());
+    if (!ok) return 1;
+  }
+  return 0;
+}
+
+}  // namespace dscpp::runtime

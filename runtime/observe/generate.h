@@ -1,0 +1,38 @@
+// `dscpp generate PLUGIN.so [--load_dir CKPT] (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
+// [--temperature T] [--top_k K] [--seed S] [--check_decode] [-- plugin args]` (the runtime's
+// --generate): samples a continuation from a model's weights, one token at a time through the
+// plugin's decode calls, each layer keeping its own cache (a KV cache for attention), so a token
+// costs one pass over the new position instead of over the whole sequence.
+//
+// Weights: the checkpoint --load_dir names (any stage and world size), else the plugin's
+// init_from (--from_hf), else its init rule. Single rank, fp32. --prompt encodes the text as
+// bytes (a byte-level model: vocabulary ≥ 256) and prints the continuation as text too;
+// --prompt_ids takes token ids. Temperature 0 (the default) is greedy: the first largest logit.
+// --check_decode also runs the training forward on the sequence so far at every step (causal:
+// later positions do not matter) and fails unless its logits at the new position equal the
+// decode's within 1e-4 of their largest magnitude.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dscpp::runtime {
+
+struct GenerateOptions {
+  std::string model;
+  std::vector<std::string> plugin_args;
+  std::string device = "cpu";
+  std::string load_dir;
+  std::string prompt;                // as bytes
+  std::vector<int32_t> prompt_ids;   // or as ids
+  int64_t max_new_tokens = 32;
+  double temperature = 0;
+  int64_t top_k = 0;                 // 0: the whole vocabulary
+  uint64_t seed = 42;
+  bool check_decode = false;
+};
+
+int run_generate(const GenerateOptions& options);
+
+}  // namespace dscpp::runtime
