@@ -110,6 +110,20 @@ for m in llama_gqa llama3_tied gpt2 qwen2; do
   else fail "$m export round trip: ${out:-run or export failed}"; tail -5 "$WORK/$m.zero.log" "$WORK/$m.zero.export.log"; fi
 done
 
+# The CUDA code path (cuda-sim: the CUDA table's kernels run on the CPU): forward loss and
+# gradients of the biased GQA Qwen2 and the tied Llama 3 (RoPE scaling), through the new ops.
+for m in qwen2 llama3_tied; do
+  config "$WORK/sim.json" 0 4 "$SGD"
+  out=""
+  if run "$m" 1 "$WORK/sim.json" "$WORK/$m.sim.log" --device cuda-sim --steps 1 --eval_interval 1 \
+    --save_dir "$WORK/$m.sim.ckpt" && "$DSCPP" export-hf -q "$WORK/$m.sim.ckpt" "$WORK/$m.sim.hf" > /dev/null &&
+    out=$("$COMPARE" "$WORK/$m.sim.hf/model.safetensors" "$DATA/$m/reference.safetensors" --b_prefix grad. \
+      --minus_from "$DATA/$m/model.safetensors" --normwise 1 --rtol 1e-5 --complete 1 2>&1) &&
+    close "$(sed -n 's/.*step 1\/1 | loss \([0-9.]*\).*/\1/p' "$WORK/$m.sim.log")" "$(ref "$m" loss)" 2e-4; then
+    pass "$m on cuda-sim: loss and gradients: ${out##*compared }"
+  else fail "$m on cuda-sim: ${out:-run failed}"; tail -5 "$WORK/$m.sim.log"; fi
+done
+
 # Refusals: a misshapen tensor, missing parameters (unless --init_partial), unused tensors.
 config "$WORK/eval.json" 0 4 "$SGD"
 refused() {  # refused NAME CONFIG_EDIT WEIGHTS [plugin args...]: runs --eval_only on an edited model dir
