@@ -65,6 +65,9 @@ int run_generate(const GenerateOptions& o) {
   for (int32_t t : tokens)
     if (t < 0 || t >= vocab) fail("generate: prompt token {} is outside the vocabulary of {}", t, vocab);
 
+  const int64_t context = plugin.data().input_numel;
+  if (int64_t(tokens.size()) > context)
+    fail("generate: a prompt of {} tokens does not fit the model's context of {} (its --context)", tokens.size(), context);
   const FlatLayout layout = make_flat_layout(layers);
   const std::vector<float> weights = model_weights(plugin, layout, o.seed, o.load_dir);
   DeviceBuffer params(device, static_cast<size_t>(layout.total) * 4, MemCategory::params);
@@ -91,7 +94,6 @@ int run_generate(const GenerateOptions& o) {
   DeviceBuffer token(device, 4, MemCategory::buffers);
 
   // The training forward, for --check_decode: one sequence of the model's context.
-  const int64_t context = plugin.data().input_numel;
   std::unique_ptr<LayerRunner> runner;
   DeviceBuffer window;
   if (o.check_decode) {
@@ -140,11 +142,16 @@ int run_generate(const GenerateOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t p = 0; p < prompt; ++p) step(tokens[p], int64_t(p));
   std::vector<int32_t> generated;
+  bool full = false;
   for (int64_t n = 0; n < o.max_new_tokens; ++n) {
     const int32_t next = sample(logits, o.temperature, o.top_k, rng);
     generated.push_back(next);
     tokens.push_back(next);
-    if (int64_t(tokens.size()) >= context) break;  // the caches hold `context` positions
+    if (n + 1 == o.max_new_tokens) break;
+    if (int64_t(tokens.size()) >= context) {  // the caches hold `context` positions
+      full = true;
+      break;
+    }
     step(next, int64_t(tokens.size()) - 1);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -155,6 +162,10 @@ int run_generate(const GenerateOptions& o) {
                                                   : std::string("greedy"),
                                 device.name(), fmt::join(generated, ","))
                         .c_str());
+  if (full)
+    std::printf("%s", fmt::format("stopped at the model's context of {} positions (--context sizes the caches)\n",
+                                  context)
+                          .c_str());
   if (!o.prompt.empty()) std::printf("text: %s\n", printable(generated).c_str());
   if (o.check_decode) {
     const bool ok = worst <= 1e-4;
