@@ -114,18 +114,23 @@ std::string HfConfig::string(const std::string& key, const std::string& fallback
 // ---- TokenWindows -----------------------------------------------------------------------------------
 
 TokenWindows::TokenWindows(const std::string& family, const std::string& train, const std::string& eval,
-                           int token_bytes, int64_t vocab, int64_t context, int64_t eod)
-    : family_(family), context_(context), eod_(eod) {
+                           int token_bytes, int64_t vocab, int64_t context, int64_t eod, bool mask_loss,
+                           bool doc_windows)
+    : family_(family), context_(context), eod_(eod), mask_loss_(mask_loss) {
   try {
     train_ = std::make_unique<examples::TokenFile>(train, token_bytes, vocab);
     if (!eval.empty()) eval_ = std::make_unique<examples::TokenFile>(eval, token_bytes, vocab);
   } catch (const std::runtime_error& e) {
     fail(DSCPP_E_IO, family_ + ": " + e.what());
   }
-  const int64_t windows = train_->size() / (context + 1);
+  if (doc_windows) {
+    train_windows_ = document_windows(*train_);
+    if (eval_) eval_windows_ = document_windows(*eval_);
+  }
+  const int64_t windows = doc_windows ? int64_t(train_windows_.size()) : train_->size() / (context + 1);
   if (eval_) {
     train_size_ = windows;
-    eval_size_ = eval_->size() / (context + 1);
+    eval_size_ = doc_windows ? int64_t(eval_windows_.size()) : eval_->size() / (context + 1);
   } else {
     train_size_ = windows * 9 / 10;
     eval_size_ = windows - train_size_;
@@ -137,6 +142,21 @@ TokenWindows::TokenWindows(const std::string& family, const std::string& train, 
                                        std::to_string(context + 1));
 }
 
+// Each document (ending at an end-of-document token, or at the end of the file) cut from its
+// start into windows of context+1 tokens that overlap by one (a window's last token is the
+// next one's first input); a document of one token has nothing to predict and gives none.
+std::vector<TokenWindows::Window> TokenWindows::document_windows(const examples::TokenFile& f) const {
+  std::vector<Window> out;
+  int64_t doc = 0;
+  for (int64_t i = 0; i < f.size(); ++i) {
+    if (static_cast<int64_t>(f.at(i)) != eod_ && i + 1 < f.size()) continue;
+    const int64_t end = i + 1;  // the document is [doc, end), its end token included
+    for (int64_t s = doc; end - s >= 2; s += context_) out.push_back({s, std::min(context_ + 1, end - s)});
+    doc = end;
+  }
+  return out;
+}
+
 void TokenWindows::load(int32_t split, int64_t index, void* input, int32_t* target) const {
   if (split != 0 && split != 1)
     fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": split " + std::to_string(split) + " is neither 0 (train) nor 1 (eval)");
@@ -144,18 +164,28 @@ void TokenWindows::load(int32_t split, int64_t index, void* input, int32_t* targ
   if (index < 0 || index >= size)
     fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": sample " + std::to_string(index) + " of a split of " + std::to_string(size));
   const examples::TokenFile& f = split == 1 && eval_ ? *eval_ : *train_;
-  const int64_t first = ((split == 1 ? eval_first_ : 0) + index) * (context_ + 1);
+  const int64_t w = (split == 1 ? eval_first_ : 0) + index;
+  Window win{w * (context_ + 1), context_ + 1};
+  if (!train_windows_.empty()) win = (split == 1 && eval_ ? eval_windows_ : train_windows_)[size_t(w)];
   auto* x = static_cast<int32_t*>(input);
   for (int64_t t = 0; t < context_; ++t) {
-    x[t] = static_cast<int32_t>(f.at(first + t));
-    target[t] = x[t] == eod_ ? -1 : static_cast<int32_t>(f.at(first + t + 1));
+    if (t + 1 >= win.length) {  // padding after the document: never attended by a real token, no loss
+      x[t] = static_cast<int32_t>(eod_);
+      target[t] = -1;
+      continue;
+    }
+    x[t] = static_cast<int32_t>(f.at(win.start + t));
+    target[t] = mask_loss_ && x[t] == eod_ ? -1 : static_cast<int32_t>(f.at(win.start + t + 1));
   }
 }
 
 std::string TokenWindows::summary() const {
   return std::to_string(train_size_) + " train / " + std::to_string(eval_size_) + " eval windows of " +
          std::to_string(context_) + "+1 tokens (" + train_->format() + ")" +
-         (eod_ >= 0 ? "; no loss after end-of-document token " + std::to_string(eod_) : "");
+         (!train_windows_.empty() ? "; windows end at end-of-document token " + std::to_string(eod_) +
+                                        " (padded, no loss on padding)"
+                                  : "") +
+         (mask_loss_ ? "; no loss after end-of-document token " + std::to_string(eod_) : "");
 }
 
 // ---- CausalLM ----------------------------------------------------------------------------------------
@@ -170,7 +200,7 @@ std::vector<std::string> with(std::vector<std::string> v, const std::string& s) 
 CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host,
                    std::vector<std::string> flags)
     : family_(family),
-      args_(family, args, with(with(std::move(flags), "--init_partial"), "--eod_mask_loss")),
+      args_(family, args, with(with(with(std::move(flags), "--init_partial"), "--eod_mask_loss"), "--doc_windows")),
       compute_(host.compute_dtype) {
   this->host = host;
   const std::string dir = args_.text("--from_hf"), file = args_.text("--config");
@@ -196,18 +226,22 @@ void CausalLM::data_from(int64_t vocab) {
   const auto bytes = static_cast<int>(args_.integer("--token_bytes", 2, 1));
   if (bytes != 1 && bytes != 2 && bytes != 4) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --token_bytes is 1, 2 or 4");
   int64_t eod = -1;
-  if (args_.has("--eos_id") && !args_.has("--eod_mask_loss"))
-    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eos_id names the token --eod_mask_loss masks; give both");
-  if (args_.has("--eod_mask_loss")) {
+  const bool mask_loss = args_.has("--eod_mask_loss"), doc_windows = args_.has("--doc_windows");
+  if (args_.has("--eos_id") && !mask_loss && !doc_windows)
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eos_id names the end-of-document token of --eod_mask_loss or "
+                                             "--doc_windows; give one of them");
+  if (mask_loss || doc_windows) {
     eod = args_.integer("--eos_id", -1, 0);
     if (eod < 0 && config_->has("eos_token_id") && config_->json()["eos_token_id"].is_number_integer())
       eod = config_->integer("eos_token_id");
     if (eod < 0 || eod >= vocab)
-      fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eod_mask_loss needs the end-of-document token: --eos_id N, or an "
+      fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eod_mask_loss and --doc_windows need the end-of-document token: "
+                                               "--eos_id N, or an "
                                                "integer eos_token_id below the vocabulary (" + std::to_string(vocab) +
                                                ") in " + config_->path());
   }
-  data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_, eod);
+  data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_, eod,
+                                         mask_loss, doc_windows);
   args_.finish();
   data = dscpp_data_desc{};
   data.train_size = data_->train_size();

@@ -15,6 +15,10 @@
 //   --eod_mask_loss     documents packed end to end: no loss where the input token is the end of
 //                       a document (Megatron's eod_mask_loss), so no document is predicted from
 //                       the one before; the token is --eos_id N, else the config's eos_token_id
+//   --doc_windows       no window crosses a document boundary (the end-of-document token as
+//                       above ends each document): a document is cut into windows of context+1
+//                       tokens from its start, the last one padded; padding comes after every real
+//                       token (so causal attention never lets one see it) and has no loss
 // Samples are non-overlapping windows of context+1 tokens: window w = tokens[w·(T+1), (w+1)·(T+1)),
 // input its first T tokens, target its last T; every token is checked against the vocabulary.
 #pragma once
@@ -71,9 +75,10 @@ class HfConfig {
 // Token windows of context+1 from the data files, split into train and eval.
 class TokenWindows {
  public:
-  // `eod` ≥ 0: targets where the input is that token are ignored (−1).
+  // `eod` ≥ 0: the end-of-document token; with mask_loss targets where the input is that token
+  // are ignored (−1), with doc_windows windows stop at documents' ends.
   TokenWindows(const std::string& family, const std::string& train, const std::string& eval, int token_bytes,
-               int64_t vocab, int64_t context, int64_t eod = -1);
+               int64_t vocab, int64_t context, int64_t eod = -1, bool mask_loss = false, bool doc_windows = false);
   int64_t train_size() const { return train_size_; }
   int64_t eval_size() const { return eval_size_; }
   void load(int32_t split, int64_t index, void* input, int32_t* target) const;
@@ -83,8 +88,17 @@ class TokenWindows {
   std::string family_;
   int64_t context_;
   std::unique_ptr<examples::TokenFile> train_, eval_;
+  // A window: its first token in the file and its length (≤ context+1).
+  struct Window {
+    int64_t start;
+    int64_t length;
+  };
+  std::vector<Window> document_windows(const examples::TokenFile& f) const;
+
   int64_t train_size_ = 0, eval_size_ = 0, eval_first_ = 0;  // eval windows start at eval_first_ of their file
   int64_t eod_ = -1;
+  bool mask_loss_ = false;
+  std::vector<Window> train_windows_, eval_windows_;  // with --doc_windows; else windows are w·(context+1)
 };
 
 // The parts of a model every family fills the same way: the data description, weights to start

@@ -194,5 +194,17 @@ inputs=$(od -An -tu2 -v -j 1024 "$DATA/llama_gqa/tokens.bin" | tr -s ' ' '\n' | 
 if [ "$inputs" -lt 64 ] && grep -q "perplexity [0-9.]* ($inputs tokens)" "$WORK/eod.log"; then
   pass "--eod_mask_loss counts $inputs of 64 positions (those whose input is not token 73)"
 else fail "--eod_mask_loss: expected $inputs counted positions: $(grep 'eval only' "$WORK/eod.log" || tail -2 "$WORK/eod.log")"; fi
+# --doc_windows: windows stop at each document's end (token 73), so every token but a document's
+# last is a target exactly once: counted = tokens − documents.
+read -r tokens docs < <(od -An -tu2 -v -j 1024 "$DATA/llama_gqa/tokens.bin" | tr -s ' ' '\n' | grep -v '^$' |
+  awk '{ n++; last = $1; if ($1 == 73) d++ } END { print n, d + (last != 73) }')
+"$RUNTIME" --model "$LLAMA" --deepspeed_config "$WORK/eval.json" --eval_only -- --from_hf "$DATA/llama_gqa" \
+  --data "$DATA/llama_gqa/tokens.bin" --eval_data "$DATA/llama_gqa/tokens.bin" --context 16 --doc_windows --eos_id 73 \
+  > "$WORK/docs.log" 2>&1
+want=$((tokens - docs))
+if grep -q "windows end at end-of-document token 73" "$WORK/docs.log" &&
+  grep -q "perplexity [0-9.]* ($want tokens)" "$WORK/docs.log"; then
+  pass "--doc_windows: $docs documents, $want targets counted ($(grep -o '[0-9]* train / [0-9]* eval windows' "$WORK/docs.log"))"
+else fail "--doc_windows: expected $want counted targets: $(grep -E 'eval only|windows' "$WORK/docs.log" | tail -2)"; fi
 [ "$FAILED" = 0 ] && echo "hf_parity: all checks passed"
 exit $FAILED
