@@ -16,6 +16,12 @@
 #   6. The mlp example on a reduced Fashion-MNIST (data/fashion-mnist-small, made by pack.sh:
 #      the first 12,000 training images, all 10,000 test images; else the Debian set with
 #      --limit 12000, the same samples): 2 epochs on the device and on cpu, same seed.
+#   6b. The model families (models/) on the device against transformers' reference data
+#      (tests/data/hf, added by pack.sh): one SGD step's gradients of the biased GQA Qwen2 and the
+#      tied Llama 3 through the new ops (RMSNorm, RoPE, SwiGLU, copy_2d, strided-GEMM biases),
+#      within 1e-4 of the largest gradient (cuBLAS fp32 sums in other orders than the CPU's ~1e-6);
+#      `dscpp generate --check_decode` (KV-cache decode vs the training forward, 1e-4); bf16
+#      compute: the eval loss within 2e-2 of fp32's.
 #   7. The gpt example at 12 layers x 768, 12 heads, context 1024, micro-batch 8, stage 0,
 #      bf16 and fp32, 20 steps: tokens/s, the peak memory line, the flops profiler's table
 #      (bf16, step 5); passes if it trains and the loss falls.
@@ -317,6 +323,47 @@ JSON
   else
     fail "mlp: accuracy on $DEVICE '$b'%, on cpu '$a'% (need within 1 point and >= $FLOOR%)"
   fi
+fi
+
+# ---- 6b. the model families -------------------------------------------------------------------
+LLAMA=${LLAMA:-$BUILD/models/llama/libllama.so}
+HF=${HF:-tests/data/hf}
+if [ ! -e "$LLAMA" ] || [ ! -e "$HF/qwen2/reference.safetensors" ]; then
+  fail "model families: $LLAMA or $HF/*/reference.safetensors is missing (pack.sh adds the data)"
+else
+  cat > "$WORK/fam.json" <<'JSON'
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_clipping": 0, "zero_allow_untested_optimizer": true,
+ "optimizer": {"type": "SGD", "params": {"lr": 1.0, "momentum": 0, "weight_decay": 0}}}
+JSON
+  sed 's/"gradient_clipping": 0,/"gradient_clipping": 0, "bf16": {"enabled": true},/' "$WORK/fam.json" > "$WORK/fam16.json"
+  for m in qwen2 llama3_tied; do
+    FAM=(-- --from_hf "$HF/$m" --data "$HF/$m/tokens.bin" --eval_data "$HF/$m/tokens.bin" --context 16)
+    timed $T_RUN "$WORK/fam-$m.log" "$DSCPP" --num_procs 1 --master_port "$(port)" "$LLAMA" --deepspeed_config "$WORK/fam.json" \
+      --device "$DEVICE" --steps 1 --no_eval --save_dir "$WORK/fam-$m" "${FAM[@]}"
+    rc=$?
+    if [ $rc != 0 ]; then fail "$m on $DEVICE: $(why "$WORK/fam-$m.log" $rc)"; continue; fi
+    "$DSCPP" export-hf -q "$WORK/fam-$m" "$WORK/fam-$m.hf" > /dev/null 2>&1
+    if out=$("$COMPARE" "$WORK/fam-$m.hf/model.safetensors" "$HF/$m/reference.safetensors" --b_prefix grad. \
+      --minus_from "$HF/$m/model.safetensors" --normwise 1 --rtol 1e-4 --complete 1 2>&1); then
+      pass "$m on $DEVICE: gradients vs transformers: ${out##*compared }"
+    else fail "$m on $DEVICE: gradients vs transformers: $out"; fi
+    timed $T_RUN "$WORK/gen-$m.log" "$DSCPP" generate "$LLAMA" --device "$DEVICE" --prompt_ids 5,17,3 --max_new_tokens 12 \
+      --check_decode "${FAM[@]}"
+    rc=$?
+    if [ $rc = 0 ] && grep -q "check_decode: .*: ok" "$WORK/gen-$m.log"; then
+      pass "$m on $DEVICE: generate, $(grep -o 'generated.*tokens/s' "$WORK/gen-$m.log"); $(grep -o 'max difference [^ ]*' "$WORK/gen-$m.log")"
+    else fail "$m generate on $DEVICE: $(why "$WORK/gen-$m.log" $rc) $(grep check_decode "$WORK/gen-$m.log")"; fi
+    for p in 32 16; do
+      cfg=$WORK/fam.json && [ $p = 16 ] && cfg=$WORK/fam16.json
+      timed $T_RUN "$WORK/ev$p-$m.log" "$DSCPP" --num_procs 1 --master_port "$(port)" "$LLAMA" --deepspeed_config "$cfg" \
+        --device "$DEVICE" --eval_only "${FAM[@]}"
+    done
+    a=$(grep -m1 -o 'eval only: loss [0-9.]*' "$WORK/ev32-$m.log" | awk '{print $NF}')
+    b=$(grep -m1 -o 'eval only: loss [0-9.]*' "$WORK/ev16-$m.log" | awk '{print $NF}')
+    if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN {d = a - b; exit !(d <= 2e-2 && d >= -2e-2)}'; then
+      pass "$m on $DEVICE: bf16 compute eval loss $b, fp32 $a"
+    else fail "$m bf16 on $DEVICE: eval loss '$b', fp32 '$a' (tolerance 2e-2)"; fi
+  done
 fi
 
 # ---- 7. the gpt example at the issue's shape -------------------------------------------------

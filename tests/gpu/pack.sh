@@ -57,6 +57,8 @@ PY
 # the whole archive to /tmp/dscpp, so the data lands at data/fashion-mnist-small there).
 xz -dc .gpu/bundle.tar.xz > "$stage/bundle.tar"
 tar -C "$stage" -rf "$stage/bundle.tar" ./data/fashion-mnist-small
+# The Hugging Face parity data (1.3 MB) for check.sh's model-family section.
+tar -rf "$stage/bundle.tar" ./tests/data/hf
 xz -T0 -6 -c "$stage/bundle.tar" > .gpu/bundle.tar.xz.new
 mv .gpu/bundle.tar.xz.new .gpu/bundle.tar.xz
 echo "pack.sh: .gpu/bundle.tar.xz $(du -h .gpu/bundle.tar.xz | cut -f1) with data/fashion-mnist-small;" \
