@@ -66,6 +66,14 @@ inline bool rope_table(const dscpp_rope* r, int64_t head_dim, RopeTable* out) {
   return true;
 }
 
+// The rope ops' shape rule, both tables': the rows and heads fit the row width, the first
+// position is not negative, and `r` is a valid setting (rope_table fills `out`).
+inline bool rope_args(int64_t batch, int64_t T, int64_t width, int64_t heads, int64_t head_dim, int64_t pos0,
+                      const dscpp_rope* r, RopeTable* out) {
+  return batch >= 0 && T >= 0 && heads >= 0 && head_dim > 0 && width >= heads * head_dim && pos0 >= 0 &&
+         rope_table(r, head_dim, out);
+}
+
 // Columns (within a head) of pair i: rotate_half's (i, i + pairs) or the interleaved (2i, 2i + 1).
 DSCPP_HD inline int32_t rope_first(const RopeTable& t, int32_t i) {
   return t.interleaved ? 2 * i : i;

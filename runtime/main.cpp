@@ -303,22 +303,22 @@ int main(int argc, char** argv) {
   }
   try {
     if (a.describe_model) return runtime::run_describe_model(a.model, a.plugin_args);
-    if (a.gradcheck) {
+    // The single-rank tools: what they share from the command line (auto device: the CPU).
+    auto tool = [&](auto& g) {
       log::init_logging(-1);
-      runtime::GradcheckOptions g;
       g.model = a.model;
       g.plugin_args = a.plugin_args;
       g.device = a.device == "auto" ? "cpu" : a.device;
       g.seed = a.seed;
+    };
+    if (a.gradcheck) {
+      runtime::GradcheckOptions g;
+      tool(g);
       return runtime::run_gradcheck(g);
     }
     if (a.generate) {
-      log::init_logging(-1);
       runtime::GenerateOptions g;
-      g.model = a.model;
-      g.plugin_args = a.plugin_args;
-      g.device = a.device == "auto" ? "cpu" : a.device;
-      g.seed = a.seed;
+      tool(g);
       g.load_dir = a.load_dir;
       g.prompt = a.prompt;
       for (size_t at = 0; at < a.prompt_ids.size();) {

@@ -181,7 +181,6 @@ int api_backward(void* model, int32_t index, const dscpp_layer_ctx* ctx, dscpp_e
 int api_decode(void* model, int32_t index, const dscpp_decode_ctx* ctx, dscpp_error* err) {
   return guarded(err, [&] {
     Layer& l = layer_of(model, index);
-    if (l.decode_output_numel <= 0) l.Layer::decode(DecodeCall{*ctx, l});  // says it cannot
     l.decode(DecodeCall{*ctx, l});
   });
 }

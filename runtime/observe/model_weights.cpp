@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <set>
 
 namespace dscpp::runtime {
 namespace {
@@ -51,11 +50,7 @@ std::vector<float> model_weights(const Plugin& plugin, const FlatLayout& layout,
     std::printf("weights from the init rule (seed %llu)\n", static_cast<unsigned long long>(seed));
     return p;
   }
-  std::set<std::string> transposed;
-  for (const LayerDecl& l : plugin.layers())
-    for (const ParamDecl& d : l.params)
-      if (d.file_transposed) transposed.insert(d.name);
-  ckpt::WeightFiles files(plugin.init_from(), transposed);
+  ckpt::WeightFiles files(plugin.init_from(), plugin.file_transposed());
   int64_t missing = 0;
   for (const ParamSlot& s : layout.params) {
     const int64_t i = files.find(s.name);

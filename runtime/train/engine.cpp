@@ -192,9 +192,7 @@ CheckpointView Engine::checkpoint_view() {
   v.config_json = plan_.effective_json;
   v.gather_16bit_weights = plan_.zero.gather_16bit_weights_on_save;
   v.export_config = plugin_.export_config();
-  for (const LayerDecl& l : plugin_.layers())
-    for (const ParamDecl& p : l.params)
-      if (p.file_transposed) v.file_transposed.push_back(p.name);
+  v.file_transposed.assign(plugin_.file_transposed().begin(), plugin_.file_transposed().end());
   return v;
 }
 
@@ -238,11 +236,9 @@ InitialWeights Engine::initial_weights() const {
          options_.init_from, plugin_.name(), plugin_.init_from());
   w.path = !options_.init_from.empty() ? options_.init_from : plugin_.init_from();
   w.partial = options_.init_from.empty() && plugin_.init_partial();
-  for (const LayerDecl& l : plugin_.layers()) {
-    for (const ParamDecl& p : l.params)
-      if (p.file_transposed) w.transposed.insert(p.name);
+  w.transposed = plugin_.file_transposed();
+  for (const LayerDecl& l : plugin_.layers())
     for (const TiedParam& t : l.tied) w.aliases.insert(t.name);
-  }
   return w;
 }
 

@@ -183,6 +183,7 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
         continue;
       }
       owners[param.name] = Owner{i, static_cast<int>(layer.params.size())};
+      if (param.file_transposed) file_transposed_.insert(param.name);
       layer.params.push_back(std::move(param));
     }
     layers_.push_back(std::move(layer));

@@ -6,6 +6,7 @@
 #include "dscpp/model.h"
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,8 @@ class Plugin {
   const std::string& init_from() const { return init_from_; }
   bool init_partial() const { return init_partial_; }
   const std::string& export_config() const { return export_config_; }
+  // The parameters weight files hold transposed (ParamDecl::file_transposed), by full name.
+  const std::set<std::string>& file_transposed() const { return file_transposed_; }
   bool has_report() const { return api_->report != nullptr; }
 
   void forward(int layer, const dscpp_layer_ctx& ctx) const;
@@ -86,6 +89,7 @@ class Plugin {
   std::vector<LayerDecl> layers_;
   dscpp_data_desc data_{};
   std::string init_from_, export_config_;
+  std::set<std::string> file_transposed_;
   bool init_partial_ = false;
 };
 

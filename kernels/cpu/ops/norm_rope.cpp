@@ -65,9 +65,7 @@ int rope(const dscpp_ops* o, void* x, int64_t batch, int64_t T, int64_t width, i
          const int32_t* positions, int64_t pos0, const dscpp_rope* r, bool backward) {
   if (int s = check_table(o)) return s;
   hd::RopeTable table;
-  if (batch < 0 || T < 0 || heads < 0 || head_dim <= 0 || width < heads * head_dim || pos0 < 0 ||
-      !hd::rope_table(r, head_dim, &table))
-    return DSCPP_E_INVALID_ARGUMENT;
+  if (!hd::rope_args(batch, T, width, heads, head_dim, pos0, r, &table)) return DSCPP_E_INVALID_ARGUMENT;
   const int64_t rows = batch * T;
   if (rows == 0 || heads == 0) return DSCPP_OK;
   if (x == nullptr) return DSCPP_E_INVALID_ARGUMENT;
