@@ -58,10 +58,19 @@ class Buffers {
   int64_t total_ = 0;
 };
 
-// What every layer of a model shares: the compute dtype's element size and tokens per sample.
+// The per-token int32 arrays of a sample of a language model's data input (each `context` long).
+enum class TokenPart { ids = 0, positions = 1, first_key = 2 };
+
+// What every layer of a model shares: the compute dtype's element size, tokens per sample, and
+// the layout of the data input every layer sees (dscpp_layer_ctx::data_input).
 struct Env {
   size_t elem = 4;
   int64_t context = 0;
+  // Documents packed in a window: a sample is [ids | positions | first keys] (TokenPart), token t's
+  // position within its document and its document's first token, before which its attention
+  // does not look. Otherwise a sample is its ids, positions are 0 … context−1 and attention causal.
+  bool documents = false;
+  int64_t sample_ints() const { return documents ? 3 * context : context; }
 };
 
 struct Init {
@@ -116,6 +125,8 @@ struct Call {
   void* saved(int slot) const;
   void* fwd_work(int slot) const;
   void* bwd_work(int slot) const;
+  // Part of sample 0's token arrays in the data input (device); sample b's is Env::sample_ints() later.
+  const int32_t* tokens(TokenPart part) const;
 };
 
 // Element offset into a tensor of the compute dtype.
@@ -215,6 +226,7 @@ struct AttentionSpec {
 
 // Causal self-attention with grouped-query heads, without T² scores (the table's flash
 // attention); grouped k/v heads are repeated into scratch for it and their gradients summed back.
+// With Env::documents each query attends within its own document only.
 class Attention {
  public:
   Attention(Layer& owner, const AttentionSpec& spec);
@@ -227,6 +239,8 @@ class Attention {
   void decode(const DecodeCall& d, const void* x, const void* residual, void* y) const;
 
  private:
+  void rotate(const Call& c, void* x, bool backward) const;
+  const int32_t* first_keys(const Call& c) const;
   void expand(const Call& c, const void* qkv, void* qkv3) const;
   void reduce(const Call& c, const void* dqkv3, void* dqkv) const;
   AttentionSpec s_;
@@ -267,8 +281,8 @@ class Mlp {
 // ---- layers ---------------------------------------------------------------------------------------
 
 // Token ids (int32, context per sample) → rows of the embedding table, plus learned positions
-// when `positions` is named (GPT-2's wpe, [max_positions ≥ context, hidden]; a window uses its
-// first context rows).
+// when `positions` is named (GPT-2's wpe, [max_positions ≥ context, hidden]): a window uses its
+// first context rows, or with Env::documents the row of each token's position in its document.
 class TokenEmbedding final : public Layer {
  public:
   TokenEmbedding(const Env& env, std::string name, int64_t vocab, int64_t hidden, const Name& table, Init init,
@@ -278,6 +292,9 @@ class TokenEmbedding final : public Layer {
   void decode(const DecodeCall& d) override;
   int64_t vocab, hidden, max_positions;
   int table = -1, positions = -1;
+
+ private:
+  int fw_positions_ = -1;  // with Env::documents: each token's position row
 };
 
 struct BlockSpec {

@@ -39,10 +39,11 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 5u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
+#define DSCPP_MODEL_ABI_VERSION 6u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
                                     compute dtypes reach layers, layer 0's float input included; 5: the
                                     ops of Llama-style models (RMSNorm, RoPE, SiLU/SwiGLU, multiply,
-                                    strided copies) */
+                                    strided copies); 6: masked flash attention (documents packed in
+                                    a window), every layer sees the data input */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -237,6 +238,21 @@ struct dscpp_ops {
    * not overlap. */
   int (*copy_2d)(const dscpp_ops*, const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows,
                  int64_t cols, int32_t accumulate);
+
+  /* ---- ABI 6 ---- */
+  /* flash_attention_* where query t of sequence b sees keys first_key[b·first_key_ld + t] … t
+   * only (device int32; a value below 0 counts as 0, above t as t): documents packed end to end
+   * in one window, each query attending within its own document (Megatron's
+   * reset_attention_mask), or a sliding window. first_key NULL: every key s ≤ t (the causal
+   * entries above). Layouts, lse and workspace as flash_attention_*; backward takes the same
+   * first_key as forward. */
+  int (*flash_attention_masked_forward)(const dscpp_ops*, const void* qkv, const int32_t* first_key,
+                                        int64_t first_key_ld, float* lse, void* out, int64_t batch, int64_t T,
+                                        int64_t heads, int64_t head_dim, float scale);
+  int (*flash_attention_masked_backward)(const dscpp_ops*, const void* qkv, const int32_t* first_key,
+                                         int64_t first_key_ld, const void* out, const float* lse, const void* dout,
+                                         void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads,
+                                         int64_t head_dim, float scale);
 };
 
 /* ---- what a model declares ---------------------------------------------------------- */
@@ -356,6 +372,9 @@ typedef struct dscpp_layer_ctx {
   const int32_t* target;      /* device, batch × target_numel; NULL when only predicting */
   dscpp_metrics* metrics;     /* host; forward adds into it */
   float loss_grad;            /* backward: d(total objective)/d(this micro-batch's mean loss) */
+  /* ---- ABI 6 ---- */
+  const void* data_input;     /* every layer, forward and backward: the micro-batch's data input
+                                 (layer 0's `input`), e.g. each token's position in its document */
 } dscpp_layer_ctx;
 
 /* One decode call of one layer (ABI 5): one new token of one sequence at `position`, its

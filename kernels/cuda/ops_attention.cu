@@ -10,7 +10,7 @@
 // one strided-batched GEMM covers every (sequence, head) pair of a block of queries: with the
 // heads of one sequence per GEMM (the first version) the products were too small for cuBLAS's
 // large tiles. A block's score matrix is [pairs][rows][keys] (queries q0 … q0+rows−1, keys
-// 0 … keys−1); query q sees keys 0 … q.
+// 0 … keys−1); query q sees keys 0 … q, or first_key[q] … q (the masked entries).
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/softmax_row.h"
 #include "kernels/ops_math.h"
@@ -29,11 +29,20 @@ DSCPP_HD inline float log_f(float x) {
 }
 
 // Where row r (= h·rows + i) of a block's scores keeps its log-sum-exp: lse is batch × heads × T.
+// The row's query sees keys first(r) … live(r) − 1.
 struct BlockRows {
   int64_t rows, keys, q0, T, lse_base;  // lse_base = b·heads·T
+  const int32_t* first_key;             // null: causal; else query t of sequence s at s·first_ld + t
+  int64_t first_ld, seq_heads;          // row block h belongs to sequence h / seq_heads
   DSCPP_HD int64_t live(int64_t r) const {
     const int64_t seen = q0 + divmod(r, rows).rem + 1;
     return seen < keys ? seen : keys;
+  }
+  DSCPP_HD int64_t first(int64_t r) const {
+    if (first_key == nullptr) return 0;
+    const QuotRem qr = divmod(r, rows);
+    const int64_t t = q0 + qr.rem, f = first_key[qr.quot / seq_heads * first_ld + t];
+    return f < 0 ? 0 : f > t ? t : f;
   }
   DSCPP_HD int64_t lse_index(int64_t r) const {
     const QuotRem qr = divmod(r, rows);
@@ -50,12 +59,12 @@ struct BlockSoftmax {
   BlockRows b;
   float scale;
   DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
-    return softmax_partial(s + int64_t(t.block) * b.keys, b.live(t.block), scale, t, round, totals);
+    return softmax_partial(s + int64_t(t.block) * b.keys, b.first(t.block), b.live(t.block), scale, t, round, totals);
   }
   DSCPP_HD static double combine(int r, double p, double q) { return softmax_combine(r, p, q); }
   DSCPP_HD void finish(const Thread& t, const double* totals) const {
     float* row = s + int64_t(t.block) * b.keys;
-    softmax_write(row, row, b.keys, b.live(t.block), scale, totals, t);
+    softmax_write(row, row, b.keys, b.first(t.block), b.live(t.block), scale, totals, t);
     if (t.thread == 0) lse[b.lse_index(t.block)] = static_cast<float>(totals[0]) + log_f(static_cast<float>(totals[1]));
   }
 };
@@ -70,7 +79,7 @@ struct BlockGrad {
   DSCPP_HD void operator()(int64_t i) const {
     const QuotRem rc = divmod(i, b.keys);
     const int64_t r = rc.quot, c = rc.rem;
-    if (c >= b.live(r)) {
+    if (c >= b.live(r) || c < b.first(r)) {
       s[i] = 0.0f, dp[i] = 0.0f;
       return;
     }
@@ -118,7 +127,7 @@ struct FromHeads {
 };
 
 BlockRows block_rows(const AttentionBlock& blk) {
-  return {blk.rows, blk.keys, blk.q0, blk.T, blk.b * blk.heads * blk.T};
+  return {blk.rows, blk.keys, blk.q0, blk.T, blk.b * blk.heads * blk.T, blk.first_key, blk.first_ld, blk.seq_heads};
 }
 
 }  // namespace

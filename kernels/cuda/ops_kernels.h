@@ -92,9 +92,12 @@ Status rmsnorm_param_grad(Src dy, Src x, const float* rstd, Dst dgamma, int64_t 
 // (b = 0 with heads = batch·heads covers every sequence at once.)
 struct AttentionBlock {
   int64_t b, heads, T, q0, rows, keys;
+  // Masked attention: query t of sequence s (= pair / seq_heads) sees keys first_key[s·first_ld + t] … t.
+  const int32_t* first_key = nullptr;
+  int64_t first_ld = 0, seq_heads = 1;
 };
-// Scores → probabilities in place (query q0+i sees keys ≤ q0+i; 0 beyond), and each row's
-// log Σ e^(scale·s) into lse.
+// Scores → probabilities in place (query q0+i sees keys ≤ q0+i, from its first key when masked;
+// 0 elsewhere), and each row's log Σ e^(scale·s) into lse.
 Status attention_block_softmax(float* scores, float* lse, const AttentionBlock& blk, float scale, Stream s);
 // Recomputed scores → probabilities p = e^(scale·s − lse) in place, and dp (= dout·vᵀ) → the
 // scaled score gradient scale·p·(dp − delta) in place.

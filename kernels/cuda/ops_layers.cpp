@@ -84,6 +84,8 @@ struct Blocks {
   OpsContext& c;
   int64_t batch, T, heads, D;
   float scale;
+  const int32_t* first_key = nullptr;  // the masked entries' (ops::AttentionBlock)
+  int64_t first_ld = 0;
   int64_t pairs() const { return batch * heads; }
   int64_t n() const { return batch * heads * T * D; }           // elements of one head-major tensor
   int64_t block_floats() const { return pairs() * std::min(kQueryBlock, T) * T; }
@@ -91,7 +93,7 @@ struct Blocks {
   int each(Each&& body) const {  // body(block) for every block of queries, in order
     for (int64_t q0 = 0; q0 < T; q0 += kQueryBlock) {
       const int64_t rows = std::min(kQueryBlock, T - q0);
-      if (int s = body(ops::AttentionBlock{0, pairs(), T, q0, rows, q0 + rows})) return s;
+      if (int s = body(ops::AttentionBlock{0, pairs(), T, q0, rows, q0 + rows, first_key, first_ld, heads})) return s;
     }
     return DSCPP_OK;
   }
@@ -248,46 +250,91 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
   return DSCPP_OK;
 }
 
-int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
-                            int64_t heads, int64_t head_dim, float scale) {
-  if (int s = check_ops(o)) return s;
-  const int64_t n = batch * T * heads * head_dim;
-  if (!flash_args_ok(batch, T, heads, head_dim, scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
-      bad_ptr(lse, batch * heads * T))
+}  // namespace op
+
+namespace {
+
+// The flash entries (the table checked), causal (first_key null) or masked; cuDNN's SDPA takes
+// the causal ones.
+int flash_forward(const dscpp_ops* o, const Blocks& bl, const void* qkv, float* lse, void* out) {
+  const int64_t n = bl.n();
+  if (!flash_args_ok(bl.batch, bl.T, bl.heads, bl.D, bl.scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
+      bad_ptr(lse, bl.batch * bl.heads * bl.T))
     return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0) return DSCPP_OK;
-  OpsContext& c = ctx(o);
+  OpsContext& c = bl.c;
 #if !defined(DSCPP_CUDA_HOST_STUB)
   const Storage st = storage_of(o->dtype);
   const kernels::GemmMath math = cudnn_math(c, st);
-  if (CudnnAttention* a = cudnn_for(c, math);
-      a != nullptr && a->forward({batch, T, heads, head_dim, scale, math, st != Storage::f32}, qkv, lse, out))
+  if (CudnnAttention* a = bl.first_key == nullptr ? cudnn_for(c, math) : nullptr;
+      a != nullptr && a->forward({bl.batch, bl.T, bl.heads, bl.D, bl.scale, math, st != Storage::f32}, qkv, lse, out))
     return DSCPP_OK;
 #endif
-  return guarded([&] { return blockwise_forward(c, {c, batch, T, heads, head_dim, scale}, rd(o, qkv), lse, wr(o, out)); });
+  return guarded([&] { return blockwise_forward(c, bl, rd(o, qkv), lse, wr(o, out)); });
+}
+
+int flash_backward(const dscpp_ops* o, const Blocks& bl, const void* qkv, const void* out, const float* lse,
+                   const void* dout, void* dqkv, float* workspace) {
+  const int64_t n = bl.n(), rows = bl.batch * bl.heads * bl.T;
+  if (!flash_args_ok(bl.batch, bl.T, bl.heads, bl.D, bl.scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
+      bad_ptr(dout, n) || bad_ptr(dqkv, 3 * n) || bad_ptr(lse, rows) || bad_ptr(workspace, rows))
+    return DSCPP_E_INVALID_ARGUMENT;
+  if (n == 0) return DSCPP_OK;
+  OpsContext& c = bl.c;
+#if !defined(DSCPP_CUDA_HOST_STUB)
+  const Storage st = storage_of(o->dtype);
+  const kernels::GemmMath math = cudnn_math(c, st);
+  if (CudnnAttention* a = bl.first_key == nullptr ? cudnn_for(c, math) : nullptr;
+      a != nullptr &&
+      a->backward({bl.batch, bl.T, bl.heads, bl.D, bl.scale, math, st != Storage::f32}, qkv, out, lse, dout, dqkv))
+    return DSCPP_OK;
+#endif
+  return guarded([&] {
+    return blockwise_backward(c, bl, rd(o, qkv), rd(o, out), lse, rd(o, dout), wr(o, dqkv), workspace);
+  });
+}
+
+// A masked entry's blocks: first_key must cover every sequence's T queries.
+bool masked_blocks(Blocks& bl, const int32_t* first_key, int64_t ld) {
+  bl.first_key = first_key;
+  bl.first_ld = ld;
+  return first_key == nullptr || (ld >= 0 && (bl.batch <= 1 || ld >= bl.T));
+}
+
+}  // namespace
+
+namespace op {
+
+int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
+                            int64_t heads, int64_t head_dim, float scale) {
+  if (int s = check_ops(o)) return s;
+  return flash_forward(o, Blocks{ctx(o), batch, T, heads, head_dim, scale}, qkv, lse, out);
 }
 
 int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
                              void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
                              float scale) {
   if (int s = check_ops(o)) return s;
-  const int64_t n = batch * T * heads * head_dim, rows = batch * heads * T;
-  if (!flash_args_ok(batch, T, heads, head_dim, scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
-      bad_ptr(dout, n) || bad_ptr(dqkv, 3 * n) || bad_ptr(lse, rows) || bad_ptr(workspace, rows))
-    return DSCPP_E_INVALID_ARGUMENT;
-  if (n == 0) return DSCPP_OK;
-  OpsContext& c = ctx(o);
-#if !defined(DSCPP_CUDA_HOST_STUB)
-  const Storage st = storage_of(o->dtype);
-  const kernels::GemmMath math = cudnn_math(c, st);
-  if (CudnnAttention* a = cudnn_for(c, math);
-      a != nullptr && a->backward({batch, T, heads, head_dim, scale, math, st != Storage::f32}, qkv, out, lse, dout, dqkv))
-    return DSCPP_OK;
-#endif
-  return guarded([&] {
-    return blockwise_backward(c, {c, batch, T, heads, head_dim, scale}, rd(o, qkv), rd(o, out), lse, rd(o, dout),
-                              wr(o, dqkv), workspace);
-  });
+  return flash_backward(o, Blocks{ctx(o), batch, T, heads, head_dim, scale}, qkv, out, lse, dout, dqkv, workspace);
+}
+
+int flash_attention_masked_forward(const dscpp_ops* o, const void* qkv, const int32_t* first_key, int64_t first_key_ld,
+                                   float* lse, void* out, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                                   float scale) {
+  if (int s = check_ops(o)) return s;
+  Blocks bl{ctx(o), batch, T, heads, head_dim, scale};
+  if (!masked_blocks(bl, first_key, first_key_ld)) return DSCPP_E_INVALID_ARGUMENT;
+  return flash_forward(o, bl, qkv, lse, out);
+}
+
+int flash_attention_masked_backward(const dscpp_ops* o, const void* qkv, const int32_t* first_key,
+                                    int64_t first_key_ld, const void* out, const float* lse, const void* dout,
+                                    void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads,
+                                    int64_t head_dim, float scale) {
+  if (int s = check_ops(o)) return s;
+  Blocks bl{ctx(o), batch, T, heads, head_dim, scale};
+  if (!masked_blocks(bl, first_key, first_key_ld)) return DSCPP_E_INVALID_ARGUMENT;
+  return flash_backward(o, bl, qkv, out, lse, dout, dqkv, workspace);
 }
 
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the

@@ -130,12 +130,12 @@ struct SoftmaxFwd {
   float a;
   bool causal;
   DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
-    return softmax_partial(x + int64_t(t.block) * cols, live_cols(t.block, cols, causal), a, t, round, totals);
+    return softmax_partial(x + int64_t(t.block) * cols, 0, live_cols(t.block, cols, causal), a, t, round, totals);
   }
   DSCPP_HD static double combine(int r, double p, double q) { return softmax_combine(r, p, q); }
   DSCPP_HD void finish(const Thread& t, const double* totals) const {
     const int64_t off = int64_t(t.block) * cols;
-    softmax_write(x + off, y + off, cols, live_cols(t.block, cols, causal), a, totals, t);
+    softmax_write(x + off, y + off, cols, 0, live_cols(t.block, cols, causal), a, totals, t);
   }
 };
 

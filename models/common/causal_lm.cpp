@@ -114,9 +114,9 @@ std::string HfConfig::string(const std::string& key, const std::string& fallback
 // ---- TokenWindows -----------------------------------------------------------------------------------
 
 TokenWindows::TokenWindows(const std::string& family, const std::string& train, const std::string& eval,
-                           int token_bytes, int64_t vocab, int64_t context, int64_t eod, bool mask_loss,
-                           bool doc_windows)
-    : family_(family), context_(context), eod_(eod), mask_loss_(mask_loss) {
+                           int token_bytes, int64_t vocab, int64_t context, const Documents& docs)
+    : family_(family), context_(context), docs_(docs) {
+  const bool doc_windows = docs.windows;
   try {
     train_ = std::make_unique<examples::TokenFile>(train, token_bytes, vocab);
     if (!eval.empty()) eval_ = std::make_unique<examples::TokenFile>(eval, token_bytes, vocab);
@@ -149,7 +149,7 @@ std::vector<TokenWindows::Window> TokenWindows::document_windows(const examples:
   std::vector<Window> out;
   int64_t doc = 0;
   for (int64_t i = 0; i < f.size(); ++i) {
-    if (static_cast<int64_t>(f.at(i)) != eod_ && i + 1 < f.size()) continue;
+    if (static_cast<int64_t>(f.at(i)) != docs_.eod && i + 1 < f.size()) continue;
     const int64_t end = i + 1;  // the document is [doc, end), its end token included
     for (int64_t s = doc; end - s >= 2; s += context_) out.push_back({s, std::min(context_ + 1, end - s)});
     doc = end;
@@ -168,24 +168,38 @@ void TokenWindows::load(int32_t split, int64_t index, void* input, int32_t* targ
   Window win{w * (context_ + 1), context_ + 1};
   if (!train_windows_.empty()) win = (split == 1 && eval_ ? eval_windows_ : train_windows_)[size_t(w)];
   auto* x = static_cast<int32_t*>(input);
+  const auto eod = static_cast<int32_t>(docs_.eod);
   for (int64_t t = 0; t < context_; ++t) {
     if (t + 1 >= win.length) {  // padding after the document: never attended by a real token, no loss
-      x[t] = static_cast<int32_t>(eod_);
+      x[t] = eod;
       target[t] = -1;
       continue;
     }
     x[t] = static_cast<int32_t>(f.at(win.start + t));
-    target[t] = mask_loss_ && x[t] == eod_ ? -1 : static_cast<int32_t>(f.at(win.start + t + 1));
+    target[t] = docs_.mask_loss && x[t] == eod ? -1 : static_cast<int32_t>(f.at(win.start + t + 1));
+  }
+  if (!docs_.packed()) return;
+  // Positions and first keys (layers::TokenPart): a document starts after each eod token.
+  int32_t* position = x + context_;
+  int32_t* first_key = x + 2 * context_;
+  int32_t start = 0;
+  for (int32_t t = 0; t < static_cast<int32_t>(context_); ++t) {
+    position[t] = docs_.reset_positions ? t - start : t;
+    first_key[t] = docs_.reset_attention ? start : 0;
+    if (x[t] == eod) start = t + 1;
   }
 }
 
 std::string TokenWindows::summary() const {
   return std::to_string(train_size_) + " train / " + std::to_string(eval_size_) + " eval windows of " +
          std::to_string(context_) + "+1 tokens (" + train_->format() + ")" +
-         (!train_windows_.empty() ? "; windows end at end-of-document token " + std::to_string(eod_) +
+         (!train_windows_.empty() ? "; windows end at end-of-document token " + std::to_string(docs_.eod) +
                                         " (padded, no loss on padding)"
                                   : "") +
-         (mask_loss_ ? "; no loss after end-of-document token " + std::to_string(eod_) : "");
+         (docs_.mask_loss ? "; no loss after end-of-document token " + std::to_string(docs_.eod) : "") +
+         (docs_.reset_attention ? "; attention within documents (ended by token " + std::to_string(docs_.eod) + ")"
+                                : "") +
+         (docs_.reset_positions ? "; positions restart after token " + std::to_string(docs_.eod) : "");
 }
 
 // ---- CausalLM ----------------------------------------------------------------------------------------
@@ -200,7 +214,10 @@ std::vector<std::string> with(std::vector<std::string> v, const std::string& s) 
 CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host,
                    std::vector<std::string> flags)
     : family_(family),
-      args_(family, args, with(with(with(std::move(flags), "--init_partial"), "--eod_mask_loss"), "--doc_windows")),
+      args_(family, args,
+            with(with(with(with(with(std::move(flags), "--init_partial"), "--eod_mask_loss"), "--doc_windows"),
+                      "--reset_attention_mask"),
+                 "--reset_position_ids")),
       compute_(host.compute_dtype) {
   this->host = host;
   const std::string dir = args_.text("--from_hf"), file = args_.text("--config");
@@ -216,7 +233,9 @@ CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& ar
 
 layers::Env CausalLM::env(int64_t max_positions) {
   context_ = args_.integer("--context", std::min<int64_t>(max_positions, 1024), 1);
-  return layers::Env{layers::dtype_bytes(compute_), context_};
+  docs_.reset_attention = args_.has("--reset_attention_mask");
+  docs_.reset_positions = args_.has("--reset_position_ids");
+  return layers::Env{layers::dtype_bytes(compute_), context_, docs_.packed()};
 }
 
 void CausalLM::data_from(int64_t vocab) {
@@ -225,29 +244,28 @@ void CausalLM::data_from(int64_t vocab) {
   if (train.empty()) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --data FILE (a token file) is required");
   const auto bytes = static_cast<int>(args_.integer("--token_bytes", 2, 1));
   if (bytes != 1 && bytes != 2 && bytes != 4) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --token_bytes is 1, 2 or 4");
-  int64_t eod = -1;
-  const bool mask_loss = args_.has("--eod_mask_loss"), doc_windows = args_.has("--doc_windows");
-  if (args_.has("--eos_id") && !mask_loss && !doc_windows)
-    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eos_id names the end-of-document token of --eod_mask_loss or "
-                                             "--doc_windows; give one of them");
-  if (mask_loss || doc_windows) {
-    eod = args_.integer("--eos_id", -1, 0);
-    if (eod < 0 && config_->has("eos_token_id") && config_->json()["eos_token_id"].is_number_integer())
-      eod = config_->integer("eos_token_id");
-    if (eod < 0 || eod >= vocab)
-      fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eod_mask_loss and --doc_windows need the end-of-document token: "
-                                               "--eos_id N, or an "
-                                               "integer eos_token_id below the vocabulary (" + std::to_string(vocab) +
-                                               ") in " + config_->path());
+  docs_.mask_loss = args_.has("--eod_mask_loss");
+  docs_.windows = args_.has("--doc_windows");
+  const char* const flags = "--eod_mask_loss, --doc_windows, --reset_attention_mask or --reset_position_ids";
+  if (args_.has("--eos_id") && !docs_.any())
+    fail(DSCPP_E_INVALID_ARGUMENT,
+         family_ + ": --eos_id names the end-of-document token of " + flags + "; give one of them");
+  if (docs_.any()) {
+    docs_.eod = args_.integer("--eos_id", -1, 0);
+    if (docs_.eod < 0 && config_->has("eos_token_id") && config_->json()["eos_token_id"].is_number_integer())
+      docs_.eod = config_->integer("eos_token_id");
+    if (docs_.eod < 0 || docs_.eod >= vocab)
+      fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": " + flags + " need the end-of-document token: --eos_id N, or an " +
+                                         "integer eos_token_id below the vocabulary (" + std::to_string(vocab) +
+                                         ") in " + config_->path());
   }
-  data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_, eod,
-                                         mask_loss, doc_windows);
+  data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_, docs_);
   args_.finish();
   data = dscpp_data_desc{};
   data.train_size = data_->train_size();
   data.eval_size = data_->eval_size();
   data.input_dtype = DSCPP_I32;
-  data.input_numel = context_;
+  data.input_numel = docs_.packed() ? 3 * context_ : context_;  // layers::Env::sample_ints()
   data.target_dtype = DSCPP_I32;
   data.target_numel = context_;
   data.tokens_per_sample = context_;

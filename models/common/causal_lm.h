@@ -19,6 +19,10 @@
 //                       above ends each document): a document is cut into windows of context+1
 //                       tokens from its start, the last one padded; padding comes after every real
 //                       token (so causal attention never lets one see it) and has no loss
+//   --reset_attention_mask  documents packed end to end (the token as above ends each): a token
+//                       attends only to tokens of its own document (Megatron's flag of this name)
+//   --reset_position_ids    positions restart at 0 after each end-of-document token (Megatron's);
+//                       with both flags a window computes what its documents would one by one
 // Samples are non-overlapping windows of context+1 tokens: window w = tokens[w·(T+1), (w+1)·(T+1)),
 // input its first T tokens, target its last T; every token is checked against the vocabulary.
 #pragma once
@@ -72,13 +76,24 @@ class HfConfig {
   nlohmann::json json_;
 };
 
+// How document boundaries (an end-of-document token, which belongs to the document it ends) shape
+// the windows.
+struct Documents {
+  int64_t eod = -1;
+  bool mask_loss = false;        // --eod_mask_loss: targets where the input is eod are ignored (−1)
+  bool windows = false;          // --doc_windows: windows stop at documents' ends
+  bool reset_attention = false;  // --reset_attention_mask: samples carry each token's first key
+  bool reset_positions = false;  // --reset_position_ids: samples carry positions within documents
+  bool any() const { return mask_loss || windows || packed(); }
+  // Samples are [ids | positions | first keys] (layers::Env::documents).
+  bool packed() const { return reset_attention || reset_positions; }
+};
+
 // Token windows of context+1 from the data files, split into train and eval.
 class TokenWindows {
  public:
-  // `eod` ≥ 0: the end-of-document token; with mask_loss targets where the input is that token
-  // are ignored (−1), with doc_windows windows stop at documents' ends.
   TokenWindows(const std::string& family, const std::string& train, const std::string& eval, int token_bytes,
-               int64_t vocab, int64_t context, int64_t eod = -1, bool mask_loss = false, bool doc_windows = false);
+               int64_t vocab, int64_t context, const Documents& docs = {});
   int64_t train_size() const { return train_size_; }
   int64_t eval_size() const { return eval_size_; }
   void load(int32_t split, int64_t index, void* input, int32_t* target) const;
@@ -96,8 +111,7 @@ class TokenWindows {
   std::vector<Window> document_windows(const examples::TokenFile& f) const;
 
   int64_t train_size_ = 0, eval_size_ = 0, eval_first_ = 0;  // eval windows start at eval_first_ of their file
-  int64_t eod_ = -1;
-  bool mask_loss_ = false;
+  Documents docs_;
   std::vector<Window> train_windows_, eval_windows_;  // with --doc_windows; else windows are w·(context+1)
 };
 
@@ -123,6 +137,7 @@ class CausalLM : public layers::Model {
   std::unique_ptr<TokenWindows> data_;
   dscpp_dtype compute_;
   int64_t context_ = 0;
+  Documents docs_;
 };
 
 }  // namespace dscpp::models

@@ -16,14 +16,29 @@ TokenEmbedding::TokenEmbedding(const Env& env, std::string name, int64_t v, int6
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + this->name() + ": a context of " + std::to_string(env.context) +
                                        " tokens needs at least as many positions, not " + std::to_string(max_positions));
   positions = add_param({p, {max_positions, hidden}, init, "", false});
+  if (env.documents) fw_positions_ = fwd_work.add(env.context * h * static_cast<int64_t>(env.elem));
 }
 
 void TokenEmbedding::forward(const Call& c) {
-  const int64_t B = c.batch(), T = env().context;
-  const auto* ids = static_cast<const int32_t*>(c.ctx.input);
-  DSCPP_CALL(c.ops(), embedding_forward, ids, c.param(table), c.ctx.output, B * T, vocab, hidden);
-  // Learned positions act as a bias of length T·hidden over the batch's B rows.
-  if (positions >= 0) DSCPP_CALL(c.ops(), bias_add, c.ctx.output, c.param(positions), B, T * hidden);
+  const int64_t B = c.batch(), T = env().context, S = env().sample_ints();
+  const int32_t* ids = c.tokens(TokenPart::ids);
+  if (!env().documents) {
+    DSCPP_CALL(c.ops(), embedding_forward, ids, c.param(table), c.ctx.output, B * T, vocab, hidden);
+    // Learned positions act as a bias of length T·hidden over the batch's B rows.
+    if (positions >= 0) DSCPP_CALL(c.ops(), bias_add, c.ctx.output, c.param(positions), B, T * hidden);
+    return;
+  }
+  // Samples are S ints apart: one lookup per sample, and the positions' rows looked up likewise.
+  for (int64_t b = 0; b < B; ++b)
+    DSCPP_CALL(c.ops(), embedding_forward, ids + b * S, c.param(table), at(c.ctx.output, b * T * hidden, env()), T,
+               vocab, hidden);
+  if (positions < 0) return;
+  void* rows = c.fwd_work(fw_positions_);
+  const int32_t* pos = c.tokens(TokenPart::positions);
+  for (int64_t b = 0; b < B; ++b)
+    DSCPP_CALL(c.ops(), embedding_forward, pos + b * S, c.param(positions), at(rows, b * T * hidden, env()), T,
+               max_positions, hidden);
+  DSCPP_CALL(c.ops(), add, c.ctx.output, rows, c.ctx.output, B * T * hidden);
 }
 
 void TokenEmbedding::decode(const DecodeCall& d) {
@@ -38,10 +53,19 @@ void TokenEmbedding::decode(const DecodeCall& d) {
 }
 
 void TokenEmbedding::backward(const Call& c) {
-  const int64_t B = c.batch(), T = env().context;
-  const auto* ids = static_cast<const int32_t*>(c.ctx.input);
-  DSCPP_CALL(c.ops(), embedding_backward, ids, c.ctx.grad_output, c.grad(table), B * T, vocab, hidden);
-  if (positions >= 0) DSCPP_CALL(c.ops(), bias_grad, c.ctx.grad_output, c.grad(positions), B, T * hidden);
+  const int64_t B = c.batch(), T = env().context, S = env().sample_ints();
+  const int32_t* ids = c.tokens(TokenPart::ids);
+  if (!env().documents) {
+    DSCPP_CALL(c.ops(), embedding_backward, ids, c.ctx.grad_output, c.grad(table), B * T, vocab, hidden);
+    if (positions >= 0) DSCPP_CALL(c.ops(), bias_grad, c.ctx.grad_output, c.grad(positions), B, T * hidden);
+    return;
+  }
+  const int32_t* pos = positions >= 0 ? c.tokens(TokenPart::positions) : nullptr;
+  for (int64_t b = 0; b < B; ++b) {
+    const void* dy = at(c.ctx.grad_output, b * T * hidden, env());
+    DSCPP_CALL(c.ops(), embedding_backward, ids + b * S, dy, c.grad(table), T, vocab, hidden);
+    if (pos != nullptr) DSCPP_CALL(c.ops(), embedding_backward, pos + b * S, dy, c.grad(positions), T, max_positions, hidden);
+  }
 }
 
 // ---- DecoderBlock -------------------------------------------------------------------------------

@@ -32,6 +32,12 @@ void* Buffers::at(void* base, int slot, int64_t batch) const {
 void* Call::saved(int slot) const { return layer.saved.at(ctx.saved, slot, ctx.batch); }
 void* Call::fwd_work(int slot) const { return layer.fwd_work.at(ctx.workspace, slot, ctx.batch); }
 void* Call::bwd_work(int slot) const { return layer.bwd_work.at(ctx.workspace, slot, ctx.batch); }
+const int32_t* Call::tokens(TokenPart part) const {
+  if (ctx.data_input == nullptr || (part != TokenPart::ids && !layer.env().documents))
+    fail(DSCPP_E_INTERNAL, "layer " + layer.name() + ": the data input holds no token " +
+                               (part == TokenPart::ids ? "ids" : "positions or document starts"));
+  return static_cast<const int32_t*>(ctx.data_input) + static_cast<int64_t>(part) * layer.env().context;
+}
 
 DecodeCall::DecodeCall(const dscpp_decode_ctx& c, const Layer& l) : ctx(c), layer(l), as_layer{} {
   as_layer.struct_size = sizeof(dscpp_layer_ctx);

@@ -175,6 +175,25 @@ void Attention::reduce(const Call& c, const void* dqkv3, void* dqkv) const {
                    at(dqkv, Q + (part - 1) * s_.kv_heads * D + j * D, env_), width_, rows, D, g == 0 ? 0 : 1);
 }
 
+// RoPE on q and k of every token (backward: their gradients), at positions 0 … T−1 or, with
+// packed documents, at each token's position in its document (one call per sample: samples'
+// positions are Env::sample_ints() apart in the data input).
+void Attention::rotate(const Call& c, void* x, bool backward) const {
+  const int64_t B = c.batch(), T = env_.context, D = s_.head_dim, heads = s_.heads + s_.kv_heads;
+  auto rope = [&](void* rows, int64_t batch, const int32_t* positions) {
+    if (backward) DSCPP_CALL(c.ops(), rope_backward, rows, batch, T, width_, heads, D, positions, int64_t{0}, &*s_.rope);
+    else DSCPP_CALL(c.ops(), rope_forward, rows, batch, T, width_, heads, D, positions, int64_t{0}, &*s_.rope);
+  };
+  if (!env_.documents) return rope(x, B, nullptr);
+  const int32_t* pos = c.tokens(TokenPart::positions);
+  for (int64_t b = 0; b < B; ++b) rope(at(x, b * T * width_, env_), 1, pos + b * env_.sample_ints());
+}
+
+// Each query's first visible key with packed documents; null (causal) otherwise.
+const int32_t* Attention::first_keys(const Call& c) const {
+  return env_.documents ? c.tokens(TokenPart::first_key) : nullptr;
+}
+
 void Attention::forward(const Call& c, const void* x, const void* residual, void* y) const {
   const int64_t rows = rows_of(c, env_), B = c.batch(), T = env_.context, D = s_.head_dim, Q = s_.heads * D;
   const int64_t kv = s_.kv_heads * D;
@@ -188,16 +207,15 @@ void Attention::forward(const Call& c, const void* x, const void* residual, void
     k_->forward_strided(c, x, at(qkv, Q, env_), width_, rows, ones);
     v_->forward_strided(c, x, at(qkv, Q + kv, env_), width_, rows, ones);
   }
-  if (s_.rope)
-    DSCPP_CALL(c.ops(), rope_forward, qkv, B, T, width_, s_.heads + s_.kv_heads, D, nullptr, int64_t{0}, &*s_.rope);
+  if (s_.rope) rotate(c, qkv, false);
   const void* packed = qkv;
   if (fw_qkv3_ >= 0) {
     expand(c, qkv, c.fwd_work(fw_qkv3_));
     packed = c.fwd_work(fw_qkv3_);
   }
   void* att = c.saved(sv_att_);
-  DSCPP_CALL(c.ops(), flash_attention_forward, packed, static_cast<float*>(c.saved(sv_lse_)), att, B, T, s_.heads, D,
-             1.0f / std::sqrt(static_cast<float>(D)));
+  DSCPP_CALL(c.ops(), flash_attention_masked_forward, packed, first_keys(c), env_.sample_ints(),
+             static_cast<float*>(c.saved(sv_lse_)), att, B, T, s_.heads, D, 1.0f / std::sqrt(static_cast<float>(D)));
   out_->forward(c, att, y, rows, residual);
 }
 
@@ -215,12 +233,11 @@ void Attention::backward(const Call& c, const void* dy, const void* x, void* dx)
     packed = c.bwd_work(bw_qkv3_);
     dpacked = c.bwd_work(bw_dqkv3_);
   }
-  DSCPP_CALL(c.ops(), flash_attention_backward, packed, c.saved(sv_att_), static_cast<const float*>(c.saved(sv_lse_)),
-             datt, dpacked, static_cast<float*>(c.bwd_work(bw_scratch_)), B, T, s_.heads, D,
-             1.0f / std::sqrt(static_cast<float>(D)));
+  DSCPP_CALL(c.ops(), flash_attention_masked_backward, packed, first_keys(c), env_.sample_ints(), c.saved(sv_att_),
+             static_cast<const float*>(c.saved(sv_lse_)), datt, dpacked, static_cast<float*>(c.bwd_work(bw_scratch_)), B,
+             T, s_.heads, D, 1.0f / std::sqrt(static_cast<float>(D)));
   if (bw_qkv3_ >= 0) reduce(c, dpacked, dqkv);
-  if (s_.rope)
-    DSCPP_CALL(c.ops(), rope_backward, dqkv, B, T, width_, s_.heads + s_.kv_heads, D, nullptr, int64_t{0}, &*s_.rope);
+  if (s_.rope) rotate(c, dqkv, true);
   if (qkv_) {
     qkv_->backward(c, dqkv, width_, x, dx, false, rows);
   } else {

@@ -108,6 +108,14 @@ struct Wrappers {
     prof(o).count(attention_flops(batch, T, heads, head_dim));  // as causal_attention_forward
     return real(o)->flash_attention_forward(real(o), qkv, lse, out, batch, T, heads, head_dim, s);
   }
+  static int flash_attention_masked_forward(const dscpp_ops* o, const void* qkv, const int32_t* first_key,
+                                            int64_t first_key_ld, float* lse, void* out, int64_t batch, int64_t T,
+                                            int64_t heads, int64_t head_dim, float s) {
+    // Counted as causal: the kernels compute every causal score and zero the ones the mask hides.
+    prof(o).count(attention_flops(batch, T, heads, head_dim));
+    return real(o)->flash_attention_masked_forward(real(o), qkv, first_key, first_key_ld, lse, out, batch, T, heads,
+                                                   head_dim, s);
+  }
   static int mul(const dscpp_ops* o, const void* a, const void* b, void* y, int64_t n) {
     prof(o).count(d(n));
     return real(o)->mul(real(o), a, b, y, n);
@@ -163,6 +171,7 @@ FlopsProfiler::FlopsProfiler(const dscpp_ops& real, std::vector<std::string> lay
   wrap(t.cross_entropy_forward, &Wrappers::cross_entropy_forward);
   wrap(t.causal_attention_forward, &Wrappers::causal_attention_forward);
   wrap(t.flash_attention_forward, &Wrappers::flash_attention_forward);
+  wrap(t.flash_attention_masked_forward, &Wrappers::flash_attention_masked_forward);
   wrap(t.linear_forward, &Wrappers::linear_forward);
   wrap(t.mul, &Wrappers::mul);
   wrap(t.silu_forward, &Wrappers::silu_forward);

@@ -186,6 +186,7 @@ dscpp_layer_ctx LayerRunner::context(int layer) const {
               : layer == act_layout_.segment_begin[static_cast<size_t>(segment)]
                   ? segment_input_[static_cast<size_t>(segment)]
                   : acts_->output(layer - 1);
+  ctx.data_input = input_;
   ctx.output = acts_->output(layer);
   ctx.saved = acts_->saved(layer);
   ctx.workspace = workspace_.data();

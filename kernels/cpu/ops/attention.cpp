@@ -23,6 +23,8 @@ namespace {
 
 struct Shape {
   int64_t batch, T, heads, D;
+  const int32_t* first = nullptr;  // masked entries: each query's first key, sequence b at b·first_ld
+  int64_t first_ld = 0;
   int64_t C() const { return heads * D; }
 };
 
@@ -40,8 +42,20 @@ int check_shape(const dscpp_ops* o, const Shape& s, float scale) {
 AttentionPair pair_of(const float* qkv, const Shape& s, int64_t p, float scale) {
   const int64_t b = p / s.heads, h = p % s.heads, C = s.C();
   const float* q = qkv + b * s.T * 3 * C + h * s.D;
-  return AttentionPair{q, q + C, q + 2 * C, 3 * C, s.T, s.D, scale};
+  return AttentionPair{q, q + C, q + 2 * C, 3 * C, s.T, s.D, scale, s.first ? s.first + b * s.first_ld : nullptr};
 }
+
+}  // namespace
+
+float probability_row(const AttentionPair& a, float* row, int64_t t) {
+  int64_t first = a.first != nullptr ? a.first[t] : 0;
+  first = std::clamp<int64_t>(first, 0, t);
+  std::fill(row, row + first, 0.0f);
+  std::fill(row + t + 1, row + a.T, 0.0f);
+  return softmax_row(row + first, 1.0f, row + first, t + 1 - first);
+}
+
+namespace {
 
 int64_t out_offset(const Shape& s, int64_t p) { return (p / s.heads) * s.T * s.C() + (p % s.heads) * s.D; }
 
@@ -68,9 +82,8 @@ void forward_composed(const AttentionPair& a, float* probs, float* out, int64_t 
   const int64_t T = a.T;
   gemm_f32(product(false, true, T, T, a.D, a.scale, a.q, a.ld, a.k, a.ld, probs, T));
   for (int64_t t = 0; t < T; ++t) {
-    const float l = softmax_row(probs + t * T, 1.0f, probs + t * T, t + 1);
+    const float l = probability_row(a, probs + t * T, t);
     if (lse != nullptr) lse[t] = l;
-    std::fill(probs + t * T + t + 1, probs + (t + 1) * T, 0.0f);
   }
   if (out != nullptr) gemm_f32(product(false, false, T, a.D, T, 1.0f, probs, T, a.v, a.ld, out, ld_out));
 }
@@ -181,41 +194,81 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
   return DSCPP_OK;
 }
 
-int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
-                            int64_t heads, int64_t head_dim, float scale) {
-  const Shape s{batch, T, heads, head_dim};
+}  // namespace op
+
+namespace {
+
+// The flash entries, causal (s.first null) or masked.
+int flash_forward(const dscpp_ops* o, const Shape& s, const void* qkv, float* lse, void* out, float scale) {
   if (int st = check_shape(o, s, scale)) return st;
-  const int64_t n = batch * T * s.C();
-  if (bad_ptr(qkv, 3 * n) || bad_ptr(out, n) || bad_ptr(lse, batch * heads * T)) return DSCPP_E_INVALID_ARGUMENT;
+  const int64_t n = s.batch * s.T * s.C();
+  if (bad_ptr(qkv, 3 * n) || bad_ptr(out, n) || bad_ptr(lse, s.batch * s.heads * s.T)) return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0) return DSCPP_OK;
   const auto* x = static_cast<const float*>(qkv);
   auto* y = static_cast<float*>(out);
-  for_pairs(batch * heads, [&](int64_t p, int64_t after) {
-    pair_forward(x, s, scale, p, after, thread_buffer(0, T * T), y + out_offset(s, p), lse + p * T);
+  for_pairs(s.batch * s.heads, [&](int64_t p, int64_t after) {
+    pair_forward(x, s, scale, p, after, thread_buffer(0, s.T * s.T), y + out_offset(s, p), lse + p * s.T);
   });
   return DSCPP_OK;
 }
 
 // out, lse and the workspace are the GPU's inputs (FlashAttention's backward needs Σ dout·out
 // per query and the log-sum-exp); this backward makes the probabilities again from q and k.
-int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
-                             void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
-                             float scale) {
-  const Shape s{batch, T, heads, head_dim};
+int flash_backward(const dscpp_ops* o, const Shape& s, const void* qkv, const void* out, const float* lse,
+                   const void* dout, void* dqkv, float* workspace, float scale) {
   if (int st = check_shape(o, s, scale)) return st;
-  const int64_t n = batch * T * s.C(), rows = batch * heads * T;
+  const int64_t n = s.batch * s.T * s.C(), rows = s.batch * s.heads * s.T;
   if (bad_ptr(qkv, 3 * n) || bad_ptr(dqkv, 3 * n) || bad_ptr(dout, n) || bad_ptr(out, n) || bad_ptr(lse, rows) ||
       bad_ptr(workspace, rows))
     return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0) return DSCPP_OK;
   const auto* x = static_cast<const float*>(qkv);
-  for_pairs(batch * heads, [&](int64_t p, int64_t after) {
-    float* probs = thread_buffer(0, T * T);
+  for_pairs(s.batch * s.heads, [&](int64_t p, int64_t after) {
+    float* probs = thread_buffer(0, s.T * s.T);
     pair_forward(x, s, scale, p, -1, probs, nullptr, nullptr);
     pair_backward(x, static_cast<const float*>(dout), static_cast<float*>(dqkv), s, scale, p, after, probs, nullptr,
-                  thread_buffer(1, T * T));
+                  thread_buffer(1, s.T * s.T));
   });
   return DSCPP_OK;
+}
+
+// A masked entry's shape: first_key must cover every sequence's T queries.
+bool masked_shape(Shape& s, const int32_t* first_key, int64_t ld) {
+  s.first = first_key;
+  s.first_ld = ld;
+  return ld >= 0 && (s.batch <= 1 || ld >= s.T);
+}
+
+}  // namespace
+
+namespace op {
+
+int flash_attention_forward(const dscpp_ops* o, const void* qkv, float* lse, void* out, int64_t batch, int64_t T,
+                            int64_t heads, int64_t head_dim, float scale) {
+  return flash_forward(o, Shape{batch, T, heads, head_dim}, qkv, lse, out, scale);
+}
+
+int flash_attention_backward(const dscpp_ops* o, const void* qkv, const void* out, const float* lse, const void* dout,
+                             void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                             float scale) {
+  return flash_backward(o, Shape{batch, T, heads, head_dim}, qkv, out, lse, dout, dqkv, workspace, scale);
+}
+
+int flash_attention_masked_forward(const dscpp_ops* o, const void* qkv, const int32_t* first_key, int64_t first_key_ld,
+                                   float* lse, void* out, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                                   float scale) {
+  Shape s{batch, T, heads, head_dim};
+  if (first_key != nullptr && !masked_shape(s, first_key, first_key_ld)) return DSCPP_E_INVALID_ARGUMENT;
+  return flash_forward(o, s, qkv, lse, out, scale);
+}
+
+int flash_attention_masked_backward(const dscpp_ops* o, const void* qkv, const int32_t* first_key,
+                                    int64_t first_key_ld, const void* out, const float* lse, const void* dout,
+                                    void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads,
+                                    int64_t head_dim, float scale) {
+  Shape s{batch, T, heads, head_dim};
+  if (first_key != nullptr && !masked_shape(s, first_key, first_key_ld)) return DSCPP_E_INVALID_ARGUMENT;
+  return flash_backward(o, s, qkv, out, lse, dout, dqkv, workspace, scale);
 }
 
 }  // namespace op

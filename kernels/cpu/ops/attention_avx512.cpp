@@ -67,9 +67,8 @@ DSCPP_AVX512 void attention_forward_avx512(const AttentionPair& a, float* probs,
     float* p = probs + t0 * T;
     panel_product(rows, D, rows_of(a.q, a.ld, t0), kt, D, 0, live, a.scale, p, T);
     for (int64_t r = 0; r < rows; ++r) {
-      const float l = softmax_row(p + r * T, 1.0f, p + r * T, t0 + r + 1);
+      const float l = probability_row(a, p + r * T, t0 + r);
       if (lse != nullptr) lse[t0 + r] = l;
-      std::fill(p + r * T + t0 + r + 1, p + (r + 1) * T, 0.0f);
     }
     if (out != nullptr) panel_product(rows, live, rows_of(probs, T, t0), vp, T, 0, D, 1.0f, out + t0 * ld_out, ld_out);
   }

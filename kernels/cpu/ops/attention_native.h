@@ -15,7 +15,13 @@ struct AttentionPair {
   int64_t ld;
   int64_t T, D;  // tokens, head dimension
   float scale;
+  const int32_t* first = nullptr;  // query t sees keys first[t] … t (null: 0 … t)
 };
+
+// Row t of the scores (T floats) into probabilities in place: the softmax over the keys query t
+// sees, 0 for the others; returns its log-sum-exp. Backward needs no mask of its own: where a
+// probability is 0 so is its score gradient.
+float probability_row(const AttentionPair& a, float* row, int64_t t);
 
 // T-row matrices of the pair a thread computes next (null when none): fetched into L2 while
 // this pair computes, since every pair's q/k/v/dout rows arrive cold from L3 and packing them
@@ -33,7 +39,7 @@ struct AttentionNext {
   }
 };
 
-// probs = causal softmax(scale·q·kᵀ) (0 above the diagonal), out = probs·v (skipped when out
+// probs = causal softmax(scale·q·kᵀ) (0 above the diagonal and before a.first), out = probs·v (skipped when out
 // is null: the backward of the op that keeps no probabilities makes them again this way, the
 // same bits); lse[t] = log Σ_{s≤t} exp(scale·q_t·k_s) when lse is non-null.
 void attention_forward_avx512(const AttentionPair& a, float* probs, float* out, int64_t ld_out, float* lse,
