@@ -9,7 +9,9 @@
 #      give transformers' per-step losses and parameters (on 2 ranks at stage 3, and with
 #      gradient accumulation on 1 rank at stage 0);
 #   4. export round trip: a step-0 checkpoint exported is the HF file again, names, shapes and
-#      values.
+#      values;
+#   5. packed documents: with --reset_attention_mask --reset_position_ids the loss and gradients
+#      of transformers running each document of the windows on its own.
 # Tolerances, measured on this data:
 #   losses: |Δ| ≤ 2e-6 (the runtime prints 6 decimals; measured ≤ 5e-7);
 #   gradients: normwise 1e-5 of the tensor's largest gradient (measured ≤ 2e-7 absolute on
@@ -29,13 +31,14 @@ FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 pass() { echo "ok: $*"; }
 
+PLUGIN_ARGS=()  # more plugin arguments for run
 plugin_of() { [ "$1" = gpt2 ] && echo "$GPT2" || echo "$LLAMA"; }
 # run MODEL RANKS CONFIG LOG [runtime args...]
 run() {
   local m=$1 ranks=$2 cfg=$3 log=$4
   shift 4
   local args=(--deepspeed_config "$cfg" "$@" -- --from_hf "$DATA/$m" --data "$DATA/$m/tokens.bin"
-    --eval_data "$DATA/$m/tokens.bin" --context 16)
+    --eval_data "$DATA/$m/tokens.bin" --context 16 "${PLUGIN_ARGS[@]}")
   if [ "$ranks" = 1 ]; then "$RUNTIME" --model "$(plugin_of "$m")" "${args[@]}" > "$log" 2>&1
   else "$DSCPP" --num_procs "$ranks" --master_port "$(port)" "$(plugin_of "$m")" "${args[@]}" > "$log" 2>&1; fi
 }
@@ -123,6 +126,45 @@ for m in qwen2 llama3_tied; do
     pass "$m on cuda-sim: loss and gradients: ${out##*compared }"
   else fail "$m on cuda-sim: ${out:-run failed}"; tail -5 "$WORK/$m.sim.log"; fi
 done
+
+# Packed documents (--reset_attention_mask --reset_position_ids, end token docs.eod): the loss and
+# gradients of the reference's documents run one by one through transformers (tolerances as
+# above); on cuda-sim too. Neither flag alone gives GPT-2's (learned positions restart, and
+# attention stops, at each document), and without them the loss is the packed one: loss.
+for m in llama_gqa gpt2; do
+  eod=$(ref "$m" docs.eod) want=$(ref "$m" docs.loss)
+  PLUGIN_ARGS=(--reset_attention_mask --reset_position_ids --eos_id "$eod")
+  config "$WORK/eval.json" 0 4 "$SGD"
+  got=""
+  run "$m" 1 "$WORK/eval.json" "$WORK/$m.docs.log" --eval_only &&
+    got=$(sed -n 's/.*eval only: loss \([0-9.]*\),.*/\1/p' "$WORK/$m.docs.log")
+  if [ -n "$got" ] && close "$got" "$want" 2e-6 && ! close "$got" "$(ref "$m" loss)" 1e-3; then
+    pass "$m packed documents (end token $eod) forward: loss $got, transformers document by document $want"
+  else fail "$m packed documents forward: loss '$got', transformers $want"; tail -3 "$WORK/$m.docs.log"; fi
+  for c in 0:1:cpu 3:2:cpu 0:1:cuda-sim; do
+    IFS=: read -r stage ranks device <<< "$c"
+    tag="$m.docs.s$stage.r$ranks.$device"
+    config "$WORK/$tag.json" "$stage" $((4 / ranks)) "$SGD"
+    out=""
+    if run "$m" "$ranks" "$WORK/$tag.json" "$WORK/$tag.log" --device "$device" --steps 1 --no_eval \
+      --save_dir "$WORK/$tag.ckpt" && "$DSCPP" export-hf -q "$WORK/$tag.ckpt" "$WORK/$tag.hf" > /dev/null &&
+      out=$("$COMPARE" "$WORK/$tag.hf/model.safetensors" "$DATA/$m/reference.safetensors" --b_prefix docs.grad. \
+        --minus_from "$DATA/$m/model.safetensors" --normwise 1 --rtol 1e-5 --complete 1 2>&1); then
+      pass "$m packed documents gradients, ZeRO $stage on $ranks rank(s), $device: ${out##*compared }"
+    else fail "$m packed documents gradients, ZeRO $stage on $ranks rank(s), $device: ${out:-run failed}"; tail -5 "$WORK/$tag.log"; fi
+    rm -rf "$WORK/$tag.ckpt" "$WORK/$tag.hf"
+  done
+done
+for flag in --reset_attention_mask --reset_position_ids; do
+  PLUGIN_ARGS=("$flag" --eos_id "$(ref gpt2 docs.eod)")
+  got=""
+  run gpt2 1 "$WORK/eval.json" "$WORK/gpt2.half.log" --eval_only &&
+    got=$(sed -n 's/.*eval only: loss \([0-9.]*\),.*/\1/p' "$WORK/gpt2.half.log")
+  if [ -n "$got" ] && ! close "$got" "$(ref gpt2 docs.loss)" 1e-4 && ! close "$got" "$(ref gpt2 loss)" 1e-4; then
+    pass "gpt2 with $flag alone: loss $got, neither packed nor document by document"
+  else fail "gpt2 with $flag alone: loss '$got'"; tail -3 "$WORK/gpt2.half.log"; fi
+done
+PLUGIN_ARGS=()
 
 # Refusals: a misshapen tensor, missing parameters (unless --init_partial), unused tensors.
 config "$WORK/eval.json" 0 4 "$SGD"

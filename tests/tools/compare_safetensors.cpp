@@ -33,6 +33,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "compare_safetensors: %s has no tensor %s\n", argv[2], argv[3]);
         return 2;
       }
+      if (t->dtype == DType::i32) {  // ids, e.g. a reference's end-of-document token
+        std::vector<int32_t> v(static_cast<size_t>(t->numel));
+        f.read(t->name, 0, t->numel, v.data(), DType::i32);
+        for (int32_t x : v) std::printf("%d\n", x);
+        return 0;
+      }
       std::vector<double> v(static_cast<size_t>(t->numel));
       f.read(t->name, 0, t->numel, v.data(), DType::f64);
       for (double x : v) std::printf("%.9g\n", x);

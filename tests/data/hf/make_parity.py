@@ -50,6 +50,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+DOCUMENT_MODELS = ("llama_gqa", "gpt2")  # with the docs.* reference (documents_reference)
+
 B = 4  # sequences per batch
 T = 16  # tokens per sequence
 VOCAB = 96
@@ -264,6 +266,35 @@ def build_model(name, offset, make_config, cls):
     return model, perturbed
 
 
+def documents_reference(model, params, input_ids, labels):
+    """The windows as packed documents: each ends at an end-of-document token (the most frequent
+    input token, ties to the smaller id), which belongs to it. Every document goes through the
+    model on its own (positions from 0, attention within it), so the loss and gradients are what
+    a model that masks attention at document boundaries and restarts positions must give on the
+    packed windows."""
+    counts = torch.bincount(input_ids.reshape(-1))
+    eod = int(torch.argmax(counts))  # the first of the largest counts
+    assert counts[eod] >= 2, "too few end-of-document tokens"
+    V = model.config.vocab_size
+    rows = []
+    for b in range(B):
+        start = 0
+        for t in range(T):
+            if int(input_ids[b, t]) == eod or t == T - 1:
+                rows.append(model(input_ids=input_ids[b : b + 1, start : t + 1], use_cache=False).logits[0])
+                start = t + 1
+    logits = torch.cat(rows).reshape(B, T, V)
+    loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1))
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    out = {"docs.eod": torch.tensor([eod], dtype=torch.int32), "docs.loss": loss.detach().reshape(1).clone()}
+    for pname, p in params:
+        out[f"docs.grad.{pname}"] = p.grad.detach().clone()
+    model.zero_grad(set_to_none=True)
+    print(f"  documents (end token {eod}, {int(counts[eod])} in the inputs): loss {float(loss):.7f}")
+    return out
+
+
 def make_one(out_root, name, offset, make_config, cls):
     print(f"== {name}")
     d = os.path.join(out_root, name)
@@ -334,6 +365,8 @@ def make_one(out_root, name, offset, make_config, cls):
         "labels": labels.to(torch.int32),
     }
     V = cfg.vocab_size
+    if name in DOCUMENT_MODELS:
+        ref.update(documents_reference(model, params, input_ids, labels))
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)
         logits = model(input_ids=input_ids, use_cache=False).logits
