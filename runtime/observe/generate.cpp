@@ -66,6 +66,11 @@ int run_generate(const GenerateOptions& o) {
     if (t < 0 || t >= vocab) fail("generate: prompt token {} is outside the vocabulary of {}", t, vocab);
 
   const int64_t context = plugin.data().input_numel;
+  if (plugin.data().input_dtype != DSCPP_I32 || context != plugin.data().tokens_per_sample)
+    fail("generate: model plugin {}'s samples are not just {} token ids ({} {} per sample): leave out the plugin "
+         "arguments that shape its training data (such as --reset_attention_mask / --reset_position_ids)",
+         plugin.name(), plugin.data().tokens_per_sample, context,
+         plugin.data().input_dtype == DSCPP_I32 ? "int32" : "floats");
   if (int64_t(tokens.size()) > context)
     fail("generate: a prompt of {} tokens does not fit the model's context of {} (its --context)", tokens.size(), context);
   const FlatLayout layout = make_flat_layout(layers);

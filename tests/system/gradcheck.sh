@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `dscpp gradcheck` passes on every shipped model family and on the hand-written gpt example, and
-# catches a plugin whose backward is wrong (tests/data/plugins/wrong_grad.cpp: one bias gradient
-# counted twice), naming the parameter.
+# `dscpp gradcheck` passes on every shipped model family (also with packed documents) and on the
+# hand-written gpt example, and catches a plugin whose backward is wrong
+# (tests/data/plugins/wrong_grad.cpp: one bias gradient counted twice), naming the parameter.
 # Usage: gradcheck.sh DSCPP LLAMA_SO GPT2_SO GPT_SO WRONG_SO SOURCE_ROOT
 set -u
 DSCPP=$1 LLAMA=$2 GPT2=$3 GPT=$4 WRONG=$5 SRC=$6
@@ -24,6 +24,11 @@ check llama_gqa 0 "gradcheck: all 21 parameters" "$LLAMA" --from_hf "$DATA/llama
 check llama3_tied 0 "gradcheck: all 20 parameters" "$LLAMA" --from_hf "$DATA/llama3_tied" --data "$DATA/llama3_tied/tokens.bin" --context 16
 check qwen2 0 "gradcheck: all 27 parameters" "$LLAMA" --from_hf "$DATA/qwen2" --data "$DATA/qwen2/tokens.bin" --context 16
 check gpt2 0 "gradcheck: all 28 parameters" "$GPT2" --from_hf "$DATA/gpt2" --data "$DATA/gpt2/tokens.bin" --context 16
+# Packed documents: RoPE at document positions and GPT-2's learned positions looked up per token.
+check gpt2_documents 0 "gradcheck: all 28 parameters" "$GPT2" --from_hf "$DATA/gpt2" --data "$DATA/gpt2/tokens.bin" \
+  --context 16 --reset_attention_mask --reset_position_ids --eos_id 36
+check llama_documents 0 "gradcheck: all 21 parameters" "$LLAMA" --from_hf "$DATA/llama_gqa" \
+  --data "$DATA/llama_gqa/tokens.bin" --context 16 --reset_attention_mask --reset_position_ids --eos_id 12
 check gpt_example 0 "gradcheck: all .* agree" "$GPT" --tokens "$DATA/gpt2/tokens.bin" --vocab_size 96 --context 16 \
   --layers 1 --d_model 32 --heads 2 --sample_chars 0
 check wrong_grad 1 "shift.bias .*FAIL" "$WRONG" --config "$DATA/llama_gqa/config.json" --data "$DATA/llama_gqa/tokens.bin" --context 16
