@@ -21,7 +21,8 @@
 #      tied Llama 3 through the new ops (RMSNorm, RoPE, SwiGLU, copy_2d, strided-GEMM biases),
 #      within 1e-4 of the largest gradient (cuBLAS fp32 sums in other orders than the CPU's ~1e-6);
 #      `dscpp generate --check_decode` (KV-cache decode vs the training forward, 1e-4); bf16
-#      compute: the eval loss within 2e-2 of fp32's.
+#      compute: the eval loss within 2e-2 of fp32's; packed documents (masked attention): the GQA
+#      Llama's gradients against transformers running each document alone, 1e-4.
 #   7. The gpt example at 12 layers x 768, 12 heads, context 1024, micro-batch 8, stage 0,
 #      bf16 and fp32, 20 steps: tokens/s, the peak memory line, the flops profiler's table
 #      (bf16, step 5); passes if it trains and the loss falls.
@@ -364,6 +365,19 @@ JSON
       pass "$m on $DEVICE: bf16 compute eval loss $b, fp32 $a"
     else fail "$m bf16 on $DEVICE: eval loss '$b', fp32 '$a' (tolerance 2e-2)"; fi
   done
+  # Packed documents (the masked attention entries, never cuDNN): the GQA Llama's gradients
+  # against transformers running each document alone (docs.grad.*), tolerance as above.
+  m=llama_gqa
+  timed $T_RUN "$WORK/docs.log" "$DSCPP" --num_procs 1 --master_port "$(port)" "$LLAMA" --deepspeed_config "$WORK/fam.json" \
+    --device "$DEVICE" --steps 1 --no_eval --save_dir "$WORK/docs" -- --from_hf "$HF/$m" --data "$HF/$m/tokens.bin" \
+    --eval_data "$HF/$m/tokens.bin" --context 16 --reset_attention_mask --reset_position_ids --eos_id "$("$COMPARE" --print "$HF/$m/reference.safetensors" docs.eod)"
+  rc=$?
+  out=""
+  if [ $rc = 0 ] && "$DSCPP" export-hf -q "$WORK/docs" "$WORK/docs.hf" > /dev/null 2>&1 &&
+    out=$("$COMPARE" "$WORK/docs.hf/model.safetensors" "$HF/$m/reference.safetensors" --b_prefix docs.grad. \
+      --minus_from "$HF/$m/model.safetensors" --normwise 1 --rtol 1e-4 --complete 1 2>&1); then
+    pass "$m packed documents on $DEVICE: gradients vs transformers document by document: ${out##*compared }"
+  else fail "$m packed documents on $DEVICE: $(why "$WORK/docs.log" $rc) $out"; fi
 fi
 
 # ---- 7. the gpt example at the issue's shape -------------------------------------------------

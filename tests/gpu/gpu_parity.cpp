@@ -327,6 +327,30 @@ TEST_CASE("column sums, embedding gradient and flash attention match the CPU tab
                                        T, H, D, scale) == DSCPP_OK);
     CHECK(normwise(ddq.get(), dqkv) <= 2 * tol);
   }
+
+  // Masked (packed documents: first keys restart at 0, 100, 129, 400 and 0, 127, 128): the
+  // device's blockwise path with a mask across its 128-query blocks.
+  const int64_t B = 2, T = 600, H = 4, D = 64, C = H * D, n = B * T * C, lrows = B * H * T;
+  std::vector<int32_t> first(size_t(B * T));
+  for (int64_t t = 0; t < T; ++t) {
+    first[size_t(t)] = t >= 400 ? 400 : t >= 129 ? 129 : t >= 100 ? 100 : 0;
+    first[size_t(T + t)] = t >= 128 ? 128 : t >= 127 ? 127 : 0;
+  }
+  const auto qkv = randoms(3 * n, 86, -1.5f, 1.5f), dout = randoms(n, 87);
+  On<int32_t> dfirst(first);
+  On<float> dq(qkv), ddo(dout), dout_g(zeros(n)), dlse(zeros(lrows)), ddq(zeros(3 * n)), dws(zeros(lrows));
+  std::vector<float> out(n), lse(lrows), dqkv(3 * n), ws(lrows);
+  REQUIRE(g.flash_attention_masked_forward(&g, dq.p(), dfirst.p(), T, dlse.p(), dout_g.p(), B, T, H, D, 0.125f) ==
+          DSCPP_OK);
+  REQUIRE(c.flash_attention_masked_forward(&c, qkv.data(), first.data(), T, lse.data(), out.data(), B, T, H, D,
+                                           0.125f) == DSCPP_OK);
+  CHECK(normwise(dout_g.get(), out) <= sum_tol(T));
+  CHECK(normwise(dlse.get(), lse) <= sum_tol(T));
+  REQUIRE(g.flash_attention_masked_backward(&g, dq.p(), dfirst.p(), T, dout_g.p(), dlse.p(), ddo.p(), ddq.p(), dws.p(),
+                                            B, T, H, D, 0.125f) == DSCPP_OK);
+  REQUIRE(c.flash_attention_masked_backward(&c, qkv.data(), first.data(), T, out.data(), lse.data(), dout.data(),
+                                            dqkv.data(), ws.data(), B, T, H, D, 0.125f) == DSCPP_OK);
+  CHECK(normwise(ddq.get(), dqkv) <= 2 * sum_tol(T));
 }
 
 // Under bf16 GEMM math the flash entries go to cuDNN's SDPA (cast to bf16 and back), or, where
