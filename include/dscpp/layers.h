@@ -221,6 +221,10 @@ struct AttentionSpec {
   Name out, out_bias;
   bool file_transposed = false;              // the projections' files hold them [in, out]
   std::optional<dscpp_rope> rope;            // rotary embedding of q and k (none: positions come elsewhere)
+  // Sliding window (Mistral's sliding_window): a query sees itself and the window − 1 tokens
+  // before it; 0 = no window. Training reads the first keys from the data input, so a window
+  // shorter than the context needs Env::documents samples whose first keys honour it.
+  int64_t window = 0;
   Init init, out_init;
 };
 

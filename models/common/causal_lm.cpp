@@ -179,14 +179,16 @@ void TokenWindows::load(int32_t split, int64_t index, void* input, int32_t* targ
     target[t] = docs_.mask_loss && x[t] == eod ? -1 : static_cast<int32_t>(f.at(win.start + t + 1));
   }
   if (!docs_.packed()) return;
-  // Positions and first keys (layers::TokenPart): a document starts after each eod token.
+  // Positions and first keys (layers::TokenPart): a document starts after each eod token; a
+  // sliding window hides keys more than window − 1 back.
   int32_t* position = x + context_;
   int32_t* first_key = x + 2 * context_;
   int32_t start = 0;
   for (int32_t t = 0; t < static_cast<int32_t>(context_); ++t) {
     position[t] = docs_.reset_positions ? t - start : t;
     first_key[t] = docs_.reset_attention ? start : 0;
-    if (x[t] == eod) start = t + 1;
+    if (docs_.window > 0) first_key[t] = std::max(first_key[t], static_cast<int32_t>(t - docs_.window + 1));
+    if (docs_.uses_eod() && x[t] == eod) start = t + 1;
   }
 }
 
@@ -199,7 +201,9 @@ std::string TokenWindows::summary() const {
          (docs_.mask_loss ? "; no loss after end-of-document token " + std::to_string(docs_.eod) : "") +
          (docs_.reset_attention ? "; attention within documents (ended by token " + std::to_string(docs_.eod) + ")"
                                 : "") +
-         (docs_.reset_positions ? "; positions restart after token " + std::to_string(docs_.eod) : "");
+         (docs_.reset_positions ? "; positions restart after token " + std::to_string(docs_.eod) : "") +
+         (docs_.window > 0 ? "; attention over the last " + std::to_string(docs_.window) + " tokens (sliding window)"
+                           : "");
 }
 
 // ---- CausalLM ----------------------------------------------------------------------------------------
@@ -231,10 +235,11 @@ CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& ar
   export_config = config_->text();
 }
 
-layers::Env CausalLM::env(int64_t max_positions) {
+layers::Env CausalLM::env(int64_t max_positions, int64_t window) {
   context_ = args_.integer("--context", std::min<int64_t>(max_positions, 1024), 1);
   docs_.reset_attention = args_.has("--reset_attention_mask");
   docs_.reset_positions = args_.has("--reset_position_ids");
+  docs_.window = window > 0 && window < context_ ? window : 0;
   return layers::Env{layers::dtype_bytes(compute_), context_, docs_.packed()};
 }
 
@@ -247,10 +252,10 @@ void CausalLM::data_from(int64_t vocab) {
   docs_.mask_loss = args_.has("--eod_mask_loss");
   docs_.windows = args_.has("--doc_windows");
   const char* const flags = "--eod_mask_loss, --doc_windows, --reset_attention_mask or --reset_position_ids";
-  if (args_.has("--eos_id") && !docs_.any())
+  if (args_.has("--eos_id") && !docs_.uses_eod())
     fail(DSCPP_E_INVALID_ARGUMENT,
          family_ + ": --eos_id names the end-of-document token of " + flags + "; give one of them");
-  if (docs_.any()) {
+  if (docs_.uses_eod()) {
     docs_.eod = args_.integer("--eos_id", -1, 0);
     if (docs_.eod < 0 && config_->has("eos_token_id") && config_->json()["eos_token_id"].is_number_integer())
       docs_.eod = config_->integer("eos_token_id");

@@ -84,9 +84,10 @@ struct Documents {
   bool windows = false;          // --doc_windows: windows stop at documents' ends
   bool reset_attention = false;  // --reset_attention_mask: samples carry each token's first key
   bool reset_positions = false;  // --reset_position_ids: samples carry positions within documents
-  bool any() const { return mask_loss || windows || packed(); }
+  int64_t window = 0;            // a sliding window shorter than the context: first keys ≥ t − window + 1
+  bool uses_eod() const { return mask_loss || windows || reset_attention || reset_positions; }
   // Samples are [ids | positions | first keys] (layers::Env::documents).
-  bool packed() const { return reset_attention || reset_positions; }
+  bool packed() const { return reset_attention || reset_positions || window > 0; }
 };
 
 // Token windows of context+1 from the data files, split into train and eval.
@@ -126,7 +127,9 @@ class CausalLM : public layers::Model {
            std::vector<std::string> flags = {});
   const HfConfig& config() const { return *config_; }
   Args& args() { return args_; }
-  layers::Env env(int64_t max_positions);
+  // The layers' environment for a context of at most max_positions (default 1024) and the
+  // attention's sliding window (0: none).
+  layers::Env env(int64_t max_positions, int64_t window = 0);
   void data_from(int64_t vocab);
   void load_sample(int32_t split, int64_t index, void* input, int32_t* target) const override;
 

@@ -2,6 +2,7 @@
 // declaring its parameters and buffers on its layer and computing only through the ops table.
 #include "dscpp/layers.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace dscpp::layers {
@@ -85,6 +86,10 @@ Attention::Attention(Layer& owner, const AttentionSpec& s)
   if (s.heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0 || s.heads % s.kv_heads != 0)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": " + std::to_string(s.heads) + " query heads cannot share " +
                                        std::to_string(s.kv_heads) + " key/value heads (it must divide them)");
+  // Training reads each query's first key from the data input, where the model's data put it.
+  if (s.window < 0 || (s.window > 0 && s.window < env_.context && !env_.documents))
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": a sliding window of " + std::to_string(s.window) +
+                                       " tokens needs samples that carry each token's first key (Env::documents)");
   if (s.fused_qkv) {
     qkv_.emplace(owner, s.qkv, s.hidden, width_, s.init, s.qkv_bias, s.file_transposed);
   } else {
@@ -121,7 +126,8 @@ Attention::Attention(Layer& owner, const AttentionSpec& s)
 void Attention::decode(const DecodeCall& d, const void* x, const void* residual, void* y) const {
   const Call c = d.call();
   const int64_t D = s_.head_dim, Q = s_.heads * D, kv = s_.kv_heads * D, G = s_.heads / s_.kv_heads;
-  const int64_t p = d.ctx.position, len = p + 1;
+  const int64_t p = d.ctx.position, first = s_.window > 0 ? std::max<int64_t>(0, p - s_.window + 1) : 0;
+  const int64_t len = p + 1 - first;
   if (p < 0 || p >= env_.context)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + c.layer.name() + ": position " + std::to_string(p) +
                                        " is outside its cache of " + std::to_string(env_.context) + " positions");
@@ -140,6 +146,8 @@ void Attention::decode(const DecodeCall& d, const void* x, const void* residual,
   void* V = d.cache(dc_v_);
   DSCPP_CALL(c.ops(), copy_2d, at(qkv, Q, env_), kv, at(K, p * kv, env_), kv, int64_t{1}, kv, 0);
   DSCPP_CALL(c.ops(), copy_2d, at(qkv, Q + kv, env_), kv, at(V, p * kv, env_), kv, int64_t{1}, kv, 0);
+  K = at(K, first * kv, env_);  // the positions the query sees: first … p
+  V = at(V, first * kv, env_);
   // Per kv head j, its G query heads against its keys: scores [G × len] = (q/√D)·Kⱼᵀ; the
   // cache's rows are positions of kv·D elements, head j at column j·D.
   DSCPP_CALL(c.ops(), scale, 1.0f / std::sqrt(static_cast<float>(D)), qkv, Q);

@@ -1,4 +1,4 @@
-// Llama-family causal language models (Llama 2/3, Mistral without a sliding window, Qwen2's
+// Llama-family causal language models (Llama 2/3, Mistral with its sliding window, Qwen2's
 // attention biases) from a Hugging Face config.json, in Hugging Face's parameter names, on the
 // layer library: this file holds no backward math. Plugin arguments: models/common/causal_lm.h.
 #include "causal_lm.h"
@@ -39,9 +39,14 @@ std::unique_ptr<Model> make(const std::vector<std::string>& args, const dscpp_ho
   const int64_t V = c.integer("vocab_size"), C = c.integer("hidden_size"), L = c.integer("num_hidden_layers");
   const int64_t H = c.integer("num_attention_heads"), KV = c.integer("num_key_value_heads", H);
   const bool tied = c.boolean("tie_word_embeddings", false);
-  const Env env = m->env(c.integer("max_position_embeddings", 2048));
-  if (c.boolean("use_sliding_window", type == "mistral") && c.integer("sliding_window", env.context) < env.context)
-    c.bad("sliding_window", "no window shorter than --context (sliding-window attention is not implemented)");
+  // Mistral's sliding window (null: none); Qwen2's applies to some layers only, in some of
+  // transformers' attention implementations: refused.
+  const bool windowed = type == "mistral" && c.has("sliding_window");
+  const int64_t window = windowed ? c.integer("sliding_window") : 0;
+  if (windowed && window <= 0) c.bad("sliding_window", "a positive number of tokens, or null");
+  if (type == "qwen2" && c.boolean("use_sliding_window", false))
+    c.bad("use_sliding_window", "false (Qwen2's per-layer sliding windows are not implemented)");
+  const Env env = m->env(c.integer("max_position_embeddings", 2048), window);
   const Init init = normal(static_cast<float>(c.number("initializer_range", 0.02)));
   const float eps = static_cast<float>(c.number("rms_norm_eps", 1e-6));
   // Qwen2 biases q, k and v (its config does not say so); Llama's attention_bias covers all four.
@@ -60,6 +65,7 @@ std::unique_ptr<Model> make(const std::vector<std::string>& args, const dscpp_ho
   if (qkv_bias) a.q_bias = "self_attn.q_proj.bias", a.k_bias = "self_attn.k_proj.bias", a.v_bias = "self_attn.v_proj.bias";
   if (out_bias) a.out_bias = "self_attn.o_proj.bias";
   a.rope = rope_of(c);
+  a.window = window;
   a.init = a.out_init = init;
   MlpSpec& f = b.mlp;
   f.hidden = C, f.inner = c.integer("intermediate_size"), f.gated = true;

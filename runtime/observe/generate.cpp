@@ -65,12 +65,16 @@ int run_generate(const GenerateOptions& o) {
   for (int32_t t : tokens)
     if (t < 0 || t >= vocab) fail("generate: prompt token {} is outside the vocabulary of {}", t, vocab);
 
-  const int64_t context = plugin.data().input_numel;
-  if (plugin.data().input_dtype != DSCPP_I32 || context != plugin.data().tokens_per_sample)
-    fail("generate: model plugin {}'s samples are not just {} token ids ({} {} per sample): leave out the plugin "
-         "arguments that shape its training data (such as --reset_attention_mask / --reset_position_ids)",
-         plugin.name(), plugin.data().tokens_per_sample, context,
-         plugin.data().input_dtype == DSCPP_I32 ? "int32" : "floats");
+  const int64_t context = plugin.data().tokens_per_sample;
+  if (plugin.data().input_dtype != DSCPP_I32 || context <= 0)
+    fail("generate: model plugin {} does not take token ids (its samples are {} {} for {} tokens)", plugin.name(),
+         plugin.data().input_numel, plugin.data().input_dtype == DSCPP_I32 ? "int32" : "floats", context);
+  // --check_decode runs the training forward on the prompt as a sample of ids alone.
+  if (o.check_decode && plugin.data().input_numel != context)
+    fail("generate: --check_decode needs samples of token ids alone, but model plugin {}'s carry more ({} int32 for "
+         "{} tokens: positions and first keys for packed documents or a sliding window); leave out plugin arguments "
+         "such as --reset_attention_mask, or --check_decode",
+         plugin.name(), plugin.data().input_numel, context);
   if (int64_t(tokens.size()) > context)
     fail("generate: a prompt of {} tokens does not fit the model's context of {} (its --context)", tokens.size(), context);
   const FlatLayout layout = make_flat_layout(layers);

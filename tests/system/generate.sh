@@ -22,6 +22,14 @@ for m in llama_gqa llama3_tied qwen2 gpt2; do
     echo "ok: $m: $(grep -o 'generated.*tokens/s' "$WORK/$m.log"), ids $(ids "$m"); $(grep -o 'max difference [^ ]*' "$WORK/$m.log")"
   else echo "FAIL: $m"; cat "$WORK/$m.log"; FAILED=1; fi
 done
+# A sliding window (Mistral's, 6 tokens) decodes from the window's positions only; its training
+# samples carry first keys, which --check_decode's ids-only forward cannot give: refused, named.
+# (hf_transformers checks its greedy tokens against transformers'.)
+gen swa mistral_swa --prompt_ids 5,17,3 --max_new_tokens 12
+gen swa_check mistral_swa --prompt_ids 5,17,3 --max_new_tokens 12 --check_decode
+if [ "$(ids swa)" = "5,5,4,83,58,4,4,4,35,66,56,56" ] && grep -q "check_decode needs samples of token ids alone" "$WORK/swa_check.log"; then
+  echo "ok: sliding window: ids $(ids swa); --check_decode refused"
+else echo "FAIL: sliding window: ids '$(ids swa)'; $(tail -1 "$WORK/swa_check.log")"; FAILED=1; fi
 gen t1 llama_gqa --prompt_ids 5,17,3 --max_new_tokens 12 --temperature 0.8 --seed 7
 gen t2 llama_gqa --prompt_ids 5,17,3 --max_new_tokens 12 --temperature 0.8 --seed 7
 gen t3 llama_gqa --prompt_ids 5,17,3 --max_new_tokens 12 --temperature 0.8 --seed 8

@@ -29,6 +29,8 @@ check gpt2_documents 0 "gradcheck: all 28 parameters" "$GPT2" --from_hf "$DATA/g
   --context 16 --reset_attention_mask --reset_position_ids --eos_id 36
 check llama_documents 0 "gradcheck: all 21 parameters" "$LLAMA" --from_hf "$DATA/llama_gqa" \
   --data "$DATA/llama_gqa/tokens.bin" --context 16 --reset_attention_mask --reset_position_ids --eos_id 12
+check mistral_swa 0 "gradcheck: all 21 parameters" "$LLAMA" --from_hf "$DATA/mistral_swa" \
+  --data "$DATA/mistral_swa/tokens.bin" --context 16
 check gpt_example 0 "gradcheck: all .* agree" "$GPT" --tokens "$DATA/gpt2/tokens.bin" --vocab_size 96 --context 16 \
   --layers 1 --d_model 32 --heads 2 --sample_chars 0
 check wrong_grad 1 "shift.bias .*FAIL" "$WRONG" --config "$DATA/llama_gqa/config.json" --data "$DATA/llama_gqa/tokens.bin" --context 16

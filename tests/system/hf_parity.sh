@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model families of models/ against Hugging Face transformers, through the reference data
-# of tests/data/hf (tiny random GPT-2, GQA Llama, tied Llama-3, Qwen2 made and run by transformers
-# 4.44.2; README there), without Python:
+# of tests/data/hf (tiny random GPT-2, GQA Llama, tied Llama-3, Qwen2, Mistral with a sliding
+# window made and run by transformers 4.44.2; README there), without Python:
 #   1. forward: --eval_only --from_hf gives transformers' loss on the reference batch;
 #   2. backward: one SGD step of lr 1 from the HF weights, exported with `dscpp export-hf`, is
 #      the weights minus transformers' gradient, at ZeRO stages 0–3 on 1 and 2 ranks;
@@ -54,7 +54,7 @@ close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -
 SGD='{"type": "SGD", "params": {"lr": 1.0, "momentum": 0, "weight_decay": 0}}'
 ADAMW='{"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}}'
 
-for m in llama_gqa llama3_tied gpt2 qwen2; do
+for m in llama_gqa llama3_tied gpt2 qwen2 mistral_swa; do
   # 1. forward
   config "$WORK/eval.json" 0 4 "$SGD"
   if run "$m" 1 "$WORK/eval.json" "$WORK/$m.eval.log" --eval_only; then
@@ -63,9 +63,10 @@ for m in llama_gqa llama3_tied gpt2 qwen2; do
     else fail "$m forward: loss '$got', transformers $want"; tail -5 "$WORK/$m.eval.log"; fi
   else fail "$m --eval_only run"; tail -20 "$WORK/$m.eval.log"; fi
 
-  # 2. backward at every stage, 1 and 2 ranks (GPT-2 at two corners: the layers are shared)
+  # 2. backward at every stage, 1 and 2 ranks (GPT-2 and Mistral at two corners: the layers are
+  #    shared)
   cases="0:1 1:1 2:1 3:1 0:2 1:2 2:2 3:2"
-  [ "$m" = gpt2 ] && cases="0:1 3:2"
+  [ "$m" = gpt2 ] || [ "$m" = mistral_swa ] && cases="0:1 3:2"
   for c in $cases; do
     stage=${c%:*} ranks=${c#*:} tag="$m.sgd.s$stage.r$ranks"
     config "$WORK/$tag.json" "$stage" $((4 / ranks)) "$SGD"
@@ -114,8 +115,9 @@ for m in llama_gqa llama3_tied gpt2 qwen2; do
 done
 
 # The CUDA code path (cuda-sim: the CUDA table's kernels run on the CPU): forward loss and
-# gradients of the biased GQA Qwen2 and the tied Llama 3 (RoPE scaling), through the new ops.
-for m in qwen2 llama3_tied; do
+# gradients of the biased GQA Qwen2, the tied Llama 3 (RoPE scaling) and the sliding-window
+# Mistral (masked attention), through the new ops.
+for m in qwen2 llama3_tied mistral_swa; do
   config "$WORK/sim.json" 0 4 "$SGD"
   out=""
   if run "$m" 1 "$WORK/sim.json" "$WORK/$m.sim.log" --device cuda-sim --steps 1 --eval_interval 1 \
@@ -131,7 +133,7 @@ done
 # gradients of the reference's documents run one by one through transformers (tolerances as
 # above); on cuda-sim too. Neither flag alone gives GPT-2's (learned positions restart, and
 # attention stops, at each document), and without them the loss is the packed one: loss.
-for m in llama_gqa gpt2; do
+for m in llama_gqa gpt2 mistral_swa; do
   eod=$(ref "$m" docs.eod) want=$(ref "$m" docs.loss)
   PLUGIN_ARGS=(--reset_attention_mask --reset_position_ids --eos_id "$eod")
   config "$WORK/eval.json" 0 4 "$SGD"

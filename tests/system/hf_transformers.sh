@@ -27,7 +27,7 @@ cat > "$WORK/adamw.json" <<JSON
 {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0, "zero_optimization": {"stage": 3},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}}}
 JSON
-for m in llama_gqa llama3_tied gpt2 qwen2; do
+for m in llama_gqa llama3_tied gpt2 qwen2 mistral_swa; do
   so=$LLAMA && [ "$m" = gpt2 ] && so=$GPT2
   for steps in 0 3; do
     expect=initial && [ $steps = 3 ] && expect=after3
@@ -42,7 +42,7 @@ for m in llama_gqa llama3_tied gpt2 qwen2; do
     else echo "FAIL: $m ($expect): $out"; FAILED=1; fi
   done
 done
-for m in llama_gqa llama3_tied gpt2 qwen2; do
+for m in llama_gqa llama3_tied gpt2 qwen2 mistral_swa; do
   so=$LLAMA && [ "$m" = gpt2 ] && so=$GPT2
   ours=$("$DSCPP" generate "$so" --prompt_ids 5,17,3 --max_new_tokens 12 -- --from_hf "$DATA/$m" \
     --data "$DATA/$m/tokens.bin" --context 16 2>&1 | sed -n 's/^ids: //p')

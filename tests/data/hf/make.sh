@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Regenerate (or --check) the Hugging Face parity reference data in this directory.
 #
-# It builds four tiny random models with Hugging Face transformers (Llama with
+# It builds five tiny random models with Hugging Face transformers (Llama with
 # GQA, Llama 3 with tied embeddings and llama3 RoPE scaling, GPT-2, Qwen2 with
-# q/k/v biases), saves them with save_pretrained (config.json +
+# q/k/v biases, Mistral with a sliding window shorter than the context), saves them with save_pretrained (config.json +
 # model.safetensors), a llm.c-format tokens.bin, and reference.safetensors
 # holding transformers' logits, loss, gradients and the parameters after 3
 # AdamW steps.  These are committed so that CI can check dscpp's model
@@ -20,14 +20,14 @@
 #   With --check: generate into a temporary directory and compare every file
 #   byte for byte with the committed ones; exit 1 on any difference.
 #   With --load-export: check that EXPORT_DIR, an HF directory exported by
-#   dscpp for MODEL_NAME (llama_gqa, llama3_tied, gpt2 or qwen2), loads in
+#   dscpp for MODEL_NAME (llama_gqa, llama3_tied, gpt2, qwen2 or mistral_swa), loads in
 #   transformers and reproduces the reference (--expect initial, the default:
 #   the untrained weights; --expect after3: the weights after 3 AdamW steps);
 #   exit 1 if not.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-models=(llama_gqa llama3_tied gpt2 qwen2)
+models=(llama_gqa llama3_tied gpt2 qwen2 mistral_swa)
 
 check=0
 venv=""

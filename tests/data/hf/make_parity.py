@@ -4,7 +4,7 @@
 Usage: python make_parity.py OUT_DIR
        python make_parity.py --load-export MODEL_NAME EXPORT_DIR [--expect initial|after3]
 
-Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2,qwen2}/ with
+Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2,qwen2,mistral_swa}/ with
   config.json, model.safetensors   (save_pretrained of a tiny random model)
   tokens.bin                       (llm.c token file: B windows of T+1 uint16 ids)
   reference.safetensors            (input_ids, labels, logits, loss, grad.*,
@@ -12,7 +12,7 @@ Writes OUT_DIR/{llama_gqa,llama3_tied,gpt2,qwen2}/ with
 See README.md next to this file for the exact conventions.
 
 --load-export checks that EXPORT_DIR (an HF-format directory exported by dscpp
-for MODEL_NAME, one of llama_gqa, llama3_tied, gpt2, qwen2) loads with
+for MODEL_NAME, one of llama_gqa, llama3_tied, gpt2, qwen2, mistral_swa) loads with
 AutoModelForCausalLM.from_pretrained without missing or unexpected tensors and
 reproduces the reference data committed next to this file:
   --expect initial (default): the export holds the initial weights; logits must
@@ -46,11 +46,13 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
 )
 
-DOCUMENT_MODELS = ("llama_gqa", "gpt2")  # with the docs.* reference (documents_reference)
+DOCUMENT_MODELS = ("llama_gqa", "gpt2", "mistral_swa")  # with the docs.* reference (documents_reference)
 
 B = 4  # sequences per batch
 T = 16  # tokens per sequence
@@ -165,6 +167,30 @@ MODELS = [
             attn_implementation="eager",
         ),
         Qwen2ForCausalLM,
+    ),
+    # Mistral: the Llama layout with attention over a sliding window of 6 tokens, shorter than
+    # the 16-token context (and than a generated sequence).
+    (
+        "mistral_swa",
+        4,
+        lambda: MistralConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            sliding_window=6,
+            initializer_range=0.1,
+            hidden_act="silu",
+            attention_dropout=0.0,
+            attn_implementation="eager",
+        ),
+        MistralForCausalLM,
     ),
 ]
 
@@ -308,7 +334,7 @@ def make_one(out_root, name, offset, make_config, cls):
     print(f"  class {cls.__name__}, parameters (tied counted once): {nparams}")
     print(f"  perturbed 1-D params: {len(perturbed)}")
 
-    if isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM)):
+    if isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)):
         attn = model.model.layers[0].self_attn
         print(
             f"  config.head_dim = {getattr(cfg, 'head_dim', '(absent in this transformers version)')}, "
