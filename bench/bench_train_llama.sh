@@ -12,9 +12,17 @@
 # torch 1.13 has no scaled_dot_product_attention, so transformers runs its eager attention.
 # Measured 2026-11-28 on the 2-core Xeon (AVX-512), 3 rounds: dscpp 5,942–6,925 tokens/s, torch
 # 3,350–3,720: 1.77x (per-round 1.64–1.90).
+# BENCH_EOS=10 (a byte: 10 ends each line, 37 each fortune) runs both with packed documents:
+# dscpp's --reset_attention_mask --reset_position_ids against transformers given the same 4D
+# mask and position_ids (torch_llama.py --eos).
 # Usage: bench_train_llama.sh RUNTIME LLAMA_SO SOURCE_ROOT
 set -u
 RUNTIME=$1 LLAMA=$2 SRC=$3
+DOCS=() TORCH_DOCS=() WHAT=""
+if [ -n "${BENCH_EOS:-}" ]; then
+  DOCS=(--reset_attention_mask --reset_position_ids --eos_id "$BENCH_EOS") TORCH_DOCS=(--eos "$BENCH_EOS")
+  WHAT=", packed documents ended by token $BENCH_EOS"
+fi
 VENV=${DSCPP_HF_VENV:-/opt/dscpp-hf-venv}
 ROUNDS=${BENCH_ROUNDS:-3}
 STEPS=20
@@ -34,12 +42,12 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 ratios=()
 for r in $(seq 1 "$ROUNDS"); do
   "$RUNTIME" --model "$LLAMA" --deepspeed_config "$WORK/ds.json" --steps $((STEPS + 3)) --no_eval --threads 2 -- \
-    --config "$SRC/models/llama/tiny-config.json" --context 128 --data "$TOKENS" --token_bytes 1 > "$WORK/dscpp.log" 2>&1 ||
+    --config "$SRC/models/llama/tiny-config.json" --context 128 --data "$TOKENS" --token_bytes 1 "${DOCS[@]}" > "$WORK/dscpp.log" 2>&1 ||
     { echo "FAIL: dscpp run"; tail -5 "$WORK/dscpp.log"; exit 1; }
   d=$(grep -o '| [0-9.]* tokens/s' "$WORK/dscpp.log" | awk '{print $2}' | tail -n $STEPS | sort -n |
     awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
   t=$("$VENV/bin/python" "$SRC/bench/torch_llama.py" "$SRC/models/llama/tiny-config.json" "$TOKENS" --context 128 \
-    --batch 8 --steps $STEPS --threads 2 2> /dev/null | tee "$WORK/torch.log" | sed -n 's/^torch: median \([0-9]*\) .*/\1/p')
+    --batch 8 --steps $STEPS --threads 2 "${TORCH_DOCS[@]}" 2> /dev/null | tee "$WORK/torch.log" | sed -n 's/^torch: median \([0-9]*\) .*/\1/p')
   [ -n "$t" ] || { echo "FAIL: torch run"; cat "$WORK/torch.log"; exit 1; }
   ratio=$(awk -v d="$d" -v t="$t" 'BEGIN {printf "%.2f", d / t}')
   ratios+=("$ratio")
@@ -47,4 +55,4 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "llama family vs transformers + PyTorch (CPU, fp32, 1 process x 2 threads): ${median}x (median of ${ROUNDS} rounds: ${ratios[*]})"
+echo "llama family vs transformers + PyTorch (CPU, fp32, 1 process x 2 threads$WHAT): ${median}x (median of ${ROUNDS} rounds: ${ratios[*]})"
