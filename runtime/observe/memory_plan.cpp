@@ -75,9 +75,7 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
     at(MemCategory::buffers) = buffers;
     return p;
   }
-  if (in.zero.reduction == GradReduction::into_whole_array) buffers += 2 * max_part * ge;
-  if (in.zero.reduction == GradReduction::into_partition)
-    buffers += (in.overlap_comm ? 2 : 1) * (layout.max_group_numel + max_part) * ge;
+  buffers += in.reduce_buffer_bytes;
   if (in.grad_dtype != in.compute_dtype) buffers += layout.max_layer_numel * ce;  // a layer's gradients, compute dtype
   if (ge != 4) buffers += max_part * 4;                                           // the unscaled gradient
   at(MemCategory::buffers) = buffers;

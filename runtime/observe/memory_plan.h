@@ -50,7 +50,7 @@ struct MemoryPlanInputs {
   int64_t float_input_numel = 0;     // per sample, when the data input is float (cast to a 16-bit compute dtype)
   int64_t optimizer_bytes_per_element = 8;  // state only (Adam: m and v); the master is added for 16-bit
   int64_t micro_batch = 1;
-  bool overlap_comm = false;
+  int64_t reduce_buffer_bytes = 0;  // the gradient reducer's staging (GradReducer::buffer_bytes)
   int64_t stage3_live_elements = 0;  // bound on gathered stage-3 elements (ParamStore's policy)
   OffloadDevice offload_optimizer = OffloadDevice::none;
   int64_t max_sub_group = 0;  // elements of the largest offloaded optimizer sub-group (host scratch)

@@ -133,20 +133,9 @@ void Engine::allocate() {
   mo.rank = world.rank();
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
 
-  GradReduceOptions r;
-  r.reduction = plan_.zero.reduction;
-  r.bucket_elements = plan_.zero.reduce_bucket_elements;
-  r.predivide_factor = plan_.gradients.predivide_factor;
-  r.prescale = plan_.gradients.prescale;
-  r.reduce_scatter = plan_.zero.reduce_scatter;
-  r.overlap = plan_.zero.overlap_comm;
-  r.quantized_gradients = plan_.zero.quantized_gradients;
-  r.ranks_per_node = std::max(1, options_.ranks_per_node);
-  if (offload_.device != OffloadDevice::none) {  // the offloaded sub-groups' share (all unless ratio < 1)
-    r.partition_device = host_;
-    r.partition_device_elements = master_->split().offloaded_elements;
-  }
-  r.comm_dtype = plan_.precision.wire;
+  GradReduceOptions r = reduce_options(plan_.zero, offload_.device != OffloadDevice::none);
+  // The offloaded sub-groups' share of the gradient partition (all of it unless ratio < 1).
+  if (r.partition_device) r.partition_device_elements = master_->split().offloaded_elements;
   grads_ = std::make_unique<GradReducer>(world, layout_, device, plan_.precision.grads, r);
 
   DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,
@@ -158,6 +147,22 @@ void Engine::allocate() {
 }
 
 Engine::~Engine() = default;
+
+GradReduceOptions Engine::reduce_options(const ZeroPlan& zero, bool optimizer_offloaded) const {
+  GradReduceOptions r;
+  r.reduction = zero.reduction;
+  r.bucket_elements = zero.reduce_bucket_elements;
+  r.predivide_factor = plan_.gradients.predivide_factor;
+  r.prescale = plan_.gradients.prescale;
+  r.reduce_scatter = zero.reduce_scatter;
+  r.overlap = zero.overlap_comm;
+  r.accumulates = plan_.batch.gas > 1;
+  r.quantized_gradients = zero.quantized_gradients;
+  r.ranks_per_node = std::max(1, options_.ranks_per_node);
+  if (optimizer_offloaded) r.partition_device = host_;  // the offloaded optimizer reads its gradients there
+  r.comm_dtype = plan_.precision.wire;
+  return r;
+}
 
 std::string Engine::perplexity_text(const EvalResult& r) const {
   // A language model's loss is the mean cross-entropy per token: exp of it is the perplexity.

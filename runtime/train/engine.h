@@ -96,6 +96,8 @@ class Engine {
  private:
   void allocate();
   MemoryPlan make_memory_plan() const;  // engine_memory.cpp
+  // The gradient reducer's options for a ZeRO plan (the run's, or one the memory plan prices).
+  GradReduceOptions reduce_options(const ZeroPlan& zero, bool optimizer_offloaded) const;
   MemoryPlan plan_with(const FlatLayout& layout, const ZeroPlan& zero, const OptimizerOffloadPlan& optimizer_offload,
                        const ParamOffloadPlan& param_offload, int world) const;
   MemoryPlan plan_for(const MemorySetting& setting) const;  // as a run with that setting would plan  // engine_memory.cpp

@@ -43,7 +43,9 @@ MemoryPlan Engine::plan_with(const FlatLayout& layout, const ZeroPlan& zero, con
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
   mp.training = !options_.eval_only;
   mp.micro_batch = plan_.batch.micro;
-  mp.overlap_comm = zero.overlap_comm;
+  if (!options_.eval_only)
+    mp.reduce_buffer_bytes = GradReducer::buffer_bytes(layout, plan_.precision.grads,
+                                                       reduce_options(zero, opt_off.device != OffloadDevice::none), world);
   mp.checkpointing = ckpt_;
   if (zero.parameters_partitioned)  // gathered groups, plus hpZ's copies (parameters too)
     mp.stage3_live_elements = ParamStore::gathered_bound(layout, s3) + ParamStore::hpz_secondary_bound(layout, s3);

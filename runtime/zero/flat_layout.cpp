@@ -19,14 +19,22 @@ Grouping grouping_for(const ZeroPlan& zero, int world_size) {
   g.parts = zero.parts(world_size);
   if (zero.parameters_partitioned)
     g.layer_per_group = true;
-  else if (zero.optimizer_partitioned)
+  else if (zero.optimizer_partitioned) {
     g.max_group_elements = std::min(zero.reduce_bucket_elements, zero.allgather_bucket_elements);
+    g.model_fraction = kModelGroups;
+  }
   return g;
 }
 
 FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping& grouping) {
   FlatLayout layout;
   layout.parts = std::max(1, grouping.parts);
+  int64_t max_group = grouping.max_group_elements;
+  if (grouping.model_fraction > 0) {
+    int64_t model = 0;
+    for (const LayerDecl& l : layers) model += layer_elements(l);
+    max_group = std::min(max_group, (model + grouping.model_fraction - 1) / grouping.model_fraction);
+  }
   const int64_t quantum = kFlatAlign * layout.parts;
   int64_t offset = 0;
   PartitionGroup open;  // the group being filled
@@ -44,7 +52,7 @@ FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping
   };
   for (size_t l = 0; l < layers.size(); ++l) {
     int64_t size = layer_elements(layers[l]);
-    if (have_open && (grouping.layer_per_group || offset - open.begin + size > grouping.max_group_elements)) close();
+    if (have_open && (grouping.layer_per_group || offset - open.begin + size > max_group)) close();
     if (!have_open) {
       open = PartitionGroup{};
       open.first_layer = static_cast<int>(l);

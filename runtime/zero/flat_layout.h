@@ -11,7 +11,8 @@
 //
 // Stage 0 is the degenerate case (parts = 1: the rank owns everything). Stages 1 and 2 group
 // layers up to the smaller of reduce_bucket_size and allgather_bucket_size elements (a group is
-// one reduce-scatter, launched as soon as its backward is done, and one allgather); stage 3 makes every layer its own group (gathered before the
+// one reduce-scatter, launched as soon as its backward is done, and one allgather) and to
+// 1/kModelGroups of the model; stage 3 makes every layer its own group (gathered before the
 // layer runs, released after). Every slice boundary follows from (layer parameter counts,
 // parts, grouping), which the checkpoint manifest records, so another world size can reshard.
 #pragma once
@@ -52,12 +53,23 @@ struct PartitionGroup {
 struct Grouping {
   int parts = 1;                                               // ranks the groups are partitioned over
   int64_t max_group_elements = std::numeric_limits<int64_t>::max();  // close a group before it exceeds this
+  // Also close a group before it exceeds 1/model_fraction of the model's elements (0: no such
+  // bound); a layer larger than that still is one group.
+  int64_t model_fraction = 0;
   bool layer_per_group = false;                                // stage 3: every layer is a group
 };
 
+// Stages 1–2 cut the model into at least this many groups where its layers allow: a group's
+// gradients are staged whole for its reduce-scatter, so with DeepSpeed's default buckets (5e8
+// elements, more than most models) one group would stage the whole model and the buffers would
+// grow by what partitioning saves. 1/16 of the model keeps that staging under ~2% of stage 0's
+// fp32 Adam model states (16 bytes per parameter) per staged group.
+inline constexpr int64_t kModelGroups = 16;
+
 // How a ZeRO plan groups the layout over `world_size` ranks: one part per rank once anything is
 // partitioned; at stage 3 a group per layer (gathered as one); at stages 1-2 groups bounded by
-// both bucket sizes (a group is one reduce-scatter and one allgather).
+// both bucket sizes and by 1/kModelGroups of the model (a group is one reduce-scatter and one
+// allgather).
 Grouping grouping_for(const ZeroPlan& zero, int world_size);
 
 struct FlatLayout {

@@ -4,7 +4,53 @@
 #include "kernels/device_math.h"
 #include "runtime/zero/zeropp.h"
 
+#include <algorithm>
+
 namespace dscpp::runtime {
+
+namespace {
+
+// qgZ's two-hop reduce-scatter runs: more than one node of whole nodes.
+bool qgz_active(const GradReduceOptions& o, int world) {
+  const int per_node = std::max(1, o.ranks_per_node);
+  return o.quantized_gradients && world > per_node && world % per_node == 0;
+}
+
+// What each staging entry holds (GradReducer::Staging), by the one rule the constructor and
+// the memory plan share.
+struct StagingShape {
+  int count = 0;                  // entries
+  bool buffer = false, out = false, wire = false;
+};
+StagingShape staging_shape(DType dtype, const GradReduceOptions& o, int world) {
+  StagingShape s;
+  if (o.reduction == GradReduction::allreduce) return s;
+  const bool into_partition = o.reduction == GradReduction::into_partition;
+  s.count = !into_partition || o.overlap ? 2 : 1;
+  s.buffer = into_partition;
+  s.wire = o.comm_dtype.value_or(dtype) != dtype;
+  // The reduce-scatter cannot write straight into its destination: stage 1's own slice of the
+  // whole array (the input), a partition it adds to or converts into, or one off the device.
+  s.out = qgz_active(o, world) ||
+          (o.reduce_scatter && (!into_partition || o.accumulates || s.wire || o.partition_device != nullptr));
+  return s;
+}
+
+int64_t max_part(const FlatLayout& layout) {
+  int64_t m = 0;
+  for (const PartitionGroup& g : layout.groups) m = std::max(m, g.part);
+  return m;
+}
+
+}  // namespace
+
+int64_t GradReducer::buffer_bytes(const FlatLayout& layout, DType dtype, const GradReduceOptions& o, int world) {
+  const StagingShape s = staging_shape(dtype, o, world);
+  const auto elem = static_cast<int64_t>(dtype_size(dtype));
+  const auto wire = static_cast<int64_t>(dtype_size(o.comm_dtype.value_or(dtype)));
+  return s.count * ((s.buffer ? layout.max_group_numel * elem : 0) + (s.out ? max_part(layout) * wire : 0) +
+                    (s.wire ? layout.max_group_numel * wire : 0));
+}
 
 struct GradReducer::Staging {
   DeviceBuffer buffer;  // one group's gradients, full length
@@ -47,21 +93,17 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
         DeviceBuffer(*opt_.partition_device, static_cast<size_t>(widest) * wire_elem_, MemCategory::buffers);
   }
   const int per_node = std::max(1, opt_.ranks_per_node);
-  if (opt_.quantized_gradients && comm.size() > per_node && comm.size() % per_node == 0) {
+  if (qgz_active(opt_, comm.size())) {
     qgz_node_ = comm.split(comm.rank() / per_node, comm.rank(), "qgz-node");
     qgz_cross_ = comm.split(comm.rank() % per_node, comm.rank(), "qgz-cross");
   }
-  if (opt_.reduction != GradReduction::allreduce) {
-    staging_.resize(opt_.reduction == GradReduction::into_whole_array || opt_.overlap ? 2 : 1);
-    int64_t max_part = 0;
-    for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
-    for (Staging& s : staging_) {
-      if (opt_.reduction == GradReduction::into_partition)
-        s.buffer = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * elem_, MemCategory::buffers);
-      s.out = DeviceBuffer(device, static_cast<size_t>(max_part) * wire_elem_, MemCategory::buffers);
-      if (wire_ != dtype_)
-        s.wire = DeviceBuffer(device, static_cast<size_t>(layout.max_group_numel) * wire_elem_, MemCategory::buffers);
-    }
+  const StagingShape shape = staging_shape(dtype_, opt_, comm.size());
+  staging_.resize(static_cast<size_t>(shape.count));
+  const auto group_bytes = static_cast<size_t>(layout.max_group_numel);
+  for (Staging& s : staging_) {
+    if (shape.buffer) s.buffer = DeviceBuffer(device, group_bytes * elem_, MemCategory::buffers);
+    if (shape.out) s.out = DeviceBuffer(device, static_cast<size_t>(max_part(layout)) * wire_elem_, MemCategory::buffers);
+    if (shape.wire) s.wire = DeviceBuffer(device, group_bytes * wire_elem_, MemCategory::buffers);
   }
 }
 
@@ -164,6 +206,7 @@ void GradReducer::launch_group(int group, void* input) {
     s.work = quantized_reduce_scatter(*qgz_node_, *qgz_cross_, device_, input, s.out.data(), g.part, wire_);
   } else if (opt_.reduce_scatter) {
     s.direct = into_partition;
+    DSCPP_CHECK(s.direct || s.out);  // staging_shape: no result buffer only when it is never needed
     s.work = comm_.reduce_scatter_async(input, into_partition ? partition_at(g.part_offset) : s.out.data(),
                                         static_cast<size_t>(g.part), wire_);
   } else {

@@ -41,6 +41,9 @@ struct GradReduceOptions {
   bool prescale = false;                // stage 0
   bool reduce_scatter = true;           // stages 1–3
   bool overlap = true;                  // stages 2–3: two staging buffers
+  // Stages 2–3: micro-steps add into the partition (gradient accumulation), so a reduce-scatter
+  // lands in a result buffer first; without, it writes straight into the partition.
+  bool accumulates = true;
   std::optional<DType> comm_dtype;      // communication_data_type; unset: the gradients' dtype
   // Stages 2–3: where the gradient partition lives; null = the training device. Optimizer
   // offload puts it on the host, where the offloaded optimizer reads it (DeepSpeed's CPU
@@ -80,6 +83,10 @@ class GradReducer {
   Device& owned_device(int group) const;
   // After the optimizer step.
   void zero();
+
+  // The training-device bytes a reducer with these options allocates besides the gradients
+  // (MemCategory::buffers): staging, reduce-scatter results, wire copies. The memory plan's.
+  static int64_t buffer_bytes(const FlatLayout& layout, DType dtype, const GradReduceOptions& options, int world);
 
   DType dtype() const { return dtype_; }
   // qgZ's node and cross-node groups (nullptr when qgZ is off or there is one node).

@@ -98,7 +98,9 @@ int64_t ParamStore::gathered_bound(const FlatLayout& layout, const Stage3Plan& s
     else
       others += n;
   }
-  return fixed + layout.max_group_numel + std::min(s3.prefetch_bucket_size, others);
+  // The group in use may be one of the kept ones, and nothing is gathered twice: never more
+  // than the whole model.
+  return std::min(fixed + others, fixed + layout.max_group_numel + std::min(s3.prefetch_bucket_size, others));
 }
 
 ParamStore::~ParamStore() {
@@ -217,11 +219,14 @@ const void* ParamStore::layer_params(int layer, bool backward, bool prefetch) {
 std::vector<bool> ParamStore::kept_for_reuse(const FlatLayout& layout, const Stage3Plan& s3) {
   // Forward is followed by backward in reverse order: between a group's forward use and its
   // backward use, every later group is used twice. Walked from the end, one pass.
+  // Kept groups count towards stage3_max_live_parameters: the last ones (reused soonest) first.
   std::vector<bool> keep(layout.groups.size(), false);
-  int64_t between = 0;
+  int64_t between = 0, kept = 0;
   for (size_t g = layout.groups.size(); g-- > 0;) {
-    keep[g] = between <= s3.max_reuse_distance;
-    between += 2 * layout.groups[g].numel;
+    const int64_t numel = layout.groups[g].numel;
+    keep[g] = between <= s3.max_reuse_distance && kept + numel <= s3.max_live_parameters;
+    if (keep[g]) kept += numel;
+    between += 2 * numel;
   }
   return keep;
 }

@@ -12,7 +12,8 @@
 //              up to stage3_prefetch_bucket_size elements in flight and
 //              stage3_max_live_parameters gathered in all. At the turn from forward to backward
 //              a group whose next use lies within stage3_max_reuse_distance elements of
-//              parameter traffic is kept instead of released and gathered again.
+//              parameter traffic is kept instead of released and gathered again, as long as
+//              the kept groups stay within stage3_max_live_parameters.
 //
 // Where the owned slices live between uses (device, host memory, NVMe: offload_param) is
 // ParamHome's business; a stage-3 gather of an offloaded slice first copies it to its own place
