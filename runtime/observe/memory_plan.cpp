@@ -48,6 +48,8 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   at(MemCategory::params) = in.zero.parameters_partitioned
                                 ? ((params_off ? 0 : layout.part_total) + in.stage3_live_elements) * e
                                 : layout.total * e;
+  if (in.zero.parameters_partitioned)
+    p.items.push_back({MemCategory::params, in.stage3_live_elements * e, in.stage3_live_reason});
   if (params_off) {
     p.host[static_cast<size_t>(MemCategory::params)] = in.param_host_bytes;
     p.nvme[static_cast<size_t>(MemCategory::params)] = in.param_nvme_bytes;
@@ -63,21 +65,34 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
   at(MemCategory::activations) = acts.device_bytes(in.training);
   p.host[static_cast<size_t>(MemCategory::activations)] = acts.host_bytes();
   for (const PartitionGroup& g : layout.groups) max_part = std::max(max_part, g.part);
-  int64_t buffers = in.micro_batch * max_ws + kGuardBytes;
+  // Every device buffer with what it is for: the plan printed at start lists them.
+  int64_t buffers = 0;
+  auto buffer = [&](int64_t bytes, std::string what) {
+    if (bytes <= 0) return;
+    buffers += bytes;
+    p.items.push_back({MemCategory::buffers, bytes, std::move(what)});
+  };
+  buffer(in.micro_batch * max_ws + kGuardBytes,
+         fmt::format("layer workspace: the largest layer's {} per sample × micro-batch {}", format_bytes(max_ws),
+                     in.micro_batch));
   // A shared parameter's user gets a copy of its values and a gradient of its own (layer_runner.h).
+  int64_t tied = 0;
   for (const LayerDecl& l : layers)
-    for (const TiedParam& t : l.tied) buffers += 2 * t.numel * ce;
-  if (in.compute_dtype != DType::f32) buffers += in.micro_batch * in.float_input_numel * ce;  // the cast data input
-  // fp32 compute over 16-bit parameters: an fp32 view of a layer's parameters.
-  if (in.dtype != in.compute_dtype) buffers += layout.max_layer_numel * 4;
+    for (const TiedParam& t : l.tied) tied += 2 * t.numel * ce;
+  buffer(tied, "shared parameters: each user's copy of the values and its own gradient");
+  if (in.compute_dtype != DType::f32)
+    buffer(in.micro_batch * in.float_input_numel * ce, "the float data input in the compute dtype");
+  if (in.dtype != in.compute_dtype)
+    buffer(layout.max_layer_numel * 4, "fp32 compute over 16-bit parameters: the largest layer's parameters in fp32");
   if (!in.training) {  // forward only: the parameters, activations and the buffers above
     at(MemCategory::grads) = at(MemCategory::optimizer_state) = 0;
     at(MemCategory::buffers) = buffers;
     return p;
   }
-  buffers += in.reduce_buffer_bytes;
-  if (in.grad_dtype != in.compute_dtype) buffers += layout.max_layer_numel * ce;  // a layer's gradients, compute dtype
-  if (ge != 4) buffers += max_part * 4;                                           // the unscaled gradient
+  buffer(in.reduce_buffer_bytes, in.reduce_buffer_reason);
+  if (in.grad_dtype != in.compute_dtype)
+    buffer(layout.max_layer_numel * ce, "the largest layer's gradients in the compute dtype, before they join storage");
+  if (ge != 4) buffer(max_part * 4, "the optimizer step's fp32 gradient of one group");
   at(MemCategory::buffers) = buffers;
   if (in.offload_optimizer != OffloadDevice::none) {
     auto off = [&p](MemCategory c) -> int64_t& { return p.host[static_cast<size_t>(c)]; };
@@ -99,7 +114,10 @@ MemoryPlan plan_memory(const std::vector<LayerDecl>& layers, const FlatLayout& l
     }
     // The offloaded sub-group's fp32 gradient moves to the host; so does the step's 16-bit
     // staging. The device keeps its unscaled-gradient buffer while sub-groups step there.
-    if (ge != 4 && resident == 0) at(MemCategory::buffers) -= max_part * 4;
+    if (ge != 4 && resident == 0) {
+      at(MemCategory::buffers) -= max_part * 4;
+      p.items.pop_back();  // the fp32 gradient's, added last
+    }
     if (offloaded > 0) off(MemCategory::buffers) += in.max_sub_group * (4 + (e != 4 ? e : 0));
   }
   return p;
@@ -132,6 +150,9 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measur
            cell(plan.nvme_total());
   else
     out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";
+  if (!measured)
+    for (const PlanItem& i : plan.items)
+      out += fmt::format("\n  {:<14}{} {}", mem_category_name(i.category), cell(i.bytes), i.what);
   if (deepspeed_estimate > 0) {
     // DeepSpeed's table has no row for parameters offloaded alone: it prices them as no offload.
     const bool optim = plan.offload_optimizer != OffloadDevice::none;

@@ -37,6 +37,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 namespace dscpp::runtime {
 
@@ -51,7 +52,9 @@ struct MemoryPlanInputs {
   int64_t optimizer_bytes_per_element = 8;  // state only (Adam: m and v); the master is added for 16-bit
   int64_t micro_batch = 1;
   int64_t reduce_buffer_bytes = 0;  // the gradient reducer's staging (GradReducer::buffer_bytes)
+  std::string reduce_buffer_reason;  // and what it is (GradReducer::buffer_reason)
   int64_t stage3_live_elements = 0;  // bound on gathered stage-3 elements (ParamStore's policy)
+  std::string stage3_live_reason;    // and which settings make it
   OffloadDevice offload_optimizer = OffloadDevice::none;
   int64_t max_sub_group = 0;  // elements of the largest offloaded optimizer sub-group (host scratch)
   // Partition elements whose optimizer (and at stages 2–3 gradient) is offloaded: all of them
@@ -66,8 +69,16 @@ struct MemoryPlanInputs {
   CheckpointingOptions checkpointing;  // activations as ActivationLayout places them (device and host)
 };
 
+// One device allocation the plan counts, with what it is and which settings size it.
+struct PlanItem {
+  MemCategory category;
+  int64_t bytes;
+  std::string what;
+};
+
 struct MemoryPlan {
   std::array<int64_t, kMemCategories> bytes{};  // the training device
+  std::vector<PlanItem> items;                  // the buffers, and stage 3's gathered parameters
   std::array<int64_t, kMemCategories> host{};   // host memory (offload)
   std::array<int64_t, kMemCategories> nvme{};   // swap files (offload device nvme)
   int64_t model_states() const;  // params + grads + optimizer state, on the device

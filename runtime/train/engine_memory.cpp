@@ -43,12 +43,17 @@ MemoryPlan Engine::plan_with(const FlatLayout& layout, const ZeroPlan& zero, con
   mp.optimizer_bytes_per_element = optimizer_ ? optimizer_->state_bytes_per_element() : 0;
   mp.training = !options_.eval_only;
   mp.micro_batch = plan_.batch.micro;
-  if (!options_.eval_only)
-    mp.reduce_buffer_bytes = GradReducer::buffer_bytes(layout, plan_.precision.grads,
-                                                       reduce_options(zero, opt_off.device != OffloadDevice::none), world);
+  if (!options_.eval_only) {
+    const GradReduceOptions r = reduce_options(zero, opt_off.device != OffloadDevice::none);
+    mp.reduce_buffer_bytes = GradReducer::buffer_bytes(layout, plan_.precision.grads, r, world);
+    mp.reduce_buffer_reason = GradReducer::buffer_reason(layout, plan_.precision.grads, r, world);
+  }
   mp.checkpointing = ckpt_;
-  if (zero.parameters_partitioned)  // gathered groups, plus hpZ's copies (parameters too)
+  if (zero.parameters_partitioned) {  // gathered groups, plus hpZ's copies (parameters too)
     mp.stage3_live_elements = ParamStore::gathered_bound(layout, s3) + ParamStore::hpz_secondary_bound(layout, s3);
+    mp.stage3_live_reason = ParamStore::gathered_reason(layout, s3, dtype_size(plan_.precision.params));
+    if (s3.hpz_partition_size > 1) mp.stage3_live_reason += ", and hpZ's secondary copies";
+  }
   mp.offload_optimizer = opt_off.device;
   if (opt_off.device != OffloadDevice::none) {
     // As MasterWeights will split them: the first sub-groups offloaded, the rest on the device.

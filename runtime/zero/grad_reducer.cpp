@@ -2,7 +2,11 @@
 
 #include "core/error.h"
 #include "kernels/device_math.h"
+#include "runtime/observe/train_log.h"
 #include "runtime/zero/zeropp.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -50,6 +54,34 @@ int64_t GradReducer::buffer_bytes(const FlatLayout& layout, DType dtype, const G
   const auto wire = static_cast<int64_t>(dtype_size(o.comm_dtype.value_or(dtype)));
   return s.count * ((s.buffer ? layout.max_group_numel * elem : 0) + (s.out ? max_part(layout) * wire : 0) +
                     (s.wire ? layout.max_group_numel * wire : 0));
+}
+
+std::string GradReducer::buffer_reason(const FlatLayout& layout, DType dtype, const GradReduceOptions& o, int world) {
+  const StagingShape s = staging_shape(dtype, o, world);
+  if (s.count == 0) return "";
+  const auto elem = static_cast<int64_t>(dtype_size(dtype));
+  const auto wire = static_cast<int64_t>(dtype_size(o.comm_dtype.value_or(dtype)));
+  std::vector<std::string> parts;
+  bool per_layer = true;  // stage 3's grouping
+  for (const PartitionGroup& g : layout.groups) per_layer = per_layer && g.end_layer - g.first_layer == 1;
+  const std::string groups = per_layer ? fmt::format("{} groups, a layer each", layout.groups.size())
+                                       : fmt::format("{} groups, each at most reduce_bucket_size, "
+                                                     "allgather_bucket_size, 1/{} of the model or one layer",
+                                                     layout.groups.size(), kModelGroups);
+  if (s.buffer)
+    parts.push_back(fmt::format("the largest group's gradients ({}: {})", format_bytes(layout.max_group_numel * elem),
+                                groups));
+  if (s.out)
+    parts.push_back(fmt::format("{} reduce-scatter result ({}{})", s.buffer ? "its" : "a group's",
+                                format_bytes(max_part(layout) * wire),
+                                s.buffer ? ": gradient accumulation, communication_data_type or offload add it in"
+                                         : fmt::format(": stage 1's slice of the whole array is the input; {}", groups)));
+  if (s.wire)
+    parts.push_back(fmt::format("its copy in communication_data_type ({})", format_bytes(layout.max_group_numel * wire)));
+  const std::string why = o.reduction == GradReduction::into_whole_array ? "two groups in flight"
+                          : s.count == 2                                 ? "overlap_comm: one reduces while the next computes"
+                                                                         : "overlap_comm false";
+  return fmt::format("gradient reduction, {} × ({}) [{}]", s.count, fmt::join(parts, " + "), why);
 }
 
 struct GradReducer::Staging {

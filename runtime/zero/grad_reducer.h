@@ -30,6 +30,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace dscpp::runtime {
@@ -87,6 +88,8 @@ class GradReducer {
   // The training-device bytes a reducer with these options allocates besides the gradients
   // (MemCategory::buffers): staging, reduce-scatter results, wire copies. The memory plan's.
   static int64_t buffer_bytes(const FlatLayout& layout, DType dtype, const GradReduceOptions& options, int world);
+  // What those bytes are and which settings make them, for the memory plan ("" when none).
+  static std::string buffer_reason(const FlatLayout& layout, DType dtype, const GradReduceOptions& options, int world);
 
   DType dtype() const { return dtype_; }
   // qgZ's node and cross-node groups (nullptr when qgZ is off or there is one node).

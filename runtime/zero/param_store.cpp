@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/observe/train_log.h"
 #include "runtime/zero/zeropp.h"
 
 #include <fmt/format.h>
@@ -98,9 +99,32 @@ int64_t ParamStore::gathered_bound(const FlatLayout& layout, const Stage3Plan& s
     else
       others += n;
   }
-  // The group in use may be one of the kept ones, and nothing is gathered twice: never more
+  // Prefetching stops at stage3_max_live_parameters (the group in use is gathered regardless);
+  // the group in use may be one of the kept ones, and nothing is gathered twice: never more
   // than the whole model.
-  return std::min(fixed + others, fixed + layout.max_group_numel + std::min(s3.prefetch_bucket_size, others));
+  const int64_t window = std::min({s3.prefetch_bucket_size, others, std::max<int64_t>(0, s3.max_live_parameters - fixed)});
+  return std::min(fixed + others, fixed + layout.max_group_numel + window);
+}
+
+std::string ParamStore::gathered_reason(const FlatLayout& layout, const Stage3Plan& s3, size_t elem) {
+  std::vector<bool> persistent = persistent_groups(layout, s3), kept = kept_for_reuse(layout, s3);
+  int64_t fixed = 0, reused = 0, all = 0;
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    all += layout.groups[g].numel;
+    if (persistent[g]) fixed += layout.groups[g].numel;
+    else if (kept[g]) reused += layout.groups[g].numel;
+  }
+  const auto bytes = [&](int64_t n) { return format_bytes(n * static_cast<int64_t>(elem)); };
+  std::string out = fmt::format(
+      "gathered parameters, at most: persistent {} (stage3_param_persistence_threshold), kept from forward to "
+      "backward {} (stage3_max_reuse_distance {}, within stage3_max_live_parameters {}), the layer in use and "
+      "the prefetch window (stage3_prefetch_bucket_size {})",
+      bytes(fixed), bytes(reused), s3.max_reuse_distance, s3.max_live_parameters, s3.prefetch_bucket_size);
+  if (gathered_bound(layout, s3) >= all && all > 0)
+    out += fmt::format(": the whole model ({}) can be gathered at once — stage3_max_live_parameters below {} "
+                       "bounds it (or a smaller stage3_max_reuse_distance)",
+                       bytes(all), all);
+  return out;
 }
 
 ParamStore::~ParamStore() {

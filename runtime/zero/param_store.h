@@ -61,6 +61,9 @@ class ParamStore {
   // unit), and a bound on the elements gathered at any moment under this policy.
   static std::vector<bool> persistent_groups(const FlatLayout& layout, const Stage3Plan& stage3);
   static int64_t gathered_bound(const FlatLayout& layout, const Stage3Plan& stage3);
+  // What makes that bound, in the settings' names, with the setting that lowers it when the
+  // whole model can be gathered at once (the memory plan's line).
+  static std::string gathered_reason(const FlatLayout& layout, const Stage3Plan& stage3, size_t elem);
 
   DType dtype() const { return dtype_; }
   bool partitioned() const { return partitioned_; }

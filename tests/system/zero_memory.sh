@@ -27,6 +27,8 @@ PSI=$(sed -n 's/.*"total_params": \([0-9]*\).*/\1/p' <<< "$desc")
 LARGEST=$(sed -n 's/.*"largest_layer_params": \([0-9]*\).*/\1/p' <<< "$desc")
 [ -n "$PSI" ] && [ -n "$LARGEST" ] || { echo "FAIL: --describe_model gave no counts: $desc"; exit 1; }
 echo "model: Ψ = $PSI parameters, largest layer $LARGEST"
+PSI_BIG=$("$RUNTIME" --model "$GPT" --describe_model -- --layers 4 --d_model 384 --heads 4 --context 32 --sample_chars 0 \
+  2>/dev/null | sed -n 's/.*"total_params": \([0-9]*\).*/\1/p')
 
 config() {  # FILE STAGE PRECISION_BLOCK
   cat > "$1" <<JSON
@@ -130,6 +132,69 @@ advice_runs oom-1rank 1 $((PSI * 16 * 7 / 10))
 advice_runs oom-2ranks 2 $((PSI * 16 / 3))
 # 3.7 MiB: between what all the offload plans on 1 rank (3.8 MiB) and on 2 ranks (3.6 MiB).
 advice_runs oom-more-ranks 1 $((37 * 1048576 / 10))
+
+# ---- 4. DeepSpeed's default buckets: each stage saves what it promises --------------------------
+# A 7.2 M-parameter gpt (4 × 384: 29 MB fp32; context 32, micro-batch 1, so activations stay
+# small beside the model states) on 2 ranks with DeepSpeed's default reduce/allgather buckets
+# (5e8, larger than the model): stages 1 and 2 cut their reduce groups at 1/16 of the model, so
+# the staging does not eat the partitioning's savings. Stage 3 keeps its default buckets but
+# bounds what is gathered (stage3_max_live_parameters 1e6, stage3_max_reuse_distance 0: by
+# default the whole model may be gathered at once, which its plan says) and stages one layer's
+# gradients, not two (overlap_comm false: each of this model's 4 blocks is a quarter of it, and
+# overlap's second staging buffer alone would be 2Ψ bytes). Checked: the measured total peak per
+# rank falls 0 > 1 > 2 > 3; each stage's total stays within its theory (the ZeRO paper's model
+# states) + 10% of stage 0's (stage 3: + the gathered parameters its plan lists); the plan
+# printed at start equals the measured peak in every category, except stage 3's parameters,
+# where the plan is a bound (ParamStore::gathered_bound) and the measured peak may be below it.
+BIG=(-- --layers 4 --d_model 384 --heads 4 --context 32 --sample_chars 0)
+defaults_config() {  # FILE STAGE
+  local s3=''
+  [ "$2" = 3 ] && s3=', "stage3_max_live_parameters": 1000000, "stage3_max_reuse_distance": 0, "overlap_comm": false'
+  cat > "$1" <<JSON
+{"train_micro_batch_size_per_gpu": 1, "steps_per_print": 100, "zero_optimization": {"stage": $2$s3},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}
+JSON
+}
+prev=""
+for stage in 0 1 2 3; do
+  log=$WORK/defaults$stage.log
+  defaults_config "$WORK/defaults$stage.json" "$stage"
+  if ! "$DSCPP" --num_procs 2 --master_port "$(port)" "$GPT" --deepspeed_config "$WORK/defaults$stage.json" --steps 2 \
+    --no_eval "${BIG[@]}" > "$log" 2>&1; then
+    fail "default buckets, stage $stage: $(tail -2 "$log")"; continue
+  fi
+  total=$(grep -m1 'memory peak per rank (bytes)' "$log" | sed -n 's/.*total=\([0-9]*\);.*/\1/p')
+  # The plan's and the measured bytes per category: the table after the first step, rank 0.
+  table=$(grep '^\[rank 0\]' "$log" | sed -n '/memory after the first step/,/^\[rank 0\] total/p')
+  mismatch=""
+  for c in params grads "optimizer state" activations buffers; do
+    row=$(grep "\] $c  " <<< "$table" | head -1)
+    planned=$(awk '{print $(NF-3), $(NF-2)}' <<< "$row") measured=$(awk '{print $(NF-1), $NF}' <<< "$row")
+    [ -n "$row" ] && [ "$planned" = "$measured" ] && continue
+    # Stage 3's gathered parameters: planned as a bound.
+    [ "$stage" = 3 ] && [ "$c" = params ] && [ -n "$row" ] &&
+      awk -v p="${planned% *}" -v m="${measured% *}" 'BEGIN {exit !(m <= p)}' && [ "${planned#* }" = "${measured#* }" ] && continue
+    mismatch="$mismatch $c ($planned vs $measured)"
+  done
+  [ -z "$mismatch" ] && pass "default buckets, stage $stage: plan = measured peak in every category" ||
+    fail "default buckets, stage $stage: plan and measured peak differ:$mismatch"
+  # Theory: the paper's model states for fp32 Adam on 2 ranks (16Ψ, 8Ψ + 8Ψ/2, 4Ψ + 12Ψ/2, 16Ψ/2),
+  # plus 10% of 16Ψ,
+  # plus at stage 3 the gathered parameters its plan lists (formatted to 0.1 MiB).
+  gathered=0
+  [ "$stage" = 3 ] && gathered=$(grep -m1 '^\[rank 0\]   params ' "$log" |
+    awk '{u = $5 == "GiB" ? 1073741824 : $5 == "MiB" ? 1048576 : $5 == "KiB" ? 1024 : 1; printf "%d", ($4 + 0.05) * u}')
+  limit=$(awk -v s="$stage" -v psi="$PSI_BIG" -v g="${gathered:-0}" 'BEGIN {
+    t = s == 0 ? 16 * psi : s == 1 ? 8 * psi + 8 * psi / 2 : s == 2 ? 4 * psi + 12 * psi / 2 : 16 * psi / 2
+    printf "%d", t + 1.6 * psi + g }')
+  line="default buckets, stage $stage: total peak $total B, theory + 10% of stage 0's $limit B"
+  if [ "$stage" = 0 ] || [ "$total" -le "$limit" ]; then pass "$line"; else fail "$line"; fi
+  if [ -n "$prev" ]; then
+    [ "$total" -lt "$prev" ] && pass "default buckets: stage $stage peaks below stage $((stage - 1)) ($total < $prev B)" ||
+      fail "default buckets: stage $stage peaks at $total B, not below stage $((stage - 1))'s $prev B"
+  fi
+  prev=$total
+done
 
 [ "$FAILED" = 0 ] && echo "zero_memory: all checks passed"
 exit "$FAILED"

@@ -103,3 +103,25 @@ TEST_CASE("stages 1/2: layers grouped up to the bucket size") {
   CHECK(tiny.groups.size() == layers.size());
   check_invariants(tiny, layers);
 }
+
+TEST_CASE("stages 1/2 with DeepSpeed's default buckets: groups of at most 1/16 of the model") {
+  // 32 equal layers: the default buckets (5e8) would make one group of the whole model.
+  std::vector<LayerDecl> layers;
+  for (int i = 0; i < 32; ++i) layers.push_back(layer("block" + std::to_string(i), {1000}));
+  Grouping g = grouping_for(ZeroPlan::for_stage(2), 2);
+  CHECK(g.model_fraction == kModelGroups);
+  FlatLayout f = make_flat_layout(layers, g);
+  CHECK(f.groups.size() == 16);  // 1008 elements a layer, 2 a group
+  CHECK(f.max_group_numel <= (f.total + kModelGroups - 1) / kModelGroups + f.parts * kFlatAlign);
+  check_invariants(f, layers);
+  // A layer larger than the fraction is a group of its own, and the small ones still share.
+  layers[5] = layer("big", {40000});
+  FlatLayout big = make_flat_layout(layers, g);
+  CHECK(big.groups[static_cast<size_t>(big.layer_group[5])].first_layer == 5);
+  CHECK(big.groups[static_cast<size_t>(big.layer_group[5])].end_layer == 6);
+  CHECK(big.groups.size() < layers.size());
+  check_invariants(big, layers);
+  // Stage 0 and stage 3 keep their grouping.
+  CHECK(grouping_for(ZeroPlan::for_stage(0), 2).model_fraction == 0);
+  CHECK(grouping_for(ZeroPlan::for_stage(3), 2).layer_per_group);
+}
