@@ -157,6 +157,8 @@ GradReduceOptions Engine::reduce_options(const ZeroPlan& zero, bool optimizer_of
   r.reduce_scatter = zero.reduce_scatter;
   r.overlap = zero.overlap_comm;
   r.accumulates = plan_.batch.gas > 1;
+  r.release_staging = zero.parameters_partitioned && zero.reduction == GradReduction::into_partition;
+  r.device_is_host = device_.is_host();
   r.quantized_gradients = zero.quantized_gradients;
   r.ranks_per_node = std::max(1, options_.ranks_per_node);
   if (optimizer_offloaded) r.partition_device = host_;  // the offloaded optimizer reads its gradients there

@@ -35,8 +35,8 @@ StagingShape staging_shape(DType dtype, const GradReduceOptions& o, int world) {
   s.wire = o.comm_dtype.value_or(dtype) != dtype;
   // The reduce-scatter cannot write straight into its destination: stage 1's own slice of the
   // whole array (the input), a partition it adds to or converts into, or one off the device.
-  s.out = qgz_active(o, world) ||
-          (o.reduce_scatter && (!into_partition || o.accumulates || s.wire || o.partition_device != nullptr));
+  const bool crosses = o.partition_device != nullptr && !o.device_is_host;
+  s.out = qgz_active(o, world) || (o.reduce_scatter && (!into_partition || o.accumulates || s.wire || crosses));
   return s;
 }
 
@@ -129,13 +129,20 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
     qgz_node_ = comm.split(comm.rank() / per_node, comm.rank(), "qgz-node");
     qgz_cross_ = comm.split(comm.rank() % per_node, comm.rank(), "qgz-cross");
   }
-  const StagingShape shape = staging_shape(dtype_, opt_, comm.size());
-  staging_.resize(static_cast<size_t>(shape.count));
-  const auto group_bytes = static_cast<size_t>(layout.max_group_numel);
+  opt_.device_is_host = device.is_host();  // the device's word over the caller's (the plan asks the same device)
+  staging_.resize(static_cast<size_t>(staging_shape(dtype_, opt_, comm.size()).count));
+  if (!opt_.release_staging) allocate_staging();
+}
+
+void GradReducer::allocate_staging() {
+  const StagingShape shape = staging_shape(dtype_, opt_, comm_.size());
+  const auto group_bytes = static_cast<size_t>(layout_.max_group_numel);
   for (Staging& s : staging_) {
-    if (shape.buffer) s.buffer = DeviceBuffer(device, group_bytes * elem_, MemCategory::buffers);
-    if (shape.out) s.out = DeviceBuffer(device, static_cast<size_t>(max_part(layout)) * wire_elem_, MemCategory::buffers);
-    if (shape.wire) s.wire = DeviceBuffer(device, group_bytes * wire_elem_, MemCategory::buffers);
+    // Released staging grows per group instead (layer_grads): the first groups of backward are
+    // often small ones (the head) while every kept parameter is still gathered.
+    if (shape.buffer && !opt_.release_staging) s.buffer = DeviceBuffer(device_, group_bytes * elem_, MemCategory::buffers);
+    if (shape.out) s.out = DeviceBuffer(device_, static_cast<size_t>(max_part(layout_)) * wire_elem_, MemCategory::buffers);
+    if (shape.wire) s.wire = DeviceBuffer(device_, group_bytes * wire_elem_, MemCategory::buffers);
   }
 }
 
@@ -186,10 +193,16 @@ void* GradReducer::layer_grads(int layer) {
   int group = layout_.layer_group[static_cast<size_t>(layer)];
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(group)];
   if (current_ < 0 || staging_[static_cast<size_t>(current_)].group != group) {
+    if (current_ < 0 && opt_.release_staging) allocate_staging();
     current_ = (current_ + 1) % static_cast<int>(staging_.size());
     Staging& s = staging_[static_cast<size_t>(current_)];
     if (s.work) finish(s);
-    device_.zero(s.buffer.data(), static_cast<size_t>(g.numel) * elem_);
+    const auto bytes = static_cast<size_t>(g.numel) * elem_;
+    if (s.buffer.bytes() < bytes) {
+      s.buffer.reset();  // before the new one: never both
+      s.buffer = DeviceBuffer(device_, bytes, MemCategory::buffers);
+    }
+    device_.zero(s.buffer.data(), bytes);
     s.group = group;
   }
   return this->at(staging_[static_cast<size_t>(current_)].buffer, at - g.begin);
@@ -299,6 +312,8 @@ void GradReducer::end_micro() {
   if (opt_.reduction != GradReduction::allreduce) {
     for (Staging& s : staging_)
       if (s.work) finish(s);
+    if (opt_.release_staging)
+      for (Staging& s : staging_) s.buffer.reset(), s.out.reset(), s.wire.reset();
     return;
   }
   if (!last_) return;

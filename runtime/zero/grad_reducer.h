@@ -13,7 +13,9 @@
 //            are written into a staging buffer, reduce-scattered as soon as the group's
 //            backward is done and added into the gradient partition. With overlap_comm two
 //            staging buffers alternate, so one group computes while the previous one is in
-//            flight; without it, each reduction finishes before the next group starts.
+//            flight; without it, each reduction finishes before the next group starts. At stage
+//            3 the staging is allocated when a micro-step's backward reaches its first group and
+//            freed at its end (release_staging).
 //
 // At stages 1–3 the 1/dp of the mean is folded into the loss gradient by the engine (DeepSpeed
 // multiplies the bucket by 1/dp before its reduce-scatter: the same value, one pass fewer), so
@@ -45,6 +47,13 @@ struct GradReduceOptions {
   // Stages 2–3: micro-steps add into the partition (gradient accumulation), so a reduce-scatter
   // lands in a result buffer first; without, it writes straight into the partition.
   bool accumulates = true;
+  // Stages 2–3: staging buffers exist only from the micro-step's first group to its end. At
+  // stage 3 that lets them take the place of the gathered parameters backward releases, instead
+  // of adding to the peak at the turn from forward to backward, when every kept group is gathered.
+  bool release_staging = false;
+  // The training device is host memory: a partition on the host device is reachable by the
+  // collectives, so offload needs no reduce-scatter result buffer there.
+  bool device_is_host = true;
   std::optional<DType> comm_dtype;      // communication_data_type; unset: the gradients' dtype
   // Stages 2–3: where the gradient partition lives; null = the training device. Optimizer
   // offload puts it on the host, where the offloaded optimizer reads it (DeepSpeed's CPU
@@ -101,6 +110,7 @@ class GradReducer {
   struct Staging;
   void launch_bucket(int64_t begin, int64_t end);  // stage 0
   void launch_group(int group, void* input);       // stages 1–3
+  void allocate_staging();
   void finish(Staging& s);
   char* at(const DeviceBuffer& b, int64_t element) const { return b.as<char>() + element * static_cast<int64_t>(elem_); }
 
