@@ -4,9 +4,10 @@
 # parameters), fp32 AdamW, 2 ranks × 1 thread, 2 steps. Two configs: DeepSpeed's defaults
 # (only the stage set; reduce/allgather buckets 5e8, overlap_comm off at stages 1–2 and on at 3,
 # stage3_max_live_parameters and stage3_max_reuse_distance 1e9), and small buckets (2e6, as
-# bench_zero_stages.sh). Per run: theory (fp32 Adam model states: 16Ψ, 12Ψ, 10Ψ, 8Ψ on 2 ranks),
-# planned and measured total tracked device memory (the engine's accounting: model states,
-# activations, buffers), the buffers alone, the stage-3 gathered parameters the plan allows, the
+# bench_zero_stages.sh). Per run: theory (fp32 Adam model states: 16Ψ, 12Ψ, 10Ψ, 8Ψ on 2 ranks;
+# with the optimizer offloaded the device's 4Ψ of parameters), planned and measured total tracked
+# device memory (the engine's accounting: model states, activations, buffers; the plan's total is
+# the sum of its categories' peaks, which at stage 3 do not coincide), the buffers alone, the stage-3 gathered parameters the plan allows, the
 # peak RSS (max over the launcher and its ranks, GNU time), and the issue's target: tracked ≤
 # theory + gathered + 10% of stage 0's theory.
 # Usage: bench_zero_memory.sh DSCPP GPT_SO
@@ -47,7 +48,7 @@ for setting in defaults small; do
     line=$(grep -m1 '^\[rank 0\].*memory peak per rank (bytes)' "$WORK/r.log")
     tracked=$(sed -n 's/.*total=\([0-9]*\);.*/\1/p' <<< "$line")
     buffers=$(sed -n 's/.*buffers=\([0-9]*\),.*/\1/p' <<< "$line")
-    planned=$(grep -m1 '^\[rank 0\] total ' "$WORK/r.log" | awk '{u = $5 == "GiB" ? 1073741824 : 1048576; printf "%d", $4 * u}')
+    planned=$(sed -n 's/.*planned total=\([0-9]*\),.*/\1/p' <<< "$line")
     rss=$(sed -n 's/^maxrss_kib=\([0-9]*\)/\1/p' "$WORK/r.log")
     gathered=0
     [ "$stage" = 3 ] && gathered=$(item_bytes params "$WORK/r.log")

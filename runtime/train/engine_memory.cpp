@@ -162,8 +162,9 @@ void Engine::log_memory_peaks() {
     std::replace(key.begin(), key.end(), ' ', '_');
     peaks += fmt::format("{}={}, ", key, m.peak[c]);
   }
-  log::info("memory peak per rank (bytes): {}total={}; planned model states={}, DeepSpeed's estimate={}", peaks,
-            m.total_peak, memory_plan_.model_states(), deepspeed_estimate());
+  log::info("memory peak per rank (bytes): {}total={}; planned model states={}, planned total={}, DeepSpeed's "
+            "estimate={}",
+            peaks, m.total_peak, memory_plan_.model_states(), memory_plan_.total(), deepspeed_estimate());
   if (memory_plan_.offloaded()) {
     MemoryStats h = host_stats();
     std::string host;
