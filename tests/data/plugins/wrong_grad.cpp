@@ -14,7 +14,7 @@ class Shift final : public Layer {
  public:
   Shift(const Env& env, int64_t hidden, bool overrun)
       : Layer(env, "shift", env.context * hidden), hidden_(hidden), overrun_(overrun) {
-    bias_ = add_param({Name("bias"), {hidden}, normal(0.1f)});
+    bias_ = add_param({Name("bias"), {hidden}, normal(0.1f), "", false});
     work_ = fwd_work.add(env.context * hidden * static_cast<int64_t>(env.elem));
   }
   void forward(const Call& c) override {
