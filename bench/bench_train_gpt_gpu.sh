@@ -2,7 +2,8 @@
 # GPU training throughput of the gpt example at the shape of the first GPU measurements (12
 # layers x 768, 12 heads, context 1024, micro-batch 8, AdamW, one rank, fortunes text) against
 # the same model in PyTorch eager on the same GPU, in one run, alternating:
-#   dscpp fp32 (exact fp32 GEMMs, fp32 attention without T² scores), ZeRO stage 0
+#   dscpp fp32 (exact fp32 GEMMs, fp32 attention without T² scores), ZeRO stage 0, with the
+#   CUDA table's two attention paths: blockwise (the default) and tiled (DSCPP_FLASH_ATTENTION=tiled)
 #   dscpp bf16 (16-bit compute: activations, GEMMs and ops in bf16), ZeRO stages 0, 1, 2 and 3,
 #   and at stage 0 with DSCPP_COMPUTE_DTYPE=fp32 (fp32 activations, GEMM operands cast to bf16:
 #   the path before 16-bit compute, for the before/after in one run)
@@ -67,6 +68,7 @@ JSON
 for s in 0 1 2 3; do ds_config "bf16s$s" $s bf16; done
 ds_config bf16c32s0 0 bf16  # run with DSCPP_COMPUTE_DTYPE=fp32 (run_dscpp: names with c32)
 ds_config fp32s0 0 fp32
+ds_config fp32tiled 0 fp32  # run with DSCPP_FLASH_ATTENTION=tiled (run_dscpp: names with tiled)
 # Per-block forward and backward times from the flops profiler (it synchronizes the device
 # around each layer of its profiled step), in a run of its own: those waits cost throughput.
 for p in bf16 fp32; do
@@ -91,9 +93,10 @@ torch_peak() { grep -o '^peak memory: [0-9.]*' "$1" | awk '{print $3}'; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 run_dscpp() {  # NAME: trains with $WORK/NAME.json; prints "rate peak"
-  local compute=auto
+  local compute=auto attention=blockwise
   [[ $1 == *c32* ]] && compute=fp32
-  DSCPP_COMPUTE_DTYPE=$compute timeout -k 10 "$LIMIT" "$RUNTIME" --model "$GPT" --deepspeed_config "$WORK/$1.json" --steps "$STEPS" --device "$DEVICE" \
+  [[ $1 == *tiled* ]] && attention=tiled
+  DSCPP_COMPUTE_DTYPE=$compute DSCPP_FLASH_ATTENTION=$attention timeout -k 10 "$LIMIT" "$RUNTIME" --model "$GPT" --deepspeed_config "$WORK/$1.json" --steps "$STEPS" --device "$DEVICE" \
     --no_eval -- "${SHAPE[@]}" --sample_chars 0 > "$WORK/$1.log" 2>&1 ||
     { echo "dscpp $1 failed: $(grep -m3 -i -e error -e fail "$WORK/$1.log" | tr '\n' ' ' | cut -c1-300)" >&2; echo "0 0"; return; }
   echo "$(dscpp_rate "$WORK/$1.log") $(dscpp_peak "$WORK/$1.log")"
@@ -108,7 +111,7 @@ run_torch() {  # NAME DTYPE
 echo "GPU: $GPU (dense peaks: fp32 $PF32, bf16 $PBF16 TFLOP/s); gpt ${SHAPE[*]}, micro-batch $MICRO;" \
   "$STEPS steps per run, 2 untimed; $ROUNDS round(s)"
 "$PYTHON" -c "import torch; print('PyTorch', torch.__version__, 'CUDA', torch.version.cuda)" 2>&1 | head -1
-RUNS="dscpp:fp32s0 torch:fp32 dscpp:bf16s0 torch:bf16 dscpp:bf16s1 dscpp:bf16s2 dscpp:bf16s3 dscpp:bf16c32s0"
+RUNS="dscpp:fp32s0 dscpp:fp32tiled torch:fp32 dscpp:bf16s0 torch:bf16 dscpp:bf16s1 dscpp:bf16s2 dscpp:bf16s3 dscpp:bf16c32s0"
 for ((r = 1; r <= ROUNDS; r++)); do
   for run in $RUNS; do
     kind=${run%%:*} name=${run#*:}
@@ -142,16 +145,20 @@ awk -v L="$L" -v C="$C" -v T="$CTX" -v V="$V" -v pf="$PF32" -v pb="$PBF16" \
   -v df="$(med fp32s0 2)" -v tf="$(med tfp32 2)" -v db="$(med bf16s0 2)" -v tb="$(med tbf16 2)" \
   -v d1="$(med bf16s1 2)" -v d2="$(med bf16s2 2)" -v d3="$(med bf16s3 2)" \
   -v mdf="$(med fp32s0 3)" -v mtf="$(med tfp32 3)" -v mdb="$(med bf16s0 3)" -v mtb="$(med tbf16 3)" \
-  -v m3="$(med bf16s3 3)" -v dc="$(med bf16c32s0 2)" -v mdc="$(med bf16c32s0 3)" 'BEGIN {
+  -v m3="$(med bf16s3 3)" -v dc="$(med bf16c32s0 2)" -v mdc="$(med bf16c32s0 3)" \
+  -v dt="$(med fp32tiled 2)" -v mdt="$(med fp32tiled 3)" 'BEGIN {
   N = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + V * C
   f = 6 * N + 12 * L * C * T
   printf "model: %.1f M parameters, %.3f GFLOP per token (6N + 12·L·C·T)\n", N / 1e6, f / 1e9
-  row("dscpp fp32, stage 0", df, mdf, pf); row("torch fp32 + SDPA", tf, mtf, pf)
+  row("dscpp fp32, stage 0", df, mdf, pf); row("dscpp fp32, tiled attention", dt, mdt, pf)
+  row("torch fp32 + SDPA", tf, mtf, pf)
   row("dscpp bf16, stage 0", db, mdb, pb); row("torch bf16 autocast + SDPA", tb, mtb, pb)
   row("dscpp bf16, stage 1", d1, "", pb); row("dscpp bf16, stage 2", d2, "", pb); row("dscpp bf16, stage 3", d3, m3, pb)
   row("dscpp bf16, fp32 compute, s0", dc, mdc, pb)
   ratio("bf16 16-bit / fp32 compute", db, dc, "> 1: what 16-bit compute gained")
   ratio("fp32 tokens/s dscpp/torch", df, tf, ">= 1.0")
+  ratio("fp32 tiled attention dscpp/torch", dt, tf, ">= 1.0")
+  ratio("fp32 tiled / blockwise attention", dt, df, "> 1: make tiled the default")
   ratio("bf16 tokens/s dscpp/torch", db, tb, ">= 1.0")
   ratio("fp32 peak memory dscpp/torch", mdf, mtf, "<= 1.0")
   ratio("bf16 peak memory dscpp/torch", mdb, mtb, "<= 1.0")

@@ -49,6 +49,10 @@ constexpr std::array kKnobs{
          "fp32 compute over 16-bit parameters (docs/16bit-compute.md)."},
     Knob{"DSCPP_CUBLASLT", "compute", "0", "cuBLASLt's epilogues are used where they apply",
          "0 turns off cuBLASLt's fused bias and bias-gradient epilogues in the CUDA table's linear layers."},
+    Knob{"DSCPP_FLASH_ATTENTION", "compute", "tiled or blockwise", "blockwise",
+         "Which of the CUDA table's own attention kernels runs the flash entries that cuDNN does not take (fp32, "
+         "masked): tiled (FlashAttention-2's schedule, no scores outside shared memory) or blockwise (cuBLAS GEMMs "
+         "per block of 128 queries)."},
     Knob{"DSCPP_SIM_OPS", "testing", "cpu", "the CUDA ops table's host build",
          "With --device cuda-sim, cpu trains with the CPU ops table, so the engine's device math alone can be "
          "compared with the CPU device bit for bit."},

@@ -220,6 +220,30 @@ DSCPP_HD constexpr unsigned reduce_blocks(int64_t n) {
   return b < 1 ? 1u : (b > kMaxBlocks / 4 ? kReduceBlocks : unsigned(b));
 }
 
+// ---- tiles: blocks that work through shared memory -----------------------------------------------
+
+// For kernels whose threads share tiles of their operands (the tiled attention of ops_flash.cu):
+// a block's work is a sequence of phases separated by block barriers, and every thread of the
+// block runs every phase. The launch runs, per block,
+//   begin; barrier; n = steps; then for step 0 … n−1 the phases 0 … kPhases−1, each followed by
+//   a barrier; then end.
+// Body::Shared is the block's shared memory (any size the GPU allows: launch_device.cuh opts in
+// above 48 KB), Body::Local one thread's state across phases (its registers on the GPU);
+// neither is initialised by the launch. steps() must give every thread of the block the same
+// count (it reads what begin left in Shared). The host stub runs each phase for every thread of
+// the block before the next phase, which is what the barriers promise on the GPU, with Shared
+// and Local filled with NaN bytes first, so a read of anything not written fails the tests. It
+// cannot show a race inside one phase (two threads writing, or one reading what another
+// writes, between the same two barriers): the bodies must not have one.
+//   struct Body {
+//     static constexpr unsigned kThreads; static constexpr int kPhases;
+//     struct Shared; struct Local;
+//     void begin(const Thread&, Shared&, Local&) const;
+//     int steps(const Thread&, const Shared&) const;
+//     void phase(int p, const Thread&, int step, Shared&, Local&) const;
+//     void end(const Thread&, const Shared&, Local&) const;
+//   };
+
 // ---- multi-tensor apply (fused optimizers) ------------------------------------------------------
 
 // One block per chunk of 65,536 elements of one tensor, 512 threads × 4 elements per pass,

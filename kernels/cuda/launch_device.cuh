@@ -95,6 +95,26 @@ __global__ void __launch_bounds__(kReduceThreads) warp_rows_kernel(unsigned rows
   body.finish(t, totals);
 }
 
+// Shared memory is the dynamic allocation, sized by Body::Shared (launch.h's tile contract).
+template <class Body>
+__global__ void __launch_bounds__(Body::kThreads) tile_kernel(Body body) {
+  extern __shared__ __align__(16) unsigned char tile_shared[];
+  typename Body::Shared& sh = *reinterpret_cast<typename Body::Shared*>(tile_shared);
+  typename Body::Local loc;
+  const Thread t = this_thread();
+  body.begin(t, sh, loc);
+  __syncthreads();
+  const int steps = body.steps(t, sh);
+  for (int s = 0; s < steps; ++s) {
+#pragma unroll
+    for (int p = 0; p < Body::kPhases; ++p) {
+      body.phase(p, t, s, sh, loc);
+      __syncthreads();
+    }
+  }
+  body.end(t, sh, loc);
+}
+
 }  // namespace detail
 
 template <class Body>
@@ -128,6 +148,21 @@ template <class Body>
 Status launch_block_reduce(unsigned blocks, Stream stream, Body body) {
   if (blocks == 0) return kOk;
   detail::block_reduce_kernel<<<blocks, kReduceThreads, 0, stream>>>(body);
+  return cudaGetLastError();
+}
+
+// `blocks` blocks of Body::kThreads sharing a Body::Shared each (launch.h). Above 48 KB of shared
+// memory a kernel must opt in, once per kernel (and device: a rank uses one).
+template <class Body>
+Status launch_tiles(unsigned blocks, Stream stream, Body body) {
+  if (blocks == 0) return kOk;
+  constexpr size_t bytes = sizeof(typename Body::Shared);
+  if constexpr (bytes > 48 * 1024) {
+    static const Status opted = cudaFuncSetAttribute(detail::tile_kernel<Body>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (opted != cudaSuccess) return opted;
+  }
+  detail::tile_kernel<Body><<<blocks, Body::kThreads, bytes, stream>>>(body);
   return cudaGetLastError();
 }
 

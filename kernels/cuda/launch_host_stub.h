@@ -9,14 +9,17 @@
 
 #include "core/protected_memory.h"
 
+#include <cstring>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace dscpp::DSCPP_CUDA_NS {
 
 struct StubLaunch {
-  std::string kind;  // "elementwise", "per_index", "multi_tensor", "block_reduce", "warp_rows", "quads"
+  std::string kind;  // "elementwise", "per_index", "multi_tensor", "block_reduce", "warp_rows", "quads", "tiles"
   unsigned blocks, threads;
   int tensors = 0;  // multi-tensor launches: tensor slots in use
 };
@@ -106,6 +109,33 @@ Status launch_rows(unsigned rows, int64_t cols, Stream stream, Body body) {
       totals[r] = warp_tree(part, [r](double a, double c) { return Body::combine(r, a, c); });
     }
     for (unsigned t = 0; t < kWarpSize; ++t) body.finish(Thread{b, t, rows, kWarpSize}, totals);
+  }
+  return kOk;
+}
+
+// Each phase runs on every thread of the block before the next one starts (launch.h).
+template <class Body>
+Status launch_tiles(unsigned blocks, Stream, Body body) {
+  if (blocks == 0) return kOk;
+  record_launch({"tiles", blocks, Body::kThreads});
+  ProtectedAccess on_device;
+  using Shared = typename Body::Shared;
+  using Local = typename Body::Local;
+  static_assert(std::is_trivially_copyable_v<Shared> && std::is_trivially_copyable_v<Local>, "plain data");
+  std::unique_ptr<Shared> sh(new Shared);
+  std::vector<Local> loc(Body::kThreads);
+  auto thread = [&](unsigned b, unsigned t) { return Thread{b, t, blocks, Body::kThreads}; };
+  for (unsigned b = 0; b < blocks; ++b) {
+    std::memset(static_cast<void*>(sh.get()), 0xff, sizeof(Shared));  // NaN floats, -1 integers
+    std::memset(static_cast<void*>(loc.data()), 0xff, sizeof(Local) * loc.size());
+    for (unsigned t = 0; t < Body::kThreads; ++t) body.begin(thread(b, t), *sh, loc[t]);
+    const int steps = body.steps(thread(b, 0), *sh);
+    for (unsigned t = 1; t < Body::kThreads; ++t)
+      if (body.steps(thread(b, t), *sh) != steps) return 1;  // the contract: one count per block
+    for (int s = 0; s < steps; ++s)
+      for (int p = 0; p < Body::kPhases; ++p)
+        for (unsigned t = 0; t < Body::kThreads; ++t) body.phase(p, thread(b, t), s, *sh, loc[t]);
+    for (unsigned t = 0; t < Body::kThreads; ++t) body.end(thread(b, t), *sh, loc[t]);
   }
   return kOk;
 }

@@ -113,6 +113,22 @@ Status attention_from_heads(const float* src, Dst dst, int64_t width, int64_t of
 Status attention_delta(Src out, Src dout, float* delta, int64_t batch, int64_t T, int64_t heads,
                        int64_t head_dim, Stream s);
 
+// ---- tiled attention (ops_flash.cu) ----
+// The flash entries (model.h) in FlashAttention-2's schedule: no scores outside shared memory.
+// first_key null: causal; else query t of sequence b sees keys first_key[b·first_ld + t] … t.
+struct FlashShape {
+  int64_t batch, T, heads, head_dim;
+  float scale;
+  const int32_t* first_key = nullptr;
+  int64_t first_ld = 0;
+};
+// Head widths up to 128 (wider: the blockwise path).
+bool flash_tiles_fit(int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+Status flash_tiles_forward(Src qkv, float* lse, Dst out, const FlashShape& f, Stream s);
+// delta: batch·heads·T floats of scratch (it gets attention_delta's result).
+Status flash_tiles_backward(Src qkv, Src out, const float* lse, Src dout, Dst dqkv, float* delta,
+                            const FlashShape& f, Stream s);
+
 // ---- row ops, one block per row (ops_rows.cu) ----
 Status layernorm_forward(Src x, Src gamma, Src beta, Dst y, float* mean, float* rstd,
                          int64_t rows, int64_t cols, float eps, Stream s);

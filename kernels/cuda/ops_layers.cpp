@@ -87,6 +87,8 @@ struct Blocks {
   const int32_t* first_key = nullptr;  // the masked entries' (ops::AttentionBlock)
   int64_t first_ld = 0;
   int64_t pairs() const { return batch * heads; }
+  ops::FlashShape shape() const { return {batch, T, heads, D, scale, first_key, first_ld}; }
+  bool tiled() const { return c.tiled_attention && ops::flash_tiles_fit(batch, T, heads, D); }
   int64_t n() const { return batch * heads * T * D; }           // elements of one head-major tensor
   int64_t block_floats() const { return pairs() * std::min(kQueryBlock, T) * T; }
   template <class Each>
@@ -254,8 +256,9 @@ int causal_attention_backward(const dscpp_ops* o, const void* qkv, const void* p
 
 namespace {
 
-// The flash entries (the table checked), causal (first_key null) or masked; cuDNN's SDPA takes
-// the causal ones.
+// The flash entries (the table checked), causal (first_key null) or masked: cuDNN's SDPA takes
+// the causal ones under 16-bit math; the rest run the tiled kernels (ops_flash.cu) when
+// DSCPP_FLASH_ATTENTION=tiled, else the blockwise path.
 int flash_forward(const dscpp_ops* o, const Blocks& bl, const void* qkv, float* lse, void* out) {
   const int64_t n = bl.n();
   if (!flash_args_ok(bl.batch, bl.T, bl.heads, bl.D, bl.scale) || bad_ptr(qkv, 3 * n) || bad_ptr(out, n) ||
@@ -270,6 +273,7 @@ int flash_forward(const dscpp_ops* o, const Blocks& bl, const void* qkv, float* 
       a != nullptr && a->forward({bl.batch, bl.T, bl.heads, bl.D, bl.scale, math, st != Storage::f32}, qkv, lse, out))
     return DSCPP_OK;
 #endif
+  if (bl.tiled()) return status(ops::flash_tiles_forward(rd(o, qkv), lse, wr(o, out), bl.shape(), c.stream));
   return guarded([&] { return blockwise_forward(c, bl, rd(o, qkv), lse, wr(o, out)); });
 }
 
@@ -289,6 +293,9 @@ int flash_backward(const dscpp_ops* o, const Blocks& bl, const void* qkv, const 
       a->backward({bl.batch, bl.T, bl.heads, bl.D, bl.scale, math, st != Storage::f32}, qkv, out, lse, dout, dqkv))
     return DSCPP_OK;
 #endif
+  if (bl.tiled())
+    return status(ops::flash_tiles_backward(rd(o, qkv), rd(o, out), lse, rd(o, dout), wr(o, dqkv), workspace,
+                                            bl.shape(), c.stream));
   return guarded([&] {
     return blockwise_backward(c, bl, rd(o, qkv), rd(o, out), lse, rd(o, dout), wr(o, dqkv), workspace);
   });

@@ -6,6 +6,7 @@
 // the stream; everything else returns as soon as it is enqueued.
 #include "kernels/cuda/ops_table.h"
 
+#include "core/knobs.h"
 #include "kernels/cpu/ops/cpu_ops_internal.h"  // bad_ptr, fits_int32: the same argument rules
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/check.h"
@@ -26,6 +27,8 @@ class LtLinear {};
 #endif
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace dscpp::DSCPP_CUDA_NS {
@@ -439,6 +442,12 @@ OpsContext::OpsContext(Stream s) : stream(s) {
   // Plain fp32 (no TF32 tensor-core rounding), the precision of the CPU table's sgemm.
   DSCPP_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
   DSCPP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&flag), sizeof(int32_t)));
+  if (const char* a = knob("DSCPP_FLASH_ATTENTION"); a != nullptr) {
+    const std::string_view v = a;
+    if (v != "tiled" && v != "blockwise")
+      throw Error("DSCPP_FLASH_ATTENTION is '" + std::string(v) + "': expected tiled or blockwise");
+    tiled_attention = v == "tiled";
+  }
 }
 
 OpsContext::~OpsContext() {

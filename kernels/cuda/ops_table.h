@@ -56,6 +56,9 @@ struct OpsContext {
   Storage operand_storage(Storage s) const;
   DeviceScratch staged[2];
   DeviceScratch attention;  // blockwise attention: head-major copies and one block of queries' scores
+  // The flash entries the table's own kernels take run tiled (ops_flash.cu) rather than
+  // blockwise: DSCPP_FLASH_ATTENTION=tiled.
+  bool tiled_attention = false;
   // cuDNN's fused attention, for the flash entries under 16-bit GEMM math: made on first use
   // (null when unavailable; then the table's own kernels run).
   std::unique_ptr<CudnnAttention> cudnn_attention;

@@ -5,7 +5,7 @@
 #   1. gpu_parity (every CUDA kernel vs its CPU twin, through gpu_suite.sh), then a probe run
 #      on the device (a machine without a usable GPU fails here, at once, and stops).
 #   2. 1 rank, ZeRO stages 0-3 x fp32/bf16/fp16: the per-step losses vs --device cpu; then
-#      30 steps at context 256 (fp32, bf16, bf16 on the tensor cores) vs --device cpu.
+#      30 steps at context 256 (fp32 on both attention paths, bf16, bf16 on the tensor cores) vs --device cpu.
 #   3. offload_optimizer cpu at stages 1-3 and nvme at stage 3 (ZeRO-Infinity: the config
 #      check refuses nvme below stage 3, as DeepSpeed does) in each precision, offload_param
 #      cpu (stage 3, with and without offload_optimizer): the losses vs --device cpu.
@@ -224,8 +224,11 @@ SAVED_ARGS=("${GPT_ARGS[@]}") SAVED_STEPS=$STEPS
 GPT_ARGS=(--layers 2 --d_model 64 --heads 2 --context 256 --sample_chars 0 "${DATA[@]}") STEPS=30
 config l30fp32 0 1 "" ""
 config l30bf16 0 1 "$BF16" ""
-run l30fp32-cpu l30fp32 cpu 1 && run l30fp32-dev l30fp32 "$DEVICE" 1 &&
-  losses l30fp32-cpu l30fp32-dev 1e-3 "1 rank, stage 0, fp32, context 256"
+if run l30fp32-cpu l30fp32 cpu 1; then
+  run l30fp32-dev l30fp32 "$DEVICE" 1 && losses l30fp32-cpu l30fp32-dev 1e-3 "1 rank, stage 0, fp32, context 256"
+  DSCPP_FLASH_ATTENTION=tiled run l30fp32-tiled l30fp32 "$DEVICE" 1 &&
+    losses l30fp32-cpu l30fp32-tiled 1e-3 "1 rank, stage 0, fp32, tiled attention (4 tiles of 64), context 256"
+fi
 if run l30bf16-cpu l30bf16 cpu 1; then
   run l30bf16-dev l30bf16 "$DEVICE" 1 && losses l30bf16-cpu l30bf16-dev 1e-2 "1 rank, stage 0, bf16, context 256"
   DSCPP_GEMM_MATH=bf16 run l30bf16-tc l30bf16 "$DEVICE" 1 &&

@@ -309,48 +309,58 @@ TEST_CASE("column sums, embedding gradient and flash attention match the CPU tab
   REQUIRE(c.embedding_backward(&c, ids.data(), dyv.data(), ctable.data(), rows, vocab, cols) == DSCPP_OK);
   CHECK(same_bits(dtable.get(), ctable));
 
-  for (int64_t D : {32, 48, 64, 128}) {
-    CAPTURE(D);
-    const int64_t B = 2, T = 600, H = 4, C = H * D, n = B * T * C, lrows = B * H * T;
-    const float scale = 1.0f / std::sqrt(float(D));
-    const auto qkv = randoms(3 * n, 84, -1.5f, 1.5f), dout = randoms(n, 85);
-    On<float> dq(qkv), ddo(dout), dout_g(zeros(n)), dlse(zeros(lrows)), ddq(zeros(3 * n)), dws(zeros(lrows));
-    std::vector<float> out(n), lse(lrows), dqkv(3 * n), ws(lrows);
-    REQUIRE(g.flash_attention_forward(&g, dq.p(), dlse.p(), dout_g.p(), B, T, H, D, scale) == DSCPP_OK);
-    REQUIRE(c.flash_attention_forward(&c, qkv.data(), lse.data(), out.data(), B, T, H, D, scale) == DSCPP_OK);
-    const double tol = sum_tol(std::max(T, D));
-    CHECK(normwise(dout_g.get(), out) <= tol);
-    CHECK(normwise(dlse.get(), lse) <= tol);
-    REQUIRE(g.flash_attention_backward(&g, dq.p(), dout_g.p(), dlse.p(), ddo.p(), ddq.p(), dws.p(), B, T, H, D, scale) ==
-            DSCPP_OK);
-    REQUIRE(c.flash_attention_backward(&c, qkv.data(), out.data(), lse.data(), dout.data(), dqkv.data(), ws.data(), B,
-                                       T, H, D, scale) == DSCPP_OK);
-    CHECK(normwise(ddq.get(), dqkv) <= 2 * tol);
-  }
+  // The flash entries on both of the table's own paths: blockwise (cuBLAS per block of queries)
+  // and tiled (ops_flash.cu, DSCPP_FLASH_ATTENTION=tiled: both instantiations; D = 48 leaves a
+  // quarter of the 64-wide tiles zero).
+  for (bool tiled : {false, true})
+    for (int64_t D : {32, 48, 64, 128}) {
+      CAPTURE(tiled, D);
+      ctx.tiled_attention = tiled;
+      const int64_t B = 2, T = 600, H = 4, C = H * D, n = B * T * C, lrows = B * H * T;
+      const float scale = 1.0f / std::sqrt(float(D));
+      const auto qkv = randoms(3 * n, 84, -1.5f, 1.5f), dout = randoms(n, 85);
+      On<float> dq(qkv), ddo(dout), dout_g(zeros(n)), dlse(zeros(lrows)), ddq(zeros(3 * n)), dws(zeros(lrows));
+      std::vector<float> out(n), lse(lrows), dqkv(3 * n), ws(lrows);
+      REQUIRE(g.flash_attention_forward(&g, dq.p(), dlse.p(), dout_g.p(), B, T, H, D, scale) == DSCPP_OK);
+      REQUIRE(c.flash_attention_forward(&c, qkv.data(), lse.data(), out.data(), B, T, H, D, scale) == DSCPP_OK);
+      const double tol = sum_tol(std::max(T, D));
+      CHECK(normwise(dout_g.get(), out) <= tol);
+      CHECK(normwise(dlse.get(), lse) <= tol);
+      REQUIRE(g.flash_attention_backward(&g, dq.p(), dout_g.p(), dlse.p(), ddo.p(), ddq.p(), dws.p(), B, T, H, D,
+                                         scale) == DSCPP_OK);
+      REQUIRE(c.flash_attention_backward(&c, qkv.data(), out.data(), lse.data(), dout.data(), dqkv.data(), ws.data(), B,
+                                         T, H, D, scale) == DSCPP_OK);
+      CHECK(normwise(ddq.get(), dqkv) <= 2 * tol);
+    }
 
   // Masked (packed documents: first keys restart at 0, 100, 129, 400 and 0, 127, 128): the
-  // device's blockwise path with a mask across its 128-query blocks.
-  const int64_t B = 2, T = 600, H = 4, D = 64, C = H * D, n = B * T * C, lrows = B * H * T;
-  std::vector<int32_t> first(size_t(B * T));
-  for (int64_t t = 0; t < T; ++t) {
-    first[size_t(t)] = t >= 400 ? 400 : t >= 129 ? 129 : t >= 100 ? 100 : 0;
-    first[size_t(T + t)] = t >= 128 ? 128 : t >= 127 ? 127 : 0;
+  // device's blockwise path with a mask across its 128-query blocks, and the tiled kernels.
+  for (bool tiled : {false, true}) {
+    CAPTURE(tiled);
+    ctx.tiled_attention = tiled;
+    const int64_t B = 2, T = 600, H = 4, D = 64, C = H * D, n = B * T * C, lrows = B * H * T;
+    std::vector<int32_t> first(size_t(B * T));
+    for (int64_t t = 0; t < T; ++t) {
+      first[size_t(t)] = t >= 400 ? 400 : t >= 129 ? 129 : t >= 100 ? 100 : 0;
+      first[size_t(T + t)] = t >= 128 ? 128 : t >= 127 ? 127 : 0;
+    }
+    const auto qkv = randoms(3 * n, 86, -1.5f, 1.5f), dout = randoms(n, 87);
+    On<int32_t> dfirst(first);
+    On<float> dq(qkv), ddo(dout), dout_g(zeros(n)), dlse(zeros(lrows)), ddq(zeros(3 * n)), dws(zeros(lrows));
+    std::vector<float> out(n), lse(lrows), dqkv(3 * n), ws(lrows);
+    REQUIRE(g.flash_attention_masked_forward(&g, dq.p(), dfirst.p(), T, dlse.p(), dout_g.p(), B, T, H, D, 0.125f) ==
+            DSCPP_OK);
+    REQUIRE(c.flash_attention_masked_forward(&c, qkv.data(), first.data(), T, lse.data(), out.data(), B, T, H, D,
+                                             0.125f) == DSCPP_OK);
+    CHECK(normwise(dout_g.get(), out) <= sum_tol(T));
+    CHECK(normwise(dlse.get(), lse) <= sum_tol(T));
+    REQUIRE(g.flash_attention_masked_backward(&g, dq.p(), dfirst.p(), T, dout_g.p(), dlse.p(), ddo.p(), ddq.p(),
+                                              dws.p(), B, T, H, D, 0.125f) == DSCPP_OK);
+    REQUIRE(c.flash_attention_masked_backward(&c, qkv.data(), first.data(), T, out.data(), lse.data(), dout.data(),
+                                              dqkv.data(), ws.data(), B, T, H, D, 0.125f) == DSCPP_OK);
+    CHECK(normwise(ddq.get(), dqkv) <= 2 * sum_tol(T));
   }
-  const auto qkv = randoms(3 * n, 86, -1.5f, 1.5f), dout = randoms(n, 87);
-  On<int32_t> dfirst(first);
-  On<float> dq(qkv), ddo(dout), dout_g(zeros(n)), dlse(zeros(lrows)), ddq(zeros(3 * n)), dws(zeros(lrows));
-  std::vector<float> out(n), lse(lrows), dqkv(3 * n), ws(lrows);
-  REQUIRE(g.flash_attention_masked_forward(&g, dq.p(), dfirst.p(), T, dlse.p(), dout_g.p(), B, T, H, D, 0.125f) ==
-          DSCPP_OK);
-  REQUIRE(c.flash_attention_masked_forward(&c, qkv.data(), first.data(), T, lse.data(), out.data(), B, T, H, D,
-                                           0.125f) == DSCPP_OK);
-  CHECK(normwise(dout_g.get(), out) <= sum_tol(T));
-  CHECK(normwise(dlse.get(), lse) <= sum_tol(T));
-  REQUIRE(g.flash_attention_masked_backward(&g, dq.p(), dfirst.p(), T, dout_g.p(), dlse.p(), ddo.p(), ddq.p(), dws.p(),
-                                            B, T, H, D, 0.125f) == DSCPP_OK);
-  REQUIRE(c.flash_attention_masked_backward(&c, qkv.data(), first.data(), T, out.data(), lse.data(), dout.data(),
-                                            dqkv.data(), ws.data(), B, T, H, D, 0.125f) == DSCPP_OK);
-  CHECK(normwise(ddq.get(), dqkv) <= 2 * sum_tol(T));
+  ctx.tiled_attention = false;
 }
 
 // Under bf16 GEMM math the flash entries go to cuDNN's SDPA (cast to bf16 and back), or, where
@@ -550,7 +560,7 @@ TEST_CASE("the bf16 and fp16 ops tables match the CPU table's fp32 ops to their 
       CHECK((ng == nc && hg == hc));
       CHECK(normwise(widen(probs.get(), bf16), cp) <= 1.5 * u);
     }
-    {  // flash attention through cuDNN (tensors as they are) and the blockwise path
+    {  // flash attention through cuDNN (tensors as they are), the blockwise path and the tiled kernels
       const int64_t B = 2, T = 300, H = 4, D = 64, n = B * T * H * D, rows = B * H * T;
       const float scale = 0.125f;
       const Half qkv(randoms(3 * n, 120, -1.5f, 1.5f), bf16), dout(randoms(n, 121), bf16);
@@ -559,10 +569,12 @@ TEST_CASE("the bf16 and fp16 ops tables match the CPU table's fp32 ops to their 
       const Half out16(out, bf16);  // the same forward output into both backwards
       REQUIRE(c.flash_attention_backward(&c, qkv.f.data(), out16.f.data(), lse.data(), dout.f.data(), dqkv.data(),
                                          ws.data(), B, T, H, D, scale) == DSCPP_OK);
-      for (bool cudnn : {true, false}) {
-        CAPTURE(cudnn);
+      for (int path : {0, 1, 2}) {  // cuDNN, blockwise, tiled
+        const bool cudnn = path == 0;
+        CAPTURE(path);
         cuda::OpsContext actx(device()->compute_stream());
         actx.cudnn_attention_tried = !cudnn;
+        actx.tiled_attention = path == 2;
         const dscpp_ops a = cuda::cuda_ops(bf16 ? DSCPP_BF16 : DSCPP_F16, &actx);
         On<uint16_t> gq = on(qkv), gdo = on(dout), go = on(out16), gout(zeros16(n)),
                      gdq(zeros16(3 * n));

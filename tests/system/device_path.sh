@@ -169,6 +169,11 @@ for c in $BCASES; do
   [ "$SANITIZED" = 1 ] && continue
   same "$c-cpu" "$c-B" "B $c: 2 ranks, $DEVICE = cpu" "$BTOL" "${SKIP_BIAS[@]}" && losses "$c-cpu" "$c-B" "B $c"
 done
+# The table's tiled attention kernels (DSCPP_FLASH_ATTENTION=tiled) in place of the blockwise path.
+if [ "$SANITIZED" != 1 ] && DSCPP_FLASH_ATTENTION=tiled run s1-tiled s1 "$DEVICE" 2 $SHARED; then
+  same s1-cpu s1-tiled "B s1, tiled attention: 2 ranks, $DEVICE = cpu" "$BTOL" "${SKIP_BIAS[@]}" &&
+    losses s1-cpu s1-tiled "B s1, tiled attention"
+fi
 
 # ---- C: what crashed on the first GPU run (host code on device memory; cuda-sim's memory is now
 # unreachable from host code, so each of these failed here too before the fix) -------------------

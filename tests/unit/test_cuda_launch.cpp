@@ -193,6 +193,65 @@ TEST_CASE("launch_rows: a warp per row up to kWarpRowMax columns, a block per ro
   }
 }
 
+namespace {
+// A tile body (launch.h's contract): per step, phase 0 stores each thread's element times
+// (step + 1) in shared memory and phase 1 adds the mirrored thread's into a per-thread sum, so
+// every phase reads what other threads wrote in the phase before. Thread 0 sets the step count
+// in begin; `uneven` gives thread 5 another count, which breaks the contract; `unwritten` makes
+// phase 1 read an element nobody stored.
+struct MirrorSum {
+  static constexpr unsigned kThreads = 64;
+  static constexpr int kPhases = 2;
+  struct Shared {
+    float x[kThreads];
+    float never_written;
+    int32_t steps;
+  };
+  struct Local {
+    float sum;
+  };
+  const float* in;
+  float* out;
+  int steps_wanted;
+  bool uneven = false, unwritten = false;
+  void begin(const Thread& t, Shared& sh, Local& loc) const {
+    loc.sum = 0.0f;
+    if (t.thread == 0) sh.steps = steps_wanted;
+  }
+  int steps(const Thread& t, const Shared& sh) const { return uneven && t.thread == 5 ? sh.steps + 1 : sh.steps; }
+  void phase(int p, const Thread& t, int step, Shared& sh, Local& loc) const {
+    if (p == 0) sh.x[t.thread] = in[t.block * kThreads + t.thread] * float(step + 1);
+    if (p == 1) loc.sum += unwritten ? sh.never_written : sh.x[kThreads - 1 - t.thread];
+  }
+  void end(const Thread& t, const Shared&, Local& loc) const { out[t.block * kThreads + t.thread] = loc.sum; }
+};
+}  // namespace
+
+TEST_CASE("launch_tiles: phases run on every thread of a block before the next; shared memory starts as NaN",
+          "[cuda_launch]") {
+  const unsigned blocks = 3, n = blocks * MirrorSum::kThreads;
+  std::vector<float> in(n), out(n, -1.0f);
+  for (unsigned i = 0; i < n; ++i) in[i] = float(i) - 40.0f;
+  stub_launches().clear();
+  REQUIRE(launch_tiles(blocks, nullptr, MirrorSum{in.data(), out.data(), 4}) == kOk);
+  REQUIRE(stub_launches().size() == 1);
+  CHECK(stub_launches()[0].kind == "tiles");
+  CHECK(stub_launches()[0].blocks == blocks);
+  for (unsigned b = 0; b < blocks; ++b)
+    for (unsigned t = 0; t < MirrorSum::kThreads; ++t)  // Σ over 4 steps of (step + 1)·mirror = 10·mirror
+      CHECK(out[b * MirrorSum::kThreads + t] == 10.0f * in[b * MirrorSum::kThreads + MirrorSum::kThreads - 1 - t]);
+  MirrorSum none{in.data(), out.data(), 0};
+  REQUIRE(launch_tiles(blocks, nullptr, none) == kOk);
+  CHECK(out[7] == 0.0f);  // no steps: begin and end only
+  MirrorSum uneven{in.data(), out.data(), 2};
+  uneven.uneven = true;
+  CHECK(launch_tiles(blocks, nullptr, uneven) != kOk);
+  MirrorSum unwritten{in.data(), out.data(), 1};
+  unwritten.unwritten = true;
+  REQUIRE(launch_tiles(blocks, nullptr, unwritten) == kOk);
+  CHECK(std::isnan(out[0]));
+}
+
 // Aligned buffers take the quad loop (four quads loaded per call, then single quads, then the
 // n mod 4 tail); a source one element off 16-byte alignment takes the scalar loop. Both give
 // every element the CPU's bits.

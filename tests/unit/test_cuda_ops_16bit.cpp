@@ -220,12 +220,16 @@ TEST_CASE("16-bit CUDA table: row ops, embedding and cross-entropy round once", 
 TEST_CASE("16-bit CUDA table: attention and linear layers", "[cuda_ops_16bit]") {
   for (bool bf16 : {true, false}) {
     CAPTURE(bf16);
-    const Tables16 t(bf16);
+    Tables16 t(bf16);
     const double u = t.u16();
     const int64_t batch = 2, T = 19, heads = 3, D = 8, C = heads * D;
     const float scale = 1.0f / std::sqrt(float(D));
     const Pair qkv = t.pair(size_t(batch * T * 3 * C), 22, -2.0f, 2.0f), dout = t.pair(size_t(batch * T * C), 23);
-    {  // flash entries: the blockwise path widens to fp32 and rounds each result once
+    // flash entries: the blockwise path widens to fp32 and rounds each result once, and so do
+    // the tiled kernels (DSCPP_FLASH_ATTENTION=tiled) as they load their tiles
+    for (bool tiled : {false, true}) {
+      CAPTURE(tiled);
+      t.ctx.tiled_attention = tiled;
       Pair out = t.nans(size_t(batch * T * C)), dqkv = t.nans(qkv.f.size());
       Vec lse_h(size_t(batch * heads * T)), lse_c(lse_h.size()), ws(lse_h.size());
       REQUIRE(t.half.flash_attention_forward(t.H(), qkv.h.data(), lse_h.data(), out.h.data(), batch, T, heads, D,
@@ -241,6 +245,7 @@ TEST_CASE("16-bit CUDA table: attention and linear layers", "[cuda_ops_16bit]") 
                                               dqkv.f.data(), ws.data(), batch, T, heads, D, scale) == DSCPP_OK);
       CHECK_16(dqkv, u);
     }
+    t.ctx.tiled_attention = false;
     {  // the unfused entries keep probabilities and score gradients in the compute dtype
       Pair probs = t.nans(size_t(batch * heads * T * T)), out = t.nans(size_t(batch * T * C));
       Pair dqkv = t.nans(qkv.f.size()), ws = t.nans(probs.f.size());

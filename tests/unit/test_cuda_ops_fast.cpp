@@ -154,3 +154,33 @@ TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cu
   CHECK(t.gpu.flash_attention_forward(&t.gpu, a.data(), l.data(), o.data(), 1, 2, 2, 8, kNaN) ==
         DSCPP_E_INVALID_ARGUMENT);  // a NaN scale
 }
+
+// The tiled kernels (ops_flash.cu; DSCPP_FLASH_ATTENTION=tiled): the same comparison, across
+// 64-query tiles (T = 64 one whole tile, 65 a one-row tail, 200 four tiles), head widths on the
+// 64-wide instantiation (7: scalar loads, a partial group of four; 32; 64) and the 128-wide
+// one (100, 128). Every call must have run as tile launches (the host stub's launch log), not
+// the blockwise path's GEMMs.
+TEST_CASE("CUDA table (host stub) tiled flash attention matches the CPU table's", "[cuda_ops_table]") {
+  Tables t;
+  t.ctx.tiled_attention = true;
+  for (int64_t T : {1, 6, 64, 65, 200})
+    for (int64_t head_dim : {7, 32, 64, 100, 128}) {
+      if (T == 200 && head_dim > 64) continue;  // the 128-wide tiles at T = 65 already cross a tile edge
+      const int64_t batch = 2, heads = 2, C = heads * head_dim;
+      const float scale = 1.0f / std::sqrt(float(head_dim));
+      CAPTURE(T, head_dim);
+      const Vec qkv = rnd(size_t(batch * T * 3 * C), 26, -2.0f, 2.0f), dout = rnd(size_t(batch * T * C), 27);
+      cuda::stub_launches().clear();
+      const FlashRun r = run_flash(t, qkv, dout, batch, T, heads, head_dim, scale);
+      int tiles = 0;
+      for (const cuda::StubLaunch& l : cuda::stub_launches()) tiles += l.kind == "tiles";
+      CHECK(tiles == 3);  // forward; dq; dk and dv
+      const Vec(&out)[2] = r.out, (&lse)[2] = r.lse, (&dqkv)[2] = r.dqkv;
+      const double tol = sum_tol(std::max(T, head_dim));
+      CHECK_NORMWISE(out[0], out[1], tol);
+      double lse_floor = 0;
+      for (float v : lse[1]) lse_floor = std::max(lse_floor, 1.0 + std::fabs(double(v)));
+      CHECK_NORMWISE(lse[0], lse[1], tol, lse_floor);
+      CHECK_NORMWISE(dqkv[0], dqkv[1], 2 * tol);
+    }
+}

@@ -123,6 +123,17 @@ TEST_CASE("masked flash attention on the CUDA table (host stub): each document a
   for (const Case& c : cases()) check_case(t.G(), c);
 }
 
+// The tiled kernels: documents ending inside 64-query tiles and on their edges (64, 128), so
+// whole key tiles lie before some query tiles' first keys (the forward and dq kernels start
+// past them) and the dk/dv kernel's scan ends early for sequence 1's first documents.
+TEST_CASE("masked flash attention on the CUDA table's tiled kernels (host stub): each document as if alone",
+          "[cuda_ops_table][attention]") {
+  Tables t;
+  t.ctx.tiled_attention = true;
+  for (const Case& c : cases()) check_case(t.G(), c);
+  check_case(t.G(), {2, 200, 2, 8, {{0, 64, 65, 128, 190}, {0, 3, 150}}});
+}
+
 TEST_CASE("masked flash attention: first keys are clamped to 0 … t; NULL is causal; bad strides refused",
           "[ops][attention]") {
   Tables t;
