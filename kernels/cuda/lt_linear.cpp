@@ -39,11 +39,17 @@ struct Product {
   float beta;
   cublasLtEpilogue_t epilogue;
   kernels::GemmMath math;
+  Storage ab, cs;  // A and B; D (and a forward's bias)
   const void *A, *B, *bias;
   void* D;
   auto key() const {
-    return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, beta != 0.0f, int(epilogue), int(math),
-                           alignment({A, B, D, bias}));
+    return std::make_tuple(int(ta), int(tb), m, n, k, lda, ldb, ldd, beta != 0.0f, int(epilogue), int(math), int(ab),
+                           int(cs), alignment({A, B, D, bias}));
+  }
+  // fp32 operands and result take the math's compute type (TF32 under tf32 math); 16-bit
+  // operands accumulate in fp32, as the table's cuBLAS GEMMs (gemm_on).
+  cublasComputeType_t compute() const {
+    return ab == Storage::f32 && cs == Storage::f32 ? compute_type(math) : CUBLAS_COMPUTE_32F;
   }
 };
 
@@ -87,17 +93,24 @@ struct LtLinear::Impl {
     if (!fresh) return pl;
     const int32_t ta = p.ta, tb = p.tb;
     const cublasLtEpilogue_t ep = p.epilogue;
-    if (!note(cublasLtMatmulDescCreate(&pl.desc, compute_type(p.math), CUDA_R_32F), "descriptor") ||
+    if (!note(cublasLtMatmulDescCreate(&pl.desc, p.compute(), CUDA_R_32F), "descriptor") ||
         !note(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa") ||
         !note(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb") ||
         !note(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "epilogue"))
       return pl;
+    // A 16-bit output's bias gradient stays fp32 (the default would be the output's type).
+    if (ep == CUBLASLT_EPILOGUE_BGRADB && p.cs != Storage::f32) {
+      const int32_t f32 = CUDA_R_32F;
+      if (!note(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof f32),
+                "bias gradient type"))
+        return pl;
+    }
     const auto rows_of = [](cublasOperation_t t, int64_t r, int64_t c) { return t == CUBLAS_OP_N ? r : c; };
-    if (!note(cublasLtMatrixLayoutCreate(&pl.a, operand_type(p.math), rows_of(p.ta, p.m, p.k), rows_of(p.ta, p.k, p.m), p.lda),
+    if (!note(cublasLtMatrixLayoutCreate(&pl.a, data_type(p.ab), rows_of(p.ta, p.m, p.k), rows_of(p.ta, p.k, p.m), p.lda),
               "layout A") ||
-        !note(cublasLtMatrixLayoutCreate(&pl.b, operand_type(p.math), rows_of(p.tb, p.k, p.n), rows_of(p.tb, p.n, p.k), p.ldb),
+        !note(cublasLtMatrixLayoutCreate(&pl.b, data_type(p.ab), rows_of(p.tb, p.k, p.n), rows_of(p.tb, p.n, p.k), p.ldb),
               "layout B") ||
-        !note(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_32F, p.m, p.n, p.ldd), "layout D"))
+        !note(cublasLtMatrixLayoutCreate(&pl.d, data_type(p.cs), p.m, p.n, p.ldd), "layout D"))
       return pl;
     set_pointers(pl, p);
     cublasLtMatmulPreference_t pref = nullptr;
@@ -151,20 +164,20 @@ LtLinear::LtLinear(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LtLinear::~LtLinear() = default;
 
 // Row-major y = x·Wᵀ is column-major yᵀ[out×rows] = op_T(W_cm[in×out])·x_cm[in×rows].
-bool LtLinear::forward(kernels::GemmMath math, const void* x, const void* W, const float* bias, bool accumulate,
-                       float* y, int64_t rows, int64_t in, int64_t out) {
+bool LtLinear::forward(kernels::GemmMath math, Storage ab, Storage cs, const void* x, const void* W, const void* bias,
+                       bool accumulate, void* y, int64_t rows, int64_t in, int64_t out) {
   if (bias == nullptr) return false;  // nothing to fuse: the table's plain GEMM
   const Product p{CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, in, in, out, accumulate ? 1.0f : 0.0f,
-                  CUBLASLT_EPILOGUE_BIAS, math, W, x, bias, y};
+                  CUBLASLT_EPILOGUE_BIAS, math, ab, cs, W, x, bias, y};
   return impl_->run(p);
 }
 
 // Row-major dW[out×in] = dyᵀ·x is column-major dWᵀ[in×out] = x_cm[in×rows]·op_T(dy_cm[out×rows]);
 // the bias gradient is B's reduction over k (= rows): one value per column of D (= out).
-bool LtLinear::weight_and_bias_grad(kernels::GemmMath math, const void* dy, const void* x, float* dW,
-                                    float* bias_grad, int64_t rows, int64_t in, int64_t out) {
+bool LtLinear::weight_and_bias_grad(kernels::GemmMath math, Storage ab, Storage cs, const void* dy, const void* x,
+                                    void* dW, float* bias_grad, int64_t rows, int64_t in, int64_t out) {
   const Product p{CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, in, out, in, 1.0f, CUBLASLT_EPILOGUE_BGRADB, math,
-                  x, dy, bias_grad, dW};
+                  ab, cs, x, dy, bias_grad, dW};
   return impl_->run(p);
 }
 

@@ -8,13 +8,17 @@
 // output), the same passes over memory as the table's own GELU maps (map.h), which follow the
 // GEMM instead.
 //
-// Each call answers false when it did not run (DSCPP_CUBLASLT=0, a shape or alignment cuBLASLt
-// has no algorithm for, a failed call — the first failure is logged), and the table then does
-// what it did before. The GEMM operands (x, W, dy) are fp32, or under bf16/fp16 math the 16-bit
-// copies the table staged (compute_type.h); outputs and bias stay fp32. GPU builds only;
-// gpu_parity compares both paths with the CPU table.
+// Each call answers false when it did not run (DSCPP_CUBLASLT=0, a shape, alignment or type
+// combination cuBLASLt has no algorithm for, a failed call — the first failure is logged), and
+// the table then does what it did before. The GEMM operands (x, W, dy) are in storage `ab`
+// (fp32; under bf16/fp16 math the 16-bit copies the table staged, compute_type.h; a 16-bit
+// table's tensors as they are), the output and a forward's bias in storage `cs` (the table's
+// dtype), a bias gradient always fp32 (the table adds it into the parameter's gradient with
+// one rounding). GPU builds only; gpu_parity compares both paths with the CPU table in fp32,
+// bf16 and fp16.
 #pragma once
 
+#include "kernels/cuda/elems.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/gemm_math.h"
 
@@ -31,11 +35,11 @@ class LtLinear {
   LtLinear& operator=(const LtLinear&) = delete;
 
   // y[rows×out] = x·Wᵀ + bias (+ y itself when accumulate).
-  bool forward(kernels::GemmMath math, const void* x, const void* W, const float* bias, bool accumulate, float* y,
-               int64_t rows, int64_t in, int64_t out);
-  // dW[out×in] += dyᵀ·x and bias_grad[out] = Σ_rows dy (overwritten) in one GEMM.
-  bool weight_and_bias_grad(kernels::GemmMath math, const void* dy, const void* x, float* dW, float* bias_grad,
-                            int64_t rows, int64_t in, int64_t out);
+  bool forward(kernels::GemmMath math, Storage ab, Storage cs, const void* x, const void* W, const void* bias,
+               bool accumulate, void* y, int64_t rows, int64_t in, int64_t out);
+  // dW[out×in] += dyᵀ·x and bias_grad[out] = Σ_rows dy (overwritten, fp32) in one GEMM.
+  bool weight_and_bias_grad(kernels::GemmMath math, Storage ab, Storage cs, const void* dy, const void* x, void* dW,
+                            float* bias_grad, int64_t rows, int64_t in, int64_t out);
 
  private:
   struct Impl;

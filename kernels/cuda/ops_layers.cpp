@@ -345,7 +345,7 @@ int flash_attention_masked_backward(const dscpp_ops* o, const void* qkv, const i
 }
 
 // y = x·Wᵀ (+ bias + residual), gelu_out = gelu(y). A residual that is y itself enters the
-// GEMM as β = 1; another residual is added by the epilogue. On a GPU with an fp32 table,
+// GEMM as β = 1; another residual is added by the epilogue. On a GPU (any compute dtype),
 // cuBLASLt fuses the bias into the GEMM where it can (lt_linear.h). Under 16-bit GEMM math an
 // fp32 table's x and W are cast once here and the GEMM reads the copies; a 16-bit table's GEMM
 // reads them as they are.
@@ -362,10 +362,9 @@ int linear_forward(const dscpp_ops* o, const void* x, const void* W, const void*
     const void* xs = c.operand(0, x, st, rows * in);
     const void* Ws = c.operand(1, W, st, out * in);
 #if !defined(DSCPP_CUDA_HOST_STUB)
-    if (LtLinear* lt = st == Storage::f32 ? lt_for(c) : nullptr;
-        lt != nullptr && (residual == nullptr || residual_in_y) &&
-        lt->forward(c.gemm_math, xs, Ws, static_cast<const float*>(bias), residual_in_y, static_cast<float*>(y), rows,
-                    in, out))
+    if (LtLinear* lt = lt_for(c); lt != nullptr && (residual == nullptr || residual_in_y) &&
+                                  lt->forward(c.gemm_math, c.operand_storage(st), st, xs, Ws, bias, residual_in_y, y,
+                                              rows, in, out))
       return gelu_out == nullptr ? int(DSCPP_OK)
                                  : status(ops::gelu_forward(rd(o, y), wr(o, gelu_out), rows * out, c.stream));
 #endif
@@ -392,12 +391,12 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
     const void* xs = c.operand(1, x, st, rows * in);
     bool fused_dW = false;
 #if !defined(DSCPP_CUDA_HOST_STUB)
-    // On a GPU with an fp32 table: dW with the bias gradient from the same GEMM (into scratch,
-    // then added), through cuBLASLt where it can (lt_linear.h).
-    LtLinear* lt = st == Storage::f32 && rows > 0 && out > 0 && in > 0 ? lt_for(c) : nullptr;
+    // On a GPU: dW with the bias gradient from the same GEMM (into fp32 scratch, then added),
+    // through cuBLASLt where it can (lt_linear.h).
+    LtLinear* lt = rows > 0 && out > 0 && in > 0 ? lt_for(c) : nullptr;
     if (lt != nullptr && dbias != nullptr) {
       float* partial = c.scratch.get<float>(size_t(out), c.stream);
-      fused_dW = lt->weight_and_bias_grad(c.gemm_math, dys, xs, static_cast<float*>(dW), partial, rows, in, out);
+      fused_dW = lt->weight_and_bias_grad(c.gemm_math, ab, st, dys, xs, dW, partial, rows, in, out);
       if (fused_dW)
         if (int s = status(ops::axpy(1.0f, partial, wr(o, dbias), out, c.stream))) return s;
     }
