@@ -22,7 +22,6 @@ namespace {
 constexpr const char* kPartial = ".partial";
 constexpr const char* kOld = ".old";  // a replaced tag directory, removed after the commit
 
-std::string errno_text(int err) { return std::strerror(err); }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -55,20 +54,20 @@ void make_dirs(const std::string& path) {
       int err = errno;
       if (err == EEXIST && is_dir(cur)) continue;
       if (err == EEXIST) err = ENOTDIR;  // a regular file where a directory must go
-      fail("checkpoint: cannot create directory {}: {}", cur, errno_text(err));
+      fail("checkpoint: cannot create directory {}: {}", cur, std::strerror(err));
     }
   }
 }
 
 void fsync_path(const std::string& path, bool directory) {
   int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) fail("checkpoint: cannot open {} to fsync it: {}", path, errno_text(errno));
+  if (fd < 0) fail("checkpoint: cannot open {} to fsync it: {}", path, std::strerror(errno));
   if (::fsync(fd) != 0) {
     int err = errno;
     ::close(fd);
     // Some filesystems refuse fsync on directories; the data files were synced already.
     if (directory && (err == EINVAL || err == EROFS)) return;
-    fail("checkpoint: fsync of {} failed: {}", path, errno_text(err));
+    fail("checkpoint: fsync of {} failed: {}", path, std::strerror(err));
   }
   ::close(fd);
 }
@@ -77,7 +76,7 @@ void fsync_path(const std::string& path, bool directory) {
 // before the directory that names it).
 void fsync_tree(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
-  if (!d) fail("checkpoint: cannot list {}: {}", dir, errno_text(errno));
+  if (!d) fail("checkpoint: cannot list {}: {}", dir, std::strerror(errno));
   std::vector<std::pair<std::string, bool>> entries;
   errno = 0;
   while (dirent* e = ::readdir(d)) {
@@ -88,7 +87,7 @@ void fsync_tree(const std::string& dir) {
     if (::lstat(path.c_str(), &st) != 0) {
       int err = errno;
       ::closedir(d);
-      fail("checkpoint: cannot stat {}: {}", path, errno_text(err));
+      fail("checkpoint: cannot stat {}: {}", path, std::strerror(err));
     }
     if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) entries.emplace_back(path, S_ISDIR(st.st_mode));
   }
@@ -110,7 +109,7 @@ void remove_tree(const std::string& path) {
 
 void rename_or_fail(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0)
-    fail("checkpoint: cannot rename {} to {}: {}", from, to, errno_text(errno));
+    fail("checkpoint: cannot rename {} to {}: {}", from, to, std::strerror(errno));
 }
 
 std::string staging_path(const std::string& save_dir, const std::string& tag) {
@@ -146,7 +145,7 @@ void commit_checkpoint(const std::string& save_dir, const std::string& tag) {
       remove_tree(staging);  // now the old checkpoint
     } else {
       if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
-        fail("checkpoint: cannot exchange {} and {}: {}", staging, final_dir, errno_text(errno));
+        fail("checkpoint: cannot exchange {} and {}: {}", staging, final_dir, std::strerror(errno));
       // No RENAME_EXCHANGE on this filesystem: move the old one aside first. A crash between
       // the two renames leaves .<tag>.old, which remove_stale_staging() moves back.
       const std::string old = save_dir + "/." + tag + kOld;
@@ -167,7 +166,7 @@ std::optional<std::string> read_latest_tag(const std::string& save_dir) {
   int fd = ::open(latest.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return std::nullopt;
-    fail("checkpoint: cannot open {}: {}", latest, errno_text(errno));
+    fail("checkpoint: cannot open {}: {}", latest, std::strerror(errno));
   }
   std::string text;
   char buf[4096];
@@ -177,7 +176,7 @@ std::optional<std::string> read_latest_tag(const std::string& save_dir) {
     if (r < 0) {
       int err = errno;
       ::close(fd);
-      fail("checkpoint: cannot read {}: {}", latest, errno_text(err));
+      fail("checkpoint: cannot read {}: {}", latest, std::strerror(err));
     }
     if (r == 0) break;
     text.append(buf, static_cast<size_t>(r));
@@ -204,7 +203,7 @@ std::vector<std::string> remove_stale_staging(const std::string& save_dir) {
   DIR* d = ::opendir(save_dir.c_str());
   if (!d) {
     if (errno == ENOENT) return removed;
-    fail("checkpoint: cannot list {}: {}", save_dir, errno_text(errno));
+    fail("checkpoint: cannot list {}: {}", save_dir, std::strerror(errno));
   }
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
@@ -234,7 +233,7 @@ std::vector<std::string> remove_stale_staging(const std::string& save_dir) {
 void write_file_atomic(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create {}: {}", tmp, errno_text(errno));
+  if (fd < 0) fail("cannot create {}: {}", tmp, std::strerror(errno));
   const char* p = contents.data();
   size_t n = contents.size();
   while (n > 0) {
@@ -243,7 +242,7 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
     if (w < 0) {
       int err = errno;
       ::close(fd);
-      fail("cannot write {}: {}", tmp, errno_text(err));
+      fail("cannot write {}: {}", tmp, std::strerror(err));
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -251,9 +250,9 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   if (::fsync(fd) != 0) {
     int err = errno;
     ::close(fd);
-    fail("fsync of {} failed: {}", tmp, errno_text(err));
+    fail("fsync of {} failed: {}", tmp, std::strerror(err));
   }
-  if (::close(fd) != 0) fail("cannot close {}: {}", tmp, errno_text(errno));
+  if (::close(fd) != 0) fail("cannot close {}: {}", tmp, std::strerror(errno));
   rename_or_fail(tmp, path);
   auto slash = path.rfind('/');
   fsync_path(slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash)), true);

@@ -51,7 +51,6 @@ std::optional<DType> st_parse(const std::string& s) {
   return std::nullopt;
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
 
 // numel of a shape, or nullopt on a negative dimension or overflow.
 std::optional<int64_t> checked_numel(const std::vector<int64_t>& shape) {
@@ -72,7 +71,7 @@ void write_all(int fd, const std::string& path, const void* data, size_t n) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
-      fail("safetensors: writing {} failed: {}", path, errno_text(err));
+      fail("safetensors: writing {} failed: {}", path, std::strerror(err));
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -110,7 +109,7 @@ FileDigests write_safetensors(const std::string& path, const std::vector<TensorT
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("safetensors: cannot create {}: {}", path, errno_text(errno));
+  if (fd < 0) fail("safetensors: cannot create {}: {}", path, std::strerror(errno));
   FileDigests digests;
   {
     Sha256 h;
@@ -152,16 +151,16 @@ FileDigests write_safetensors(const std::string& path, const std::vector<TensorT
   if (::fsync(fd) != 0) {
     int err = errno;
     ::close(fd);
-    fail("safetensors: fsync of {} failed: {}", path, errno_text(err));
+    fail("safetensors: fsync of {} failed: {}", path, std::strerror(err));
   }
   // close() can report a deferred write error (NFS): a checkpoint must not pass silently.
-  if (::close(fd) != 0) fail("safetensors: closing {} failed: {}", path, errno_text(errno));
+  if (::close(fd) != 0) fail("safetensors: closing {} failed: {}", path, std::strerror(errno));
   return digests;
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("safetensors: cannot open {}: {}", path, errno_text(errno));
+  if (fd_ < 0) fail("safetensors: cannot open {}: {}", path, std::strerror(errno));
   // The destructor does not run for a throwing constructor: close on every error path.
   auto bad = [&](const std::string& what) {
     ::close(fd_);
@@ -173,7 +172,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     while (n > 0) {
       ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(off));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) bad(fmt::format("read failed: {}", errno_text(errno)));
+      if (r < 0) bad(fmt::format("read failed: {}", std::strerror(errno)));
       if (r == 0) bad("truncated file (unexpected end of file)");
       p += r;
       n -= static_cast<size_t>(r);
@@ -182,7 +181,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   };
 
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) bad(fmt::format("stat failed: {}", errno_text(errno)));
+  if (::fstat(fd_, &st) != 0) bad(fmt::format("stat failed: {}", std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) bad("not a regular file");
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8)
@@ -307,7 +306,7 @@ void SafetensorsFile::read(const std::string& name, int64_t first, int64_t count
     while (n > 0) {
       ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(off));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) fail("safetensors: {}: reading tensor '{}' failed: {}", path_, name, errno_text(errno));
+      if (r < 0) fail("safetensors: {}: reading tensor '{}' failed: {}", path_, name, std::strerror(errno));
       if (r == 0) fail("safetensors: {}: truncated file while reading tensor '{}' (changed since open?)", path_, name);
       p += r;
       n -= static_cast<size_t>(r);

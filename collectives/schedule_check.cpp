@@ -8,7 +8,7 @@
 namespace dscpp::comm {
 namespace {
 
-constexpr uint32_t kMagic = 0x48435344;  // "DSCH" in memory on little-endian hosts
+constexpr uint32_t kScheduleMagic = 0x48435344;  // "DSCH" in memory on little-endian hosts
 
 // FNV-1a: the history hash only has to make equal histories equal and different ones
 // different with overwhelming odds; it is never exposed beyond a message.
@@ -46,7 +46,7 @@ std::string plural(uint64_t n, std::string_view word) {
 }  // namespace
 
 ScheduleEntry ScheduleCheck::sign(ScheduleSignature s, std::string_view label) {
-  s.magic = kMagic;
+  s.magic = kScheduleMagic;
   std::memcpy(s.label, label.data(), std::min(label.size(), ScheduleSignature::kLabelBytes - 1));
   s.history = history_;
   history_ = fnv1a(history_, &s, sizeof s);
@@ -141,7 +141,7 @@ std::string describe_divergence(const std::string& group, const std::vector<Sche
                                 const ScheduleEntry& mine) {
   std::vector<int> unsigned_ranks;
   for (size_t r = 0; r < all.size(); ++r)
-    if (all[r].magic != kMagic) unsigned_ranks.push_back(static_cast<int>(r));
+    if (all[r].magic != kScheduleMagic) unsigned_ranks.push_back(static_cast<int>(r));
   if (!unsigned_ranks.empty())
     return fmt::format(
         "--check_schedule: group '{}' at collective #{}: {} sent no schedule signature, so schedule checking is off "

@@ -44,7 +44,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint64_t kMagic = 0x6473637070736d31ull;  // "dscppsm1"
+constexpr uint64_t kShmMagic = 0x6473637070736d31ull;  // "dscppsm1"
 constexpr size_t kLine = 128;                       // two lines: the adjacent-line prefetcher pairs them
 constexpr size_t kAlign = 64;                       // slot ranges start on cache lines
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
@@ -221,9 +221,9 @@ void ShmBackend::attach() {
     header_->slot_bytes = slot_bytes_;
     header_->total_bytes = map_bytes_;
     for (int r = 0; r < ctx_.size; ++r) new (&ctl_[r]) RankCtl{};
-    header_->magic = kMagic;
+    header_->magic = kShmMagic;
     ctx_.store->set("shm/name", seg_name);
-  } else if (header_->magic != kMagic || header_->size != ctx_.size || header_->total_bytes != map_bytes_) {
+  } else if (header_->magic != kShmMagic || header_->size != ctx_.size || header_->total_bytes != map_bytes_) {
     fail("shm group '{}': segment {} is for {} ranks, this group has {} (ranks disagree about the group)", ctx_.name,
          seg_name, header_->size, ctx_.size);
   } else {

@@ -34,6 +34,10 @@ struct FieldOpts {
   bool (*canonical)(std::string& value) = nullptr;
 };
 
+// The bounds most numeric keys share.
+inline const FieldOpts kNonNegative{.min = 0};
+inline const FieldOpts kPositive{.min = 1};
+
 struct SectionOpts {
   const char* alias = nullptr;
   // DeepSpeed validates this block with pydantic: an "auto" value with no resolution rule

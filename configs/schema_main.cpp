@@ -3,11 +3,6 @@
 
 namespace dscpp::config {
 
-namespace {
-const FieldOpts kNonNegative{.min = 0};
-const FieldOpts kPositive{.min = 1};
-}  // namespace
-
 void describe(Visitor& v, Fp16Config& c) {
   v.field("enabled", c.enabled);
   v.field("auto_cast", c.auto_cast);

@@ -5,7 +5,6 @@ namespace dscpp::config {
 
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
-const FieldOpts kNonNegative{.min = 0};
 }  // namespace
 
 void describe(Visitor& v, OffloadParamConfig& c) {

@@ -43,6 +43,16 @@ DSCPP_HD inline float exp_f(float x) {
   return p * bits_to_float(bits);
 }
 
+// Natural log, the platform's (logf on the device): used for log-sum-exp statistics, which
+// the tables compare within tolerances, not bit for bit.
+DSCPP_HD inline float log_f(float x) {
+#if defined(__CUDA_ARCH__)
+  return logf(x);
+#else
+  return std::log(x);
+#endif
+}
+
 // GELU (tanh form) as x·sigmoid(2u), u = √(2/π)(x + a·x³): 0.5·(1 + tanh(u)) = 1/(1 + e^(−2u)).
 // One exp instead of a tanh, and no cancellation in 1 + tanh(u) for large negative u.
 constexpr float kGeluC = 0.7978845608028654f;  // √(2/π)

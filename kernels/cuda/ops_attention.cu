@@ -15,18 +15,10 @@
 #include "kernels/cuda/softmax_row.h"
 #include "kernels/ops_math.h"
 
-#include <cmath>
 
 namespace dscpp::DSCPP_CUDA_NS::ops {
 namespace {
 
-DSCPP_HD inline float log_f(float x) {
-#if defined(__CUDA_ARCH__)
-  return logf(x);
-#else
-  return std::log(x);
-#endif
-}
 
 // Where row r (= h·rows + i) of a block's scores keeps its log-sum-exp: lse is batch × heads × T.
 // The row's query sees keys first(r) … live(r) − 1.
@@ -65,7 +57,8 @@ struct BlockSoftmax {
   DSCPP_HD void finish(const Thread& t, const double* totals) const {
     float* row = s + int64_t(t.block) * b.keys;
     softmax_write(row, row, b.keys, b.first(t.block), b.live(t.block), scale, totals, t);
-    if (t.thread == 0) lse[b.lse_index(t.block)] = static_cast<float>(totals[0]) + log_f(static_cast<float>(totals[1]));
+    if (t.thread == 0)
+      lse[b.lse_index(t.block)] = static_cast<float>(totals[0]) + hd::log_f(static_cast<float>(totals[1]));
   }
 };
 

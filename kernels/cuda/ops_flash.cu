@@ -28,7 +28,6 @@
 #include "kernels/hd.h"
 #include "kernels/ops_math.h"
 
-#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 
@@ -56,13 +55,6 @@ constexpr unsigned kTileThreads = kGrid * kGrid;
 constexpr int kRowsT = kT + 4;
 constexpr float kNoScore = -3.402823466e38f;
 
-DSCPP_HD inline float log_f(float x) {
-#if defined(__CUDA_ARCH__)
-  return logf(x);
-#else
-  return std::log(x);
-#endif
-}
 
 using F4 = Quad<float>;
 DSCPP_HD inline F4 ld4(const float* p) { return *reinterpret_cast<const F4*>(p); }
@@ -335,7 +327,7 @@ struct Forward {
     const Work w = work_of(g, t.block, true);
     store_rows<NJ>(t, g, out, g.C(), w.h * g.D, w.b, w.t0, loc.o, sh.l);
     if (t.thread < unsigned(kT) && w.t0 + t.thread < g.T)
-      lse[(w.b * g.heads + w.h) * g.T + w.t0 + t.thread] = loc.m + log_f(loc.l);
+      lse[(w.b * g.heads + w.h) * g.T + w.t0 + t.thread] = loc.m + hd::log_f(loc.l);
   }
 };
 

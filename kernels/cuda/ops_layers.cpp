@@ -24,10 +24,6 @@ using kernels::cpu::fits_int32;
 
 namespace {
 
-OpsContext& ctx(const dscpp_ops* o) {
-  return *static_cast<OpsContext*>(o->device);
-}
-
 // Element i of a tensor in the table's compute dtype.
 const void* at(const dscpp_ops* o, const void* p, int64_t i) {
   return static_cast<const char*>(p) + i * storage_bytes(storage_of(o->dtype));
@@ -35,10 +31,6 @@ const void* at(const dscpp_ops* o, const void* p, int64_t i) {
 
 void* at(const dscpp_ops* o, void* p, int64_t i) {
   return static_cast<char*>(p) + i * storage_bytes(storage_of(o->dtype));
-}
-
-int status(Status s) {
-  return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
 }
 
 bool attention_args_ok(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {

@@ -45,14 +45,6 @@ void blas_check(cublasStatus_t s, const char* call) {
 
 #define DSCPP_CUBLAS_CHECK(call) blas_check((call), #call)
 
-OpsContext& ctx(const dscpp_ops* o) {
-  return *static_cast<OpsContext*>(o->device);
-}
-
-int status(Status s) {
-  return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL;
-}
-
 // ---- elementwise -------------------------------------------------------------------------------
 
 template <class Launch>

@@ -100,6 +100,9 @@ inline int check_ops(const dscpp_ops* o) {
   if (o == nullptr) return DSCPP_E_INVALID_ARGUMENT;
   return o->dtype == DSCPP_F32 || o->dtype == DSCPP_BF16 || o->dtype == DSCPP_F16 ? DSCPP_OK : DSCPP_E_UNSUPPORTED;
 }
+// The table's context (its `device`), and a launch's status as the table answers it.
+inline OpsContext& ctx(const dscpp_ops* o) { return *static_cast<OpsContext*>(o->device); }
+inline int status(Status s) { return s == kOk ? DSCPP_OK : DSCPP_E_INTERNAL; }
 // A tensor argument of the table as the kernels take it.
 inline Src rd(const dscpp_ops* o, const void* p) { return {p, storage_of(o->dtype)}; }
 inline Dst wr(const dscpp_ops* o, void* p) { return {p, storage_of(o->dtype)}; }

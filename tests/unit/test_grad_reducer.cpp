@@ -30,7 +30,7 @@ using namespace dscpp::runtime;
 namespace {
 
 // Layers of 37, 100 and 5+64 parameters (the last layer has two), and one without any.
-std::vector<LayerDecl> layers() {
+std::vector<LayerDecl> reducer_layers() {
   using dscpp::test::layer_decl;
   return {layer_decl("a", {37}), layer_decl("b", {100}), layer_decl("none", {}), layer_decl("c", {5, 64})};
 }
@@ -50,7 +50,7 @@ FlatLayout layout_for(const ZeroPlan& zero, int world) {
     g.layer_per_group = true;
   else if (zero.optimizer_partitioned)
     g.max_group_elements = 128;
-  return make_flat_layout(layers(), g);
+  return make_flat_layout(reducer_layers(), g);
 }
 
 // Runs one optimizer step of `gas` micro-steps on `world` thread ranks over `layout` (the

@@ -23,7 +23,7 @@ using namespace dscpp::runtime;
 
 namespace {
 
-std::vector<LayerDecl> layers() {
+std::vector<LayerDecl> store_layers() {
   std::vector<LayerDecl> out;
   for (int64_t n : {300, 17, 4000, 64, 1000, 8}) out.push_back(dscpp::test::layer_decl("l" + std::to_string(out.size()), {n}));
   return out;
@@ -66,7 +66,7 @@ void stage3(int world, const Stage3Plan& s3) {
   Grouping g;
   g.parts = world;
   g.layer_per_group = true;
-  const FlatLayout layout = make_flat_layout(layers(), g);
+  const FlatLayout layout = make_flat_layout(store_layers(), g);
   const int64_t bound = ParamStore::gathered_bound(layout, s3) + ParamStore::hpz_secondary_bound(layout, s3);
   Problems problems(static_cast<size_t>(world));
   std::vector<int> uses(static_cast<size_t>(world), 0);
@@ -102,7 +102,7 @@ void stage3(int world, const Stage3Plan& s3) {
     ps.release_all();
   });
   check_none(problems);
-  for (int u : uses) CHECK(u == 2 * 2 * static_cast<int>(layers().size()));  // 2 steps, forward and backward
+  for (int u : uses) CHECK(u == 2 * 2 * static_cast<int>(store_layers().size()));  // 2 steps, forward and backward
 }
 
 }  // namespace
@@ -135,7 +135,7 @@ TEST_CASE("stages 1-2: publish allgathers each rank's updated slice into every r
     Grouping g;
     g.parts = world;
     g.max_group_elements = 2000;
-    const FlatLayout layout = make_flat_layout(layers(), g);
+    const FlatLayout layout = make_flat_layout(store_layers(), g);
     Problems problems(static_cast<size_t>(world));
     test::run_thread_ranks(world, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
       comm::GroupContext c = test::group_context(store, "params12", rank, size);

@@ -21,6 +21,9 @@ namespace dscpp::kernels::cpu {
 // Work per parallel chunk, in elements: below this a loop stays on the calling thread, since
 // waking a worker costs a few microseconds (~16K elements of a streaming loop).
 inline constexpr int64_t kGrainElements = int64_t{1} << 15;
+// Floats per 64-byte cache line: parallel splits of a row or column aligned to it never share a
+// line between threads.
+inline constexpr int64_t kLineFloats = 16;
 // Rows per chunk for a row-wise op whose rows have `cols` elements (at least one row).
 inline int64_t row_grain(int64_t cols, int64_t elements = kGrainElements) {
   return cols <= 0 ? elements : (elements + cols - 1) / cols;

@@ -11,7 +11,6 @@
 namespace dscpp::kernels::cpu {
 namespace {
 
-constexpr int64_t kLine = 16;  // floats per 64-byte cache line
 
 DSCPP_SIMD void fill_k(float* x, float v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = v;
@@ -104,7 +103,7 @@ DSCPP_SIMD void add_into_k(const float* x, float* y, int64_t n) {
 // Runs f(begin, end) over [0, n) on the pool, in cache-line-aligned chunks.
 template <class F>
 void chunked(int64_t n, int64_t grain, F&& f) {
-  dscpp::parallel_for(n, grain, [&](int64_t b, int64_t e) { f(b, e); }, kLine);
+  dscpp::parallel_for(n, grain, [&](int64_t b, int64_t e) { f(b, e); }, kLineFloats);
 }
 
 int check_matrix(int64_t rows, int64_t cols) { return rows < 0 || cols < 0 ? DSCPP_E_INVALID_ARGUMENT : DSCPP_OK; }

@@ -10,7 +10,6 @@
 namespace dscpp::kernels::cpu {
 namespace {
 
-constexpr int64_t kLine = 16;   // floats per cache line: column splits never share one
 constexpr int64_t kTile = 256;  // columns of a reduction tile kept on the stack
 
 DSCPP_SIMD void rms_fwd_k(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t cols,
@@ -123,7 +122,7 @@ int rmsnorm_backward(const dscpp_ops* o, const void* dy, const void* x, const vo
   // dgamma first: dx may overwrite dy in place.
   dscpp::parallel_for(cols, row_grain(rows), [&](int64_t c0, int64_t c1) {
     rms_bwd_gamma_k(pdy, px, rstd, pdg, rows, cols, c0, c1);
-  }, kLine);
+  }, kLineFloats);
   dscpp::parallel_for(rows, row_grain(cols), [&](int64_t r0, int64_t r1) {
     rms_bwd_dx_k(pdy + r0 * cols, px + r0 * cols, pg, rstd + r0, pdx + r0 * cols, r1 - r0, cols);
   });

@@ -14,7 +14,6 @@
 namespace dscpp::kernels::cpu {
 namespace {
 
-constexpr int64_t kLine = 16;   // floats per cache line: column splits never share one
 
 constexpr int64_t kTile = 256;  // columns of a reduction tile kept on the stack
 
@@ -181,7 +180,7 @@ int layernorm_backward(const dscpp_ops* o, const void* dy, const void* x, const 
   // Parameter gradients first: dx may overwrite dy in place.
   dscpp::parallel_for(cols, row_grain(rows), [&](int64_t c0, int64_t c1) {
     ln_bwd_params_k(pdy, px, mean, rstd, pdg, pdb, rows, cols, c0, c1);
-  }, kLine);
+  }, kLineFloats);
   dscpp::parallel_for(rows, row_grain(cols), [&](int64_t r0, int64_t r1) {
     ln_bwd_dx_k(pdy + r0 * cols, px + r0 * cols, pg, mean + r0, rstd + r0, pdx + r0 * cols, r1 - r0, cols);
   });
@@ -283,7 +282,7 @@ int embedding_backward(const dscpp_ops* o, const int32_t* ids, const void* dout,
   // Split by columns: repeated ids add into the same row, so rows cannot be split.
   dscpp::parallel_for(dim, row_grain(n), [&](int64_t c0, int64_t c1) {
     for (int64_t i = 0; i < n; ++i) add_to(pd + i * dim + c0, pt + int64_t{ids[i]} * dim + c0, c1 - c0);
-  }, kLine);
+  }, kLineFloats);
   return DSCPP_OK;
 }
 
