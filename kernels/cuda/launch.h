@@ -235,6 +235,8 @@ DSCPP_HD constexpr unsigned reduce_blocks(int64_t n) {
 // and Local filled with NaN bytes first, so a read of anything not written fails the tests. It
 // cannot show a race inside one phase (two threads writing, or one reading what another
 // writes, between the same two barriers): the bodies must not have one.
+// max_tile_shared_bytes() is the most a block may have on the current device: a caller with
+// another way to do the work checks sizeof(Body::Shared) against it first.
 //   struct Body {
 //     static constexpr unsigned kThreads; static constexpr int kPhases;
 //     struct Shared; struct Local;

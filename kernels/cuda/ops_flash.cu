@@ -524,8 +524,20 @@ unsigned blocks_of(const Geometry& g) {
 
 }  // namespace
 
+// The largest block of a head width's kernels is dk/dv's: 166 KB at width 128, more than an
+// A100 gives a block (163 KB), which then takes the blockwise path at that width.
 bool flash_tiles_fit(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
-  return head_dim >= 1 && head_dim <= 128 && batch * heads * ceil_div(T, kT) < (int64_t(1) << 31);
+  if (head_dim < 1 || head_dim > 128 || batch * heads * ceil_div(T, kT) >= (int64_t(1) << 31)) return false;
+  static_assert(sizeof(BackwardKV<64>::Shared) >= sizeof(Forward<64>::Shared) &&
+                    sizeof(BackwardKV<64>::Shared) >= sizeof(BackwardQ<64>::Shared) &&
+                    sizeof(BackwardKV<128>::Shared) >= sizeof(Forward<128>::Shared) &&
+                    sizeof(BackwardKV<128>::Shared) >= sizeof(BackwardQ<128>::Shared),
+                "dk/dv's block is the largest");
+  return flash_tiles_shared_bytes(head_dim) <= max_tile_shared_bytes();
+}
+
+size_t flash_tiles_shared_bytes(int64_t head_dim) {
+  return head_dim <= 64 ? sizeof(BackwardKV<64>::Shared) : sizeof(BackwardKV<128>::Shared);
 }
 
 Status flash_tiles_forward(Src qkv, float* lse, Dst out, const FlashShape& f, Stream s) {

@@ -13,6 +13,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/rope_math.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -122,8 +123,10 @@ struct FlashShape {
   const int32_t* first_key = nullptr;
   int64_t first_ld = 0;
 };
-// Head widths up to 128 (wider: the blockwise path).
+// Head widths up to 128 whose blocks' shared memory the device gives (else the blockwise path).
 bool flash_tiles_fit(int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+// The shared memory of the largest block at a head width.
+size_t flash_tiles_shared_bytes(int64_t head_dim);
 Status flash_tiles_forward(Src qkv, float* lse, Dst out, const FlashShape& f, Stream s);
 // delta: batch·heads·T floats of scratch (it gets attention_delta's result).
 Status flash_tiles_backward(Src qkv, Src out, const float* lse, Src dout, Dst dqkv, float* delta,

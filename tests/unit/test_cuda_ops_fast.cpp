@@ -1,6 +1,7 @@
 // The CUDA ops table's GPU-speed entries in host-stub mode against the CPU table: attention
 // without T² scores (flash_attention_*) and the GEMMs on tensor-core math (kernels/gemm_math.h).
 // Tolerances as in test_cuda_ops_table.cpp (cuda_table_check.h).
+#include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/ops_table.h"
 #include "kernels/cuda/sim/cuda_runtime_stub.h"
 #include "tests/unit/cuda_table_check.h"
@@ -161,6 +162,11 @@ TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cu
 // one (100, 128). Every call must have run as tile launches (the host stub's launch log), not
 // the blockwise path's GEMMs.
 TEST_CASE("CUDA table (host stub) tiled flash attention matches the CPU table's", "[cuda_ops_table]") {
+  // What a block needs against what GPUs give one: an A100 163 KB (widths up to 64 run tiled
+  // there), an H100 or H200 227 KB (every width up to 128).
+  CHECK(cuda::ops::flash_tiles_shared_bytes(64) <= 163 * 1024);
+  CHECK(cuda::ops::flash_tiles_shared_bytes(128) <= 227 * 1024);
+  CHECK_FALSE(cuda::ops::flash_tiles_fit(1, 8, 1, 129));
   Tables t;
   t.ctx.tiled_attention = true;
   for (int64_t T : {1, 6, 64, 65, 200})
