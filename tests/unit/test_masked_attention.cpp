@@ -125,13 +125,21 @@ TEST_CASE("masked flash attention on the CUDA table (host stub): each document a
 
 // The tiled kernels: documents ending inside 64-query tiles and on their edges (64, 128), so
 // whole key tiles lie before some query tiles' first keys (the forward and dq kernels start
-// past them) and the dk/dv kernel's scan ends early for sequence 1's first documents.
+// past them) and the dk/dv kernel's scan ends early for sequence 1's first documents. Under
+// AddressSanitizer (unoptimised: the host stub runs the tiles ~50x slower) the 300-token case
+// is left out and the tile-edge case is 130 tokens long.
 TEST_CASE("masked flash attention on the CUDA table's tiled kernels (host stub): each document as if alone",
           "[cuda_ops_table][attention]") {
   Tables t;
   t.ctx.tiled_attention = true;
+#if defined(__SANITIZE_ADDRESS__)
+  for (const Case& c : cases())
+    if (c.T < 300) check_case(t.G(), c);
+  check_case(t.G(), {2, 130, 2, 8, {{0, 64, 65, 128}, {0, 3, 100}}});
+#else
   for (const Case& c : cases()) check_case(t.G(), c);
   check_case(t.G(), {2, 200, 2, 8, {{0, 64, 65, 128, 190}, {0, 3, 150}}});
+#endif
 }
 
 TEST_CASE("masked flash attention: first keys are clamped to 0 … t; NULL is causal; bad strides refused",
