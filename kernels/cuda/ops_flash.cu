@@ -1,15 +1,16 @@
 // Tiled attention: the flash entries in FlashAttention-2's schedule on the table's own kernels,
-// with no score matrix outside shared memory (the blockwise path of ops_attention.cu writes one
-// block of queries' scores to device memory and reads it back three times; on an H200 that path
-// cost about 4 ms per gpt block at T = 1024, where one fused kernel does the same work in about
-// half, see docs/gpu.md). It takes fp32 runs (cuDNN's fused attention computes only in 16 bits)
-// and the masked entries in any dtype (cuDNN is not given those).
+// with no score matrix outside shared memory. The blockwise path of ops_attention.cu writes one
+// block of queries' scores to device memory and reads it back three times; on an H200 it took
+// about 4 ms per gpt block at T = 1024 (ncu), the largest part of the fp32 gap to PyTorch.
+// Whether these kernels are faster is the GPU benchmark's to say (docs/gpu.md); they take fp32
+// runs (cuDNN's fused attention computes only in 16 bits) and the masked entries in any dtype
+// (cuDNN is not given those) when DSCPP_FLASH_ATTENTION=tiled.
 //
 // A block of 256 threads works on one (sequence, head) pair and one tile of 64 queries
 // (forward, dq) or 64 keys (dk, dv), looping over the tiles of the other side that the mask
 // leaves any work in. Every product of two tiles runs on the 16 × 16 thread grid, each thread a
 // 4 × 4 (4 × 8 for head widths up to 128) block of the result with four-float shared-memory
-// loads: eight FMAs per load, where a one-thread-per-row kernel gets one. Operands sit in
+// loads: eight FMAs per load, where a one-thread-per-row kernel gets four at best. Operands sit in
 // shared memory in the layout their product reads (launch.h's tile contract: phases between
 // barriers), so each tensor that a product needs feature-major is transposed once per block,
 // never per tile.
@@ -32,8 +33,8 @@
 #include <initializer_list>
 
 // Loops over a thread's register blocks unroll fully (their arrays must stay in registers); the
-// loops over a product's inner dimension unroll by a few steps only, which keeps this file's
-// compile time for three architectures near a minute (a full unroll doubled it).
+// loops over a product's inner dimension unroll by four steps only, which halves this file's
+// compile time (nvcc for sm_90: 10 s, 21 s fully unrolled) at no cost in registers.
 #if defined(__CUDA_ARCH__)
 #define DSCPP_UNROLL _Pragma("unroll")
 #define DSCPP_UNROLL_SOME _Pragma("unroll 4")
@@ -54,7 +55,6 @@ constexpr unsigned kTileThreads = kGrid * kGrid;
 // rows of kT + 4 floats put a group's columns in different banks (and keep rows 16-byte aligned).
 constexpr int kRowsT = kT + 4;
 constexpr float kNoScore = -3.402823466e38f;
-
 
 using F4 = Quad<float>;
 DSCPP_HD inline F4 ld4(const float* p) { return *reinterpret_cast<const F4*>(p); }
