@@ -181,6 +181,19 @@ DSCPP_HD inline void load_tile(const Thread& t, const Geometry& g, Src x, int64_
   }
 }
 
+// Part `part` (0: q, 1: k, 2: v) of qkv, or the output gradient, for the block's head over the
+// tile of tokens t0 …: load_tile at that tensor's width and the head's columns.
+template <int DM>
+DSCPP_HD inline void load_qkv(const Thread& t, const Geometry& g, Src qkv, int part, const Work& w, int64_t t0,
+                              float* dst, bool feature_major) {
+  load_tile<DM>(t, g, qkv, 3 * g.C(), part * g.C() + w.h * g.D, w.b, t0, dst, feature_major);
+}
+template <int DM>
+DSCPP_HD inline void load_dout(const Thread& t, const Geometry& g, Src dout, const Work& w, int64_t t0, float* dst,
+                               bool feature_major) {
+  load_tile<DM>(t, g, dout, g.C(), w.h * g.D, w.b, t0, dst, feature_major);
+}
+
 // A 64 × DM result tile (rows 4ty + r of tile t0, features 4tx + 64j + c) to a head's columns.
 template <int NJ>
 DSCPP_HD inline void store_rows(const Thread& t, const Geometry& g, Dst y, int64_t width, int64_t col, int64_t b,
@@ -257,7 +270,7 @@ struct Forward {
     const Work w = work_of(g, t.block, true);
     zero(loc.o);
     loc.m = kNoScore, loc.l = 0.0f;
-    load_tile<DM>(t, g, qkv, 3 * g.C(), w.h * g.D, w.b, w.t0, &sh.qt[0][0], true);
+    load_qkv<DM>(t, g, qkv, 0, w, w.t0, &sh.qt[0][0], true);
     note_first(t, g, w.b, w.t0, sh.first);
     if (t.thread < unsigned(kT)) sh.m[0][t.thread] = kNoScore;
   }
@@ -269,13 +282,13 @@ struct Forward {
     const int ty = int(t.thread) / kGrid, tx = int(t.thread) % kGrid;
     const int i = int(t.thread) % kT, part = int(t.thread) / kT;
     if (p == 0 && step == 0) loc.key_tile0 = key_tiles(g, w.t0, sh.first).lo;
-    const int64_t k0 = (loc.key_tile0 + step) * kT, C = g.C();
+    const int64_t k0 = (loc.key_tile0 + step) * kT;
     const int64_t q = w.t0 + i, f = sh.first[i];
     // Whether query i sees key j of the tile.
     auto sees = [&](int j) { return q < g.T && k0 + j <= q && k0 + j >= f; };
     if (p == 0) {  // the key and value tiles
-      load_tile<DM>(t, g, qkv, 3 * C, C + w.h * g.D, w.b, k0, &sh.k[0][0], false);
-      load_tile<DM>(t, g, qkv, 3 * C, 2 * C + w.h * g.D, w.b, k0, &sh.v[0][0], false);
+      load_qkv<DM>(t, g, qkv, 1, w, k0, &sh.k[0][0], false);
+      load_qkv<DM>(t, g, qkv, 2, w, k0, &sh.v[0][0], false);
     } else if (p == 1) {  // Sᵀ = K·Qᵀ: rows keys, columns queries
       float s[4][4];
       zero(s);
@@ -381,8 +394,8 @@ struct BackwardQ {
   DSCPP_HD void begin(const Thread& t, Shared& sh, Local& loc) const {
     const Work w = work_of(g, t.block, true);
     zero(loc.dq);
-    load_tile<DM>(t, g, qkv, 3 * g.C(), w.h * g.D, w.b, w.t0, &sh.qt[0][0], true);
-    load_tile<DM>(t, g, dout, g.C(), w.h * g.D, w.b, w.t0, &sh.gt[0][0], true);
+    load_qkv<DM>(t, g, qkv, 0, w, w.t0, &sh.qt[0][0], true);
+    load_dout<DM>(t, g, dout, w, w.t0, &sh.gt[0][0], true);
     note_first(t, g, w.b, w.t0, sh.first);
     note_stats(t, g, w, w.t0, lse, delta, sh.lse, sh.delta);
   }
@@ -393,10 +406,10 @@ struct BackwardQ {
     const Work w = work_of(g, t.block, true);
     const int ty = int(t.thread) / kGrid, tx = int(t.thread) % kGrid;
     if (p == 0 && step == 0) loc.key_tile0 = key_tiles(g, w.t0, sh.first).lo;
-    const int64_t k0 = (loc.key_tile0 + step) * kT, C = g.C();
+    const int64_t k0 = (loc.key_tile0 + step) * kT;
     if (p == 0) {
-      load_tile<DM>(t, g, qkv, 3 * C, C + w.h * g.D, w.b, k0, &sh.k[0][0], false);
-      load_tile<DM>(t, g, qkv, 3 * C, 2 * C + w.h * g.D, w.b, k0, &sh.v[0][0], false);
+      load_qkv<DM>(t, g, qkv, 1, w, k0, &sh.k[0][0], false);
+      load_qkv<DM>(t, g, qkv, 2, w, k0, &sh.v[0][0], false);
     } else if (p == 1) {  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (rows keys 4ty + r, columns queries 4tx + c) → dSᵀ
       float s[4][4], dp[4][4];
       zero(s), zero(dp);
@@ -455,9 +468,8 @@ struct BackwardKV {
   DSCPP_HD void begin(const Thread& t, Shared& sh, Local& loc) const {
     const Work w = work_of(g, t.block, false);
     zero(loc.dk), zero(loc.dv);
-    const int64_t C = g.C();
-    load_tile<DM>(t, g, qkv, 3 * C, C + w.h * g.D, w.b, w.t0, &sh.kt[0][0], true);
-    load_tile<DM>(t, g, qkv, 3 * C, 2 * C + w.h * g.D, w.b, w.t0, &sh.vt[0][0], true);
+    load_qkv<DM>(t, g, qkv, 1, w, w.t0, &sh.kt[0][0], true);
+    load_qkv<DM>(t, g, qkv, 2, w, w.t0, &sh.vt[0][0], true);
     int64_t last = -1;
     if (g.first_key == nullptr) {
       last = g.T - 1;
@@ -479,8 +491,8 @@ struct BackwardKV {
     const int ty = int(t.thread) / kGrid, tx = int(t.thread) % kGrid;
     const int64_t q0 = w.t0 + int64_t(step) * kT;
     if (p == 0) {  // the query tile, its output gradient and statistics
-      load_tile<DM>(t, g, qkv, 3 * g.C(), w.h * g.D, w.b, q0, &sh.q[0][0], false);
-      load_tile<DM>(t, g, dout, g.C(), w.h * g.D, w.b, q0, &sh.go[0][0], false);
+      load_qkv<DM>(t, g, qkv, 0, w, q0, &sh.q[0][0], false);
+      load_dout<DM>(t, g, dout, w, q0, &sh.go[0][0], false);
       note_first(t, g, w.b, q0, sh.first);
       note_stats(t, g, w, q0, lse, delta, sh.lse, sh.delta);
     } else if (p == 1) {  // S = Q·Kᵀ and dP = dO·Vᵀ (rows queries 4ty + r, columns keys 4tx + c) → P, dS

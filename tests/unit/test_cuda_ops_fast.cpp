@@ -113,6 +113,18 @@ FlashRun run_flash(const Tables& t, const Vec& qkv, const Vec& dout, int64_t bat
   }
   return r;
 }
+// The CUDA table's run (index 0) against the CPU table's: out and dqkv normwise within the sums'
+// tolerance at max(T, head_dim) (dqkv: two sums in a row, as for the ABI 2 entries), lse within
+// it relative to 1 + |lse| (a log of a T-term sum).
+void check_flash(const FlashRun& r, int64_t T, int64_t head_dim) {
+  const Vec(&out)[2] = r.out, (&lse)[2] = r.lse, (&dqkv)[2] = r.dqkv;
+  const double tol = sum_tol(std::max(T, head_dim));
+  CHECK_NORMWISE(out[0], out[1], tol);
+  double lse_floor = 0;
+  for (float v : lse[1]) lse_floor = std::max(lse_floor, 1.0 + std::fabs(double(v)));
+  CHECK_NORMWISE(lse[0], lse[1], tol, lse_floor);
+  CHECK_NORMWISE(dqkv[0], dqkv[1], 2 * tol);
+}
 }  // namespace
 
 // The flash entries: the CUDA table's blockwise attention (blocks of 128 queries on the table's
@@ -128,14 +140,7 @@ TEST_CASE("CUDA table (host stub) flash attention matches the CPU table's", "[cu
       const float scale = 1.0f / std::sqrt(float(head_dim));
       CAPTURE(T, head_dim);
       const Vec qkv = rnd(size_t(batch * T * 3 * C), 22, -2.0f, 2.0f), dout = rnd(size_t(batch * T * C), 23);
-      const FlashRun r = run_flash(t, qkv, dout, batch, T, heads, head_dim, scale);
-      const Vec(&out)[2] = r.out, (&lse)[2] = r.lse, (&dqkv)[2] = r.dqkv;
-      const double tol = sum_tol(std::max(T, head_dim));
-      CHECK_NORMWISE(out[0], out[1], tol);
-      double lse_floor = 0;
-      for (float v : lse[1]) lse_floor = std::max(lse_floor, 1.0 + std::fabs(double(v)));
-      CHECK_NORMWISE(lse[0], lse[1], tol, lse_floor);
-      CHECK_NORMWISE(dqkv[0], dqkv[1], 2 * tol);  // two sums in a row, as for the ABI 2 entries
+      check_flash(run_flash(t, qkv, dout, batch, T, heads, head_dim, scale), T, head_dim);
     }
   // Under bf16 math the blockwise path's GEMMs read staged bf16 copies of head-major strided
   // batches: within bf16 rounding of the exact result (gpu_parity's bound for the same case).
@@ -189,12 +194,6 @@ TEST_CASE("CUDA table (host stub) tiled flash attention matches the CPU table's"
       int tiles = 0;
       for (const cuda::StubLaunch& l : cuda::stub_launches()) tiles += l.kind == "tiles";
       CHECK(tiles == 3);  // forward; dq; dk and dv
-      const Vec(&out)[2] = r.out, (&lse)[2] = r.lse, (&dqkv)[2] = r.dqkv;
-      const double tol = sum_tol(std::max(T, head_dim));
-      CHECK_NORMWISE(out[0], out[1], tol);
-      double lse_floor = 0;
-      for (float v : lse[1]) lse_floor = std::max(lse_floor, 1.0 + std::fabs(double(v)));
-      CHECK_NORMWISE(lse[0], lse[1], tol, lse_floor);
-      CHECK_NORMWISE(dqkv[0], dqkv[1], 2 * tol);
+      check_flash(r, T, head_dim);
     }
 }
