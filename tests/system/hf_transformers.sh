@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # transformers itself on both ends of the Hugging Face path, in the venv scripts/setup.sh makes
 # (transformers 4.44.2 on Debian's torch; skipped, 77, without it):
-#   1. the reference data of tests/data/hf regenerates byte for byte (make.sh --check);
+#   1. the reference data of tests/data/hf regenerates (make.sh --check: byte for byte, or within
+#      rounding for reference.safetensors on another CPU);
 #   2. a directory `dscpp export-hf` writes loads with from_pretrained (no missing, unexpected
 #      or misshapen tensor) and gives transformers' logits: from a step-0 checkpoint the
 #      reference logits (1e-5), after 3 AdamW steps at ZeRO 3 on 2 ranks the loss transformers
