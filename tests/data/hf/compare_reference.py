@@ -15,20 +15,25 @@ against these files (tests/system/hf_parity.sh):
   - after3.* (three AdamW steps): |new - committed| <= 3e-5 where the
     parameter's |grad| > 1e-3. Where the gradient is smaller, AdamW's update
     (about lr * m / sqrt(v)) turns a rounding difference in g into one of up
-    to lr per step, so there the bound is 3 steps * 2 lr.
+    to lr per step, so there the bound is steps * 2 lr (both read from the
+    committed file's metadata, which must equal the new file's).
 Prints one line and exits 1 when a bound does not hold.
 """
 
 import sys
 
 import numpy as np
+from safetensors import safe_open
 from safetensors.numpy import load_file
 
-LR = 1e-2  # make_parity.py's AdamW learning rate
 NORMWISE = 1e-5
 AFTER3_ATOL = 3e-5
 GRAD_ABOVE = 1e-3
-SMALL_GRAD_ATOL = 3 * 2 * LR
+
+
+def metadata(path):
+    with safe_open(path, framework="numpy") as f:
+        return f.metadata() or {}
 
 
 def main():
@@ -36,6 +41,10 @@ def main():
         sys.exit("usage: compare_reference.py NEW COMMITTED")
     new, old = load_file(sys.argv[1]), load_file(sys.argv[2])
     problems = []
+    meta = metadata(sys.argv[2])
+    if metadata(sys.argv[1]) != meta:
+        problems.append("metadata differ")
+    small_grad_atol = int(meta["steps"]) * 2 * float(meta["lr"])
     if sorted(new) != sorted(old):
         problems.append(f"names differ: only new {sorted(set(new) - set(old))}, "
                         f"only committed {sorted(set(old) - set(new))}")
@@ -53,7 +62,7 @@ def main():
         if name.startswith("after3."):
             grad = old.get("grad." + name[len("after3."):])
             big = np.abs(grad) > GRAD_ABOVE if grad is not None else np.ones(a.shape, bool)
-            for sel, tol in ((big, AFTER3_ATOL), (~big, SMALL_GRAD_ATOL)):
+            for sel, tol in ((big, AFTER3_ATOL), (~big, small_grad_atol)):
                 if sel.any() and diff[sel].max() > tol:
                     problems.append(f"{name}: |diff| {diff[sel].max():.3g} > {tol:g}")
             if big.any():
