@@ -43,9 +43,15 @@ std::string bad_entry_hint(std::string_view rest) {
 
 }  // namespace
 
+UserAtHost split_user_host(std::string_view entry) {
+  size_t at = entry.rfind('@');
+  if (at == std::string_view::npos) return {"", std::string(entry)};
+  return {std::string(entry.substr(0, at)), std::string(entry.substr(at + 1))};
+}
+
 ResourcePool parse_hostfile(std::string_view text, std::string_view file_name) {
   ResourcePool pool;
-  std::map<std::string, int, std::less<>> first_line;  // host -> line where it was listed
+  std::map<std::string, std::pair<int, std::string>, std::less<>> first_line;  // name -> line, entry
   int line_no = 1;
   for (size_t pos = 0; pos <= text.size(); ++line_no) {
     size_t end = std::min(text.find('\n', pos), text.size());
@@ -70,10 +76,15 @@ ResourcePool parse_hostfile(std::string_view text, std::string_view file_name) {
       fail("{}:{}: found slots={} for host \"{}\"; expected at most {} slots per host", file_name, line_no, number,
            host, kMaxHostSlots);
     int slots = std::stoi(std::string(number));
-    auto [it, inserted] = first_line.emplace(std::string(host), line_no);
+    UserAtHost login = split_user_host(host);
+    if (host.find('@') != std::string_view::npos && (login.user.empty() || login.host.empty()))
+      fail("{}:{}: found host \"{}\" with an empty {}; expected HOSTNAME or USER@HOSTNAME", file_name, line_no, host,
+           login.user.empty() ? "user before '@'" : "host name after '@'");
+    auto [it, inserted] = first_line.emplace(login.host, std::pair{line_no, std::string(host)});
     if (!inserted)
-      fail("{}:{}: found host \"{}\" again (first listed on line {}); expected each host once, with all its slots",
-           file_name, line_no, host, it->second);
+      fail("{}:{}: found host \"{}\" again (first listed on line {}{}); expected each host once, with all its slots",
+           file_name, line_no, host, it->second.first,
+           it->second.second == host ? "" : fmt::format(" as \"{}\"", it->second.second));
     HostSlots entry{std::string(host), {}};
     for (int s = 0; s < slots; ++s) entry.slots.push_back(s);
     pool.push_back(std::move(entry));

@@ -4,6 +4,13 @@
 // line (any whitespace between, anything after `slots=N` ignored), blank lines and lines
 // starting with `#` skipped. File order is node order and therefore rank order. A host with
 // `slots=0` stays in the pool (it can be named in --include/--exclude) but yields no ranks.
+//
+// HOSTNAME may be `user@host`, as ssh's destination: that host is logged in to as `user`
+// (--ssh_user overrides it; it overrides the ssh config's User). The plan keeps the entry as
+// written, so rank labels and messages show it; the SSH layer splits the user off when it logs
+// in, and code that resolves or compares host names (the master address, --include/--exclude,
+// repeated hosts) uses host_name_of(). Code that does not (is_local_host) sees "user@localhost"
+// as another machine: a login as another user goes through ssh, even to this machine.
 #pragma once
 
 #include "launcher/launch_plan.h"
@@ -13,6 +20,16 @@
 #include <string_view>
 
 namespace dscpp::launcher {
+
+// "bob@node1" -> {"bob", "node1"}; "node1" -> {"", "node1"}. Split at the last '@', as ssh
+// does, so that a user name may itself hold one ("jo@corp@node1" in a hostfile).
+struct UserAtHost {
+  std::string user, host;
+};
+UserAtHost split_user_host(std::string_view entry);
+inline std::string host_name_of(std::string_view entry) {
+  return split_user_host(entry).host;
+}
 
 // Largest `slots=N` accepted; more is a typo, not a machine.
 inline constexpr int kMaxHostSlots = 65536;

@@ -2,10 +2,13 @@
 
 #include "core/error.h"
 #include "launcher/env_export.h"
+#include "launcher/hostfile.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -25,11 +28,12 @@ std::string absolute(const std::string& path) {
 }
 
 void append_shim(std::vector<std::string>& argv, const std::string& dscpp_path, const ProgramSpec& program,
-                 bool no_local_rank) {
+                 bool no_local_rank, bool stop_on_stdin) {
   argv.push_back(dscpp_path);
   argv.push_back("rank-shim");
   // The shim inserts --local_rank itself (only it knows the task's local rank).
   argv.push_back("--local_rank_at=" + std::to_string(no_local_rank ? -1 : program.local_rank_at));
+  if (stop_on_stdin) argv.push_back("--stop_on_stdin");
   argv.push_back("--");
   argv.insert(argv.end(), program.argv.begin(), program.argv.end());
 }
@@ -43,10 +47,55 @@ std::string self_executable() {
   return p.string();
 }
 
+static std::string invoked_as;
+
+void set_invoked_as(const std::string& argv0) { invoked_as = argv0; }
+
+std::string invoked_executable() {
+  const char* path = std::getenv("PATH");
+  return invoked_path(invoked_as, path ? path : "", self_executable());
+}
+
+std::string invoked_path(const std::string& argv0, const std::string& path_env, const std::string& self) {
+  struct stat self_st {};
+  if (argv0.empty() || ::stat(self.c_str(), &self_st) != 0) return self;
+  std::string candidate;
+  if (argv0.find('/') != std::string::npos) {
+    candidate = absolute(argv0);
+  } else {
+    // As execvp searches: an empty entry is the current directory.
+    for (size_t start = 0; start <= path_env.size();) {
+      size_t end = path_env.find(':', start);
+      if (end == std::string::npos) end = path_env.size();
+      std::string dir = path_env.substr(start, end - start);
+      std::string p = (dir.empty() ? std::string(".") : dir) + "/" + argv0;
+      struct stat st {};
+      if (::access(p.c_str(), X_OK) == 0 && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        candidate = absolute(p);
+        break;
+      }
+      start = end + 1;
+    }
+  }
+  struct stat st {};
+  if (candidate.empty() || ::stat(candidate.c_str(), &st) != 0 || st.st_dev != self_st.st_dev ||
+      st.st_ino != self_st.st_ino)
+    return self;
+  return candidate;
+}
+
 std::string runtime_executable(const std::string& dscpp_path) {
-  fs::path runtime = fs::path(dscpp_path).parent_path() / "dscpp-runtime";
-  if (!fs::exists(runtime)) runtime = fs::path(dscpp_path).parent_path().parent_path() / "runtime" / "dscpp-runtime";
-  return runtime.string();
+  std::vector<fs::path> places;
+  auto add = [&places](const fs::path& dscpp) {
+    places.push_back(dscpp.parent_path() / "dscpp-runtime");
+    places.push_back(dscpp.parent_path().parent_path() / "runtime" / "dscpp-runtime");
+  };
+  add(dscpp_path);
+  std::error_code ec;
+  if (fs::path resolved = fs::canonical(dscpp_path, ec); !ec && resolved != fs::path(dscpp_path)) add(resolved);
+  for (const auto& p : places)
+    if (fs::exists(p, ec)) return p.string();
+  return places[1].string();
 }
 
 // A file here that the kernel would refuse to exec but that is an ELF shared object: what a
@@ -138,11 +187,15 @@ std::vector<std::string> mpirun_argv(const WorldPlan& plan, const std::vector<st
   // host:slots grants exactly the plan's slots (more ranks than cores need no --oversubscribe),
   // and by-slot mapping numbers ranks host by host, as the plan does.
   std::string hosts;
-  for (const auto& h : plan.hosts) hosts += (hosts.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots.size());
+  for (const auto& h : plan.hosts) hosts += (hosts.empty() ? "" : ",") + host_name_of(h.host) + ":" + std::to_string(h.slots.size());
   argv.insert(argv.end(), {"--host", hosts, "--map-by", "slot"});
+  // dscpp stops the job itself (SIGUSR1 to mpirun reaches every shim), after the shims reported
+  // which rank failed first; mpirun's own abort would kill a rank that is still failing on its
+  // own before it can say so.
+  argv.insert(argv.end(), {"--mca", "orte_abort_on_non_zero_status", "0"});
   for (const auto& name : env_names) argv.insert(argv.end(), {"-x", name});
   for (auto& w : split_shell_words(launcher_args)) argv.push_back(w);
-  append_shim(argv, dscpp_path, program, no_local_rank);
+  append_shim(argv, dscpp_path, program, no_local_rank, false);
   return argv;
 }
 
@@ -156,13 +209,15 @@ std::vector<std::string> srun_argv(const WorldPlan& plan, bool restrict_nodes, c
     argv.push_back("--ntasks-per-node=" + std::to_string(plan.hosts.front().slots.size()));
   if (restrict_nodes) {
     std::string nodes;
-    for (const auto& h : plan.hosts) nodes += (nodes.empty() ? "" : ",") + h.host;
+    for (const auto& h : plan.hosts) nodes += (nodes.empty() ? "" : ",") + host_name_of(h.host);
     argv.push_back("--nodelist=" + nodes);
   }
-  // One failing task ends the step, as the other runners stop all ranks.
-  argv.insert(argv.end(), {"--kill-on-bad-exit=1", "--export=ALL"});
+  // dscpp stops the step itself once the shims reported which rank failed first (closing srun's
+  // stdin, which srun hands to every task); srun must neither kill the step on a bad exit (that
+  // kills a rank still failing on its own before it can say so) nor time the others out.
+  argv.insert(argv.end(), {"--kill-on-bad-exit=0", "--wait=0", "--input=all", "--export=ALL"});
   for (auto& w : split_shell_words(launcher_args)) argv.push_back(w);
-  append_shim(argv, dscpp_path, program, no_local_rank);
+  append_shim(argv, dscpp_path, program, no_local_rank, true);
   return argv;
 }
 

@@ -16,10 +16,22 @@ struct ProgramSpec {
   std::string file;                // a file that must be identical on every host ("" = none)
 };
 
-// The running dscpp binary (/proc/self/exe).
+// The running dscpp binary with symlinks resolved (/proc/self/exe): where helpers installed
+// next to the real binary are found.
 std::string self_executable();
-// dscpp-runtime for this dscpp: next to it (installed), else in the build tree's runtime/
-// (dscpp is build/launcher/dscpp). The path is returned even if it does not exist.
+// Records main's argv[0], which invoked_executable() starts from.
+void set_invoked_as(const std::string& argv0);
+// The dscpp path other hosts are told to run: the path the user invoked, not resolved, since on
+// a shared filesystem reached through symlinks (/shared -> /mnt/nfs3/shared) the resolved path
+// may exist on this host only. argv[0] made absolute when it holds a '/', else the first PATH
+// entry holding an executable of that name; used only when it is the same file (device and
+// inode) as the running binary, else self_executable().
+std::string invoked_executable();
+// invoked_executable()'s rule with its inputs given: `self` is the running binary's path.
+std::string invoked_path(const std::string& argv0, const std::string& path_env, const std::string& self);
+// dscpp-runtime for the dscpp at `dscpp_path`: next to it (installed), else in the build tree's
+// runtime/ (dscpp is build/launcher/dscpp); looked for next to `dscpp_path` as given first, then
+// next to the file it resolves to. When neither has it, the build-tree path next to `dscpp_path`.
 std::string runtime_executable(const std::string& dscpp_path);
 
 // `*.so` -> dscpp-runtime --model ABS.so; `*.py` -> python3 -u ABS.py (DeepSpeed's habit);

@@ -138,10 +138,17 @@ void print_plan(const std::string& pool_source, const WorldPlan& plan, std::stri
       fmt::format("dscpp plan: {} rank{} on {} host{} from {}; runner {}; master {}:{}\n", plan.world_size(),
                   plan.world_size() == 1 ? "" : "s", plan.node_count(), plan.node_count() == 1 ? "" : "s", pool_source,
                   runner, plan.master_addr, plan.master_port);
+  // "slots 0" read as "no slots": the row says how many ranks, which, and on what. GPU slots are
+  // device ids; other slots only number a host's ranks.
   for (int n = 0; n < plan.node_count(); ++n) {
     auto ranks = plan.ranks_on(n);
-    out += fmt::format("  {:<20} slots {:<12} ranks {}-{}\n", plan.hosts[n].host, format_id_ranges(plan.hosts[n].slots),
-                       ranks.front().rank, ranks.back().rank);
+    const size_t count = ranks.size();
+    std::string which = count == 1 ? std::to_string(ranks.front().rank)
+                                   : fmt::format("{}-{}", ranks.front().rank, ranks.back().rank);
+    std::string noun = plan.devices_are_gpus ? "GPU" : "slot";
+    out += fmt::format("  {:<20} {:<16} on {}{} {}\n", plan.hosts[n].host,
+                       fmt::format("{} rank{} ({})", count, count == 1 ? " " : "s", which), noun,
+                       plan.hosts[n].slots.size() == 1 ? "" : "s", format_id_ranges(plan.hosts[n].slots));
   }
   if (!gpu_line.empty()) out += gpu_line + "\n";
   if (!exported.empty()) {
@@ -164,7 +171,7 @@ std::string dry_run_text(const Runner& runner, const Job& job) {
 
 }  // namespace
 
-int run_rank_shim(const std::vector<std::string>& program, int local_rank_at) {
+int run_rank_shim(const std::vector<std::string>& program, int local_rank_at, bool stop_on_stdin) {
   auto id = discover_rank();
   if (!id) fail("rank-shim: no rank variables (OMPI_COMM_WORLD_*, SLURM_PROCID, PMI_RANK) in the environment");
   // A plan shaped like the job (uniform nodes) lets rank_env name everything as the other
@@ -182,8 +189,11 @@ int run_rank_shim(const std::vector<std::string>& program, int local_rank_at) {
   if (addr) plan.master_addr = addr;
   if (port) plan.master_port = std::atoi(port);
   RankInfo info{id->rank, id->local_rank, id->node_rank, id->local_rank, ""};
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
+  // Named as the batch system names the node (what squeue and sacct show), else by hostname.
+  char hostname[256] = {};
+  gethostname(hostname, sizeof hostname - 1);
+  const char* slurm_node = std::getenv("SLURMD_NODENAME");
+  const std::string host = slurm_node && *slurm_node ? slurm_node : hostname;
   RankLaunch rank;
   rank.rank = id->rank;
   rank.label = id->node_count > 1 ? fmt::format("[rank {} {}]", id->rank, host) : fmt::format("[rank {}]", id->rank);
@@ -192,6 +202,11 @@ int run_rank_shim(const std::vector<std::string>& program, int local_rank_at) {
   rank.argv = rank_argv(spec, id->local_rank);
   SupervisorOptions options;
   options.host = host;
+  options.report_exits = true;
+  if (stop_on_stdin) {
+    options.stop_fd = 0;
+    options.stop_fd_name = "stdin (dscpp's stop request)";
+  }
   return run_rank_group({rank}, options).exit_code;
 }
 
@@ -206,7 +221,7 @@ int run_launch(const LaunchArgs& args) {
   Resolved r = resolve_resources(args, env);
   const std::unique_ptr<Runner> runner = pick_runner(args, r);
   Job job{.args = args, .plan = r.plan, .from_hostfile = r.from_hostfile};
-  job.dscpp = self_executable();
+  job.dscpp = invoked_executable();
   job.program = resolve_program(args.program, args.no_local_rank, job.dscpp);
   job.plan.master_port = args.master_port;
   job.plan.master_addr = choose_master_addr(args, job.plan, *runner);

@@ -22,7 +22,12 @@ struct LaunchArgs {
   int master_port = 29500;
   std::string launcher;  // local | ssh | openmpi | slurm; empty = chosen from the resources
   std::string launcher_args;
-  int ssh_port = 22;
+  // SSH logins (--ssh_*): each given one overrides user@host and the ssh config (launcher/ssh/ssh_config.h).
+  int ssh_port = 0;                        // 0 = not given: Port from the ssh config, else 22
+  std::string ssh_user;                    // "" = user@host, User from the ssh config, else $USER
+  std::vector<std::string> ssh_identity;   // tried before the ssh config's IdentityFile lines
+  std::string ssh_known_hosts;             // "" = UserKnownHostsFile, else ~/.ssh/known_hosts
+  std::string ssh_config;                  // "" = ~/.ssh/config; "none" = read none
   bool no_ssh_check = false;
   bool force_multi = false;
   bool no_local_rank = false;
@@ -39,9 +44,11 @@ struct LaunchArgs {
 // Returns the exit status for the `dscpp` process.
 int run_launch(const LaunchArgs& args);
 
-// `dscpp rank-shim -- PROGRAM ARGS`: what mpirun/srun start per task. Maps the task's
-// OMPI_*/SLURM_* numbers onto RANK, LOCAL_RANK, ... and runs PROGRAM with prefixed output.
-// `local_rank_at` >= 0 inserts --local_rank=N at that argv index.
-int run_rank_shim(const std::vector<std::string>& program, int local_rank_at);
+// `dscpp rank-shim [--local_rank_at=I] [--stop_on_stdin] -- PROGRAM ARGS`: what mpirun/srun
+// start per task. Maps the task's OMPI_*/SLURM_* numbers onto RANK, LOCAL_RANK, ... and runs
+// PROGRAM with prefixed output, reporting its exit on stderr for dscpp (rank_exit.h).
+// `local_rank_at` >= 0 inserts --local_rank=N at that argv index; `stop_on_stdin`: EOF on
+// stdin stops the rank (srun hands every task the EOF of its own stdin); SIGUSR1 always does.
+int run_rank_shim(const std::vector<std::string>& program, int local_rank_at, bool stop_on_stdin);
 
 }  // namespace dscpp::launcher

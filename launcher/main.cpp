@@ -2,6 +2,7 @@
 // compile, so no other file includes it).
 #include "core/error.h"
 #include "launcher/commands/commands.h"
+#include "launcher/job_commands.h"
 #include "launcher/launch.h"
 #include "launcher/supervisor/node_agent.h"
 
@@ -55,7 +56,32 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
   app.add_option("--master_port", a.master_port, "rank 0's rendezvous port (default 29500; checked to be free)")
       ->check(CLI::Range(1, 65535))
       ->group(run);
-  app.add_option("--ssh_port", a.ssh_port, "sshd port on every host (default 22)")->group(run);
+  // Each --ssh_* flag given overrides user@host and ~/.ssh/config, as ssh's own options do.
+  app.add_option("--ssh_port", a.ssh_port, "sshd port on every host (default: Port in the ssh config, else 22)")
+      ->check(CLI::Range(1, 65535))
+      ->group(run);
+  app.add_option("--ssh_user", a.ssh_user, "log in as USER on every host (default: user@ of the host entry, User in "
+                                           "the ssh config, else $USER)")
+      ->type_name("USER")
+      ->group(run);
+  app.add_option("--ssh_identity", a.ssh_identity,
+                 "private key to log in with (repeatable; tried after ssh-agent, before IdentityFile; default: "
+                 "IdentityFile, else ~/.ssh/id_{ed25519,ecdsa,rsa})")
+      ->type_name("FILE")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(run);
+  app.add_option("--ssh_known_hosts", a.ssh_known_hosts,
+                 "host keys to trust (default: UserKnownHostsFile, else ~/.ssh/known_hosts; plus "
+                 "/etc/ssh/ssh_known_hosts)")
+      ->type_name("FILE")
+      ->group(run);
+  app.add_option("--ssh_config", a.ssh_config,
+                 "OpenSSH client config for the logins: HostName, User, Port, IdentityFile, ProxyJump, ... "
+                 "(default ~/.ssh/config; none = read none)")
+      ->type_name("FILE")
+      ->group(run);
   app.add_flag("--no_ssh_check", a.no_ssh_check, "skip the pre-flight reachability/binary checks over ssh")->group(run);
   app.add_flag("--force_multi", a.force_multi, "use the multi-host runner even for a single host")->group(run);
   app.add_flag("--no_local_rank", a.no_local_rank, "do not append --local_rank=N to the program's arguments")
@@ -90,15 +116,23 @@ int run_internal(const std::string& command, std::vector<std::string> args) {
   if (command == "node-agent")
     return dscpp::launcher::run_node_agent(dscpp::launcher::parse_node_agent_argv(args));
   int local_rank_at = -1;
-  if (!args.empty() && args.front().rfind("--local_rank_at=", 0) == 0) {
-    local_rank_at = std::stoi(args.front().substr(16));
+  bool stop_on_stdin = false;
+  while (!args.empty() && args.front() != "--" && args.front().rfind("--", 0) == 0) {
+    if (args.front().rfind("--local_rank_at=", 0) == 0)
+      local_rank_at = std::stoi(args.front().substr(16));
+    else if (args.front() == "--stop_on_stdin")
+      stop_on_stdin = true;
+    else
+      throw dscpp::Error("unknown argument '" + args.front() + "'; expected --local_rank_at=I, --stop_on_stdin, --");
     args.erase(args.begin());
   }
   if (!args.empty() && args.front() == "--") args.erase(args.begin());
-  return dscpp::launcher::run_rank_shim(args, local_rank_at);
+  return dscpp::launcher::run_rank_shim(args, local_rank_at, stop_on_stdin);
 }
 
 int main(int argc, char** argv) {
+  // Other hosts are given dscpp's path as the user typed it (job_commands.h says why).
+  if (argc >= 1) dscpp::launcher::set_invoked_as(argv[0]);
   if (argc >= 2 && (std::string(argv[1]) == "node-agent" || std::string(argv[1]) == "rank-shim")) {
     try {
       return run_internal(argv[1], std::vector<std::string>(argv + 2, argv + argc));

@@ -3,6 +3,7 @@
 #include "launcher/resources.h"
 
 #include "core/error.h"
+#include "launcher/hostfile.h"
 
 #include <algorithm>
 #include <charconv>
@@ -53,12 +54,21 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 const HostSlots& find_host(const ResourcePool& pool, const NodeSpec& spec, std::string_view flag,
                            std::string_view node_text, std::string_view pool_source) {
   for (const auto& h : pool)
-    if (h.host == spec.host) return h;
+    if (host_name_of(h.host) == spec.host) {
+      std::string listed = split_user_host(h.host).user;
+      if (!spec.user.empty() && !listed.empty() && listed != spec.user)
+        fail(
+            "{} \"{}\": found {}@{}, but {} lists that host as '{}'; expected the same user or none (the hostfile's "
+            "user@ decides who logs in; --ssh_user overrides both)",
+            flag, node_text, spec.user, spec.host, pool_source, h.host);
+      return h;
+    }
   if (pool.empty())
     fail("{} \"{}\": host '{}' is not in {}, which has no hosts", flag, node_text, spec.host, pool_source);
   const HostSlots* closest = &pool.front();
   for (const auto& h : pool)
-    if (edit_distance(h.host, spec.host) < edit_distance(closest->host, spec.host)) closest = &h;
+    if (edit_distance(host_name_of(h.host), spec.host) < edit_distance(host_name_of(closest->host), spec.host))
+      closest = &h;
   std::string names;
   for (size_t i = 0; i < pool.size() && i < 8; ++i) names += (i ? ", " : "") + pool[i].host;
   if (pool.size() > 8) names += fmt::format(", ... ({} more)", pool.size() - 8);
@@ -111,13 +121,33 @@ std::vector<NodeSpec> parse_node_specs(std::string_view spec, std::string_view f
   return nodes;
 }
 
+std::vector<NodeSpec> join_users(std::vector<NodeSpec> nodes, const ResourcePool& pool) {
+  auto in_pool = [&](const std::string& name) {
+    return std::any_of(pool.begin(), pool.end(), [&](const HostSlots& h) { return host_name_of(h.host) == name; });
+  };
+  std::vector<NodeSpec> out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].slots.empty() && i + 1 < nodes.size() && !in_pool(nodes[i].host) && in_pool(nodes[i + 1].host)) {
+      nodes[i + 1].user = nodes[i].host;
+      continue;
+    }
+    out.push_back(std::move(nodes[i]));
+  }
+  return out;
+}
+
 ResourcePool include_resources(const ResourcePool& pool, std::string_view spec, std::string_view pool_source) {
   // Per pool host: not named, named whole, or the set of named slots (merged over NODEs).
   std::vector<bool> whole(pool.size(), false);
   std::vector<std::set<int>> named(pool.size());
-  for (const NodeSpec& node : parse_node_specs(spec, "--include")) {
+  std::vector<std::string> login(pool.size());  // a USER@ given here for a host the pool lists without one
+  for (const NodeSpec& node : join_users(parse_node_specs(spec, "--include"), pool)) {
     const HostSlots& host = find_host(pool, node, "--include", spec, pool_source);
     size_t index = static_cast<size_t>(&host - pool.data());
+    if (!node.user.empty() && !login[index].empty() && login[index] != node.user)
+      fail("--include \"{}\": found host '{}' as {}@ and as {}@; expected one user per host", spec, node.host,
+           login[index], node.user);
+    if (!node.user.empty()) login[index] = node.user;
     if (node.slots.empty()) whole[index] = true;
     for (int slot : node.slots) {
       check_slot(host, slot, "--include", spec, pool_source);
@@ -126,17 +156,18 @@ ResourcePool include_resources(const ResourcePool& pool, std::string_view spec, 
   }
   ResourcePool active;
   for (size_t i = 0; i < pool.size(); ++i) {
+    std::string entry = login[i].empty() ? pool[i].host : login[i] + "@" + host_name_of(pool[i].host);
     if (whole[i])
-      active.push_back(pool[i]);
+      active.push_back({entry, pool[i].slots});
     else if (!named[i].empty())
-      active.push_back({pool[i].host, {named[i].begin(), named[i].end()}});
+      active.push_back({entry, {named[i].begin(), named[i].end()}});
   }
   return drop_empty(std::move(active));
 }
 
 ResourcePool exclude_resources(const ResourcePool& pool, std::string_view spec, std::string_view pool_source) {
   ResourcePool active = pool;
-  for (const NodeSpec& node : parse_node_specs(spec, "--exclude")) {
+  for (const NodeSpec& node : join_users(parse_node_specs(spec, "--exclude"), pool)) {
     const HostSlots& host = find_host(pool, node, "--exclude", spec, pool_source);
     std::vector<int>& slots = active[static_cast<size_t>(&host - pool.data())].slots;
     if (node.slots.empty()) slots.clear();

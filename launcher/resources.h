@@ -15,15 +15,22 @@
 
 namespace dscpp::launcher {
 
-// One NODE of `NODE[@NODE...]`, `NODE = NAME[:SLOT[,SLOT...]]`, as written (slots unsorted).
+// One NODE of `NODE[@NODE...]`, `NODE = [USER@]NAME[:SLOT[,SLOT...]]`, as written (slots unsorted).
 struct NodeSpec {
   std::string host{};
   std::vector<int> slots{};  // empty = the whole host
+  std::string user{};        // USER@ before NAME: only known once the pool tells hosts from users
 };
 
 // `flag` names the option in messages ("--include"). Throws on an empty NODE, a second ':',
-// an empty or non-integer slot.
+// an empty or non-integer slot. '@' also separates NODEs (DeepSpeed's syntax), so `bob@w1`
+// parses as two NODEs here; join_users() decides with the pool.
 std::vector<NodeSpec> parse_node_specs(std::string_view spec, std::string_view flag);
+
+// A NODE without slots whose NAME is no host of `pool` but is followed by one that is becomes
+// that one's USER: `-i bob@w1:0@w2` on a pool of w1, w2 is w1 (as bob) and w2. Host names are
+// compared without the pool's own `user@`.
+std::vector<NodeSpec> join_users(std::vector<NodeSpec> nodes, const ResourcePool& pool);
 
 struct ResourceSelection {
   // `{}` initializers keep designated initialization ({.include = "w0"}) free of
@@ -45,7 +52,10 @@ struct ResourceSelection {
 // --num_gpus G > 0 keeps the first G slots of every host (= 0..G-1 for a hostfile pool).
 ResourcePool select_resources(const ResourcePool& pool, const ResourceSelection& selection);
 
-// The filters alone (used by select_resources). Hosts left without slots are dropped.
+// The filters alone (used by select_resources). Hosts left without slots are dropped. A NODE
+// matches a pool host by name, with or without the hostfile's `user@`; a USER@ given there must
+// agree with the hostfile's, and --include's sets the login user of a host the hostfile gives
+// none (--ssh_user still overrides it).
 ResourcePool include_resources(const ResourcePool& pool, std::string_view spec, std::string_view pool_source);
 ResourcePool exclude_resources(const ResourcePool& pool, std::string_view spec, std::string_view pool_source);
 

@@ -23,6 +23,7 @@ class LocalRunner final : public Runner {
   AttemptCommands commands(const Job& job, int restart) const override {
     AttemptCommands c = common_commands(job, restart);
     c.agent.stop_on_stdin_eof = false;  // this process is the agent: its stdin is the user's
+    c.agent.report_exits = false;       // and it says itself which rank failed
     return c;
   }
 
@@ -37,7 +38,7 @@ class LocalRunner final : public Runner {
       fail("port {} is already in use on this machine (rank 0 listens there); pass --master_port with a free port",
            job.plan.master_port);
     GroupResult g = run_node_agent_group(c.agent);
-    return {g.exit_code, g.stopped, g.first_failure ? g.first_failure->describe(job.plan.hosts[0].host) : ""};
+    return {g.exit_code, g.stopped, g.failure};
   }
 };
 

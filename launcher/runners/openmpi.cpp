@@ -18,6 +18,9 @@ class OpenMpiRunner final : public BackendRunner {
     fail_no_master_addr(first);
   }
 
+  // mpirun forwards SIGUSR1 to every task (its stdin reaches rank 0 only).
+  RankLaunch::Stop stop_request() const override { return RankLaunch::Stop::usr1; }
+
   AttemptCommands commands(const Job& job, int restart) const override {
     AttemptCommands c = common_commands(job, restart);
     std::vector<std::string> names;

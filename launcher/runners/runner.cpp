@@ -24,6 +24,10 @@ std::unique_ptr<Runner> make_runner(std::string_view name, const LaunchArgs& arg
   if (name == "ssh" || name == "pdsh") {
     SshOptions ssh;
     ssh.port = args.ssh_port;
+    ssh.user = args.ssh_user;
+    ssh.identity_files = args.ssh_identity;
+    ssh.known_hosts = args.ssh_known_hosts;
+    ssh.config_file = args.ssh_config;
     return ssh_runner(ssh);
   }
   if (name == "openmpi") return openmpi_runner();
@@ -42,16 +46,21 @@ namespace runner_internal {
 namespace {
 
 // Runs one local child (mpirun, srun) whose ranks print their own prefixes, under the same
-// supervision as ranks: signals to dscpp tear it down, nothing outlives dscpp.
-AttemptResult run_backend(const std::vector<std::string>& argv, const EnvList& env) {
+// supervision as ranks: its shims report every rank's exit, so the job blames the rank that
+// failed first on its own and exits with that rank's code; signals to dscpp tear it down,
+// nothing outlives dscpp.
+AttemptResult run_backend(const std::vector<std::string>& argv, const EnvList& env, int world_size,
+                          RankLaunch::Stop stop) {
   RankLaunch child;
   child.rank = -1;
   child.argv = argv;
   child.env = env;
+  child.reported_ranks = world_size;
+  child.stop = stop;
   SupervisorOptions options;
-  options.host = argv.front();  // failure messages name the backend; the ranks' shims name the rank
+  options.host = argv.front();  // names the backend when it fails itself (no rank reported it)
   GroupResult g = run_rank_group({child}, options);
-  return {g.exit_code, g.stopped, g.first_failure ? g.first_failure->describe(options.host) : ""};
+  return {g.exit_code, g.stopped, g.failure};
 }
 
 }  // namespace
@@ -91,7 +100,7 @@ std::string BackendRunner::describe(const Job& /*job*/, const AttemptCommands& c
 
 AttemptResult BackendRunner::attempt(const Job& job, int restart) const {
   AttemptCommands c = commands(job, restart);
-  return run_backend(c.backend, c.backend_env);
+  return run_backend(c.backend, c.backend_env, job.plan.world_size(), stop_request());
 }
 
 bool local_port_free(int port) {

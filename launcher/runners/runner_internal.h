@@ -5,6 +5,7 @@
 
 #include "launcher/runners/runner.h"
 #include "launcher/ssh/ssh.h"
+#include "launcher/supervisor/supervisor.h"
 
 #include <memory>
 #include <string>
@@ -29,6 +30,10 @@ class BackendRunner : public Runner {
   int port_for_restart(const WorldPlan& plan) const override;
   std::string describe(const Job& job, const AttemptCommands& commands) const override;
   AttemptResult attempt(const Job& job, int restart) const override;
+
+ protected:
+  // How this backend hands a stop to its shims (supervisor.h says why not SIGTERM).
+  virtual RankLaunch::Stop stop_request() const = 0;
 };
 
 // Whether nothing on this machine listens on `port` (what rank 0's store needs).

@@ -27,6 +27,8 @@ class SlurmRunner final : public BackendRunner {
     fail_no_master_addr(first);
   }
 
+  RankLaunch::Stop stop_request() const override { return RankLaunch::Stop::close_stdin; }
+
   AttemptCommands commands(const Job& job, int restart) const override {
     AttemptCommands c = common_commands(job, restart);
     // Unfiltered, srun spreads the tasks over the whole allocation; a hostfile or

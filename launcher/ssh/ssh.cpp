@@ -60,32 +60,48 @@ RemoteRunResult drive(std::vector<std::unique_ptr<HostSession>>& hosts, const Re
   bool stopping = false, stop_fd_open = options.stop_fd >= 0;
   Clock::time_point grace_end = Clock::time_point::max();
   std::vector<bool> reported(hosts.size(), false);
+  Blame blame;  // over the ranks' exit reports from every host
   auto say = [&](const std::string& text) {
     if (!capturing) write_all(options.err_fd, "dscpp: " + text + "\n");
   };
+  auto others_running = [&] { return std::any_of(hosts.begin(), hosts.end(), [](auto& h) { return !h->done(); }); };
   auto begin_stop = [&](const std::string& reason) {
     stopping = true;
     grace_end = after(stop_seconds);
     for (auto& h : hosts) h->stop(reason);
+  };
+  auto blame_rank = [&](const Blame::Verdict& v) {
+    result.rank_failure = v.exit;
+    result.failure = v.describe();
+    result.exit_code = v.exit.status();
+    say(result.failure + (others_running() ? "; stopping the other hosts" : ""));
+    begin_stop(fmt::format("stopped after rank {} failed", v.exit.rank));
   };
   for (;;) {
     bool progress = false;
     size_t active = 0;
     for (size_t i = 0; i < hosts.size(); ++i) {
       if (!hosts[i]->done()) progress |= hosts[i]->step();
+      for (const RankExit& report : hosts[i]->take_reports())
+        if (auto v = stopping || capturing ? std::nullopt : blame.exited(report)) blame_rank(*v);
       if (hosts[i]->done() && !reported[i]) {
         reported[i] = true;
         const RemoteExit& e = hosts[i]->exit();
-        if (!stopping && !capturing && failed(e)) {
+        // A host whose ranks all reported has said why through them; its agent's own code adds
+        // nothing (and a bystander's code 3 must not pre-empt the wait for the real failure).
+        bool told = e.error.empty() && hosts[i]->all_reported();
+        if (!stopping && !capturing && failed(e) && !told) {
           result.first_failure = e;
+          result.failure = e.describe();
           result.exit_code = e.exit_code;
-          bool others = std::any_of(hosts.begin(), hosts.end(), [](auto& h) { return !h->done(); });
-          say(e.describe() + (others ? "; stopping the other hosts" : ""));
+          say(e.describe() + (others_running() ? "; stopping the other hosts" : ""));
           begin_stop(fmt::format("stopped after {} failed", e.host));
         }
       }
       active += hosts[i]->done() ? 0 : 1;
     }
+    if (!stopping && !capturing)
+      if (auto v = blame.due(active == 0)) blame_rank(*v);
     if (active == 0) break;
     if (stopping && Clock::now() >= grace_end) {
       for (auto& h : hosts)
@@ -99,7 +115,7 @@ RemoteRunResult drive(std::vector<std::unique_ptr<HostSession>>& hosts, const Re
       continue;
     }
     std::vector<pollfd> fds;
-    Clock::time_point wake = grace_end;
+    Clock::time_point wake = std::min(grace_end, blame.deadline().value_or(Clock::time_point::max()));
     for (auto& h : hosts)
       if (!h->done() && h->fd() >= 0)
         fds.push_back({h->fd(), h->poll_events(), 0}), wake = std::min(wake, h->deadline());
@@ -109,10 +125,11 @@ RemoteRunResult drive(std::vector<std::unique_ptr<HostSession>>& hosts, const Re
     if (::poll(fds.data(), fds.size(), timeout) > 0 && stop_fd_open && fds.back().revents) {
       stop_fd_open = false;
       if (!stopping) {
+        auto [code, why] = options.stop_reason ? options.stop_reason() : std::pair<int, std::string>{143, "stop requested"};
         result.stopped = true;
-        result.exit_code = 143;
-        say("stop requested; stopping all hosts");
-        begin_stop("stop requested");
+        result.exit_code = code;
+        say(why + "; stopping all hosts");
+        begin_stop(why);
       }
     }
   }
@@ -202,7 +219,8 @@ std::string RemoteCapture::failure(const std::string& command, const std::string
 
 std::string ssh_capture(const std::string& host, const std::string& command, const SshOptions& ssh) {
   RemoteCapture c = ssh_capture_all({RemoteCommand{host, command, {}}}, ssh).at(0);
-  std::string why = c.failure(command, resolve(ssh).o.user);
+  // `ssh HOST` finds the same user dscpp used (user@HOST, the config), unless --ssh_user chose it.
+  std::string why = c.failure(command, ssh.user);
   if (!why.empty()) throw Error(why);
   return c.out;
 }

@@ -1,39 +1,50 @@
-// Remote commands over SSH through libssh2: one session per host, keys from ~/.ssh or the
-// agent, host keys checked against known_hosts, stdout/stderr streamed back, and teardown
-// that reaches the remote process group even though libssh2 1.10 cannot send signals.
+// Remote commands over SSH through libssh2: one session per host, logins as ~/.ssh/config
+// describes them (ssh_config.h), keys from files or the agent, host keys checked against
+// known_hosts, stdout/stderr streamed back, and teardown that reaches the remote process group
+// even though libssh2 1.10 cannot send signals.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/env_export.h"  // shell_quote
 #include "launcher/launch_plan.h"
+#include "launcher/supervisor/rank_exit.h"
 
 namespace dscpp::launcher {
 
+// What the command line says about logging in. Each value that is set overrides `user@host` and
+// the ssh_config file (ssh_config.h), which override the defaults: as OpenSSH's precedence.
 struct SshOptions {
-  std::string user;                         // default: $USER (or root)
-  int port = 22;
-  std::vector<std::string> identity_files;  // default: ~/.ssh/id_ed25519, id_ecdsa, id_rsa
-  std::string known_hosts;                  // default: ~/.ssh/known_hosts
-  bool use_agent = true;                    // try ssh-agent keys first when SSH_AUTH_SOCK is set
-  double connect_timeout_seconds = 10;      // TCP connect, per address of the host
+  std::string user;                         // --ssh_user; "" = user@host, then User, then $USER
+  int port = 0;                             // --ssh_port; 0 = Port, then 22
+  std::vector<std::string> identity_files;  // --ssh_identity: tried before IdentityFile lines
+  std::string known_hosts;                  // --ssh_known_hosts: instead of UserKnownHostsFile
+  std::string config_file;                  // --ssh_config; "" = ~/.ssh/config, "none" = no file
+  bool use_agent = true;                    // try ssh-agent keys first (not with IdentitiesOnly yes)
+  double connect_timeout_seconds = 0;       // TCP connect per address; 0 = ConnectTimeout, then 10
   double login_timeout_seconds = 60;        // connected -> command started (handshake, auth, exec)
 };
-// Identity files are tried in order after the agent; missing ones are skipped (and listed as
-// such in the error). A passphrase-protected key is decrypted with $DSCPP_SSH_PASSPHRASE.
+// Keys: the agent's, then each identity file in order; missing files are skipped (and listed
+// as such in the error). A passphrase-protected key is decrypted with $DSCPP_SSH_PASSPHRASE.
 // libssh2 1.10 signs RSA user auth with SHA-1 "ssh-rsa", which OpenSSH >= 8.8 refuses unless
 // the server sets `PubkeyAcceptedAlgorithms +ssh-rsa`: prefer ed25519 or ECDSA keys.
+// A host may be given as `user@host`; Host patterns of the config match the part after '@'.
 
 struct RemoteCommand {
-  std::string host;     // name or address to connect to
+  std::string host;     // [user@]name: a name or address, or a Host alias of the ssh config
   std::string command;  // run by /bin/sh -c on the remote host (whatever the login shell is)
   EnvList env;          // sent with the command (as `export` prefixes; sshd's AcceptEnv is not needed)
   // false: stdin is /dev/null and a stop TERMs the command's process group at once.
   // true: the command keeps the channel's stdin and stops itself on its EOF (a dscpp node agent
   // with stop_fd = 0); its group is TERMed only if it is still running grace_seconds later.
   bool watches_stdin = false;
+  // > 0: the command is a node agent running that many ranks; its stderr carries their exit
+  // reports (launcher/supervisor/rank_exit.h), which are taken out of the relayed output and
+  // decide which rank the run blames.
+  int reported_ranks = 0;
 };
 
 struct RemoteExit {
@@ -49,6 +60,8 @@ struct RemoteExit {
 
 struct RemoteRunOptions {
   int stop_fd = -1;  // readable or EOF = stop every host
+  // When stop_fd fires: the run's exit code and why, for the message (default 143, "stop requested").
+  std::function<std::pair<int, std::string>()> stop_reason;
   int out_fd = 1;
   int err_fd = 2;
   double grace_seconds = 5.0;  // remote TERM -> KILL (watches_stdin: EOF -> TERM -> KILL); then
@@ -57,8 +70,12 @@ struct RemoteRunOptions {
 };
 
 struct RemoteRunResult {
-  int exit_code = 0;  // 0, the first failure's exit_code, or 143 when stopped through stop_fd
+  int exit_code = 0;  // 0, the blamed failure's status, or 143 when stopped through stop_fd
+  // The rank blamed (Blame's rule over every host's reports), when a rank failed; else the
+  // first host that failed without its ranks having reported (login, lost connection, crash).
+  std::optional<RankExit> rank_failure;
   std::optional<RemoteExit> first_failure;
+  std::string failure;  // the blamed failure, described, when exit_code != 0 and not stopped
   bool stopped = false;
   std::vector<RemoteExit> exits;  // one per host, in input order
 };

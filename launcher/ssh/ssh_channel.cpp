@@ -74,13 +74,13 @@ bool HostSession::step() {
     if (phase_ == before) break;
   }
   if (phase_ != Phase::kDone && !running() && phase_ != Phase::kConnect && Clock::now() >= login_deadline_) {
-    finish_with(
-        fmt::format("logging in to {}:{} did not finish within {} s (phase: {}); the host or its sshd "
-                    "is overloaded or stuck",
-                    exit_.host, login_.o.port, login_.o.login_timeout_seconds,
-                    phase_ == Phase::kHandshake ? "handshake"
-                    : phase_ == Phase::kAuth    ? "authentication"
-                                                : "starting the command"));
+    finish_with(fmt::format("logging in to {}:{}{} did not finish within {} s (phase: {}); the host or its sshd{} "
+                            "is overloaded or stuck{}",
+                            target_.host_name, target_.port, via_proxy(), login_.o.login_timeout_seconds,
+                            phase_ == Phase::kHandshake ? "handshake"
+                            : phase_ == Phase::kAuth    ? "authentication"
+                                                        : "starting the command",
+                            target_.proxy_command.empty() ? "" : " (or the proxy command)", proxy_.said()));
     progress = true;
   }
   return progress;
@@ -104,7 +104,8 @@ bool HostSession::step_exec() {
 }
 
 bool HostSession::lost(long rc) {
-  return finish_with(fmt::format("connection to {} lost ({}: {})", exit_.host, rc, last_error(session_)));
+  return finish_with(
+      fmt::format("connection to {} lost ({}: {}){}", exit_.host, rc, last_error(session_), proxy_.said()));
 }
 
 bool HostSession::step_running() {
@@ -173,14 +174,18 @@ void HostSession::output(int stream, std::string_view data) {
     end = pending.size() - 1;
   }
   std::string text;
-  if (relay_->prefix_host) {
-    for (size_t at = 0; at <= end;) {
-      size_t nl = pending.find('\n', at);
-      text += "[" + exit_.host + "] " + pending.substr(at, nl + 1 - at);
-      at = nl + 1;
-    }
-  } else {
-    text = pending.substr(0, end + 1);
+  for (size_t at = 0; at <= end;) {
+    size_t nl = pending.find('\n', at);
+    std::string_view line(pending.data() + at, nl + 1 - at);
+    at = nl + 1;
+    if (stream == 1 && reported_ranks_ > 0)
+      if (auto report = parse_exit_report(line)) {
+        reports_.push_back(*report);
+        ++reports_seen_;
+        continue;
+      }
+    if (relay_->prefix_host) text += "[" + exit_.host + "] ";
+    text.append(line);
   }
   pending.erase(0, end + 1);
   write_all(stream == 0 ? relay_->out_fd : relay_->err_fd, text);
@@ -196,6 +201,7 @@ void HostSession::release(bool polite) {
     session_ = nullptr;
   }
   if (fd_ >= 0) ::close(fd_), fd_ = -1;
+  proxy_.stop();
 }
 
 }  // namespace dscpp::launcher::ssh_internal

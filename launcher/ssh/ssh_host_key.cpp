@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace dscpp::launcher::ssh_internal {
 namespace {
@@ -42,7 +43,9 @@ const KeyKind kKeyKinds[] = {
 
 }  // namespace
 
-std::string check_host_key(LIBSSH2_SESSION* s, const std::string& host, int port, const std::string& file) {
+std::string check_host_key(LIBSSH2_SESSION* s, const SshTarget& target) {
+  const std::string& host = target.host_name;
+  const int port = target.port;
   size_t len = 0;
   int type = 0;
   const char* key = libssh2_session_hostkey(s, &len, &type);
@@ -53,49 +56,79 @@ std::string check_host_key(LIBSSH2_SESSION* s, const std::string& host, int port
   const auto* hash = reinterpret_cast<const unsigned char*>(libssh2_hostkey_hash(s, LIBSSH2_HOSTKEY_HASH_SHA256));
   std::string offered = fmt::format("{} key SHA256:{}", kind->name, hash ? base64(hash, 32) : "?");
   std::string where = port == 22 ? host : fmt::format("[{}]:{}", host, port);
+  std::vector<std::string> files = target.user_known_hosts;
+  files.insert(files.end(), target.global_known_hosts.begin(), target.global_known_hosts.end());
+  // New keys go to the first user file, as ssh would record them.
+  std::string add_to = !target.user_known_hosts.empty() ? target.user_known_hosts.front()
+                       : !files.empty()                 ? files.front()
+                                                        : "~/.ssh/known_hosts";
   std::string add = fmt::format("ssh-keyscan{} -t {} {} >> {}", port == 22 ? "" : fmt::format(" -p {}", port),
-                                kind->keyscan, host, file);
-  std::ifstream in(file);
-  if (!in)
-    return fmt::format(
-        "cannot read the known_hosts file {} ({}), so the host key of {} ({}) cannot be checked; "
-        "after verifying that fingerprint, add it: {}",
-        file, std::strerror(errno), where, offered, add);
-  LIBSSH2_KNOWNHOSTS* known = libssh2_knownhost_init(s);
-  LIBSSH2_KNOWNHOSTS* revoked = libssh2_knownhost_init(s);
-  for (std::string line; std::getline(in, line);) {
-    LIBSSH2_KNOWNHOSTS* into = known;
-    if (line.rfind("@revoked", 0) == 0)
-      into = revoked, line.erase(0, 8);
-    else if (line.rfind("@", 0) == 0)
-      continue;
-    line.erase(0, line.find_first_not_of(" \t"));
-    if (line.empty() || line[0] == '#') continue;
-    libssh2_knownhost_readline(into, line.data(), line.size(), LIBSSH2_KNOWNHOST_FILE_OPENSSH);
-  }
+                                kind->keyscan, host, add_to);
   const int plain = LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW;
-  int is_revoked = libssh2_knownhost_checkp(revoked, host.c_str(), port, key, len, plain, nullptr);
-  int rc = libssh2_knownhost_checkp(known, host.c_str(), port, key, len, plain | kind->knownhost_type, nullptr);
-  int any_type = rc == LIBSSH2_KNOWNHOST_CHECK_NOTFOUND
-                     ? libssh2_knownhost_checkp(known, host.c_str(), port, key, len, plain, nullptr)
-                     : rc;
-  libssh2_knownhost_free(known);
-  libssh2_knownhost_free(revoked);
-  if (is_revoked == LIBSSH2_KNOWNHOST_CHECK_MATCH)
-    return fmt::format("the host key of {} ({}) is marked @revoked in {}; refusing to connect", where, offered, file);
-  if (rc == LIBSSH2_KNOWNHOST_CHECK_MATCH) return "";
-  if (rc == LIBSSH2_KNOWNHOST_CHECK_MISMATCH)
+  std::vector<std::string> read, unread, mismatched;
+  bool other_type = false;  // the host is recorded, but only with keys of other types
+  std::string unread_all;
+  for (size_t f = 0; f < files.size(); ++f) {
+    const std::string& file = files[f];
+    std::ifstream in(file);
+    if (!in) {
+      std::string why = fmt::format("{} ({})", file, std::strerror(errno));
+      // Files nobody named are optional: only their other failures are worth a mention.
+      if (errno != ENOENT || (f < target.user_known_hosts.size() && !target.default_known_hosts)) unread.push_back(why);
+      unread_all += (unread_all.empty() ? "" : ", ") + why;
+      continue;
+    }
+    read.push_back(file);
+    LIBSSH2_KNOWNHOSTS* known = libssh2_knownhost_init(s);
+    LIBSSH2_KNOWNHOSTS* revoked = libssh2_knownhost_init(s);
+    for (std::string line; std::getline(in, line);) {
+      LIBSSH2_KNOWNHOSTS* into = known;
+      if (line.rfind("@revoked", 0) == 0)
+        into = revoked, line.erase(0, 8);
+      else if (line.rfind("@", 0) == 0)
+        continue;
+      line.erase(0, line.find_first_not_of(" \t"));
+      if (line.empty() || line[0] == '#') continue;
+      libssh2_knownhost_readline(into, line.data(), line.size(), LIBSSH2_KNOWNHOST_FILE_OPENSSH);
+    }
+    int is_revoked = libssh2_knownhost_checkp(revoked, host.c_str(), port, key, len, plain, nullptr);
+    int rc = libssh2_knownhost_checkp(known, host.c_str(), port, key, len, plain | kind->knownhost_type, nullptr);
+    if (rc == LIBSSH2_KNOWNHOST_CHECK_NOTFOUND && libssh2_knownhost_checkp(known, host.c_str(), port, key, len, plain,
+                                                                           nullptr) == LIBSSH2_KNOWNHOST_CHECK_MISMATCH)
+      other_type = true;
+    libssh2_knownhost_free(known);
+    libssh2_knownhost_free(revoked);
+    if (is_revoked == LIBSSH2_KNOWNHOST_CHECK_MATCH)
+      return fmt::format("the host key of {} ({}) is marked @revoked in {}; refusing to connect", where, offered, file);
+    if (rc == LIBSSH2_KNOWNHOST_CHECK_MATCH) return "";
+    if (rc == LIBSSH2_KNOWNHOST_CHECK_MISMATCH) mismatched.push_back(file);
+    if (rc == LIBSSH2_KNOWNHOST_CHECK_FAILURE)
+      return fmt::format("could not check the host key of {} against {}: {}", where, file, last_error(s));
+  }
+  std::string absent;
+  for (const std::string& u : unread) absent += (absent.empty() ? "" : ", ") + u;
+  if (read.empty())
+    return fmt::format(
+        "no known_hosts file could be read ({}), so the host key of {} ({}) cannot be checked; after verifying that "
+        "fingerprint, add it: {}",
+        files.empty() ? "none is configured: UserKnownHostsFile and GlobalKnownHostsFile are none" : unread_all, where,
+        offered, add);
+  if (!mismatched.empty())
     return fmt::format(
         "HOST KEY MISMATCH for {}: the server offered its {}, which differs from the {} key recorded "
         "in {}. Someone may be intercepting the connection, or the host was reinstalled; only if you "
         "know it was, replace the entry: ssh-keygen -R {} -f {} && {}",
-        where, offered, kind->name, file, where, file, add);
-  if (rc == LIBSSH2_KNOWNHOST_CHECK_NOTFOUND)
-    return fmt::format(
-        "unknown host: {} is not in {}{} (the server offered its {}); after verifying that "
-        "fingerprint, add it: {}",
-        where, file, any_type == LIBSSH2_KNOWNHOST_CHECK_MISMATCH ? " with that key type" : "", offered, add);
-  return fmt::format("could not check the host key of {} against {}: {}", where, file, last_error(s));
+        where, offered, kind->name, mismatched.front(), where, mismatched.front(),
+        fmt::format("ssh-keyscan{} -t {} {} >> {}", port == 22 ? "" : fmt::format(" -p {}", port), kind->keyscan, host,
+                    mismatched.front()));
+  std::string list;
+  for (const std::string& r : read) list += (list.empty() ? "" : ", ") + r;
+  std::string alias = host == target.alias ? "" : fmt::format(" (the HostName of {})", target.alias);
+  return fmt::format(
+      "unknown host: {}{} is not in {}{}{} (the server offered its {}); after verifying that "
+      "fingerprint, add it: {}",
+      where, alias, list, other_type ? " with that key type" : "",
+      absent.empty() ? "" : fmt::format(" (not read: {})", absent), offered, add);
 }
 
 }  // namespace dscpp::launcher::ssh_internal

@@ -4,10 +4,12 @@
 #pragma once
 
 #include "launcher/ssh/ssh.h"
+#include "launcher/ssh/ssh_config.h"
 
 #include <libssh2.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <string>
@@ -32,19 +34,47 @@ inline std::string last_error(LIBSSH2_SESSION* s) {
 // Writes all of `text`, waiting while `fd` is full; output is dropped once its reader is gone.
 void write_all(int fd, std::string_view text);
 
-// SshOptions with the defaults filled in.
+// The command line's options with what every host shares: the parsed ssh config, who runs
+// dscpp, the passphrase. Each host's own login (SshTarget) is resolved from it.
 struct Login {
   SshOptions o;
+  SshConfig config;
+  SshLocal local;
   std::string passphrase;
   bool have_passphrase = false;
 };
 
+// Reads the ssh config (--ssh_config, default ~/.ssh/config); throws dscpp::Error for a file
+// that does not parse, since no host could be logged in to as the user means.
 Login resolve(const SshOptions& options);
 
-// The server's host key against known_hosts: "" when it matches, else the error and remedy.
-// Lines are fed one by one (libssh2's readfile stops at the first line it cannot parse, e.g. a
-// key type it does not know); "@revoked" lines are honoured, "@cert-authority" ones skipped.
-std::string check_host_key(LIBSSH2_SESSION* s, const std::string& host, int port, const std::string& file);
+// The server's host key against the target's known_hosts files (user files, then global ones):
+// "" when one of them has it, else the error and remedy naming the files read. Lines are fed
+// one by one (libssh2's readfile stops at the first line it cannot parse, e.g. a key type it
+// does not know); "@revoked" lines are honoured, "@cert-authority" ones skipped.
+std::string check_host_key(LIBSSH2_SESSION* s, const SshTarget& target);
+
+// A ProxyCommand (or ProxyJump's `ssh -W`): `/bin/sh -c "exec CMD"` in a process group of its
+// own, one end of a socketpair as its stdin and stdout, the other end for libssh2 (which only
+// needs an fd it can send() and recv() on). Its stderr is kept for messages. stop() TERMs the
+// group, KILLs it a second later if need be, and reaps the shell: nothing outlives a session.
+class ProxyProcess {
+ public:
+  ProxyProcess() = default;
+  ~ProxyProcess();
+  ProxyProcess(const ProxyProcess&) = delete;
+  ProxyProcess& operator=(const ProxyProcess&) = delete;
+
+  // The non-blocking fd for libssh2 (the caller closes it), or -1 with `error` set.
+  int start(const std::string& command, std::string* error);
+  void stop();
+  // "; the proxy command said: ..." with its last stderr lines, or "" when it said nothing.
+  std::string said() const;
+
+ private:
+  pid_t pid_ = -1;
+  int stderr_fd_ = -1;
+};
 
 enum class Phase { kConnect, kHandshake, kAuth, kChannel, kExec, kRunning, kClosing, kDone };
 
@@ -60,6 +90,10 @@ class HostSession {
   HostSession& operator=(const HostSession&) = delete;
 
   bool done() const { return phase_ == Phase::kDone; }
+  // The exit reports read from the command's stderr since the last call (RemoteCommand::reported_ranks).
+  std::vector<RankExit> take_reports() { return std::exchange(reports_, {}); }
+  // Whether every rank the command runs has reported its exit.
+  bool all_reported() const { return reported_ranks_ > 0 && reports_seen_ >= reported_ranks_; }
   bool running() const { return phase_ == Phase::kRunning || phase_ == Phase::kClosing; }
   const RemoteExit& exit() const { return exit_; }
   int fd() const { return fd_; }
@@ -97,6 +131,13 @@ class HostSession {
     std::string label, file;
     libssh2_agent_publickey* agent_key = nullptr;
     std::string unreadable;  // why the file cannot be read; empty when it can
+    bool rsa = false;
+  };
+  // One line of "tried: ..." in the authentication error.
+  struct Tried {
+    enum Outcome { kNote, kSkipped, kUnloadable, kRejected } outcome;
+    std::string text;
+    bool rsa = false;
   };
 
   // ssh_login.cpp
@@ -107,6 +148,8 @@ class HostSession {
   bool step_handshake();
   void list_keys();
   bool step_auth();
+  bool auth_failed();
+  std::string via_proxy() const;  // " through ProxyJump ... (FILE:LINE)" or ""
 
   // ssh_channel.cpp
   bool step_channel();
@@ -136,6 +179,8 @@ class HostSession {
 
   std::string wire_;
   const Login& login_;
+  SshTarget target_;
+  ProxyProcess proxy_;
   const RemoteRunOptions* relay_;
   RemoteCapture* capture_;  // non-null: keep the output here instead of relaying it
   RemoteExit exit_;
@@ -151,9 +196,11 @@ class HostSession {
   bool listed_ = false;
   std::vector<AuthKey> keys_;
   size_t next_key_ = 0;
-  std::vector<std::string> tried_;
+  std::vector<Tried> tried_;
   bool stop_wanted_ = false, eof_sent_ = false, close_sent_ = false;
   std::string partial_[2];
+  int reported_ranks_ = 0, reports_seen_ = 0;
+  std::vector<RankExit> reports_;
 };
 
 }  // namespace dscpp::launcher::ssh_internal

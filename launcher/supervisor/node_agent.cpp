@@ -148,6 +148,7 @@ GroupResult run_node_agent_group(const NodeAgentArgs& args) {
   options.stop_fd = args.stop_on_stdin_eof ? 0 : -1;
   options.stop_fd_name = "stdin (the launcher's connection)";
   options.host = host;
+  options.report_exits = args.report_exits;
   PidFile pid_file(args.save_pid_file);
   return run_rank_group(launches, options);
 }
@@ -169,6 +170,7 @@ std::vector<std::string> node_agent_argv(const NodeAgentArgs& args) {
   if (args.grace_seconds != NodeAgentArgs{}.grace_seconds)
     argv.push_back(fmt::format("--grace_seconds={}", args.grace_seconds));
   if (!args.stop_on_stdin_eof) argv.push_back("--no_stdin_stop");
+  if (!args.report_exits) argv.push_back("--no_exit_reports");
   argv.push_back("--");
   argv.insert(argv.end(), args.program.begin(), args.program.end());
   return argv;
@@ -183,7 +185,7 @@ NodeAgentArgs parse_node_agent_argv(const std::vector<std::string>& argv) {
     if (arg.compare(0, 2, "--") != 0)
       fail("node-agent: unexpected '{}'; expected options, then `-- PROGRAM [ARGS...]`", arg);
     std::string key = arg.substr(0, arg.find('=')), value;
-    const std::set<std::string> switches = {"--gpus", "--bind_cores_to_rank", "--no_stdin_stop"};
+    const std::set<std::string> switches = {"--gpus", "--bind_cores_to_rank", "--no_stdin_stop", "--no_exit_reports"};
     if (switches.count(key)) {
       if (key != arg) fail("node-agent: {} takes no value (got '{}')", key, arg);
     } else if (key != arg) {
@@ -217,6 +219,8 @@ NodeAgentArgs parse_node_agent_argv(const std::vector<std::string>& argv) {
       args.grace_seconds = parse_number<double>(key, value);
     else if (key == "--no_stdin_stop")
       args.stop_on_stdin_eof = false;
+    else if (key == "--no_exit_reports")
+      args.report_exits = false;
     else if (key == "--env") {
       size_t eq = value.find('=');
       if (eq == 0 || eq == std::string::npos) fail("node-agent: --env expects NAME=VALUE, got '{}'", value);

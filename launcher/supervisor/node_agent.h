@@ -27,6 +27,7 @@ struct NodeAgentArgs {
   std::string save_pid_file{};         // non-empty: the agent's pid is written there while it runs
   double grace_seconds = 5.0;          // SIGTERM -> SIGKILL when stopping ranks
   bool stop_on_stdin_eof = true;       // stdin readable/EOF stops the ranks (false for the local runner)
+  bool report_exits = true;            // each rank exit as a report line on stderr (false for the local runner)
 };
 
 // Starts this host's ranks (labels "[rank R]", or "[rank R HOST]" when the job spans hosts;
@@ -42,7 +43,7 @@ GroupResult run_node_agent_group(const NodeAgentArgs& args);
 //   --world_info=B64 --node_rank=N --master_addr=A --master_port=P [--gpus]
 //   [--env K=V]... [--local_rank_at=I] [--bind_cores_to_rank] [--bind_core_list=L]
 //   [--enable_each_rank_log=DIR] [--save_pid=FILE] [--grace_seconds=S] [--no_stdin_stop]
-//   -- PROGRAM [ARGS...]
+//   [--no_exit_reports] -- PROGRAM [ARGS...]
 std::vector<std::string> node_agent_argv(const NodeAgentArgs& args);
 // The inverse; also accepts `--key value` for every `--key=value`. Throws dscpp::Error naming
 // an unknown or malformed argument.

@@ -55,8 +55,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxPartialLine = 64 * 1024;  // a longer line without '\n' is emitted in pieces
-constexpr double kKillWaitSeconds = 5.0;       // after SIGKILL, how long before we stop waiting
-constexpr double kBystanderWaitSeconds = 3.0;  // for the failure that made a rank exit with kExitPeerFailed
+constexpr double kKillWaitSeconds = 5.0;  // after SIGKILL, how long before we stop waiting
+constexpr double kAskMarginSeconds = 2.0;  // beyond 2 grace periods, for a backend's shims to stop their ranks
 
 std::atomic<bool> g_running{false};
 
@@ -81,6 +81,8 @@ struct Rank {
   bool exited = false;
   RankExit exit;
   Stream out, err;
+  int stdin_fd = -1;  // write end of its stdin (RankLaunch::Stop::close_stdin), -1 once closed
+  int reports = 0;    // exit reports read from its stderr
 };
 
 struct ProcessInfo {
@@ -122,23 +124,26 @@ class Supervisor {
   GroupResult run(std::vector<ExecPlan>& plans);
   ~Supervisor() {
     for (const Rank& rank : ranks_)
-      for (int fd : {rank.out.fd, rank.err.fd})
+      for (int fd : {rank.out.fd, rank.err.fd, rank.stdin_fd})
         if (fd >= 0) close(fd);
   }
 
  private:
-  enum class Phase { running, terminating, killing };
+  // asking: only backends with a gentler stop (RankLaunch::stop) have been asked to stop.
+  enum class Phase { running, asking, terminating, killing };
 
   void start(Rank& rank, ExecPlan& plan, int null_fd);
   void loop();
-  void emit(const Rank& rank, Stream& stream, bool is_err, bool closing);
+  void emit(Rank& rank, Stream& stream, bool is_err, bool closing);
   void relay(Rank& rank, Stream& stream, bool is_err, bool drain);
   void write_out(int fd, const std::string& text);
   void message(const std::string& text) { write_out(options_.err_fd, "dscpp: " + text + "\n"); }
   void check_ranks();
   void on_rank_exit(Rank& rank);
-  void declare_failure(const RankExit& exit, const std::string& note);
-  void stop(int code, const std::string& why);
+  void on_report(Rank& rank, const RankExit& exit);
+  void declare_failure(const Blame::Verdict& verdict);
+  void stop(int code, const std::string& why, bool requested_by_launcher);
+  void begin_stop();
   void teardown(Phase phase);
   int phase_signal() const { return phase_ == Phase::killing ? SIGKILL : phase_ == Phase::terminating ? SIGTERM : 0; }
   void signal_groups(int sig);
@@ -152,10 +157,7 @@ class Supervisor {
   GroupResult result_;
   Phase phase_ = Phase::running;
   Clock::time_point deadline_{};
-  // A rank that exited with kExitPeerFailed stopped because another failed: its failure is
-  // declared only if no rank fails on its own within kBystanderWaitSeconds.
-  std::optional<RankExit> bystander_;
-  Clock::time_point bystander_deadline_{};
+  Blame blame_;
   std::set<pid_t> termed_;  // leftover processes already sent SIGTERM
   bool out_broken_ = false, err_broken_ = false;
   pid_t self_ = getpid();
@@ -181,8 +183,9 @@ void Supervisor::write_out(int fd, const std::string& text) {
 // Writes every complete line of `stream.partial` (every line at all when `closing`, the last
 // one given a newline), prefixed, in one write(): lines of different ranks never interleave.
 // Closing also closes the pipe.
-void Supervisor::emit(const Rank& rank, Stream& stream, bool is_err, bool closing) {
+void Supervisor::emit(Rank& rank, Stream& stream, bool is_err, bool closing) {
   std::string lines;
+  std::vector<RankExit> reports;  // handled after this batch is written: its lines came first
   size_t begin = 0;
   while (begin < stream.partial.size()) {
     size_t end = stream.partial.find('\n', begin), next = end + 1;
@@ -194,13 +197,20 @@ void Supervisor::emit(const Rank& rank, Stream& stream, bool is_err, bool closin
       else
         break;
     }
-    if (!rank.launch->label.empty()) lines.append(rank.launch->label).push_back(' ');
-    lines.append(stream.partial, begin, end - begin).push_back('\n');
+    std::string_view line(stream.partial.data() + begin, end - begin);
+    std::optional<RankExit> report;
+    if (is_err && rank.launch->reported_ranks > 0 && (report = parse_exit_report(line))) {
+      reports.push_back(*report);
+    } else {
+      if (!rank.launch->label.empty()) lines.append(rank.launch->label).push_back(' ');
+      lines.append(line).push_back('\n');
+    }
     begin = next;
   }
   stream.partial.erase(0, begin);
   write_out(is_err ? options_.err_fd : options_.out_fd, lines);
   if (closing) close(stream.fd), stream.fd = -1;
+  for (const RankExit& exit : reports) on_report(rank, exit);
 }
 
 // Reads what the pipe holds now and relays it: one read, or when `drain` until EAGAIN but at
@@ -218,32 +228,34 @@ void Supervisor::relay(Rank& rank, Stream& stream, bool is_err, bool drain) {
 }
 
 void Supervisor::start(Rank& rank, ExecPlan& plan, int null_fd) {
-  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1};
   const char* failed = nullptr;
   if (plan.log_fd < 0 && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) failed = "pipe";
+  if (!failed && rank.launch->stop == RankLaunch::Stop::close_stdin && pipe2(in, O_CLOEXEC) != 0) failed = "pipe";
   pid_t pid = -1;
   int error = errno;
   if (!failed) {
     pid = fork_blocked();
     if (pid == 0) {
       int out_fd = plan.log_fd >= 0 ? plan.log_fd : out[1], err_fd = plan.log_fd >= 0 ? plan.log_fd : err[1];
-      exec_child(plan, null_fd, out_fd, err_fd, self_, signals_);
+      exec_child(plan, in[0] >= 0 ? in[0] : null_fd, out_fd, err_fd, self_, signals_);
     }
     error = errno;
     if (pid < 0) failed = "fork";
   }
-  for (int fd : {out[1], err[1], std::exchange(plan.log_fd, -1)})
+  for (int fd : {out[1], err[1], in[0], std::exchange(plan.log_fd, -1)})
     if (fd >= 0) close(fd);
   if (failed) {
-    for (int fd : {out[0], err[0]})
+    for (int fd : {out[0], err[0], in[1]})
       if (fd >= 0) close(fd);
     message(fmt::format("cannot start rank {}{}: {}: {}", rank.launch->rank, on_host(), failed, std::strerror(error)));
     rank.exited = true;
-    rank.exit = {rank.launch->rank, 127, 0};
+    rank.exit = {rank.launch->rank, options_.host, 127, 0};
     return;
   }
   setpgid(pid, pid);  // the child does it too: whichever runs first, killpg works from here on
   rank.pid = pid;
+  rank.stdin_fd = in[1];
   for (int fd : {rank.out.fd = out[0], rank.err.fd = err[0]})
     if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
@@ -263,46 +275,80 @@ void Supervisor::check_ranks() {
     if (waitid(P_PID, rank.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != rank.pid) continue;
     rank.exited = true;
     rank.exit.rank = rank.launch->rank;
+    rank.exit.host = options_.host;
+    rank.exit.stopped = phase_ != Phase::running;
     (info.si_code == CLD_EXITED ? rank.exit.exit_code : rank.exit.signal) = info.si_status;
     on_rank_exit(rank);
   }
 }
 
 void Supervisor::on_rank_exit(Rank& rank) {
-  // Its last words come before our verdict.
+  // Its last words (and a backend's last reports) come before our verdict.
   if (rank.out.fd >= 0) relay(rank, rank.out, false, true);
   if (rank.err.fd >= 0) relay(rank, rank.err, true, true);
   const RankExit& exit = rank.exit;
-  if (phase_ != Phase::running || (exit.exit_code == 0 && exit.signal == 0)) return;
-  if (exit.signal == 0 && exit.exit_code == kExitPeerFailed) {
-    if (!bystander_) {
-      bystander_ = exit;
-      bystander_deadline_ = after(kBystanderWaitSeconds);
-    }
-    return;
-  }
-  declare_failure(exit, bystander_ ? fmt::format(" (rank {} had stopped because of a peer's failure)", bystander_->rank)
-                                   : std::string());
+  if (options_.report_exits && exit.rank >= 0) write_out(options_.err_fd, exit_report_line(exit));
+  // A backend whose ranks all reported said everything through them: its own code (srun's is
+  // the highest of its tasks') would only blame the wrong one.
+  if (rank.launch->reported_ranks > 0 && rank.reports >= rank.launch->reported_ranks) return;
+  if (phase_ != Phase::running) return;
+  if (auto verdict = blame_.exited(exit)) declare_failure(*verdict);
 }
 
-void Supervisor::declare_failure(const RankExit& exit, const std::string& note) {
-  result_.first_failure = exit;
-  result_.exit_code = exit.signal != 0 ? 128 + exit.signal : exit.exit_code;
-  message(exit.describe(options_.host) + note + (alive().empty() ? "" : "; stopping the other ranks"));
-  teardown(Phase::terminating);
+void Supervisor::on_report(Rank& rank, const RankExit& exit) {
+  ++rank.reports;
+  if (phase_ != Phase::running) return;
+  if (auto verdict = blame_.exited(exit)) declare_failure(*verdict);
 }
 
-void Supervisor::stop(int code, const std::string& why) {
+void Supervisor::declare_failure(const Blame::Verdict& verdict) {
+  result_.first_failure = verdict.exit;
+  result_.failure = verdict.describe();
+  result_.exit_code = verdict.exit.status();
+  if (!options_.report_exits) message(result_.failure + (alive().empty() ? "" : "; stopping the other ranks"));
+  begin_stop();
+}
+
+// `requested_by_launcher`: the stop came from whoever reads our reports (stop_fd, SIGUSR1),
+// which says why itself.
+void Supervisor::stop(int code, const std::string& why, bool requested_by_launcher) {
+  const bool quiet = options_.report_exits && requested_by_launcher;
   if (phase_ == Phase::running) {
     result_.stopped = true;
     result_.exit_code = code;
     size_t n = alive().size();
-    message(why + (n == 0 ? "" : fmt::format("; stopping {} rank{}{}", n, n == 1 ? "" : "s", on_host())));
+    if (!quiet) message(why + (n == 0 ? "" : fmt::format("; stopping {} rank{}{}", n, n == 1 ? "" : "s", on_host())));
+    begin_stop();
+  } else if (phase_ == Phase::asking) {
+    message(why + " while stopping; sending SIGTERM now");
     teardown(Phase::terminating);
   } else if (phase_ == Phase::terminating) {
     message(why + " while stopping; sending SIGKILL now");
     teardown(Phase::killing);
   }
+}
+
+// Backends with a gentler stop are asked first (their shims stop the ranks with the grace
+// period of their own); everything else is terminated at once.
+void Supervisor::begin_stop() {
+  bool asked = false;
+  for (Rank& rank : ranks_) {
+    if (rank.exited || rank.pid <= 0) continue;
+    if (rank.launch->stop == RankLaunch::Stop::close_stdin && rank.stdin_fd >= 0) {
+      close(rank.stdin_fd);
+      rank.stdin_fd = -1;
+      asked = true;
+    } else if (rank.launch->stop == RankLaunch::Stop::usr1) {
+      kill(rank.pid, SIGUSR1);
+      asked = true;
+    } else {
+      killpg(rank.pid, SIGTERM);
+      killpg(rank.pid, SIGCONT);
+    }
+  }
+  if (!asked) return teardown(Phase::terminating);
+  phase_ = Phase::asking;
+  deadline_ = after(2 * options_.grace_seconds + kAskMarginSeconds);
 }
 
 void Supervisor::signal_groups(int sig) {
@@ -343,14 +389,9 @@ std::vector<pid_t> Supervisor::leftovers(int sig) {
 }
 
 void Supervisor::loop() {
-  auto bystander_due = [&] {
-    return phase_ == Phase::running && bystander_ && (alive().empty() || Clock::now() >= bystander_deadline_);
-  };
   while (true) {
-    if (bystander_due())
-      declare_failure(*bystander_, fmt::format(" (it stopped because a peer failed, and no rank{} failed on its own "
-                                               "within {:g} s)",
-                                               on_host(), kBystanderWaitSeconds));
+    if (phase_ == Phase::running)
+      if (auto verdict = blame_.due(alive().empty())) declare_failure(*verdict);
     if (alive().empty()) {
       std::vector<pid_t> rest = leftovers(phase_signal());
       if (rest.empty()) return;
@@ -370,10 +411,9 @@ void Supervisor::loop() {
       if (rank.err.fd >= 0) fds.push_back({rank.err.fd, POLLIN, 0}), streams.emplace_back(&rank, true);
     }
     int timeout = -1;
-    if (phase_ != Phase::running || bystander_) {
-      auto left = std::chrono::duration<double, std::milli>((phase_ != Phase::running ? deadline_ : bystander_deadline_) -
-                                                            Clock::now())
-                      .count();
+    std::optional<Clock::time_point> wake = phase_ != Phase::running ? deadline_ : blame_.deadline();
+    if (wake) {
+      auto left = std::chrono::duration<double, std::milli>(*wake - Clock::now()).count();
       timeout = static_cast<int>(std::clamp(std::ceil(left), 0.0, 1e9));
     }
     if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) fail_errno("supervisor: poll");
@@ -384,15 +424,21 @@ void Supervisor::loop() {
       if (fds[first_stream + i].revents != 0 && stream.fd >= 0) relay(*rank, stream, is_err, false);
     }
     signals_.drain();
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-      if (SignalScope::take(sig)) stop(128 + sig, "received SIG" + signal_name(sig));
-    if (watch_stop && fds[1].revents != 0) stop(143, options_.stop_fd_name + " readable or closed");
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1})
+      if (SignalScope::take(sig)) stop(128 + sig, "received SIG" + signal_name(sig), sig == SIGUSR1);
+    if (watch_stop && fds[1].revents != 0) stop(143, options_.stop_fd_name + " readable or closed", true);
     if (SignalScope::take(SIGCHLD)) {
       check_ranks();
       if (phase_ != Phase::running) leftovers(phase_signal());
     }
     if (phase_ != Phase::running && Clock::now() >= deadline_) {
-      if (phase_ == Phase::terminating) {
+      if (phase_ == Phase::asking) {
+        std::vector<std::string> names;
+        for (const Rank* rank : alive()) names.push_back(rank->launch->argv.front());
+        message(fmt::format("{} still running {:g} s after the stop request; sending SIGTERM", fmt::join(names, ", "),
+                            2 * options_.grace_seconds + kAskMarginSeconds));
+        teardown(Phase::terminating);
+      } else if (phase_ == Phase::terminating) {
         std::vector<std::string> names;
         for (const Rank* rank : alive()) names.push_back(std::to_string(rank->launch->rank));
         message(fmt::format("{}{}{} still running {:g} s after SIGTERM; sending SIGKILL",
@@ -447,15 +493,6 @@ GroupResult run_rank_group(const std::vector<RankLaunch>& ranks, const Superviso
   for (size_t i = 0; i < ranks.size(); ++i) build_plan(ranks[i], plans[i]);
   SignalScope signals;
   return Supervisor(ranks, options, signals).run(plans);
-}
-
-std::string RankExit::describe(const std::string& host) const {
-  // rank < 0: a backend (mpirun, srun) run for its ranks; `host` then names it.
-  std::string who = rank < 0       ? host
-                    : host.empty() ? fmt::format("rank {}", rank)
-                                   : fmt::format("rank {} on {}", rank, host);
-  if (signal != 0) return who + " killed by signal " + signal_name(signal);
-  return fmt::format("{} exited with code {}", who, exit_code);
 }
 
 }  // namespace dscpp::launcher

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "launcher/launch_plan.h"
+#include "launcher/supervisor/rank_exit.h"
 
 #include <optional>
 #include <string>
@@ -18,6 +19,17 @@ struct RankLaunch {
   EnvList env;                    // set on top of the supervisor's own environment
   std::string log_file;           // non-empty: stdout+stderr go here, not to the console
   std::vector<int> cpus;          // non-empty: the rank is pinned to these cores
+  // > 0: this child supervises that many ranks elsewhere (mpirun or srun running rank shims)
+  // and its stderr carries their exit reports (rank_exit.h). Those reports decide the blame;
+  // the child's own exit counts as a failure only when some of its ranks never reported.
+  int reported_ranks = 0;
+  // How a stop reaches this child first. SIGTERM to mpirun or srun kills their tasks at once
+  // (srun sends SIGKILL), leaving the ranks no grace and the shims no time to report; instead
+  // srun gets EOF on its stdin, which it hands to every task, and mpirun gets SIGUSR1, which it
+  // forwards to every task. The shims stop their ranks as the supervisor does. SIGTERM follows
+  // only if the child is still running 2 grace periods (+2 s) later.
+  enum class Stop { terminate, close_stdin, usr1 };
+  Stop stop = Stop::terminate;
 };
 
 struct SupervisorOptions {
@@ -27,18 +39,16 @@ struct SupervisorOptions {
   int err_fd = 2;              // where prefixed stderr lines and supervisor messages go
   std::string host;            // named in failure messages
   std::string stop_fd_name = "stop_fd";  // what stop_fd is, for the message when it fires
-};
-
-struct RankExit {
-  int rank = 0;
-  int exit_code = 0;  // valid when signal == 0
-  int signal = 0;     // killed by this signal
-  std::string describe(const std::string& host) const;  // "rank 3 on node2 exited with code 3"
+  // This supervisor runs ranks for a launcher elsewhere (a node agent over ssh, a rank shim under
+  // mpirun/srun): each rank exit is written to err_fd as a report line, and the verdicts and
+  // stop messages the launcher prints itself are left out.
+  bool report_exits = false;
 };
 
 struct GroupResult {
-  int exit_code = 0;                      // 0, the first failing rank's code, 128+signal, or 130/143 when stopped
-  std::optional<RankExit> first_failure;  // the rank that failed first, if any
+  int exit_code = 0;                      // 0, the blamed rank's status(), or 128+N when stopped by signal N
+  std::optional<RankExit> first_failure;  // the rank blamed (Blame's rule), if any
+  std::string failure;                    // its description with Blame's note, when first_failure is set
   bool stopped = false;                   // torn down by a signal or stop_fd, not by a rank failure
 };
 
@@ -50,11 +60,13 @@ struct GroupResult {
 //   "cannot run PROGRAM: REASON" on the rank's stderr and counts as exit code 127.
 // - This process is a child subreaper while the group runs: descendants that leave a rank's
 //   process group (setsid daemons) are still found, signalled and reaped.
-// - The first rank to exit non-zero or by a signal: "dscpp: rank R on HOST exited with code C;
-//   stopping the other ranks" on err_fd, SIGTERM (+SIGCONT) to every rank's group, SIGKILL
-//   after grace_seconds. SIGINT/SIGTERM/SIGHUP (exit code 128+N) or stop_fd do the same with
-//   stopped = true; a second request during the grace period sends SIGKILL at once. A SIGINT
-//   or SIGHUP that was ignored when the call began stays ignored (nohup, `&` in scripts).
+// - The first rank to exit non-zero or by a signal (Blame's rule: one that exits with
+//   kExitPeerFailed is blamed only if no other fails on its own within 3 s): "dscpp: rank R on
+//   HOST exited with code C; stopping the other ranks" on err_fd, SIGTERM (+SIGCONT) to every
+//   rank's group (RankLaunch::stop says what a backend gets first), SIGKILL after
+//   grace_seconds. SIGINT/SIGTERM/SIGHUP/SIGUSR1 (exit code 128+N) or stop_fd do the same with
+//   stopped = true; a second request during the grace period escalates at once. A SIGINT or
+//   SIGHUP that was ignored when the call began stays ignored (nohup, `&` in scripts).
 // - When every rank exited 0 but left processes running, those are stopped the same way and
 //   the result stays 0. Processes that survive SIGKILL for 5 s are named and abandoned.
 // - Signal handlers, the signal mask and the subreaper flag are restored on return; SIGPIPE

@@ -20,7 +20,12 @@
 
 namespace dscpp::launcher::supervisor_internal {
 
-inline constexpr int kHandledSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+inline constexpr int kHandledSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
+
+// The handler both signal scopes install, and what it writes to (supervisor_signals.cpp).
+extern int g_wake_write_fd;
+extern volatile sig_atomic_t g_pending[NSIG];
+extern "C" void on_signal(int sig);
 
 [[noreturn]] inline void fail_errno(const char* what) {
   fail("{}: {}", what, std::strerror(errno));

@@ -1,7 +1,8 @@
-// The supervisor's signal handling: a self-pipe that turns SIGCHLD, SIGINT, SIGTERM and SIGHUP
+// The supervisor's signal handling: a self-pipe that turns SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGUSR1
 // into poll() wake-ups, and the scope that installs it (with SIGPIPE ignored and the subreaper
 // flag) and undoes it. Separate because it is process-wide state behind a handler, while the
 // rest of the supervisor is ordinary code.
+#include "launcher/supervisor/stop_signals.h"
 #include "launcher/supervisor/supervisor_internal.h"
 
 #include <fcntl.h>
@@ -13,8 +14,9 @@
 #include <iterator>
 
 namespace dscpp::launcher::supervisor_internal {
-namespace {
 
+// Shared by SignalScope and StopSignals (never both alive): the handler records the signal and
+// wakes the owner's poll() through its pipe.
 int g_wake_write_fd = -1;
 volatile sig_atomic_t g_pending[NSIG];
 
@@ -25,8 +27,6 @@ extern "C" void on_signal(int sig) {
   [[maybe_unused]] ssize_t n = write(g_wake_write_fd, &byte, 1);
   errno = saved;
 }
-
-}  // namespace
 
 SignalScope::SignalScope() {
   if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) fail_errno("supervisor: pipe");
@@ -74,3 +74,43 @@ bool SignalScope::take(int sig) {
 }
 
 }  // namespace dscpp::launcher::supervisor_internal
+
+namespace dscpp::launcher {
+
+namespace {
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+struct sigaction g_stop_old[std::size(kStopSignals)];
+}  // namespace
+
+using supervisor_internal::fail_errno;
+
+StopSignals::StopSignals() {
+  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) fail_errno("launcher: pipe");
+  supervisor_internal::g_wake_write_fd = wake_[1];
+  struct sigaction action {};
+  sigemptyset(&action.sa_mask);
+  action.sa_handler = supervisor_internal::on_signal;
+  action.sa_flags = SA_RESTART;
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) {
+    int sig = kStopSignals[i];
+    supervisor_internal::g_pending[sig] = 0;
+    sigaction(sig, nullptr, &g_stop_old[i]);
+    if ((sig == SIGINT || sig == SIGHUP) && g_stop_old[i].sa_handler == SIG_IGN) continue;
+    sigaction(sig, &action, nullptr);
+  }
+}
+
+StopSignals::~StopSignals() {
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &g_stop_old[i], nullptr);
+  supervisor_internal::g_wake_write_fd = -1;
+  close(wake_[0]);
+  close(wake_[1]);
+}
+
+int StopSignals::received() const {
+  for (int sig : kStopSignals)
+    if (supervisor_internal::g_pending[sig]) return sig;
+  return 0;
+}
+
+}  // namespace dscpp::launcher

@@ -19,8 +19,8 @@ printf '# comments and quoting are allowed here, unlike DeepSpeed\nexport NCCL_D
 "$dscpp" --dry_run --master_addr 10.1.2.3 -H hf -i 'worker-0@worker-1:1,3' --env EXTRA=1 -- /bin/echo hi >out 2>err ||
   fail "dry run failed: $(cat err)"
 expect err '^dscpp plan: 6 ranks on 2 hosts from hostfile hf; runner ssh; master 10.1.2.3:29500$' "plan header"
-expect err '^  worker-0 +slots 0-3 +ranks 0-3$' "worker-0 row"
-expect err '^  worker-1 +slots 1,3 +ranks 4-5$' "worker-1 row (the documented --include semantics)"
+expect err '^  worker-0 +4 ranks \(0-3\) +on slots 0-3$' "worker-0 row"
+expect err '^  worker-1 +2 ranks \(4-5\) +on slots 1,3$' "worker-1 row (the documented --include semantics)"
 expect out "^command on worker-1: cd .* && exec $dscpp node-agent .*--node_rank=1 .*-- /bin/echo hi$" "agent command"
 expect out "^  NCCL_DEBUG=INFO$" "env file forwarded"
 expect out "^  WANDB_PROJECT='my run'$" "quoted env file value"
@@ -30,6 +30,9 @@ expect out "^  WORLD_SIZE=6$" "WORLD_SIZE"
 
 "$dscpp" --dry_run -H hf -e worker-0 --master_addr 10.1.2.3 -- /bin/true >out 2>err || fail "exclude: $(cat err)"
 expect err '^dscpp plan: 4 ranks on 1 host' "exclude leaves worker-1"
+
+"$dscpp" --dry_run --num_procs 1 -- /bin/true >out 2>err || fail "one rank: $(cat err)"
+expect err '^  localhost +1 rank +\(0\) +on slot 0$' "one-rank row (not \"slots 0\")"
 
 "$dscpp" --dry_run --num_procs 3 --launcher openmpi -- hostname >out 2>err || fail "openmpi dry run: $(cat err)"
 expect out "^command: mpirun .*-n 3 --host localhost:3 --map-by slot .*rank-shim --local_rank_at=-1 -- hostname$" "mpirun command"

@@ -202,6 +202,148 @@ grep -q "^dscpp: host $IP3 failed: unknown host" <<<"$out" &&
   ok "a host-key failure on node3 stops node1/node2 (run ${t} s)" || { bad "login failure stop"; echo "$out"; }
 all_gone 5 || bad "processes left after a login failure"
 
+# 7b. ~/.ssh/config (HOME is a scratch directory): Host aliases with HostName, Port, User and an
+# IdentityFile written with ~ and %r, through the launcher on node1 and through ssh_run_check.
+# node2 also runs an sshd on port 2222 (stopped by the testbed's `down`); $SSH_CONNECTION and
+# that sshd's log show which port a session came in on.
+H7=$W/home7
+mkdir -p "$H7/.ssh" "$H7/keys"
+cp "$TESTBED_KEY" "$H7/keys/root_key"
+{ cat "$TESTBED_KNOWN_HOSTS"; awk '{print "[node2]:2222", $1, $2}' "$TESTBED_DIR/node2/host_ed25519.pub"; } >"$H7/kh"
+sed -e 's/^Port 22$/Port 2222/' -e "s|^PidFile .*|PidFile $W/sshd2222.pid|" "$TESTBED_DIR/node2/sshd_config" \
+  >"$W/sshd2222_config"
+"$T" exec node2 /usr/sbin/sshd -f "$W/sshd2222_config" -E "$W/sshd2222.log"
+for k in $(seq 1 50); do timeout 1 bash -c "exec 3<>/dev/tcp/$IP2/2222" 2>/dev/null && break; sleep 0.1; done
+cat >"$H7/.ssh/config" <<EOF
+# written by launch_ssh.sh
+Host a1
+  HostName node1
+Host a2
+  HostName node2
+  Port 2222
+Host a3
+  HostName node3
+  User nobody-here
+Host *
+  User root
+  IdentityFile ~/keys/%r_key
+  UserKnownHostsFile ~/kh
+  ServerAliveInterval 30
+  ForwardAgent yes
+EOF
+user_line=$(grep -n "User nobody-here" "$H7/.ssh/config" | cut -d: -f1)
+printf 'a1 slots=1\na2 slots=1\nroot@a3 slots=1\n' >"$W/hf7"
+D7() { "$T" exec node1 env -u SSH_AUTH_SOCK HOME="$H7" "$DSCPP" "$@"; }
+C7() { "$T" exec node1 env -u SSH_AUTH_SOCK HOME="$H7" "$RUN" "$@"; }
+out=$(D7 --hostfile "$W/hf7" -- /bin/sh -c 'echo "cfg $(hostname) port ${SSH_CONNECTION##* }"' 2>&1)
+rc=$?
+[ $rc = 0 ] && grep -q "cfg node1 port 22$" <<<"$out" && grep -q "cfg node2 port 2222$" <<<"$out" &&
+  grep -q "^\[rank 2 root@a3\] cfg node3 port 22$" <<<"$out" && grep -q "Accepted publickey for root" "$W/sshd2222.log" &&
+  ok "dscpp with ~/.ssh/config: a1..a3 reached node1..node3, a2 on its Port 2222, root@a3 over the config's User" ||
+  { bad "dscpp through ~/.ssh/config (rc=$rc)"; echo "$out"; }
+out=$(D7 --hostfile "$W/hf7" --include a2@root@a3 -- /bin/sh -c 'echo "inc $(hostname)"' 2>&1)
+rc=$?
+[ $rc = 0 ] && grep -q "inc node2" <<<"$out" && grep -q "inc node3" <<<"$out" && ! grep -q "inc node1" <<<"$out" &&
+  ok "--include a2@root@a3: user@host in -i; only node2 and node3 ran" || { bad "user@host in --include (rc=$rc)"; echo "$out"; }
+p_cfg=$(C7 --capture a2 'echo ${SSH_CONNECTION##* }' 2>&1)
+p_flag=$(C7 --capture --port 22 a2 'echo ${SSH_CONNECTION##* }' 2>&1)
+[ "$p_cfg" = 2222 ] && [ "$p_flag" = 22 ] && ok "Port 2222 from the config; a command-line port (--ssh_port) overrides it" ||
+  bad "config Port: got [$p_cfg] and, with --port 22, [$p_flag]"
+out=$(C7 --capture a3 true 2>&1)
+grep -q "authentication as nobody-here@node3:22 failed; tried: $H7/keys/nobody-here_key (No such file" <<<"$out" &&
+  grep -q "The user nobody-here is from $H7/.ssh/config:$user_line (User)" <<<"$out" &&
+  [ "$(C7 --capture --user root a3 hostname 2>&1)" = node3 ] &&
+  ok "the config's User (and %r in IdentityFile) applies, named with file:line; --ssh_user overrides it" ||
+  { bad "config User"; echo "$out"; }
+
+# 7c. --ssh_identity: a key that ~/.ssh does not hold and no config names.
+H7c=$W/home7c
+mkdir -p "$H7c/.ssh"
+Dc() {
+  "$T" exec node1 env -u SSH_AUTH_SOCK HOME="$H7c" "$DSCPP" --hostfile "$TESTBED_HOSTFILE" --ssh_user root \
+    --ssh_known_hosts "$TESTBED_KNOWN_HOSTS" "$@"
+}
+out=$(Dc -- /bin/sh -c 'echo "id $(hostname)"' 2>&1)
+rc=$?
+[ $rc != 0 ] && grep -q "no key could be offered: create one and install it there with ssh-keygen -t ed25519 && ssh-copy-id root@node1" <<<"$out" &&
+  ok "no key anywhere: the error says so and names ssh-keygen + ssh-copy-id" || { bad "no-key error (rc=$rc)"; echo "$out"; }
+out=$(Dc --ssh_identity "$W/none" --ssh_identity "$TESTBED_KEY" -- /bin/sh -c 'echo "id $(hostname)"' 2>&1)
+rc=$?
+[ $rc = 0 ] && for i in 1 2 3; do grep -q "id node$i" <<<"$out" || rc=99; done
+[ $rc = 0 ] && ok "--ssh_identity (given twice, the first missing): every host logged in with a key ~/.ssh lacks" ||
+  { bad "--ssh_identity (rc=$rc)"; echo "$out"; }
+
+# 7d. Options dscpp cannot honour are refused by name with file:line: a Match block wherever it
+# is; CertificateFile only for the host it applies to.
+H7d=$W/home7d
+mkdir -p "$H7d/.ssh"
+printf 'Host *\n  User root\n  IdentityFile %s\n  UserKnownHostsFile %s\n\nMatch host node2\n  User other\n' \
+  "$TESTBED_KEY" "$TESTBED_KNOWN_HOSTS" >"$H7d/.ssh/config"
+out=$("$T" exec node1 env -u SSH_AUTH_SOCK HOME="$H7d" "$DSCPP" --hostfile "$TESTBED_HOSTFILE" -- true 2>&1)
+rc=$?
+[ $rc != 0 ] && grep -q "$H7d/.ssh/config:6: found a Match block (\"Match host node2\"); dscpp does not evaluate Match" <<<"$out" &&
+  ok "a Match block is refused by name: $(grep -o "config:6: found a Match block[^;]*" <<<"$out")" ||
+  { bad "Match refused (rc=$rc)"; echo "$out"; }
+printf 'Host node3\n  CertificateFile ~/.ssh/id_ed25519-cert.pub\nHost *\n  User root\n  IdentityFile %s\n  UserKnownHostsFile %s\n' \
+  "$TESTBED_KEY" "$TESTBED_KNOWN_HOSTS" >"$W/cfg_cert"
+out=$("$T" exec node1 env -u SSH_AUTH_SOCK HOME="$H7d" "$RUN" --ssh_config "$W/cfg_cert" --capture node1 'echo one' node3 true 2>&1)
+grep -q "^capture: node1 ok$" <<<"$out" && grep -q "^capture: node3 FAILED: the ssh config $W/cfg_cert sets options for host node3 that dscpp cannot honour" <<<"$out" &&
+  grep -q "$W/cfg_cert:2: CertificateFile ~/.ssh/id_ed25519-cert.pub: libssh2 1.10 cannot log in with certificates" <<<"$out" &&
+  ok "CertificateFile refused for node3 (file:line, why), node1 unaffected" || { bad "CertificateFile refused"; echo "$out"; }
+
+# 7e. ProxyJump through node1 to node3, from this (root) namespace, where "node3" does not
+# resolve: only the jump host knows that name. ssh_run_check reports its child processes at the
+# end: the `ssh -W` (and a ProxyCommand that never answers) must be killed and reaped.
+cat >"$W/cfg_jump" <<EOF
+Host via3
+  HostName node3
+  ProxyJump root@$IP1
+Host direct3
+  HostName node3
+Host stuck
+  HostName node3
+  ProxyCommand $S1 300
+Host *
+  User root
+  IdentityFile $TESTBED_KEY
+  IdentitiesOnly yes
+  UserKnownHostsFile $TESTBED_KNOWN_HOSTS
+EOF
+out=$(env -u SSH_AUTH_SOCK "$RUN" --ssh_config "$W/cfg_jump" --report-children via3 'echo "$(hostname) via ${SSH_CONNECTION%% *}"' 2>&1)
+rc=$?
+[ $rc = 0 ] && grep -q "^node3 via $IP1$" <<<"$out" && grep -q "^children: 0$" <<<"$out" &&
+  ok "ProxyJump root@node1: node3 reached through node1; the ssh -W was reaped (children: 0)" ||
+  { bad "ProxyJump (rc=$rc)"; echo "$out"; }
+out=$(env -u SSH_AUTH_SOCK "$RUN" --ssh_config "$W/cfg_jump" direct3 true 2>&1)
+grep -q "cannot resolve host 'node3' (the HostName of 'direct3' in $W/cfg_jump)" <<<"$out" &&
+  ok "without the jump, node3 does not resolve here (so the jump was what reached it)" || { bad "direct3"; echo "$out"; }
+printf 'via3 slots=2\n' >"$W/hf_jump"
+out=$(env -u SSH_AUTH_SOCK "$DSCPP" --hostfile "$W/hf_jump" --ssh_config "$W/cfg_jump" -- \
+  /bin/sh -c 'echo "rank on $(hostname) via ${SSH_CONNECTION%% *}"' 2>&1)
+rc=$?
+[ $rc = 0 ] && [ "$(grep -c "rank on node3 via $IP1$" <<<"$out")" = 2 ] && ok "dscpp: 2 ranks on node3 through ProxyJump" ||
+  { bad "dscpp through ProxyJump (rc=$rc)"; echo "$out"; }
+t0=$(now)
+out=$(env -u SSH_AUTH_SOCK "$RUN" --ssh_config "$W/cfg_jump" --login-timeout 2 --report-children stuck true 2>&1)
+t=$(printf '%.1f' "$(elapsed "$t0")")
+grep -q "logging in to node3:22 through $W/cfg_jump:8 (ProxyCommand $S1 300) did not finish within 2 s" <<<"$out" &&
+  grep -q "^children: 0$" <<<"$out" && all_gone 2 &&
+  ok "a ProxyCommand that never answers: login timeout after 2 s (run ${t} s), the proxy killed and reaped" ||
+  { bad "stuck ProxyCommand"; echo "$out"; }
+
+# 7f. An RSA key the server rejects (libssh2 1.10 signs with SHA-1): the remedy is an ed25519 or
+# ECDSA key, or ssh-rsa allowed on the server; a rejected ed25519 key gets authorized_keys.
+printf 'Host *\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n' \
+  "$TESTBED_KEY_RSA" "$TESTBED_KNOWN_HOSTS" >"$W/cfg_rsa"
+out=$("$T" exec node1 env HOME="$W" "$DSCPP" --hostfile "$TESTBED_HOSTFILE" --ssh_config "$W/cfg_rsa" -- true 2>&1)
+rc=$?
+[ $rc != 0 ] && grep -q "every key the server rejected is RSA: use an ed25519 or ECDSA key (ssh-keygen -t ed25519, then ssh-copy-id), or allow ssh-rsa on the server with PubkeyAcceptedAlgorithms +ssh-rsa" <<<"$out" &&
+  ! grep -q "authorized_keys" <<<"$out" && ok "RSA key rejected: the remedy names the ed25519/ECDSA fix, not authorized_keys" ||
+  { bad "RSA remedy (rc=$rc)"; echo "$out"; }
+out=$("$RUN" --no-agent --ssh_config none --key "$W/stranger" --known_hosts "$TESTBED_KNOWN_HOSTS" "$IP2" true 2>&1)
+grep -q "Remedy: add your public key to ~root/.ssh/authorized_keys on $IP2" <<<"$out" && ! grep -q "ECDSA" <<<"$out" &&
+  ok "ed25519 key rejected: the remedy is authorized_keys (or naming the right key)" || { bad "ed25519 remedy"; echo "$out"; }
+
 # 8. Time to run `true` on 3 hosts: connect + auth + exec + close, vs OpenSSH in this run.
 best() { sort -n | head -1; }
 ours=$(for k in 1 2 3; do t0=$(now); R "$IP1" true "$IP2" true "$IP3" true 2>/dev/null; elapsed "$t0"; done | best)

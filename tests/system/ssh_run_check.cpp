@@ -1,21 +1,28 @@
 // A tiny CLI over run_remote / ssh_capture for the SSH system test (tests/system/launch_ssh.sh).
 //
 //   ssh_run_check [options] HOST 'CMD' [HOST 'CMD' ...]
-//     --key FILE          identity file (repeatable; default ~/.ssh/id_{ed25519,ecdsa,rsa})
-//     --known_hosts FILE  default ~/.ssh/known_hosts
-//     --user U --port P --no-agent --grace S --connect-timeout S --prefix
+//     --key FILE          identity file (repeatable; SshOptions::identity_files, as --ssh_identity)
+//     --known_hosts FILE  SshOptions::known_hosts (as --ssh_known_hosts)
+//     --ssh_config FILE   SshOptions::config_file (default ~/.ssh/config; none = read none)
+//     --user U --port P --no-agent --grace S --connect-timeout S --login-timeout S --prefix
 //     --env K=V           exported to every command (repeatable)
 //     --stop-on-stdin     stdin readable/EOF stops every host (RemoteRunOptions::stop_fd = 0)
 //     --watches-stdin     every command keeps the channel's stdin (RemoteCommand::watches_stdin)
 //     --capture           one HOST: ssh_capture (print its stdout, or the error); several:
 //                         ssh_capture_all (print "capture: HOST ok" + stdout, or "capture: HOST FAILED: why")
+//     --report-children   at the end, print "children: N" to stderr: processes this one started that
+//                         are still there, zombies included (a ProxyCommand must be killed and reaped)
 // Relayed output goes to stdout/stderr; the RemoteRunResult is printed to stderr as lines
 // starting with "result:". Exit status: the result's exit_code (capture: 0, or 1 on error).
 #include "core/error.h"
 #include "launcher/ssh/ssh.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 using namespace dscpp::launcher;
@@ -25,12 +32,35 @@ namespace {
 int usage(const char* why) {
   std::fprintf(
       stderr,
-      "ssh_run_check: %s\nusage: ssh_run_check [--key F] [--known_hosts F] [--user U] [--port P] "
-      "[--no-agent] [--grace S] [--connect-timeout S] [--prefix] [--env K=V] [--stop-on-stdin] [--watches-stdin] "
-      "[--capture] "
+      "ssh_run_check: %s\nusage: ssh_run_check [--key F] [--known_hosts F] [--ssh_config F] [--user U] [--port P] "
+      "[--no-agent] [--grace S] [--connect-timeout S] [--login-timeout S] [--prefix] [--env K=V] [--stop-on-stdin] "
+      "[--watches-stdin] [--capture] [--report-children] "
       "HOST 'CMD' [HOST 'CMD' ...]\n",
       why);
   return 2;
+}
+
+// Processes whose parent is this one, from /proc (field 4 of /proc/PID/stat).
+int count_children() {
+  int n = 0;
+  DIR* proc = opendir("/proc");
+  if (!proc) return -1;
+  while (dirent* e = readdir(proc)) {
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string text;
+    if (!std::getline(stat, text)) continue;
+    size_t close = text.rfind(')');
+    int ppid = 0;
+    if (close != std::string::npos && std::sscanf(text.c_str() + close + 1, " %*c %d", &ppid) == 1 && ppid == getpid())
+      ++n;
+  }
+  closedir(proc);
+  return n;
+}
+
+int finish(int status, bool report_children) {
+  if (report_children) std::fprintf(stderr, "children: %d\n", count_children());
+  return status;
 }
 
 }  // namespace
@@ -39,7 +69,7 @@ int main(int argc, char** argv) {
   SshOptions ssh;
   RemoteRunOptions run;
   EnvList env;
-  bool capture = false, watches_stdin = false;
+  bool capture = false, watches_stdin = false, report_children = false;
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -52,6 +82,12 @@ int main(int argc, char** argv) {
         ssh.identity_files.push_back(value());
       else if (a == "--known_hosts")
         ssh.known_hosts = value();
+      else if (a == "--ssh_config")
+        ssh.config_file = value();
+      else if (a == "--login-timeout")
+        ssh.login_timeout_seconds = std::stod(value());
+      else if (a == "--report-children")
+        report_children = true;
       else if (a == "--user")
         ssh.user = value();
       else if (a == "--port")
@@ -88,10 +124,10 @@ int main(int argc, char** argv) {
   if (capture && positional.size() == 2) {
     try {
       std::fputs(ssh_capture(positional[0], positional[1], ssh).c_str(), stdout);
-      return 0;
+      return finish(0, report_children);
     } catch (const dscpp::Error& e) {
       std::fprintf(stderr, "ssh_run_check: error: %s\n", e.what());
-      return 1;
+      return finish(1, report_children);
     }
   }
 
@@ -100,7 +136,13 @@ int main(int argc, char** argv) {
     commands.push_back({positional[i], positional[i + 1], env, watches_stdin});
   if (capture) {
     int status = 0;
-    std::vector<RemoteCapture> all = ssh_capture_all(commands, ssh);
+    std::vector<RemoteCapture> all;
+    try {
+      all = ssh_capture_all(commands, ssh);
+    } catch (const dscpp::Error& e) {
+      std::fprintf(stderr, "ssh_run_check: error: %s\n", e.what());
+      return 2;
+    }
     for (size_t i = 0; i < all.size(); ++i) {
       std::string why = all[i].failure(commands[i].command);
       if (why.empty())
@@ -108,7 +150,7 @@ int main(int argc, char** argv) {
       else
         std::printf("capture: %s FAILED: %s\n", commands[i].host.c_str(), why.c_str()), status = 1;
     }
-    return status;
+    return finish(status, report_children);
   }
   RemoteRunResult r;
   try {
@@ -122,5 +164,5 @@ int main(int argc, char** argv) {
   for (const RemoteExit& e : r.exits)
     std::fprintf(stderr, "result: host=%s exit_code=%d signal=%s error=%s\n", e.host.c_str(), e.exit_code,
                  e.signal.empty() ? "-" : e.signal.c_str(), e.error.empty() ? "-" : e.error.c_str());
-  return r.exit_code;
+  return finish(r.exit_code, report_children);
 }

@@ -6,6 +6,7 @@
 #include "launcher/resources.h"
 #include "launcher/supervisor/node_agent.h"
 #include "launcher/supervisor/supervisor.h"
+#include "supervisor_fixture.h"
 
 #include <catch2/catch.hpp>
 #include <dirent.h>
@@ -26,75 +27,9 @@
 
 using namespace dscpp::launcher;
 
+using namespace supervisor_test;
+
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// A temporary file standing in for the console.
-struct Capture {
-  FILE* file = std::tmpfile();
-  ~Capture() { std::fclose(file); }
-  int fd() const { return fileno(file); }
-  std::string text() const {
-    std::string result;
-    char buffer[4096];
-    ssize_t n;
-    for (off_t at = 0; (n = pread(fd(), buffer, sizeof buffer, at)) > 0; at += n) result.append(buffer, n);
-    return result;
-  }
-};
-
-std::string unique_token() {
-  static int counter = 0;
-  return "dscpp_sup_test_" + std::to_string(getpid()) + "_" + std::to_string(++counter);
-}
-
-RankLaunch sh_rank(int rank, const std::string& script, const std::string& token = "") {
-  RankLaunch launch;
-  launch.rank = rank;
-  launch.label = "[rank " + std::to_string(rank) + "]";
-  launch.argv = {"/bin/sh", "-c", script};
-  if (!token.empty()) launch.env.emplace_back("DSCPP_TEST_TOKEN", token);
-  return launch;
-}
-
-// Processes (zombies included: their /proc entry stays) whose environment holds the token.
-std::vector<std::string> processes_with(const std::string& token) {
-  std::vector<std::string> found;
-  DIR* dir = opendir("/proc");
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    std::ifstream env(std::string("/proc/") + entry->d_name + "/environ");
-    std::string content((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-    if (content.find("DSCPP_TEST_TOKEN=" + token) != std::string::npos) found.push_back(entry->d_name);
-  }
-  closedir(dir);
-  return found;
-}
-
-// Every "pid N" / "child N" the ranks printed must be gone from /proc entirely (not even a zombie).
-std::vector<std::string> surviving_pids(const std::string& output) {
-  std::vector<std::string> alive;
-  std::regex pid_line(R"((?:pid|child) (\d+))");
-  for (std::sregex_iterator it(output.begin(), output.end(), pid_line), end; it != end; ++it) {
-    std::string pid = (*it)[1];
-    if (access(("/proc/" + pid + "/stat").c_str(), F_OK) == 0) alive.push_back(pid);
-  }
-  return alive;
-}
-
-SupervisorOptions to(const Capture& out, const Capture& err, double grace = 2, const std::string& host = "") {
-  SupervisorOptions options;
-  options.grace_seconds = grace;
-  options.out_fd = out.fd();
-  options.err_fd = err.fd();
-  options.host = host;
-  return options;
-}
 
 std::vector<int> allowed_cpus() {
   cpu_set_t mine;
@@ -103,12 +38,6 @@ std::vector<int> allowed_cpus() {
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
     if (CPU_ISSET(cpu, &mine)) cpus.push_back(cpu);
   return cpus;
-}
-
-int count_of(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace
@@ -198,7 +127,8 @@ TEST_CASE("a rank killed by a signal: 128+N and the signal's name") {
   CHECK(result.exit_code == code);
   REQUIRE(result.first_failure);
   CHECK(result.first_failure->signal == code - 128);
-  CHECK(result.first_failure->describe("h") == "rank 1 on h killed by signal " + name);
+  CHECK(result.first_failure->describe() == "rank 1 on h killed by signal " + name);
+  CHECK(result.failure == "rank 1 on h killed by signal " + name);
   CHECK_THAT(err.text(), Catch::Contains("dscpp: rank 1 on h killed by signal " + name + "; stopping the other ranks"));
 }
 
@@ -252,7 +182,7 @@ TEST_CASE("blame: a rank that exits 3 (stopped by a peer's failure) yields to on
   CHECK(elapsed > 3.0);
   CHECK(elapsed < 3.2 + 2 + 1);
   CHECK_THAT(err2.text(), Catch::Contains("rank 0 on nodeA exited with code 3 (it stopped because a peer failed, and "
-                                          "no rank on nodeA failed on its own within 3 s)"));
+                                          "no rank failed on its own within 3 s)"));
 }
 
 TEST_CASE("a supervisor killed by SIGKILL leaves nothing behind: PDEATHSIG and the watchdog") {
@@ -466,6 +396,7 @@ TEST_CASE("node agent argv: every field survives the round trip") {
   args.each_rank_log_dir = "/tmp/logs dir";
   args.save_pid_file = "/tmp/123.deepspeed";
   args.grace_seconds = 7.5;
+  args.report_exits = false;
   std::vector<std::string> argv = node_agent_argv(args);
   CHECK(argv.front() == "--world_info=" + args.world_info);
   NodeAgentArgs back = parse_node_agent_argv(argv);
@@ -483,6 +414,8 @@ TEST_CASE("node agent argv: every field survives the round trip") {
   CHECK(back.save_pid_file == "/tmp/123.deepspeed");
   CHECK(back.grace_seconds == 7.5);
   CHECK_FALSE(back.stop_on_stdin_eof);
+  CHECK_FALSE(back.report_exits);
+  CHECK(parse_node_agent_argv(node_agent_argv(two_host_agent(0, "true"))).report_exits);
   CHECK(parse_node_agent_argv({"--world_info", "e30=", "--node_rank", "0", "--", "true"}).program ==
         std::vector<std::string>{"true"});
 }
@@ -511,13 +444,20 @@ TEST_CASE("node agent: this host's ranks, their environment, host-qualified labe
   CHECK_THAT(text, Catch::Contains("[rank 2 beta] 2 0 4 10.1.2.3 29611 bar --local_rank=0 user-arg\n"));
   CHECK_THAT(text, Catch::Contains("[rank 3 beta] 3 1 4 10.1.2.3 29611 bar --local_rank=1 user-arg\n"));
   CHECK(count_of(text, "\n") == 2);
-  SECTION("a single-host job labels by rank only; a failure names the host") {
+  SECTION("a single-host job labels by rank only; a failure is reported, naming the host") {
     Capture out1, err1;
     NodeAgentArgs single = two_host_agent(0, "echo hi; [ $RANK = 1 ] && sleep 0.3 && exit 5; sleep 60");
     single.world_info = encode_world_info({{"solo", {0, 1}}});
     CHECK(run_agent_captured(single, out1, err1) == 5);
     CHECK_THAT(out1.text(), Catch::Contains("[rank 0] hi\n") && Catch::Contains("[rank 1] hi\n"));
-    CHECK_THAT(err1.text(), Catch::Contains("dscpp: rank 1 on solo exited with code 5; stopping the other ranks"));
+    // over ssh the launcher reads these and says which rank failed itself
+    CHECK(err1.text() ==
+          "dscpp-rank-exit rank=1 code=5 signal=0 stopped=0 host=solo\n"
+          "dscpp-rank-exit rank=0 code=0 signal=15 stopped=1 host=solo\n");
+    Capture out2, err2;
+    single.report_exits = false;  // the local runner's agent says it itself
+    CHECK(run_agent_captured(single, out2, err2) == 5);
+    CHECK(err2.text() == "dscpp: rank 1 on solo exited with code 5; stopping the other ranks\n");
   }
   SECTION("node_rank outside the world") {
     args.node_rank = 2;
