@@ -364,9 +364,46 @@ if grep -q -- --hostfile <<<"$("$DSCPP" --help 2>&1)"; then
   out=$(D -- /bin/sh -c "case \$(hostname) in node2) sleep 0.5; exit 4;; node1) exec $S1 60;; *) exec $S3 60;; esac" 2>&1)
   rc=$?
   t=$(printf '%.1f' "$(elapsed "$t0")")
-  [ $rc = 4 ] && grep -q node2 <<<"$out" && ok "dscpp: node2 exit 4 -> dscpp exits 4 naming node2 (${t} s)" ||
+  [ $rc = 4 ] && grep -qE "^dscpp: rank [23] on node2 exited with code 4; stopping the other hosts$" <<<"$out" &&
+    ok "dscpp: node2's ranks exit 4 -> dscpp exits 4 naming the rank and node2 (${t} s)" ||
     { bad "dscpp failure propagation (rc=$rc)"; echo "$out"; }
   all_gone 8 && ok "dscpp: no remote process left (${gone_after} s)" || bad "dscpp: processes left"
+
+  # Blame across hosts: rank 0 (node1) exits 3 first, as a rank does that saw a peer fail; rank 5
+  # (node3), the cause, fails a second later. Over 3 runs the launcher names rank 5 each time.
+  right=0
+  for k in 1 2 3; do
+    out=$(D -- /bin/sh -c "case \$RANK in 0) sleep 0.3; exit 3;; 5) sleep 1.3; exit 1;; *) exec $S2 60;; esac" 2>&1)
+    rc=$?
+    [ $rc = 1 ] && grep -q "^dscpp: rank 5 on node3 exited with code 1 (rank 0 had stopped because of a peer's failure)" \
+      <<<"$out" && right=$((right + 1)) || echo "$out" | grep "^dscpp:"
+  done
+  [ $right = 3 ] && ok "blame across hosts: rank 5 on node3, which failed on its own, named and its code 1 returned in 3 of 3 runs" ||
+    bad "blame across hosts: right in $right of 3 runs"
+  all_gone 8 || bad "blame runs: processes left"
+
+  # A rank killed by SIGKILL: 137, named with its host.
+  out=$(D -- /bin/sh -c "if [ \$RANK = 3 ]; then sleep 0.5; kill -9 \$\$; fi; exec $S2 60" 2>&1)
+  rc=$?
+  [ $rc = 137 ] && grep -q "^dscpp: rank 3 on node2 killed by signal KILL; stopping the other hosts" <<<"$out" &&
+    ok "dscpp: rank 3 killed by SIGKILL -> exit 137, rank and host named" || { bad "SIGKILL of a rank (rc=$rc)"; echo "$out"; }
+  all_gone 8 || bad "SIGKILL run: processes left"
+
+  # SIGTERM to the launcher (what a batch system sends): every host stopped, said, exit 143.
+  "$T" exec node1 env HOME="$H" "$DSCPP" --hostfile "$TESTBED_HOSTFILE" -- "$S1" 60 >"$W/term.out" 2>&1 &
+  dpid=$!
+  t0=$(now)
+  until [ "$(left_on 1)" -ge 2 ] && [ "$(left_on 3)" -ge 2 ]; do
+    [ "$(echo "$(elapsed "$t0") > 15" | bc)" = 1 ] && break
+    sleep 0.2
+  done
+  sleep 0.5
+  pkill -TERM -f "^$DSCPP --hostfile $TESTBED_HOSTFILE -- $S1 60" 
+  wait $dpid
+  rc=$?
+  [ $rc = 143 ] && grep -q "^dscpp: received SIGTERM; stopping all hosts" "$W/term.out" &&
+    ok "SIGTERM to dscpp: 'received SIGTERM; stopping all hosts', exit 143" || { bad "SIGTERM to dscpp (rc=$rc)"; cat "$W/term.out"; }
+  all_gone 8 && ok "SIGTERM to dscpp: no remote process left (${gone_after} s)" || bad "SIGTERM: processes left"
 else
   echo "skipping dscpp checks: \`dscpp --help\` has no --hostfile yet"
 fi
