@@ -36,6 +36,25 @@ bool to_int(std::optional<std::string_view> text, int& value) {
   return error == std::errc() && end == text->data() + text->size();
 }
 
+// The tag a backend may put before a task's line: mpirun's --tag-output "[1,2]<stderr>:" or
+// srun's --label "2: ". Only a tag, never a rank's own "[rank R]" prefix, may precede a report.
+size_t backend_tag_length(std::string_view line) {
+  auto digits = [&](size_t at) {
+    size_t end = at;
+    while (end < line.size() && line[end] >= '0' && line[end] <= '9') ++end;
+    return end;
+  };
+  if (!line.empty() && line[0] == '[') {
+    size_t comma = digits(1), close = comma < line.size() && line[comma] == ',' ? digits(comma + 1) : 0;
+    constexpr std::string_view kStderr = "]<stderr>:";
+    if (close > comma + 1 && line.substr(close, kStderr.size()) == kStderr) return close + kStderr.size();
+    return 0;
+  }
+  size_t end = digits(0);
+  if (end > 0 && line.substr(end, 2) == ": ") return end + 2;
+  return 0;
+}
+
 }  // namespace
 
 std::string RankExit::describe() const {
@@ -52,6 +71,7 @@ std::string exit_report_line(const RankExit& exit) {
 }
 
 std::optional<RankExit> parse_exit_report(std::string_view line) {
+  line.remove_prefix(backend_tag_length(line));
   if (line.substr(0, kMarker.size()) != kMarker) return std::nullopt;
   line.remove_prefix(kMarker.size());
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);

@@ -36,7 +36,8 @@ struct RankExit {
 
 // The report line for `exit` (ends in '\n'): "dscpp-rank-exit rank=R code=C signal=S stopped=0|1 host=H".
 std::string exit_report_line(const RankExit& exit);
-// The exit a report line carries (with or without its '\n'); nullopt for any other line.
+// The exit a report line carries (with or without its '\n', after a tag mpirun --tag-output or
+// srun --label may add); nullopt for any other line.
 std::optional<RankExit> parse_exit_report(std::string_view line);
 
 class Blame {

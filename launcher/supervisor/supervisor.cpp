@@ -290,8 +290,15 @@ void Supervisor::on_rank_exit(Rank& rank) {
   if (options_.report_exits && exit.rank >= 0) write_out(options_.err_fd, exit_report_line(exit));
   // A backend whose ranks all reported said everything through them: its own code (srun's is
   // the highest of its tasks') would only blame the wrong one.
-  if (rank.launch->reported_ranks > 0 && rank.reports >= rank.launch->reported_ranks) return;
+  const int reported = rank.launch->reported_ranks;
+  if (reported > 0 && rank.reports >= reported) return;
   if (phase_ != Phase::running) return;
+  // One whose ranks did not all report failed itself, whatever its code: mpirun exits 0 even
+  // when a rank failed, once it no longer aborts on it.
+  if (reported > 0 && !exit.failed() && !blame_.decided())
+    return declare_failure({exit, fmt::format(" when only {} of its {} ranks had reported their exit (is its "
+                                              "stderr redirected by --launcher_args?)",
+                                              rank.reports, reported)});
   if (auto verdict = blame_.exited(exit)) declare_failure(*verdict);
 }
 
@@ -304,7 +311,7 @@ void Supervisor::on_report(Rank& rank, const RankExit& exit) {
 void Supervisor::declare_failure(const Blame::Verdict& verdict) {
   result_.first_failure = verdict.exit;
   result_.failure = verdict.describe();
-  result_.exit_code = verdict.exit.status();
+  result_.exit_code = std::max(verdict.exit.status(), 1);  // a backend that lost its ranks may exit 0
   if (!options_.report_exits) message(result_.failure + (alive().empty() ? "" : "; stopping the other ranks"));
   begin_stop();
 }

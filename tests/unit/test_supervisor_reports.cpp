@@ -164,4 +164,19 @@ TEST_CASE("a backend that fails before its ranks all reported is named itself") 
                           to(out2, err2, 2, "srun"));
   CHECK(result.exit_code == 0);
   CHECK_FALSE(result.first_failure);
+  // mpirun exits 0 when it no longer aborts on a failed rank: missing reports still fail the job.
+  Capture out3, err3;
+  result = run_rank_group({backend(report(0, 0) + "exit 0", 2, RankLaunch::Stop::usr1)}, to(out3, err3, 2, "mpirun"));
+  CHECK(result.exit_code == 1);
+  CHECK(result.failure ==
+        "mpirun exited with code 0 when only 1 of its 2 ranks had reported their exit (is its stderr redirected by "
+        "--launcher_args?)");
+}
+
+TEST_CASE("report lines behind a backend's own tag are reports; behind a rank's prefix they are not") {
+  CHECK(parse_exit_report("[1,2]<stderr>:dscpp-rank-exit rank=2 code=4 signal=0 stopped=0 host=h"));
+  CHECK(parse_exit_report("12: dscpp-rank-exit rank=12 code=4 signal=0 stopped=0 host=h"));
+  CHECK_FALSE(parse_exit_report("[1,2]<stdout>:dscpp-rank-exit rank=2 code=4 signal=0 stopped=0 host=h"));
+  CHECK_FALSE(parse_exit_report("[1,2]<stderr>:[rank 2] dscpp-rank-exit rank=2 code=4 signal=0 stopped=0 host=h"));
+  CHECK_FALSE(parse_exit_report(": dscpp-rank-exit rank=2 code=4 signal=0 stopped=0 host=h"));
 }
