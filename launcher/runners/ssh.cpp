@@ -1,7 +1,7 @@
 // The ssh runner (DeepSpeed's pdsh runner): `dscpp node-agent` on every host over libssh2
 // (launcher/ssh/), each starting and supervising that host's ranks. Other hosts are reached
-// only through ssh, so the rendezvous port, rank 0's address and the pre-flight checks are
-// asked of them with short remote commands.
+// only through ssh, so rank 0's address and the rendezvous port of a restart are asked of them
+// with short remote commands, and the pre-flight check runs in the agents' own sessions.
 #include "core/error.h"
 #include "core/log.h"
 #include "launcher/file_identity.h"
@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 namespace dscpp::launcher::runner_internal {
@@ -58,6 +59,87 @@ std::string file_problem(const std::string& host, const CheckedFile& f, const Pr
                      name, v.detail);
 }
 
+// The pre-flight: every host answers, runs the same dscpp build and sees the same program files
+// at the same paths, and rank 0's port is free there. Files are compared by identity
+// (file_identity.h: the ELF build id and size, else the SHA-256), not hashed in full on every
+// host: dscpp, dscpp-runtime and a plugin are 50 to 156 MB depending on the build, and hashing
+// them on every host and here added 0.3 to 2.3 s to each launch. The check runs in the sessions
+// that start the agents (RemoteCommand::check), which wait for it on every host before any
+// starts: a separate round of logins cost 0.3 to 0.5 s per launch where the login shell's
+// startup files are slow. Every problem is reported together, naming host and remedy;
+// --no_ssh_check is offered only where skipping can be right (copies that differ but may work
+// together), not for a host that cannot be reached, a missing file or a taken port, which would
+// only fail later.
+class HostCheck {
+ public:
+  HostCheck(const WorldPlan& plan, const std::string& dscpp, const ProgramSpec& program) : plan_(plan) {
+    files_.push_back({identify_file(dscpp), ""});
+    const std::string& exe = program.argv.front();
+    if (exe.front() == '/' && exe != program.file)
+      files_.push_back({identify_file(exe), "the runtime that runs the program"});
+    if (!program.file.empty()) files_.push_back({identify_file(program.file), "the program"});
+    for (const auto& f : files_) {
+      if (f.local.ok()) {
+        probe_ += (probe_.empty() ? "" : "; ") + identity_probe(f.local);
+        probed_.push_back(&f);
+      } else {
+        // Reported with the other hosts' problems, which the sessions are still asked for.
+        local_problems_.push_back(fmt::format(
+            "this host: {} {}, so the other hosts' copies cannot be compared with it: put it here at the same path "
+            "(--no_ssh_check skips the check if it exists only on the other hosts)",
+            f.local.path, f.local.problem));
+      }
+    }
+    if (probe_.empty()) probe_ = "true";
+  }
+  HostCheck(const HostCheck&) = delete;  // probed_ points into files_
+  HostCheck& operator=(const HostCheck&) = delete;
+
+  // What host `n` runs: one line per probed file, then (rank 0's host) PORT and the first
+  // listening socket on the port, if any.
+  std::string command(int n) const {
+    if (n != 0) return probe_;
+    return probe_ + fmt::format("; echo PORT; ss -Htln 'sport = :{}' 2>/dev/null | head -1", plan_.master_port);
+  }
+
+  // "" when every host passed; else the error listing every problem (RemoteRunOptions::gate).
+  std::string problems(const std::vector<RemoteCapture>& results) const {
+    std::vector<std::string> problems = local_problems_;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const std::string& host = plan_.hosts[i].host;
+      const RemoteCapture& r = results[i];
+      if (std::string why = r.failure(command(static_cast<int>(i))); !why.empty()) {
+        problems.push_back(fmt::format("{}: {}", host, why));
+        continue;
+      }
+      std::istringstream lines(r.out);
+      for (const CheckedFile* f : probed_) {
+        std::string line;
+        std::getline(lines, line);
+        if (std::string p = file_problem(host, *f, compare_probe(f->local, line)); !p.empty()) problems.push_back(p);
+      }
+      std::string marker, port_line;
+      if (i == 0 && std::getline(lines, marker) && std::getline(lines, port_line) && !port_line.empty())
+        problems.push_back(fmt::format(
+            "{}: port {} (rank 0's rendezvous) is already in use there: pass --master_port with a free port, or "
+            "stop what listens on it (`ss -tlnp 'sport = :{}'` on {} names it)",
+            host, plan_.master_port, plan_.master_port, host));
+    }
+    if (problems.empty()) return "";
+    std::string text = fmt::format("pre-flight found {} problem{} before starting any rank:", problems.size(),
+                                   problems.size() == 1 ? "" : "s");
+    for (const auto& p : problems) text += "\n  " + p;
+    return text;
+  }
+
+ private:
+  const WorldPlan& plan_;
+  std::vector<CheckedFile> files_;
+  std::vector<const CheckedFile*> probed_;
+  std::vector<std::string> local_problems_;
+  std::string probe_;
+};
+
 class SshRunner final : public Runner {
  public:
   explicit SshRunner(const SshOptions& ssh) : ssh_(ssh) {}
@@ -98,30 +180,22 @@ class SshRunner final : public Runner {
   }
 
   AttemptCommands commands(const Job& job, int restart) const override {
-    AttemptCommands c = common_commands(job, restart);
-    NodeAgentArgs agent = c.agent;
-    for (int n = 0; n < job.plan.node_count(); ++n) {
-      agent.node_rank = n;
-      // The agent stops its ranks when its stdin closes: that is how teardown reaches it. It
-      // reports each rank's exit, so the job blames the right rank across hosts.
-      c.remote.push_back({job.plan.hosts[n].host, agent_command(job.cwd, job.dscpp, node_agent_argv(agent)), {}, true,
-                          static_cast<int>(job.plan.ranks_on(n).size())});
-    }
-    return c;
+    if (!checks(job, restart)) return agent_commands(job, restart, nullptr);
+    HostCheck check(job.plan, job.dscpp, job.program);
+    return agent_commands(job, restart, &check);
   }
 
   std::string describe(const Job& /*job*/, const AttemptCommands& c) const override {
     std::string out;
-    for (const auto& rc : c.remote) out += fmt::format("command on {}: {}\n", rc.host, rc.command);
+    for (const auto& rc : c.remote)
+      out += fmt::format("command on {}: {}{}\n", rc.host, rc.check.empty() ? "" : gate_prefix(rc.check), rc.command);
     return out;
   }
 
-  void preflight(const Job& job) const override {
-    if (!job.args.no_ssh_check) check_hosts(job.plan, job.dscpp, job.program);
-  }
-
   AttemptResult attempt(const Job& job, int restart) const override {
-    AttemptCommands c = commands(job, restart);
+    std::optional<HostCheck> check;
+    if (checks(job, restart)) check.emplace(job.plan, job.dscpp, job.program);
+    AttemptCommands c = agent_commands(job, restart, check ? &*check : nullptr);
     // Ctrl-C, kill and a batch system's SIGTERM stop every host in order and say so, instead of
     // killing dscpp and leaving each host's watchdog to notice the lost connection.
     StopSignals signals;
@@ -131,74 +205,30 @@ class SshRunner final : public Runner {
       int sig = signals.received();
       return std::pair<int, std::string>{128 + sig, fmt::format("received SIG{}", sigabbrev_np(sig))};
     };
+    if (check) options.gate = [&check](const std::vector<RemoteCapture>& got) { return check->problems(got); };
     RemoteRunResult rr = run_remote(c.remote, ssh_, options);
+    // As any launch error: no rank ran, and a restart would find the same problems.
+    if (!rr.refused.empty()) throw Error(rr.refused);
     return {rr.exit_code, rr.stopped, rr.failure};
   }
 
  private:
-  // Every host answers, runs the same dscpp build and sees the same program files at the same
-  // paths, and rank 0's port is free there. Files are compared by identity (file_identity.h: the
-  // ELF build id and size, else the SHA-256), not hashed in full on every host: dscpp,
-  // dscpp-runtime and a plugin are 50 to 156 MB depending on the build, and hashing them on
-  // every host and here added 0.3 to 2.3 s to each launch. What is left is one round of ssh
-  // logins, all hosts at once. Every problem is reported together, naming host and remedy;
-  // --no_ssh_check is offered only where skipping can be right (copies that differ but may work
-  // together), not for a host that cannot be reached, a missing file or a taken port, which
-  // would only fail later.
-  void check_hosts(const WorldPlan& plan, const std::string& dscpp, const ProgramSpec& program) const {
-    std::vector<CheckedFile> files = {{identify_file(dscpp), ""}};
-    const std::string& exe = program.argv.front();
-    if (exe.front() == '/' && exe != program.file)
-      files.push_back({identify_file(exe), "the runtime that runs the program"});
-    if (!program.file.empty()) files.push_back({identify_file(program.file), "the program"});
-    std::vector<std::string> problems;
-    std::vector<const CheckedFile*> probed;
-    std::string cmd;
-    for (const auto& f : files) {
-      if (f.local.ok()) {
-        cmd += (cmd.empty() ? "" : "; ") + identity_probe(f.local);
-        probed.push_back(&f);
-      } else {
-        problems.push_back(fmt::format(
-            "this host: {} {}, so the other hosts' copies cannot be compared with it: put it here at the same path "
-            "(--no_ssh_check skips the check if it exists only on the other hosts)",
-            f.local.path, f.local.problem));
-      }
+  // The first attempt only: a restart runs the same files on the same hosts, and its port has
+  // been waited for by port_for_restart, whose rule (warn and go on) a port check would overrule.
+  static bool checks(const Job& job, int restart) { return !job.args.no_ssh_check && restart == 0; }
+
+  AttemptCommands agent_commands(const Job& job, int restart, const HostCheck* check) const {
+    AttemptCommands c = common_commands(job, restart);
+    NodeAgentArgs agent = c.agent;
+    for (int n = 0; n < job.plan.node_count(); ++n) {
+      agent.node_rank = n;
+      // The agent stops its ranks when its stdin closes: that is how teardown reaches it. It
+      // reports each rank's exit, so the job blames the right rank across hosts.
+      c.remote.push_back({job.plan.hosts[n].host, agent_command(job.cwd, job.dscpp, node_agent_argv(agent)), {}, true,
+                          static_cast<int>(job.plan.ranks_on(n).size())});
+      if (check) c.remote.back().check = check->command(n);
     }
-    if (cmd.empty()) cmd = "true";
-    std::vector<RemoteCommand> checks;
-    for (const auto& h : plan.hosts) {
-      std::string c = cmd;
-      if (&h == &plan.hosts.front())
-        c += fmt::format("; echo PORT; ss -Htln 'sport = :{}' 2>/dev/null | head -1", plan.master_port);
-      checks.push_back({h.host, c, {}, false});
-    }
-    std::vector<RemoteCapture> results = ssh_capture_all(checks, ssh_);
-    for (size_t i = 0; i < results.size(); ++i) {
-      const std::string& host = plan.hosts[i].host;
-      const RemoteCapture& r = results[i];
-      if (std::string why = r.failure(checks[i].command); !why.empty()) {
-        problems.push_back(fmt::format("{}: {}", host, why));
-        continue;
-      }
-      std::istringstream lines(r.out);
-      for (const CheckedFile* f : probed) {
-        std::string line;
-        std::getline(lines, line);
-        if (std::string p = file_problem(host, *f, compare_probe(f->local, line)); !p.empty()) problems.push_back(p);
-      }
-      std::string marker, port_line;
-      if (i == 0 && std::getline(lines, marker) && std::getline(lines, port_line) && !port_line.empty())
-        problems.push_back(fmt::format(
-            "{}: port {} (rank 0's rendezvous) is already in use there: pass --master_port with a free port, or "
-            "stop what listens on it (`ss -tlnp 'sport = :{}'` on {} names it)",
-            host, plan.master_port, plan.master_port, host));
-    }
-    if (problems.empty()) return;
-    std::string text;
-    for (const auto& p : problems) text += "\n  " + p;
-    fail("pre-flight found {} problem{} before starting any rank:{}", problems.size(), problems.size() == 1 ? "" : "s",
-         text);
+    return c;
   }
 
   SshOptions ssh_;

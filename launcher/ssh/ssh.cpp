@@ -30,6 +30,7 @@ namespace dscpp::launcher {
 using ssh_internal::after;
 using ssh_internal::Clock;
 using ssh_internal::HostSession;
+using ssh_internal::kCheckDone;
 using ssh_internal::Login;
 using ssh_internal::resolve;
 using ssh_internal::write_all;
@@ -51,6 +52,22 @@ bool failed(const RemoteExit& e) {
 // instead of dropping the connection of a host that did exit.
 constexpr double kReportMargin = 2.0;
 
+// What the gate is given: each host's check output, with the failure of a host that has ended.
+std::vector<RemoteCapture> check_results(const std::vector<std::unique_ptr<HostSession>>& hosts) {
+  std::vector<RemoteCapture> got;
+  for (const auto& h : hosts) {
+    RemoteCapture c = h->check_output();
+    if (h->done()) {
+      c.exit = h->exit();
+      if (!failed(c.exit)) c.exit.error = "its command ended before it was told to start", c.exit.exit_code = 255;
+    } else {
+      c.exit.host = h->exit().host;
+    }
+    got.push_back(std::move(c));
+  }
+  return got;
+}
+
 // The one poll() loop over all hosts, with the stop/teardown rules of run_remote.
 // `stop_seconds`: how long stopped hosts get before their connections are dropped. Capturing
 // (pre-flight checks) is silent and lets every host finish: each one's failure is reported.
@@ -60,6 +77,8 @@ RemoteRunResult drive(std::vector<std::unique_ptr<HostSession>>& hosts, const Re
   bool stopping = false, stop_fd_open = options.stop_fd >= 0;
   Clock::time_point grace_end = Clock::time_point::max();
   std::vector<bool> reported(hosts.size(), false);
+  // Until the gate decides, hosts that fail are reported through it, all together.
+  bool gating = options.gate && std::any_of(hosts.begin(), hosts.end(), [](auto& h) { return h->gated(); });
   Blame blame;  // over the ranks' exit reports from every host
   auto say = [&](const std::string& text) {
     if (!capturing) write_all(options.err_fd, "dscpp: " + text + "\n");
@@ -84,7 +103,7 @@ RemoteRunResult drive(std::vector<std::unique_ptr<HostSession>>& hosts, const Re
       if (!hosts[i]->done()) progress |= hosts[i]->step();
       for (const RankExit& report : hosts[i]->take_reports())
         if (auto v = stopping || capturing ? std::nullopt : blame.exited(report)) blame_rank(*v);
-      if (hosts[i]->done() && !reported[i]) {
+      if (hosts[i]->done() && !reported[i] && !gating) {
         reported[i] = true;
         const RemoteExit& e = hosts[i]->exit();
         // A host whose ranks all reported has said why through them; its agent's own code adds
@@ -99,6 +118,19 @@ RemoteRunResult drive(std::vector<std::unique_ptr<HostSession>>& hosts, const Re
         }
       }
       active += hosts[i]->done() ? 0 : 1;
+    }
+    if (gating && !stopping &&
+        std::all_of(hosts.begin(), hosts.end(), [](auto& h) { return !h->gated() || h->at_gate(); })) {
+      gating = false;
+      result.refused = options.gate(check_results(hosts));
+      if (result.refused.empty()) {
+        for (auto& h : hosts) h->let_go();
+      } else {
+        result.failure = result.refused;
+        result.exit_code = 1;
+        begin_stop("not started: the check before it failed");
+      }
+      continue;  // step every host again: each now has `go` or EOF to send
     }
     if (!stopping && !capturing)
       if (auto v = blame.due(active == 0)) blame_rank(*v);
@@ -146,7 +178,8 @@ std::string RemoteExit::describe() const {
 }
 
 namespace {
-std::string watchdog_line(const std::string& command, const EnvList& env, double grace_seconds, bool watches_stdin) {
+std::string watchdog_line(const std::string& command, const EnvList& env, double grace_seconds, bool watches_stdin,
+                          const std::string& check) {
   std::string inner;
   for (const auto& [name, value] : env) {
     bool ok = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
@@ -164,7 +197,9 @@ std::string watchdog_line(const std::string& command, const EnvList& env, double
   // It is forked twice so that it is not a child of the command (a node agent that reaps and
   // waits for all its descendants would otherwise wait for it); it stays in the group.
   int ticks = std::max(1, static_cast<int>(std::lround(grace_seconds * 10)));
-  std::string wrapper = fmt::format(
+  // A check runs before the watchdog forks: the watchdog's `cat` would race it for `go`.
+  std::string wrapper = check.empty() ? "" : gate_prefix(check);
+  wrapper += fmt::format(
       "exec 3<&0; ( (trap '' TERM; w() {{ n=0; while [ $n -lt {} ] && read -r s </proc/$$/stat; do "
       "case ${{s##*) }} in Z*) return;; esac; sleep 0.1; n=$((n+1)); done; }}; cat <&3; {}kill -TERM 0; w; "
       "kill -KILL 0) >/dev/null 2>&1 & ); exec /bin/sh -c {}{} 3<&-",
@@ -173,8 +208,16 @@ std::string watchdog_line(const std::string& command, const EnvList& env, double
 }
 }  // namespace
 
-std::string remote_command_line(const std::string& command, const EnvList& env, bool watches_stdin) {
-  return watchdog_line(command, env, RemoteRunOptions{}.grace_seconds, watches_stdin);
+std::string remote_command_line(const std::string& command, const EnvList& env, bool watches_stdin,
+                                const std::string& check) {
+  return watchdog_line(command, env, RemoteRunOptions{}.grace_seconds, watches_stdin, check);
+}
+
+std::string gate_prefix(const std::string& check) {
+  // `read` takes one byte at a time from a pipe or socket (dash and bash alike), so what follows
+  // `go` on stdin, the EOF the command stops on, stays for the command.
+  return fmt::format("({}); echo {}; echo {} >&2; IFS= read -r go && [ \"$go\" = go ] || exit 0; ", check, kCheckDone,
+                     kCheckDone);
 }
 
 RemoteRunResult run_remote(const std::vector<RemoteCommand>& commands, const SshOptions& ssh,
@@ -182,9 +225,11 @@ RemoteRunResult run_remote(const std::vector<RemoteCommand>& commands, const Ssh
   init_libssh2();
   Login login = resolve(ssh);
   std::vector<std::unique_ptr<HostSession>> hosts;
-  for (const RemoteCommand& c : commands)
+  for (const RemoteCommand& c : commands) {
     hosts.push_back(std::make_unique<HostSession>(
-        c, watchdog_line(c.command, c.env, options.grace_seconds, c.watches_stdin), login, &options, nullptr));
+        c, watchdog_line(c.command, c.env, options.grace_seconds, c.watches_stdin, c.check), login, &options, nullptr));
+    if (!c.check.empty()) hosts.back()->expect_check();
+  }
   // the remote watchdog KILLs at grace (watches_stdin: 2 x grace) after EOF
   bool two_stage = std::any_of(commands.begin(), commands.end(), [](auto& c) { return c.watches_stdin; });
   return drive(hosts, options, options.grace_seconds * (two_stage ? 2 : 1) + kReportMargin, false);
@@ -198,7 +243,7 @@ std::vector<RemoteCapture> ssh_capture_all(const std::vector<RemoteCommand>& com
   std::vector<std::unique_ptr<HostSession>> hosts;
   for (size_t i = 0; i < commands.size(); ++i) {
     const RemoteCommand& c = commands[i];
-    hosts.push_back(std::make_unique<HostSession>(c, watchdog_line(c.command, c.env, options.grace_seconds, false),
+    hosts.push_back(std::make_unique<HostSession>(c, watchdog_line(c.command, c.env, options.grace_seconds, false, ""),
                                                   login, &options, &results[i]));
   }
   RemoteRunResult r = drive(hosts, options, options.grace_seconds + kReportMargin, true);

@@ -45,6 +45,10 @@ struct RemoteCommand {
   // reports (launcher/supervisor/rank_exit.h), which are taken out of the relayed output and
   // decide which rank the run blames.
   int reported_ranks = 0;
+  // Run first, in the same session, so that checking a host costs no login of its own: its
+  // stdout and stderr (up to a marker line, gate_prefix) go to RemoteRunOptions::gate instead of
+  // being relayed, and `command` starts only when the gate has let every host go. "" = none.
+  std::string check{};
 };
 
 struct RemoteExit {
@@ -58,6 +62,14 @@ struct RemoteExit {
   std::string describe() const;  // "host node2 exited with code 3", "... was killed by signal TERM"
 };
 
+// What ssh_capture_all returns per host, and what RemoteRunOptions::gate is given per host.
+struct RemoteCapture {
+  RemoteExit exit;
+  std::string out, err;  // the command's stdout and stderr
+  // "" when the command exited 0; else the error with host and remedy (as ssh_capture throws).
+  std::string failure(const std::string& command, const std::string& user = "") const;
+};
+
 struct RemoteRunOptions {
   int stop_fd = -1;  // readable or EOF = stop every host
   // When stop_fd fires: the run's exit code and why, for the message (default 143, "stop requested").
@@ -67,6 +79,13 @@ struct RemoteRunOptions {
   double grace_seconds = 5.0;  // remote TERM -> KILL (watches_stdin: EOF -> TERM -> KILL); then
                                // sessions still open 2 s later are dropped
   bool prefix_host = false;    // prefix relayed lines with "[host] "
+  // For commands with a `check`: called once, when each of them has finished its check or
+  // failed (login, lost connection, exit before the check's end), with one RemoteCapture per
+  // command in input order: the check's stdout and stderr, and `exit` with the failure of a host
+  // that failed (else empty). "" starts every command (`go` on its stdin); anything else starts
+  // none: every host gets EOF and the run ends with RemoteRunResult::refused set to it. A host
+  // that fails before this decision is reported only through the gate.
+  std::function<std::string(const std::vector<RemoteCapture>&)> gate;
 };
 
 struct RemoteRunResult {
@@ -77,14 +96,16 @@ struct RemoteRunResult {
   std::optional<RemoteExit> first_failure;
   std::string failure;  // the blamed failure, described, when exit_code != 0 and not stopped
   bool stopped = false;
+  std::string refused;            // the gate's answer when it let no command start (exit_code 1)
   std::vector<RemoteExit> exits;  // one per host, in input order
 };
 
 // Runs every command at once, relays output (whole lines, in order per stream), and on the
 // first non-zero exit stops the other hosts' commands (their whole process group).
 // All sessions share one poll() loop (no thread per host). Each command runs as
-// `remote_command_line(command, env)`: a stdin-EOF watchdog TERMs the remote process group
-// when we send EOF, when the connection drops, or when this process dies. Teardown (first
+// `remote_command_line(command, env, watches_stdin, check)`: a stdin-EOF watchdog TERMs the
+// remote process group when we send EOF, when the connection drops, or when this process dies.
+// Commands with a `check` start only once the gate lets them (RemoteRunOptions::gate). Teardown (first
 // failure, lost connection, or stop_fd readable/EOF): message on err_fd, EOF to every other
 // host, up to grace_seconds for them to exit, then their sessions are dropped. When a command
 // exits, whatever it left running in its process group is TERMed too (nothing outlives it). Throws
@@ -96,13 +117,6 @@ RemoteRunResult run_remote(const std::vector<RemoteCommand>& commands, const Ssh
 // reachability, `sha256sum` of binaries). Throws dscpp::Error naming host and remedy.
 std::string ssh_capture(const std::string& host, const std::string& command, const SshOptions& ssh);
 
-// What ssh_capture_all returns per host.
-struct RemoteCapture {
-  RemoteExit exit;
-  std::string out, err;  // the command's stdout and stderr
-  // "" when the command exited 0; else the error with host and remedy (as ssh_capture throws).
-  std::string failure(const std::string& command, const std::string& user = "") const;
-};
 
 // ssh_capture on every host at once (one poll loop, logins in parallel): for pre-flight checks
 // of all hosts. Never throws for a host's failure and never stops the others: every result says
@@ -111,6 +125,13 @@ std::vector<RemoteCapture> ssh_capture_all(const std::vector<RemoteCommand>& com
 
 // The exact line sent to sshd for `command` with `env`: the watchdog wrapper around
 // `export K='v'; ...; command`, run by /bin/sh whatever the login shell is (for --dry-run).
-std::string remote_command_line(const std::string& command, const EnvList& env, bool watches_stdin = false);
+std::string remote_command_line(const std::string& command, const EnvList& env, bool watches_stdin = false,
+                                const std::string& check = "");
+
+// What runs before the command when it has a `check` (and before the watchdog starts, which
+// would otherwise race the command for the `go` line on stdin): the check in a subshell, the
+// marker line on stdout and stderr, then one line read from stdin; anything but `go`, or EOF,
+// exits 0 without starting the command. Ends with "; " (for --dry_run: check, then command).
+std::string gate_prefix(const std::string& check);
 
 }  // namespace dscpp::launcher

@@ -27,6 +27,14 @@ int signal_number(const std::string& name) {
   return 0;
 }
 
+// Where the check's marker line starts in `text`, or npos.
+size_t marker_at(const std::string& text) {
+  const std::string line = std::string(kCheckDone) + "\n";
+  for (size_t at = text.find(line); at != std::string::npos; at = text.find(line, at + 1))
+    if (at == 0 || text[at - 1] == '\n') return at;
+  return std::string::npos;
+}
+
 }  // namespace
 
 void write_all(int fd, std::string_view text) {
@@ -112,6 +120,14 @@ bool HostSession::step_running() {
   bool progress = false;
   int next = 0;
   if (libssh2_keepalive_send(session_, &next) != 0) return lost(LIBSSH2_ERROR_SOCKET_SEND);
+  // A stop before the whole `go` is out sends EOF instead: the command then never starts.
+  if (go_left_ > 0 && !stop_wanted_) {
+    ssize_t n = libssh2_channel_write(channel_, kGo.data() + (kGo.size() - go_left_), go_left_);
+    if (n > 0)
+      go_left_ -= static_cast<size_t>(n), progress = true;
+    else if (n != LIBSSH2_ERROR_EAGAIN)
+      return lost(n);
+  }
   if (stop_wanted_ && !eof_sent_) {
     int rc = libssh2_channel_send_eof(channel_);
     if (rc == 0)
@@ -164,6 +180,18 @@ void HostSession::output(int stream, std::string_view data) {
   if (capture_) {
     (stream == 0 ? capture_->out : capture_->err).append(data);
     return;
+  }
+  std::string after_check;
+  if (checking_[stream]) {
+    std::string& kept = stream == 0 ? check_.out : check_.err;
+    kept.append(data);
+    size_t at = marker_at(kept);
+    if (at == std::string::npos) return;
+    checking_[stream] = false;
+    after_check = kept.substr(at + kCheckDone.size() + 1);
+    kept.resize(at);
+    if (after_check.empty()) return;
+    data = after_check;
   }
   std::string& pending = partial_[stream];
   pending.append(data);

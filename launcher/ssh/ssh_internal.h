@@ -31,6 +31,10 @@ inline std::string last_error(LIBSSH2_SESSION* s) {
   return message && *message ? message : "unknown libssh2 error";
 }
 
+// The line a RemoteCommand's check ends with (gate_prefix), on stdout and on stderr: what comes
+// before it goes to the gate, what comes after is the command's own output.
+inline constexpr std::string_view kCheckDone = "dscpp-check-done";
+
 // Writes all of `text`, waiting while `fd` is full; output is dropped once its reader is gone.
 void write_all(int fd, std::string_view text);
 
@@ -109,6 +113,19 @@ class HostSession {
 
   // Advances as far as possible without blocking; true when anything happened.
   bool step();
+
+  // The command has a check (RemoteCommand::check): its output is kept for the gate until the
+  // marker, and the command waits for let_go().
+  void expect_check() { checking_[0] = checking_[1] = gated_ = true; }
+  bool gated() const { return gated_; }
+  // Whether the gate can decide about this host: it finished (failed) or waits for `go`.
+  bool at_gate() const { return done() || (gated_ && !checking_[0] && phase_ == Phase::kRunning); }
+  // What the check printed (out, err); `exit` is left for the caller to fill in.
+  const RemoteCapture& check_output() const { return check_; }
+  // Sends `go` to a host waiting at the gate, which starts its command.
+  void let_go() {
+    if (phase_ == Phase::kRunning) go_left_ = kGo.size();
+  }
 
   // Stop: a running command gets EOF on its stdin (the watchdog TERMs its group); a host that
   // has not started its command is simply disconnected.
@@ -198,6 +215,10 @@ class HostSession {
   size_t next_key_ = 0;
   std::vector<Tried> tried_;
   bool stop_wanted_ = false, eof_sent_ = false, close_sent_ = false;
+  static constexpr std::string_view kGo = "go\n";
+  bool gated_ = false, checking_[2] = {false, false};  // checking_: per stream, before the marker
+  RemoteCapture check_;
+  size_t go_left_ = 0;  // bytes of kGo still to write
   std::string partial_[2];
   int reported_ranks_ = 0, reports_seen_ = 0;
   std::vector<RankExit> reports_;

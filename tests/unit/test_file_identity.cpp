@@ -1,8 +1,11 @@
 // File identities for the ssh pre-flight: ELF build ids read from the file against the loader's
-// copy in memory and readelf, hand-made ELF layouts, the SHA-256 fallback, and the probe
-// another host runs, run here by /bin/sh against changed copies.
+// copy in memory and readelf, hand-made ELF layouts, the SHA-256 fallback, the probe another
+// host runs, run here by /bin/sh against changed copies, and the gate that runs it before the
+// node agent in the same session (gate_prefix).
 #include "core/error.h"
+#include "launcher/env_export.h"  // shell_quote
 #include "launcher/file_identity.h"
+#include "launcher/ssh/ssh.h"  // gate_prefix
 
 #include <catch2/catch.hpp>
 #include <link.h>
@@ -14,6 +17,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 using namespace dscpp::launcher;
 namespace fs = std::filesystem;
@@ -324,4 +331,35 @@ TEST_CASE("answers that are not the probe's", "[file_identity]") {
   ProbeVerdict v = compare_probe(local, "6 ");  // sha256sum is not installed there
   CHECK(v.kind == ProbeVerdict::no_answer);
   CHECK(v.detail == "`sha256sum` printed nothing there (is it installed?)");
+}
+
+TEST_CASE("the check runs before the command, which starts only on `go` and keeps the rest of stdin",
+          "[file_identity]") {
+  TempDir dir;
+  write_file(dir.path / "prog", "print('rank')\n");
+  FileIdentity local = identify_file(dir.path / "prog");
+  REQUIRE(local.ok());
+  const std::string probed = std::to_string(local.size) + " " + local.sha256 + "\n";
+  // The remote /bin/sh is dash on Debian and bash on RHEL: `read` must stop at the newline in
+  // both, since the command keeps the channel (and on it, the EOF it stops on).
+  std::vector<std::string> shells = {"/bin/sh"};
+  if (access("/bin/bash", X_OK) == 0) shells.push_back("/bin/bash");
+  for (const std::string& sh : shells) {
+    INFO(sh);
+    auto run = [&](const std::string& input) {
+      const std::string line = gate_prefix(identity_probe(local)) + "echo started; cat";
+      const fs::path err = dir.path / "err";
+      std::string out = shell_output("printf '" + input + "' | " + sh + " -c " + shell_quote(line) + " 2>" +
+                                     shell_quote(err.string()) + "; echo \"exit $?\"");
+      return std::pair{out, read_file(err)};
+    };
+    auto [out, err] = run("go\\nrest of stdin\\n");
+    CHECK(out == probed + "dscpp-check-done\nstarted\nrest of stdin\nexit 0\n");
+    CHECK(err == "dscpp-check-done\n");
+    for (const char* refusal : {"", "stop\\n", "go", "go now\\n"}) {  // EOF, another word, no newline
+      INFO("stdin: " << refusal);
+      std::tie(out, err) = run(refusal);
+      CHECK(out == probed + "dscpp-check-done\nexit 0\n");
+    }
+  }
 }
