@@ -20,21 +20,9 @@ RUN=${SSH_RUN_CHECK:-$(dirname "$DSCPP")/../tests/ssh_run_check}
 [ -x "$RUN" ] || { echo "FAIL: ssh_run_check not built at $RUN"; exit 1; }
 
 # Our own testbed: name, subnet and state dir of this run, always taken down.
-export TESTBED_NAME="dsl$(($$ % 1000000))" TESTBED_DIR="/tmp/dsl-tb-$$"
-W=$(mktemp -d /tmp/dsl-ssh.XXXXXX)
-cleanup() { "$T" down >/dev/null 2>&1; rm -rf "$W"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-up=0
-for try in 0 1 2 3 4; do
-  export TESTBED_NET="10.252.$(( ($$ + try * 37) % 250 + 1 ))"
-  if "$T" up 3 >"$W/up.log" 2>&1; then up=1; break; fi
-  grep -q "already in use" "$W/up.log" || break
-done
-[ $up = 1 ] || { cat "$W/up.log"; echo "FAIL: testbed did not come up"; exit 1; }
-eval "$("$T" env)"
+. "$(dirname "$0")/netns_testbed.sh"
+testbed_up dsl 10.252 3
 read -r IP1 IP2 IP3 <<<"$TESTBED_IPS"
-echo "testbed $TESTBED_NAME: $TESTBED_IPS"
 
 fails=0
 ok() { echo "ok   - $*"; }

@@ -25,20 +25,9 @@ command -v nsenter >/dev/null || skip "needs nsenter (util-linux)"
 T=${DSCPP_TESTBED:-$SRC/tests/testbed}/netns-hosts.sh
 [ -x "$T" ] || { echo "FAIL: testbed script $T missing or not executable"; exit 1; }
 
-export TESTBED_NAME="dsp$(($$ % 1000000))" TESTBED_DIR="/tmp/dsp-tb-$$"
-W=$(mktemp -d /tmp/dsp-ssh.XXXXXX)
-cleanup() { "$T" down >/dev/null 2>&1; rm -rf "$W"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-up=0
-for try in 0 1 2 3 4; do
-  export TESTBED_NET="10.253.$(( ($$ + try * 37) % 250 + 1 ))"
-  if "$T" up 3 >"$W/up.log" 2>&1; then up=1; break; fi
-  grep -q "already in use" "$W/up.log" || break
-done
-[ $up = 1 ] || { cat "$W/up.log"; echo "FAIL: testbed did not come up"; exit 1; }
-eval "$("$T" env)"
-echo "testbed $TESTBED_NAME: $TESTBED_IPS"
+# Our own testbed: name, subnet and state dir of this run, always taken down.
+. "$(dirname "$0")/netns_testbed.sh"
+testbed_up dsp 10.253 3
 
 # Copies in the installed layout (dscpp-runtime next to dscpp): a rebuild of the build tree
 # while this runs would otherwise show up as hosts seeing different builds.
