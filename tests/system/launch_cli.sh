@@ -21,7 +21,8 @@ printf '# comments and quoting are allowed here, unlike DeepSpeed\nexport NCCL_D
 expect err '^dscpp plan: 6 ranks on 2 hosts from hostfile hf; runner ssh; master 10.1.2.3:29500$' "plan header"
 expect err '^  worker-0 +4 ranks \(0-3\) +on slots 0-3$' "worker-0 row"
 expect err '^  worker-1 +2 ranks \(4-5\) +on slots 1,3$' "worker-1 row (the documented --include semantics)"
-expect out "^command on worker-1: cd .* && exec $dscpp node-agent .*--node_rank=1 .*-- /bin/echo hi$" "agent command"
+# the pre-flight check, the wait for the launcher's go, then the agent
+expect out "^command on worker-1: \(f=$dscpp; .*; IFS= read -r go && .*; cd .* && exec $dscpp node-agent .*--node_rank=1 .*-- /bin/echo hi$" "agent command"
 expect out "^  NCCL_DEBUG=INFO$" "env file forwarded"
 expect out "^  WANDB_PROJECT='my run'$" "quoted env file value"
 expect out "^  EXTRA=1$" "--env forwarded"
