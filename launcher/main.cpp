@@ -82,7 +82,10 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
                  "(default ~/.ssh/config; none = read none)")
       ->type_name("FILE")
       ->group(run);
-  app.add_flag("--no_ssh_check", a.no_ssh_check, "skip the pre-flight reachability/binary checks over ssh")->group(run);
+  app.add_flag("--no_ssh_check", a.no_ssh_check,
+               "skip the check each host's session makes before its ranks start (same dscpp build, same "
+               "dscpp-runtime and program files, master port free)")
+      ->group(run);
   app.add_flag("--force_multi", a.force_multi, "use the multi-host runner even for a single host")->group(run);
   app.add_flag("--no_local_rank", a.no_local_rank, "do not append --local_rank=N to the program's arguments")
       ->group(run);
