@@ -114,7 +114,7 @@ RemoteRunResult run_remote(const std::vector<RemoteCommand>& commands, const Ssh
                            const RemoteRunOptions& options);
 
 // Connects, authenticates and runs `command`, returning its stdout (for pre-flight checks:
-// reachability, `sha256sum` of binaries). Throws dscpp::Error naming host and remedy.
+// a host's own address from `hostname -I`, a port's state). Throws dscpp::Error naming host and remedy.
 std::string ssh_capture(const std::string& host, const std::string& command, const SshOptions& ssh);
 
 
