@@ -68,6 +68,15 @@ struct DataTypesConfig {
   std::optional<std::string> buffer_dtype;
 };
 
+// The "dscpp" section: choices of dscpp's own that DeepSpeed does not offer. DeepSpeed does not
+// read the section, so the same file still runs there, with DeepSpeed's behaviour.
+struct DscppConfig {
+  // "fp32": at ZeRO stage 0 with fp16 or bf16, accumulate gradients in fp32 (more exact over
+  // many micro-steps) where DeepSpeed accumulates in the model's dtype and refuses
+  // data_types.grad_accum_dtype "fp32".
+  std::optional<std::string> stage0_grad_accum_dtype;
+};
+
 // ---- optimizer -----------------------------------------------------------------------
 enum class OptimizerKind {
   adam,
@@ -508,6 +517,7 @@ struct DsConfig {
   AmpConfig amp;
   TorchAutocastConfig torch_autocast;
   DataTypesConfig data_types;
+  DscppConfig dscpp;
   std::optional<OptimizerConfig> optimizer;
   std::optional<SchedulerConfig> scheduler;
   ActivationCheckpointingConfig activation_checkpointing;
@@ -543,6 +553,7 @@ void describe(Visitor& v, Bf16Config& c);
 void describe(Visitor& v, AmpConfig& c);
 void describe(Visitor& v, TorchAutocastConfig& c);
 void describe(Visitor& v, DataTypesConfig& c);
+void describe(Visitor& v, DscppConfig& c);
 void describe(Visitor& v, OptimizerConfig& c);
 void describe(Visitor& v, SchedulerConfig& c);
 void describe(Visitor& v, ActivationCheckpointingConfig& c);

@@ -49,8 +49,10 @@ PrecisionPlan precision_plan(const DsConfig& c) {
   const bool zero = c.zero_optimization.stage > 0;
   if (c.data_types.grad_accum_dtype)
     p.grads = floating(*c.data_types.grad_accum_dtype, "data_types.grad_accum_dtype");
+  else if (c.dscpp.stage0_grad_accum_dtype && !zero)
+    p.grads = floating(*c.dscpp.stage0_grad_accum_dtype, "dscpp.stage0_grad_accum_dtype");
   else
-    p.grads = p.params == DType::bf16 && !zero ? DType::f32 : p.params;
+    p.grads = p.params;
   if (c.communication_data_type)
     p.wire = floating(*c.communication_data_type, "communication_data_type");
   else if (p.params == DType::bf16 && !zero)

@@ -25,11 +25,11 @@ OffloadDevice param_offload_device(const ZeroConfig& z);
 // Mixed precision: fp16 / bf16 / data_types / communication_data_type.
 struct PrecisionPlan {
   DType params = DType::f32;  // fp16.enabled → f16, bf16.enabled → bf16
-  // data_types.grad_accum_dtype, else DeepSpeed's default: fp32 for bf16 without ZeRO (its
-  // BF16_Optimizer keeps fp32 gradients), else the parameters' dtype.
+  // data_types.grad_accum_dtype, else (stage 0) dscpp.stage0_grad_accum_dtype, else
+  // DeepSpeed 0.19.8's default: the parameters' dtype, bf16 without ZeRO included.
   DType grads = DType::f32;
-  // communication_data_type, else bf16 for bf16 without ZeRO (BF16_Optimizer reduces its fp32
-  // gradients in bf16), else unset: the gradients' own dtype.
+  // communication_data_type, else bf16 for bf16 without ZeRO (the gradients' dtype, and with
+  // dscpp's fp32 accumulation still bf16 on the wire), else unset: the gradients' own dtype.
   std::optional<DType> wire;
 };
 PrecisionPlan precision_plan(const DsConfig& c);

@@ -1,6 +1,7 @@
 // Cross-key rules: what DeepSpeed asserts across sections, plus the cases
 // DeepSpeed silently ignores but dscpp refuses because the config cannot mean what it says.
 #include "configs/resolve.h"
+#include "core/dtype.h"
 
 #include <fmt/core.h>
 
@@ -52,10 +53,53 @@ class Rules {
       error("bf16.bf16_master_weights_and_grads", "needs ZeRO stage 1, 2 or 3");
     if (cfg_.bf16.bf16_optimizer_states && (stage() == 0 || !cfg_.bf16.bf16_master_weights_and_grads))
       error("bf16.bf16_optimizer_states", "needs ZeRO stage 1, 2 or 3 and bf16.bf16_master_weights_and_grads");
-    if (cfg_.bf16.enabled && stage() == 0 && cfg_.data_types.grad_accum_dtype == "bf16")
+    grad_accum();
+  }
+
+  // DeepSpeed 0.19.8's accepted mixes (DeepSpeedEngine._do_optimizer_sanity_check): without
+  // ZeRO the gradients accumulate in the model's dtype and any other grad_accum_dtype is an
+  // "unsupported mix"; under ZeRO every mix runs, except that its BF16_Optimizer (bf16 with
+  // fp32 accumulation at stage 1, the optimizer not offloaded to the CPU) needs the gradient norm.
+  void grad_accum() {
+    const char* model = cfg_.fp16.enabled ? "fp16" : cfg_.bf16.enabled ? "bf16" : "fp32";
+    const std::optional<std::string>& key = cfg_.data_types.grad_accum_dtype;
+    const std::optional<DType> accum = key ? parse_dtype(*key) : parse_dtype(model);
+    const std::string accum_name = accum ? std::string(dtype_name(*accum)) : key.value_or(model);
+    const std::optional<std::string>& ours = cfg_.dscpp.stage0_grad_accum_dtype;
+    if (stage() == 0 && key && accum_name != model)
       error("data_types.grad_accum_dtype",
-            "bf16 gradient accumulation without ZeRO is only supported with pipeline parallelism; use fp32 or "
-            "enable ZeRO");
+            fmt::format("\"{}\" with {} training at ZeRO stage 0 is a mix DeepSpeed refuses (\"unsupported mix\"): "
+                        "without ZeRO, gradients accumulate in the model's dtype ({}). Remove the key, or enable "
+                        "ZeRO stage 1, 2 or 3, where DeepSpeed accumulates in the dtype you name{}",
+                        *key, model, model,
+                        accum_name == "fp32" && std::string(model) != "fp32"
+                            ? "; for fp32 accumulation at stage 0 dscpp offers \"dscpp\": "
+                              "{\"stage0_grad_accum_dtype\": \"fp32\"} (DeepSpeed ignores that section)"
+                            : ""));
+    if (stage() == 1 && cfg_.bf16.enabled && accum_name == "fp32" &&
+        cfg_.zero_optimization.compute_grad_norm == false && !optimizer_offloaded_to_cpu())
+      error("zero_optimization.compute_grad_norm",
+            "false is not supported with ZeRO stage 1, bf16 and fp32 gradient accumulation: DeepSpeed's BF16_Optimizer, "
+            "which runs that mix, always computes the gradient norm. Remove the key or set it to true, or offload the "
+            "optimizer to the CPU");
+    if (!ours) return;
+    if (stage() != 0)
+      error("dscpp.stage0_grad_accum_dtype",
+            fmt::format("applies only at ZeRO stage 0 (the stage is {}); under ZeRO set "
+                        "data_types.grad_accum_dtype, which DeepSpeed accepts there",
+                        stage()));
+    else if (!cfg_.fp16.enabled && !cfg_.bf16.enabled)
+      error("dscpp.stage0_grad_accum_dtype",
+            "applies only with fp16 or bf16 enabled: fp32 training already accumulates in fp32; remove the key");
+    else if (key)
+      error("dscpp.stage0_grad_accum_dtype",
+            "conflicts with data_types.grad_accum_dtype: at stage 0 name the accumulation dtype in one place only; "
+            "remove data_types.grad_accum_dtype to accumulate in fp32, or this key to follow DeepSpeed");
+  }
+
+  bool optimizer_offloaded_to_cpu() const {
+    const auto& o = cfg_.zero_optimization.offload_optimizer;
+    return o && o->device == "cpu";
   }
 
   void zero() {

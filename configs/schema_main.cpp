@@ -50,6 +50,10 @@ void describe(Visitor& v, DataTypesConfig& c) {
   v.field("buffer_dtype", c.buffer_dtype, {.choices = kDtypeChoices});
 }
 
+void describe(Visitor& v, DscppConfig& c) {
+  v.field("stage0_grad_accum_dtype", c.stage0_grad_accum_dtype, {.choices = {"fp32"}});
+}
+
 void describe(Visitor& v, ActivationCheckpointingConfig& c) {
   v.field("partition_activations", c.partition_activations);
   v.field("contiguous_memory_optimization", c.contiguous_memory_optimization);
@@ -187,6 +191,7 @@ void describe(Visitor& v, DsConfig& c) {
   v.section("amp", c.amp);
   v.section("torch_autocast", c.torch_autocast);
   v.section("data_types", c.data_types);
+  v.section("dscpp", c.dscpp, {.strict = true});
   v.section("optimizer", c.optimizer);
   v.section("scheduler", c.scheduler);
   v.section("activation_checkpointing", c.activation_checkpointing);

@@ -45,9 +45,10 @@ void LossScaler::update(bool overflow) {
   ++state_.cur_iter;
 }
 
-// DynamicLossScaler.update_scale. The window counts from the last overflow including the
-// overflow step itself, so the first doubling comes on the window-th clean step; an overflow
-// absorbed by hysteresis still restarts the window.
+// DynamicLossScaler.update_scale (DeepSpeed 0.19.8). The stable interval leaves out the step
+// right after an overflow, so the first doubling comes on the (window + 1)-th clean step, as in
+// update_legacy; an overflow absorbed by hysteresis still restarts the window. Releases up to
+// 0.16.4 counted that step too and doubled one step earlier.
 void LossScaler::update_zero(bool overflow) {
   LossScalerState& s = state_;
   const LossScalePlan& o = options_;
@@ -67,15 +68,16 @@ void LossScaler::update_zero(bool overflow) {
     s.last_overflow_iter = s.cur_iter;
   } else {
     if (o.consecutive_hysteresis) s.cur_hysteresis = o.hysteresis;
-    if ((s.cur_iter - s.last_overflow_iter) % o.scale_window == 0) {
+    const int64_t stable = s.cur_iter - s.last_overflow_iter - 1;
+    if (stable > 0 && stable % o.scale_window == 0) {
       if (!o.consecutive_hysteresis) s.cur_hysteresis = o.hysteresis;
       s.cur_scale *= kScaleFactor;
     }
   }
 }
 
-// FP16_Optimizer._update_scale: no hysteresis, the stable interval excludes the step after
-// the overflow (hence one step later than update_zero), and the minimum only clamps.
+// FP16_Optimizer._update_scale (fused and unfused alike): the window is update_zero's, but
+// without hysteresis, and the minimum only clamps.
 void LossScaler::update_legacy(bool overflow) {
   LossScalerState& s = state_;
   if (overflow) {

@@ -3,10 +3,10 @@
 // Four rules, chosen from the config by `config::loss_scale_plan` (configs/plans.h):
 //   none    bf16 or fp32: the scale is 1 and gradients are not checked for overflow.
 //   fixed   fp16 with `loss_scale` > 0: a constant scale; overflowing steps are still skipped.
-//   zero    fp16, ZeRO stages 1-3, dynamic: DeepSpeed's DynamicLossScaler
-//           (deepspeed/runtime/fp16/loss_scaler.py, v0.16.4) with hysteresis.
-//   legacy  fp16, stage 0, dynamic: the FP16_Optimizer / FP16_UnfusedOptimizer rule (no
-//           hysteresis, first doubling one step later than `zero`, never raises at the minimum).
+//   zero    fp16, ZeRO stages 1-3, dynamic: DeepSpeed 0.19.8's DynamicLossScaler
+//           (deepspeed/runtime/fp16/loss_scaler.py) with hysteresis; raises at the minimum.
+//   legacy  fp16, stage 0, dynamic: the FP16_Optimizer / FP16_UnfusedOptimizer rule: the same
+//           window as `zero`, but no hysteresis, and the minimum only clamps.
 // Both dynamic rules halve on overflow and double after `loss_scale_window` clean steps
 // (DeepSpeed's factor is always 2), never going below `min_loss_scale`.
 //

@@ -2,6 +2,7 @@
 // batch derivation and the effective-config dump.
 #include "build_config.h"
 #include "configs/load.h"
+#include "configs/plans.h"
 
 #include <catch2/catch.hpp>
 
@@ -9,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 using namespace dscpp::config;
 namespace fs = std::filesystem;
@@ -454,4 +457,45 @@ TEST_CASE("huge values cost little and are echoed shortened", "[config]") {
   // A whole number too large for 64 bits is called that, not "not a whole number".
   c = load(R"({"train_batch_size": 8, "zero_optimization": {"stage": 12345678901234567890}})");
   CHECK_THAT(problems(c), Catch::Contains("a whole number beyond the 64-bit integer range"));
+}
+
+// The gradient accumulation dtype each accepted mix runs with. Which mixes DeepSpeed 0.19.8
+// accepts is the system test ds_rules' (against DeepSpeedEngine._do_optimizer_sanity_check, run
+// live); here: the defaults, and dscpp's own stage-0 choice, which DeepSpeed does not have.
+TEST_CASE("gradient accumulation dtype: DeepSpeed's defaults and dscpp.stage0_grad_accum_dtype", "[config]") {
+  auto grads = [](const std::string& text) {
+    LoadedConfig c = load(text);
+    INFO(c.diagnostics.format("t.json"));
+    REQUIRE(c.ok());
+    return precision_plan(c.config);
+  };
+  const std::string bf16 = R"("train_batch_size": 8, "bf16": {"enabled": true})";
+  SECTION("bf16 at stage 0 accumulates in bf16 unless dscpp's key asks for fp32") {
+    CHECK(grads("{" + bf16 + "}").grads == dscpp::DType::bf16);
+    CHECK(grads("{" + bf16 + R"(, "data_types": {"grad_accum_dtype": "bfloat16"}})").grads == dscpp::DType::bf16);
+    PrecisionPlan ours = grads("{" + bf16 + R"(, "dscpp": {"stage0_grad_accum_dtype": "fp32"}})");
+    CHECK(ours.grads == dscpp::DType::f32);
+    CHECK(ours.wire == dscpp::DType::bf16);
+  }
+  SECTION("fp16 at stage 0: fp16, or fp32 through dscpp's key") {
+    CHECK(grads(R"({"train_batch_size": 8, "fp16": {"enabled": true}})").grads == dscpp::DType::f16);
+    CHECK(grads(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "dscpp": {"stage0_grad_accum_dtype": "fp32"}})")
+              .grads == dscpp::DType::f32);
+  }
+  SECTION("under ZeRO the DeepSpeed key decides") {
+    CHECK(grads("{" + bf16 + R"(, "zero_optimization": {"stage": 2}})").grads == dscpp::DType::bf16);
+    CHECK(grads("{" + bf16 + R"(, "zero_optimization": {"stage": 1}, "data_types": {"grad_accum_dtype": "fp32"}})")
+              .grads == dscpp::DType::f32);
+  }
+  SECTION("dscpp's key is refused where it cannot apply, naming it") {
+    for (const std::string& text : std::vector<std::string>{
+             R"({"train_batch_size": 8, "dscpp": {"stage0_grad_accum_dtype": "fp32"}})",
+          "{" + bf16 + R"(, "dscpp": {"stage0_grad_accum_dtype": "fp32"}, "data_types": {"grad_accum_dtype": "bf16"}})",
+          "{" + bf16 + R"(, "dscpp": {"stage0_grad_accum_dtype": "bf16"}})"}) {
+      LoadedConfig c = load(text);
+      INFO(text);
+      CHECK_FALSE(c.ok());
+      CHECK(c.diagnostics.format("t.json").find("dscpp.stage0_grad_accum_dtype") != std::string::npos);
+    }
+  }
 }

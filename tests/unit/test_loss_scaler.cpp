@@ -1,5 +1,7 @@
-// Loss scalers against the test vectors of the engine reference (§2.2, §2.3), which were
-// worked out from DeepSpeed's loss_scaler.py and fp16/fused_optimizer.py, not from this code.
+// Loss scalers against fixed test vectors. They were printed by DeepSpeed 0.19.8's own classes
+// (DynamicLossScaler.update_scale for the ZeRO rule, FP16_Optimizer._update_scale for the
+// legacy rule) on these patterns, not worked out from this code; the system test ds_rules
+// (tests/system/ds_rules.py) runs those classes live over many more patterns.
 #include "configs/load.h"
 #include "configs/plans.h"
 #include "core/error.h"
@@ -18,8 +20,10 @@ using dscpp::runtime::LossScalerState;
 
 namespace {
 
-// The reference's pattern: '.' = clean step, 'X' = overflow.
+// '.' = clean step, 'X' = overflow. kPattern never has 5 clean steps after an overflow, so with
+// window 4 nothing doubles after one; kRegrow has one more clean step and doubles at step 11.
 const std::string kPattern = "....XX....X.X.XX";
+const std::string kRegrow = "....XX.....X.X.XX";
 
 LossScalePlan dynamic(LossScaleRule rule, int power, int64_t window, int64_t hysteresis, bool consecutive = false,
                           double min_scale = 1.0) {
@@ -73,26 +77,34 @@ TEST_CASE("ZeRO DynamicLossScaler: reference vector, plain hysteresis") {
   CHECK(s.scale() == 65536.0);
   CHECK(s.dynamic());
   CHECK(run(s, kPattern) ==
-        words("16/2 16/2 16/2 17/2 17/1 16/1 16/1 16/1 16/1 17/2 17/1 17/1 16/1 16/1 15/1 14/1"));
+        words("16/2 16/2 16/2 16/2 16/1 15/1 15/1 15/1 15/1 15/1 14/1 14/1 13/1 13/1 12/1 11/1"));
   // 6 overflows in the pattern (steps 5, 6, 11, 13, 15, 16): each skips an optimizer step, absorbed or not.
   CHECK(s.state().skipped_steps == 6);
   CHECK(s.state().cur_iter == 16);
   CHECK(s.state().last_overflow_iter == 15);
+  // Up to 0.16.4 the first doubling came on the 4th clean step (17/2 at step 4); 0.19.8 leaves
+  // the first clean step after an overflow (or the first step of the run) out of the window.
+  LossScaler regrow(dynamic(LossScaleRule::zero, 16, 4, 2));
+  CHECK(run(regrow, kRegrow) ==
+        words("16/2 16/2 16/2 16/2 16/1 15/1 15/1 15/1 15/1 15/1 16/2 16/1 16/1 15/1 15/1 14/1 13/1"));
 }
 
 TEST_CASE("ZeRO DynamicLossScaler: reference vector, consecutive_hysteresis") {
   LossScaler s(dynamic(LossScaleRule::zero, 16, 4, 2, true));
   CHECK(run(s, kPattern) ==
-        words("16/2 16/2 16/2 17/2 17/1 16/1 16/2 16/2 16/2 17/2 17/1 17/2 17/1 17/2 17/1 16/1"));
+        words("16/2 16/2 16/2 16/2 16/1 15/1 15/2 15/2 15/2 15/2 15/1 15/2 15/1 15/2 15/1 14/1"));
+  LossScaler regrow(dynamic(LossScaleRule::zero, 16, 4, 2, true));
+  CHECK(run(regrow, kRegrow) ==
+        words("16/2 16/2 16/2 16/2 16/1 15/1 15/2 15/2 15/2 15/2 16/2 16/1 16/2 16/1 16/2 16/1 15/1"));
 }
 
-TEST_CASE("legacy FP16_Optimizer rule: reference vectors (no hysteresis, doubling one step later)") {
+TEST_CASE("legacy FP16_Optimizer rule: reference vectors (no hysteresis, the ZeRO rule's window)") {
   SECTION("9 clean steps") {
     LossScaler legacy(dynamic(LossScaleRule::legacy, 16, 4, 1));
     CHECK(run(legacy, ".........", false) == words("16 16 16 16 17 17 17 17 18"));
-    // The ZeRO rule on the same steps, as the reference contrasts them.
+    // The ZeRO rule on the same steps: since 0.19.8 it doubles on the same steps.
     LossScaler zero(dynamic(LossScaleRule::zero, 16, 4, 2));
-    CHECK(run(zero, ".........", false) == words("16 16 16 17 17 17 17 18 18"));
+    CHECK(run(zero, ".........", false) == words("16 16 16 16 17 17 17 17 18"));
   }
   SECTION("the overflow pattern") {
     LossScaler legacy(dynamic(LossScaleRule::legacy, 16, 4, 1));
@@ -170,16 +182,17 @@ TEST_CASE("state round trip mid-sequence continues identically") {
       INFO("rule " << dscpp::runtime::rule_name(rule) << ", consecutive " << consecutive);
       LossScalePlan o = dynamic(rule, 16, 4, 2, consecutive);
       LossScaler whole(o);
-      std::vector<std::string> expected = run(whole, kPattern);
-      // Stop after step 5 (inside the hysteresis-absorbed stretch) and after 11.
+      std::vector<std::string> expected = run(whole, kRegrow);
+      // Stop after step 5 (inside the hysteresis-absorbed stretch) and after 11
+      // (the doubling step).
       for (size_t cut : {5u, 11u}) {
         LossScaler first(o);
-        std::vector<std::string> got = run(first, kPattern.substr(0, cut));
+        std::vector<std::string> got = run(first, kRegrow.substr(0, cut));
         LossScalerState saved = first.state();
         LossScaler second(o);
         second.restore(saved);
         CHECK(second.state().cur_hysteresis == saved.cur_hysteresis);
-        std::vector<std::string> rest = run(second, kPattern.substr(cut));
+        std::vector<std::string> rest = run(second, kRegrow.substr(cut));
         got.insert(got.end(), rest.begin(), rest.end());
         CHECK(got == expected);
         CHECK(second.state().skipped_steps == whole.state().skipped_steps);
