@@ -1,6 +1,7 @@
 #include "checkpoint/export_hf.h"
 
 #include "checkpoint/checksums.h"
+#include "checkpoint/hf_layout.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -70,8 +71,7 @@ ExportResult export_hf(const std::string& ckpt, const std::string& out_dir, cons
     fail("{}: not JSON: {}", o.config.empty() ? tag + "/" + kExportConfigFile : o.config, e.what());
   }
   config["torch_dtype"] = torch_dtype(o.dtype);
-  std::set<std::string> transposed;
-  if (m.doc.contains("file_transposed")) transposed = m.doc["file_transposed"].get<std::set<std::string>>();
+  const std::set<std::string> transposed = HfNames::of(m).transposed;
 
   // Shards in manifest order, each up to max_shard_bytes (a larger tensor alone in its shard).
   const int64_t elem = static_cast<int64_t>(dtype_size(o.dtype));
@@ -89,7 +89,8 @@ ExportResult export_hf(const std::string& ckpt, const std::string& out_dir, cons
 
   ExportResult r;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  const std::map<std::string, std::string> meta{{"format", "pt"}};
+  // A shared parameter under its owner's name only, as transformers' save_pretrained keeps it.
+  const std::map<std::string, std::string> meta{{"format", "pt"}, {kLayoutKey, kHfLayout}};
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string file = shards.size() == 1 ? "model.safetensors"
                                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());

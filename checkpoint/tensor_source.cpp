@@ -1,5 +1,6 @@
 #include "checkpoint/tensor_source.h"
 
+#include "checkpoint/hf_layout.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -15,9 +16,35 @@ int64_t TensorSource::find(const std::string& name) const {
 
 // ---- by name ----------------------------------------------------------------------------------
 
-NamedTensorSource::NamedTensorSource(const std::string& weights, const std::string& optimizer) : weights_(weights) {
+NamedTensorSource::NamedTensorSource(const std::string& weights, const std::string& optimizer,
+                                     const std::set<std::string>& transposed)
+    : weights_(weights) {
   if (!optimizer.empty()) optimizer_ = std::make_unique<SafetensorsFile>(optimizer);
-  for (const TensorInfo& t : weights_.tensors()) params_.push_back(ParamDesc{t.name, t.shape, t.numel, 0});
+  if (holds_hf_layout(weights_)) transposed_ = transposed;
+  for (const TensorInfo& t : weights_.tensors()) {
+    std::vector<int64_t> shape = t.shape;
+    if (transposed_.count(t.name)) {
+      if (shape.size() != 2)
+        fail("{}: tensor '{}' has {} dimensions, but the checkpoint says it is a matrix stored transposed", weights,
+             t.name, shape.size());
+      std::swap(shape[0], shape[1]);
+    }
+    params_.push_back(ParamDesc{t.name, shape, t.numel, 0});
+  }
+}
+
+void NamedTensorSource::read_file(const SafetensorsFile& f, const std::string& key, size_t param, int64_t first,
+                                  int64_t count, float* dst) {
+  const ParamDesc& p = params_.at(param);
+  if (!transposed_.count(p.name)) return f.read(key, first, count, dst, DType::f32);
+  if (cached_ != key) {
+    cache_.assign(static_cast<size_t>(p.numel), 0.0f);
+    f.read(key, 0, p.numel, cache_.data(), DType::f32);
+    cached_ = key;
+  }
+  // Element (r, c) of memory's [rows, cols] is the file's (c, r).
+  const int64_t rows = p.shape[0], cols = p.shape[1];
+  for (int64_t e = first; e < first + count; ++e) dst[e - first] = cache_[static_cast<size_t>((e % cols) * rows + e / cols)];
 }
 
 bool NamedTensorSource::has(const std::string& what) const {
@@ -29,11 +56,11 @@ bool NamedTensorSource::has(const std::string& what) const {
 
 void NamedTensorSource::read(size_t param, const std::string& what, int64_t first, int64_t count, float* dst) {
   const std::string& name = params_.at(param).name;
-  if (what == kMasterWeights) return weights_.read(name, first, count, dst, DType::f32);
+  if (what == kMasterWeights) return read_file(weights_, name, param, first, count, dst);
   if (!optimizer_) fail("{}: holds weights only, no optimizer state '{}'", weights_.path(), what);
   const std::string key = name + "/" + what;
   if (!optimizer_->find(key)) fail("{}: optimizer state '{}' is missing", optimizer_->path(), key);
-  optimizer_->read(key, first, count, dst, DType::f32);
+  read_file(*optimizer_, key, param, first, count, dst);
 }
 
 // ---- partitions -------------------------------------------------------------------------------
@@ -84,7 +111,8 @@ void PartitionedTensorSource::read(size_t param, const std::string& what, int64_
 std::unique_ptr<TensorSource> open_source(const Manifest& manifest) {
   if (manifest.storage == Storage::partitions) return std::make_unique<PartitionedTensorSource>(manifest);
   return std::make_unique<NamedTensorSource>(manifest.tag_dir + "/" + manifest.files.at(0),
-                                             manifest.tag_dir + "/" + manifest.files.at(1));
+                                             manifest.tag_dir + "/" + manifest.files.at(1),
+                                             HfNames::of(manifest).transposed);
 }
 
 }  // namespace dscpp::ckpt

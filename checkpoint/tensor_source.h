@@ -19,6 +19,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,16 +48,27 @@ class TensorSource {
 class NamedTensorSource final : public TensorSource {
  public:
   // `weights`: tensors by parameter name; `optimizer` (optional, "" = none): "<param>/<state>".
-  explicit NamedTensorSource(const std::string& weights, const std::string& optimizer = "");
+  // When the weights file says it holds Hugging Face's layout (hf_layout.h), the tensors named
+  // in `transposed` are [cols, rows] in both files: params() reports memory's [rows, cols] and
+  // read() serves that layout (reading the file's whole tensor once). Files of an older dscpp
+  // hold memory's layout and are read as they are.
+  explicit NamedTensorSource(const std::string& weights, const std::string& optimizer = "",
+                             const std::set<std::string>& transposed = {});
   const std::string& description() const override { return weights_.path(); }
   const std::vector<ParamDesc>& params() const override { return params_; }
   bool has(const std::string& what) const override;
   void read(size_t param, const std::string& what, int64_t first, int64_t count, float* dst) override;
 
  private:
+  void read_file(const SafetensorsFile& f, const std::string& key, size_t param, int64_t first, int64_t count,
+                 float* dst);
+
   SafetensorsFile weights_;
   std::unique_ptr<SafetensorsFile> optimizer_;
   std::vector<ParamDesc> params_;
+  std::set<std::string> transposed_;
+  std::string cached_;  // the tensor (file key) whose values, in memory's layout, cache_ holds
+  std::vector<float> cache_;
 };
 
 class PartitionedTensorSource final : public TensorSource {

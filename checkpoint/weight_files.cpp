@@ -1,5 +1,6 @@
 #include "checkpoint/weight_files.h"
 
+#include "checkpoint/hf_layout.h"
 #include "core/error.h"
 
 #include <nlohmann/json.hpp>
@@ -56,8 +57,11 @@ std::vector<std::string> shards_of(const std::string& index_path) {
 
 }  // namespace
 
-WeightFiles::WeightFiles(const std::string& path, std::set<std::string> transposed)
+WeightFiles::WeightFiles(const std::string& path, std::set<std::string> transposed,
+                         const std::map<std::string, std::string>& tied)
     : path_(path), transposed_(std::move(transposed)) {
+  for (const auto& [alias, owner] : tied)
+    if (transposed_.count(owner)) transposed_.insert(alias);  // one tensor, one orientation
   std::string index;
   if (is_dir(path)) {
     if (is_file(path + "/model.safetensors.index.json")) index = path + "/model.safetensors.index.json";
@@ -70,23 +74,59 @@ WeightFiles::WeightFiles(const std::string& path, std::set<std::string> transpos
   }
   if (!index.empty())
     for (const std::string& shard : shards_of(index)) file_paths_.push_back(dir_of(index) + "/" + shard);
-  std::map<std::string, size_t> seen;
+  std::map<std::string, size_t> seen;  // tensor name → index into params_
   for (const std::string& f : file_paths_) {
     files_.push_back(std::make_unique<SafetensorsFile>(f));
+    const bool old_layout = written_by_old_dscpp(*files_.back());
     for (const TensorInfo& t : files_.back()->tensors()) {
       if (auto it = seen.find(t.name); it != seen.end())
-        fail("{}: tensor '{}' is in two shards, {} and {}", path, t.name, file_paths_[it->second], f);
-      seen[t.name] = files_.size() - 1;
-      std::vector<int64_t> shape = t.shape;
-      if (transposed_.count(t.name)) {
-        if (shape.size() != 2)
-          fail("{}: tensor '{}' has shape of {} dimensions, but the model reads it as a transposed matrix", f, t.name,
-               shape.size());
-        std::swap(shape[0], shape[1]);
-      }
-      params_.push_back(ParamDesc{t.name, shape, t.numel, 0});
+        fail("{}: tensor '{}' is in two shards, {} and {}", path, t.name, file_paths_[file_of_[it->second]], f);
+      if (old_layout && transposed_.count(t.name))
+        fail("{}: an older dscpp wrote this file, with '{}' (and every weight Hugging Face stores as [in, out]) in "
+             "dscpp's own [out, in] order and nothing in the file saying so; a square one cannot be told from "
+             "Hugging Face's order by its shape, so the file is not read. Write it again with this dscpp (dscpp "
+             "zero-to-fp32 or export-hf of the checkpoint), which stores Hugging Face's order and says so",
+             f, t.name);
+      seen[t.name] = params_.size();
+      params_.push_back(ParamDesc{t.name, t.shape, t.numel, 0});
       file_of_.push_back(files_.size() - 1);
+      key_.push_back(t.name);
     }
+  }
+  for (const auto& [alias, owner] : tied) {
+    auto a = seen.find(alias), o = seen.find(owner);
+    if (a == seen.end()) continue;
+    if (o == seen.end()) {  // the file names the shared parameter by its other name only
+      params_[a->second].name = owner;
+      continue;
+    }
+    const ParamDesc &pa = params_[a->second], &po = params_[o->second];
+    if (pa.shape != po.shape)
+      fail("{}: '{}' and '{}' are one shared parameter of the model, but the file holds them with different shapes; "
+           "keep one of the two names (either will do)",
+           path, alias, owner);
+    // Chunk by chunk, so no more than two chunks are held whatever the size.
+    constexpr int64_t kChunk = 1 << 20;
+    std::vector<float> va, vo;
+    for (int64_t first = 0; first < pa.numel; first += kChunk) {
+      const int64_t n = std::min(kChunk, pa.numel - first);
+      va.resize(static_cast<size_t>(n)), vo.resize(static_cast<size_t>(n));
+      files_[file_of_[a->second]]->read(alias, first, n, va.data(), DType::f32);
+      files_[file_of_[o->second]]->read(owner, first, n, vo.data(), DType::f32);
+      for (int64_t e = 0; e < n; ++e)
+        if (va[static_cast<size_t>(e)] != vo[static_cast<size_t>(e)])
+          fail("{}: '{}' and '{}' are one shared parameter of the model, but the file holds different values under "
+               "the two names (element {}: {} and {}); it was not saved from this model's tied weights. Keep the "
+               "one to start from (a file may hold either name or both), or untie them in the model's config",
+               path, alias, owner, first + e, va[static_cast<size_t>(e)], vo[static_cast<size_t>(e)]);
+    }
+  }
+  for (ParamDesc& p : params_) {
+    if (!transposed_.count(p.name)) continue;
+    if (p.shape.size() != 2)
+      fail("{}: tensor '{}' has shape of {} dimensions, but the model reads it as a transposed matrix", path, p.name,
+           p.shape.size());
+    std::swap(p.shape[0], p.shape[1]);
   }
 }
 
@@ -96,10 +136,11 @@ void WeightFiles::read(size_t param, const std::string& what, int64_t first, int
   if (what != kMasterWeights) fail("{}: holds weights only, no optimizer state '{}'", path_, what);
   const ParamDesc& p = params_.at(param);
   const SafetensorsFile& file = *files_[file_of_[param]];
-  if (!transposed_.count(p.name)) return file.read(p.name, first, count, dst, DType::f32);
+  const std::string& key = key_[param];
+  if (!transposed_.count(p.name)) return file.read(key, first, count, dst, DType::f32);
   if (cached_ != param) {
     cache_.assign(static_cast<size_t>(p.numel), 0.0f);
-    file.read(p.name, 0, p.numel, cache_.data(), DType::f32);
+    file.read(key, 0, p.numel, cache_.data(), DType::f32);
     cached_ = param;
   }
   // Element (r, c) of memory's [rows, cols] is the file's (c, r).

@@ -6,12 +6,19 @@
 // Tensors named in `transposed` are 2-D matrices the files hold as [cols, rows] (GPT-2's Conv1D
 // weights): params() reports them in memory's shape [rows, cols] and read() serves elements of
 // that layout, reading the file's whole tensor once (kept until another transposed tensor is
-// read; transposed matrices are a layer's weights, not the embedding).
+// read; transposed matrices are a layer's weights, not the embedding). A file holds them so
+// (hf_layout.h): one an older dscpp wrote holds them as [rows, cols] without saying so, and is
+// refused when it has any, since a square one cannot be told apart by its shape.
+//
+// `tied` maps a shared parameter's other names to its owner's: a file may hold it under any
+// of them or several (then the values must be equal); params() lists it under the owner's name
+// when the file has only another.
 #pragma once
 
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_source.h"
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -23,7 +30,8 @@ class WeightFiles final : public TensorSource {
  public:
   // Throws dscpp::Error naming the path when it is none of the three, an index that does not
   // parse or names a missing shard, or a tensor that two shards hold.
-  WeightFiles(const std::string& path, std::set<std::string> transposed = {});
+  WeightFiles(const std::string& path, std::set<std::string> transposed = {},
+              const std::map<std::string, std::string>& tied = {});
   ~WeightFiles() override;
 
   const std::string& description() const override { return path_; }
@@ -40,6 +48,7 @@ class WeightFiles final : public TensorSource {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<ParamDesc> params_;
   std::vector<size_t> file_of_;  // per param: index into files_
+  std::vector<std::string> key_;  // per param: its tensor's name in the file
   std::set<std::string> transposed_;
   size_t cached_ = SIZE_MAX;     // param whose transposed values cache_ holds
   std::vector<float> cache_;

@@ -1,5 +1,6 @@
 #include "checkpoint/zero_to_fp32.h"
 
+#include "checkpoint/hf_layout.h"
 #include "core/error.h"
 
 #include <fmt/ranges.h>
@@ -46,6 +47,7 @@ TensorToWrite CheckpointReader::tensor(size_t i, const std::string& name, DType 
          d.shape.size());
   std::vector<int64_t> shape = d.shape;
   if (transposed) std::swap(shape[0], shape[1]);
+  if (name != d.name) ++done_.tensors_total, done_.bytes_total += d.numel * 4;  // a shared parameter's other name
   TensorToWrite t{name, dtype, shape, nullptr, {}};
   t.fill = [this, index, d, dtype, transposed](int64_t first, int64_t count, void* dst) {
     float* f32 = dtype == DType::f32 ? static_cast<float*>(dst) : nullptr;
@@ -99,12 +101,20 @@ ConsolidateResult zero_to_fp32(const std::string& ckpt, const std::string& out,
                                const std::string& what) {
   CheckpointReader reader(ckpt, what, progress);
   const Manifest& m = reader.manifest();
+  // Hugging Face's layout and every name of a shared parameter (hf_layout.h); a shared one's
+  // other names are read again from the checkpoint rather than held.
+  const HfNames hf = HfNames::of(m);
   std::vector<TensorToWrite> tensors;
-  for (size_t i = 0; i < m.layout.params.size(); ++i)
-    tensors.push_back(reader.tensor(i, m.layout.params[i].name, DType::f32, false));
-  // "format": "pt" is what Hugging Face loaders expect of a weights file; the rest says where
-  // the weights came from.
+  for (size_t i = 0; i < m.layout.params.size(); ++i) {
+    const std::string& name = m.layout.params[i].name;
+    tensors.push_back(reader.tensor(i, name, DType::f32, hf.transposed.count(name) > 0));
+    for (const std::string& alias : hf.aliases_of(name))
+      tensors.push_back(reader.tensor(i, alias, DType::f32, hf.transposed.count(name) > 0));
+  }
+  // "format": "pt" is what Hugging Face loaders expect of a weights file; the rest says how the
+  // file is laid out and where the weights came from.
   std::map<std::string, std::string> meta{{"format", "pt"},
+                                          {kLayoutKey, kHfLayout},
                                           {"dscpp_checkpoint", reader.result().tag_dir},
                                           {"global_steps", std::to_string(m.global_steps)},
                                           {"zero_stage", std::to_string(m.zero_stage)},

@@ -4,6 +4,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checksums.h"
 #include "checkpoint/export_hf.h"
+#include "checkpoint/hf_layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_source.h"
@@ -142,6 +143,7 @@ ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalP
     m.doc["export_config_sha256"] = ckpt::sha256_hex(v.export_config);
   }
   if (!v.file_transposed.empty()) m.doc["file_transposed"] = v.file_transposed;
+  if (!v.tied.empty()) m.doc["tied"] = v.tied;
   try {
     m.doc["ds_config"] = json::parse(v.config_json);
   } catch (const std::exception&) {
@@ -277,23 +279,42 @@ class NonfiniteScan {
 // Each writer records the digests of the files it wrote in `written`, by file name.
 using Written = std::map<std::string, ckpt::FileDigests>;
 
-void write_by_name(const std::string& staging, const LocalPartitions& local,
-                   const std::map<std::string, std::string>& meta, NonfiniteScan& scan, Written& written) {
+// `t` (memory's layout) as files with Hugging Face names hold parameter `param` (hf_layout.h).
+ckpt::TensorToWrite for_file(ckpt::TensorToWrite t, const std::string& param, const CheckpointView& v) {
+  if (std::find(v.file_transposed.begin(), v.file_transposed.end(), param) == v.file_transposed.end()) return t;
+  return ckpt::transposed_for_file(std::move(t));
+}
+
+// Every name a parameter is written under: its own, then a shared parameter's other names.
+std::vector<std::string> names_of(const std::string& param, const CheckpointView& v) {
+  std::vector<std::string> names{param};
+  for (const auto& [alias, owner] : v.tied)
+    if (owner == param) names.push_back(alias);
+  return names;
+}
+
+void write_by_name(const std::string& staging, const LocalPartitions& local, const CheckpointView& v,
+                   std::map<std::string, std::string> meta, NonfiniteScan& scan, Written& written) {
   const ckpt::PartitionLayout& l = local.layout();
+  meta[ckpt::kLayoutKey] = ckpt::kHfLayout;
   std::vector<ckpt::TensorToWrite> model, optimizer;
   for (size_t i = 0; i < l.params.size(); ++i)
-    model.push_back({l.params[i].name, DType::f32, l.params[i].shape, nullptr,
-                     [&local, &scan, &l, i](int64_t first, int64_t count, void* dst) {
-                       local.copy_param_out(i, ckpt::kMasterWeights, first, count, static_cast<float*>(dst));
-                       scan.scan(l.params[i].name, first, static_cast<const float*>(dst), count);
-                     }});
+    for (const std::string& name : names_of(l.params[i].name, v))
+      model.push_back(for_file({name, DType::f32, l.params[i].shape, nullptr,
+                                [&local, &scan, &l, i](int64_t first, int64_t count, void* dst) {
+                                  local.copy_param_out(i, ckpt::kMasterWeights, first, count, static_cast<float*>(dst));
+                                  scan.scan(l.params[i].name, first, static_cast<const float*>(dst), count);
+                                }},
+                               l.params[i].name, v));
   for (const std::string& state : local.states())
     for (size_t i = 0; i < l.params.size(); ++i)
-      optimizer.push_back({l.params[i].name + "/" + state, DType::f32, l.params[i].shape, nullptr,
-                           [&local, &scan, &l, i, state](int64_t first, int64_t count, void* dst) {
-                             local.copy_param_out(i, state, first, count, static_cast<float*>(dst));
-                             scan.scan(l.params[i].name + "/" + state, first, static_cast<const float*>(dst), count);
-                           }});
+      optimizer.push_back(for_file({l.params[i].name + "/" + state, DType::f32, l.params[i].shape, nullptr,
+                                    [&local, &scan, &l, i, state](int64_t first, int64_t count, void* dst) {
+                                      local.copy_param_out(i, state, first, count, static_cast<float*>(dst));
+                                      scan.scan(l.params[i].name + "/" + state, first,
+                                                static_cast<const float*>(dst), count);
+                                    }},
+                                   l.params[i].name, v));
   written[ckpt::kModelFile] = ckpt::write_safetensors((fs::path(staging) / ckpt::kModelFile).string(), model, meta);
   written[ckpt::kOptimizerFile] =
       ckpt::write_safetensors((fs::path(staging) / ckpt::kOptimizerFile).string(), optimizer, meta);
@@ -352,11 +373,14 @@ void write_gathered_weights(const std::string& staging, const CheckpointView& v,
   std::vector<ckpt::TensorToWrite> tensors;
   for (const ParamSlot& s : layout.params) {
     size_t g = static_cast<size_t>(layout.layer_group[static_cast<size_t>(s.layer)]);
-    tensors.push_back({s.name, v.params_dtype, s.shape,
-                       host[g].data() + (s.offset - layout.groups[g].begin) * static_cast<int64_t>(elem), {}});
+    for (const std::string& name : names_of(s.name, v))
+      tensors.push_back(for_file({name, v.params_dtype, s.shape,
+                                  host[g].data() + (s.offset - layout.groups[g].begin) * static_cast<int64_t>(elem), {}},
+                                 s.name, v));
   }
-  written[kModel16bitFile] = ckpt::write_safetensors((fs::path(staging) / kModel16bitFile).string(), tensors,
-                                                     {{"format", "dscpp"}, {"content", "consolidated parameters"}});
+  written[kModel16bitFile] = ckpt::write_safetensors(
+      (fs::path(staging) / kModel16bitFile).string(), tensors,
+      {{"format", "dscpp"}, {"content", "consolidated parameters"}, {ckpt::kLayoutKey, ckpt::kHfLayout}});
 }
 // The model's config.json for export-hf, beside the manifest (whose digest of it export-hf checks).
 void write_export_config(const std::string& staging, const std::string& text) {
@@ -379,7 +403,7 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
   Written written;  // digests of this rank's files, gathered below for rank 0's manifest
   if (m.storage == ckpt::Storage::by_name) {
     // Stage 0: every rank holds the same model and optimizer state; rank 0 writes them once.
-    if (comm.rank() == 0) write_by_name(staging, local, meta, scan, written);
+    if (comm.rank() == 0) write_by_name(staging, local, v, meta, scan, written);
   } else {
     meta["rank"] = std::to_string(comm.rank());
     meta["world_size"] = std::to_string(comm.size());
@@ -454,22 +478,39 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
 }
 
 void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, const CheckpointView& v) {
-  ckpt::WeightFiles source(w.path, w.transposed);
-  std::vector<std::string> problems, missing, unused, names;
+  ckpt::WeightFiles source(w.path, w.transposed, w.tied);
+  std::vector<std::string> problems, missing, unused, names, swapped, square;
   std::set<std::string> wanted;
   for (const ParamSlot& s : v.layout->params) {
     wanted.insert(s.name);
     names.push_back(s.name);
     const int64_t i = source.find(s.name);
-    if (i < 0)
+    const bool transposed = w.transposed.count(s.name) > 0;
+    if (transposed && s.shape.size() == 2 && s.shape[0] == s.shape[1]) square.push_back(s.name);
+    if (i < 0) {
       missing.push_back(fmt::format("'{}' {}", s.name, shape_text(s.shape)));
-    else if (const auto& shape = source.params()[static_cast<size_t>(i)].shape; shape != s.shape)
+      continue;
+    }
+    const std::vector<int64_t>& shape = source.params()[static_cast<size_t>(i)].shape;
+    if (shape == s.shape) continue;
+    if (transposed && shape.size() == 2 && shape[0] == s.shape[1] && shape[1] == s.shape[0])
+      swapped.push_back(fmt::format("'{}' {}", s.name, shape_text({shape[1], shape[0]})));
+    else
       problems.push_back(fmt::format("parameter '{}' has shape {} in the file{} but the model declares {}", s.name,
-                                     shape_text(shape), w.transposed.count(s.name) ? " (transposed)" : "",
-                                     shape_text(s.shape)));
+                                     shape_text(shape), transposed ? " (transposed)" : "", shape_text(s.shape)));
   }
+  // A file holds one layout: weights that appear in dscpp's [out, in] order mean its square ones
+  // are transposed too, which no shape shows.
+  if (!swapped.empty())
+    problems.insert(problems.begin(),
+                    fmt::format("it holds {} in dscpp's in-memory [out, in] order where Hugging Face files (and this "
+                                "dscpp's) hold [in, out], so its square matrices{} would be read transposed without "
+                                "notice; convert the checkpoint it came from again with this dscpp (zero-to-fp32 or "
+                                "export-hf), or transpose those tensors in the file",
+                                fmt::join(swapped, ", "),
+                                square.empty() ? "" : fmt::format(" ({} of them, such as '{}')", square.size(), square[0])));
   for (const ckpt::ParamDesc& t : source.params())
-    if (!wanted.count(t.name) && !w.aliases.count(t.name)) {
+    if (!wanted.count(t.name) && !w.tied.count(t.name)) {
       const std::string near = config::closest_match(t.name, names);
       unused.push_back(fmt::format("'{}' {}{}", t.name, shape_text(t.shape),
                                    near.empty() ? "" : fmt::format(" (closest parameter: '{}')", near)));

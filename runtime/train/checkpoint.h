@@ -34,6 +34,7 @@
 #include "runtime/zero/param_store.h"
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -73,10 +74,12 @@ struct CheckpointView {
   // training dtype as <tag>/model_16bit.safetensors (DeepSpeed's save_16bit_model), gathered
   // one partition group at a time; rank 0 holds them in host memory to write them.
   bool gather_16bit_weights = false;
-  // What `dscpp export-hf` needs beside the weights: the model's config.json (saved as
-  // <tag>/config.json; "" = none) and the parameters the files store transposed.
+  // What files with Hugging Face names need beside the weights (checkpoint/hf_layout.h): the
+  // model's config.json for export-hf (saved as <tag>/config.json; "" = none), the parameters
+  // the files store transposed, and the other names of shared parameters (→ the owner's).
   std::string export_config;
   std::vector<std::string> file_transposed;
+  std::map<std::string, std::string> tied;
 };
 
 std::string step_tag(int64_t global_steps);  // "global_step<N>"
@@ -93,7 +96,7 @@ struct InitialWeights {
   std::string path;  // a .safetensors file, a sharded index, or a directory (checkpoint/weight_files.h)
   bool partial = false;              // missing parameters keep their init; unused tensors are listed
   std::set<std::string> transposed;  // parameters the files hold as [cols, rows]
-  std::set<std::string> aliases;     // shared parameters' own names: a file may hold them, unread
+  std::map<std::string, std::string> tied;  // a shared parameter's other names → its owner's
 };
 
 // The fp32 master weights from `w` by parameter name (any float dtype), each rank reading only

@@ -200,6 +200,7 @@ CheckpointView Engine::checkpoint_view() {
   v.gather_16bit_weights = plan_.zero.gather_16bit_weights_on_save;
   v.export_config = plugin_.export_config();
   v.file_transposed.assign(plugin_.file_transposed().begin(), plugin_.file_transposed().end());
+  v.tied = tied_names();
   return v;
 }
 
@@ -236,6 +237,15 @@ void Engine::initialise_params() {
   params_->publish();
 }
 
+std::map<std::string, std::string> Engine::tied_names() const {
+  std::map<std::string, std::string> tied;
+  const std::vector<LayerDecl>& layers = plugin_.layers();
+  for (const LayerDecl& l : layers)
+    for (const TiedParam& t : l.tied)
+      tied[t.name] = layers.at(static_cast<size_t>(t.owner_layer)).params.at(static_cast<size_t>(t.owner_param)).name;
+  return tied;
+}
+
 InitialWeights Engine::initial_weights() const {
   InitialWeights w;
   if (!options_.init_from.empty() && !plugin_.init_from().empty())
@@ -244,8 +254,7 @@ InitialWeights Engine::initial_weights() const {
   w.path = !options_.init_from.empty() ? options_.init_from : plugin_.init_from();
   w.partial = options_.init_from.empty() && plugin_.init_partial();
   w.transposed = plugin_.file_transposed();
-  for (const LayerDecl& l : plugin_.layers())
-    for (const TiedParam& t : l.tied) w.aliases.insert(t.name);
+  w.tied = tied_names();
   return w;
 }
 
