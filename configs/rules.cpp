@@ -233,6 +233,64 @@ class Rules {
   }
 };
 
+// DeepSpeed 0.18.3+ can keep the ZeRO master copy in 16 bits; dscpp's master weights and
+// optimizer state are always fp32, so a run with these keys would plan (and use) more memory
+// per parameter than the user sized the job for. The figures are per parameter, with Adam.
+void low_precision_master(const DsConfig& c, std::vector<std::string>& out) {
+  if (c.bf16.bf16_master_weights_and_grads)
+    out.emplace_back(
+        "bf16.bf16_master_weights_and_grads: true (DeepSpeed keeps the ZeRO master weights and their gradients in "
+        "bf16, 2 bytes each instead of 4, with Adam's moments in fp32 through ZeRO-Offload's DeepSpeedCPUAdam: "
+        "10 bytes per parameter of master weights and optimizer state; dscpp keeps fp32 master weights and fp32 "
+        "optimizer state, 12 bytes per parameter. Remove the key or set it to false)");
+  if (c.bf16.bf16_optimizer_states)
+    out.emplace_back(
+        "bf16.bf16_optimizer_states: true (DeepSpeed keeps Adam's two moments in bf16 beside bf16 master weights: "
+        "6 bytes per parameter of master weights and optimizer state; dscpp keeps both in fp32, 12 bytes per "
+        "parameter. Remove the key or set it to false)");
+  if (c.fp16.fp16_master_weights_and_grads)
+    out.emplace_back(
+        "fp16.fp16_master_weights_and_grads: true (DeepSpeed keeps the ZeRO master weights and their gradients in "
+        "fp16, 2 bytes each instead of 4, with Adam's moments in fp32 through ZeRO-Offload's DeepSpeedCPUAdam: "
+        "10 bytes per parameter of master weights and optimizer state; dscpp keeps fp32 master weights and fp32 "
+        "optimizer state, 12 bytes per parameter. Remove the key or set it to false)");
+}
+
+// Keys whose value would change what the user gets from the run (files, loaded weights, log
+// records) where dscpp cannot give it; docs/architecture.md has the table of every key
+// accepted without effect and why each is harmless.
+void without_effect(const DsConfig& c, std::vector<std::string>& out) {
+  auto monitor = [&](bool on, const char* key, const char* what) {
+    if (on)
+      out.push_back(fmt::format("{}.enabled: true ({}; dscpp writes nothing of it. Remove the section or set enabled "
+                                "to false; the CSV monitor (csv_monitor) writes the same scalars)",
+                                key, what));
+  };
+  monitor(c.tensorboard.enabled, "tensorboard", "DeepSpeed writes TensorBoard event files");
+  monitor(c.wandb.enabled, "wandb", "DeepSpeed logs to Weights & Biases");
+  monitor(c.comet.enabled, "comet", "DeepSpeed logs to Comet");
+  if (c.checkpoint.load_universal)
+    out.emplace_back(
+        "checkpoint.load_universal: true (DeepSpeed loads a universal checkpoint, converted by ds_to_universal, "
+        "from the tag latest_universal names; dscpp reads its own checkpoints, which already load at any ZeRO stage "
+        "and world size. Remove the key or set it to false)");
+  if (c.checkpoint.use_node_local_storage)
+    out.emplace_back(
+        "checkpoint.use_node_local_storage: true (DeepSpeed saves each node's files to storage local to the node; "
+        "dscpp commits a checkpoint from rank 0 and needs save_dir on a filesystem every rank shares. Remove the key "
+        "or set it to false)");
+  const ZeroConfig& z = c.zero_optimization;
+  if (!z.load_from_fp32_weights && z.stage > 0 && (c.fp16.enabled || c.bf16.enabled))
+    out.emplace_back(
+        "zero_optimization.load_from_fp32_weights: false (DeepSpeed rebuilds the fp32 master weights from the "
+        "checkpoint's 16-bit weights; dscpp always restores the saved fp32 master. Remove the key or set it to "
+        "true)");
+  if (c.comms_logger.enabled && c.comms_logger.debug)
+    out.emplace_back(
+        "comms_logger.debug: true (DeepSpeed records each operation under the name of the function that called "
+        "it; dscpp's summary groups operations by kind and message size only. Remove the key or set it to false)");
+}
+
 }  // namespace
 
 void check_rules(LoadedConfig& c) {
@@ -299,6 +357,8 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
   add(z.stage > 0 && c.gradient_predivide_factor != 1.0,
       "gradient_predivide_factor other than 1.0 at ZeRO stages 1-3 (dscpp applies it to the stage-0 allreduce "
       "only; remove the key or use stage 0)");
+  low_precision_master(c, out);
+  without_effect(c, out);
   return out;
 }
 

@@ -38,6 +38,12 @@ grep -q 'pass --hidden_size' "$tmp/err" || fail "auto error does not name --hidd
 grep -q '^zero_optimization.reduce_bucket_size  *262144  *auto: hidden² = 512²' "$tmp/out" || fail "reduce_bucket_size not resolved to 512²"
 grep -q '^train_batch_size  *12 ' "$tmp/out" || fail "train_batch_size auto not 3 × 2 × 2"
 
+# Valid DeepSpeed that dscpp will not run: the check passes (exit 0, OK) and a note names the key.
+u="$root/tests/data/configs/unsupported/bf16-master-weights.json"
+"$dscpp" config check -q "$u" 2>"$tmp/err" || fail "valid DeepSpeed refused by config check: $(cat "$tmp/err")"
+grep -q "bf16-master-weights.json: note: valid for DeepSpeed, but dscpp's runtime does not implement bf16.bf16_master_weights_and_grads: true" "$tmp/err" &&
+  grep -q ': OK (ZeRO stage 2' "$tmp/err" || fail "no note naming bf16_master_weights_and_grads: $(cat "$tmp/err")"
+
 "$dscpp" config check /nonexistent.json 2>"$tmp/err"; rc=$?
 [ "$rc" = 1 ] && grep -q "/nonexistent.json: error: cannot read the config file: No such file or directory" "$tmp/err" ||
   fail "missing file: exit $rc, $(cat "$tmp/err")"

@@ -3,8 +3,8 @@
 # category) on a 16-layer gpt:
 #  1. the measured peak of model states per rank (params + grads + optimizer state) for stages
 #     0–3 on 1–4 ranks, fp32 and bf16, within 5% of the ZeRO paper's terms for this precision
-#     (e = 4 or 2 bytes per parameter and gradient — gradients are fp32 for bf16 at stage 0, as
-#     DeepSpeed's BF16_Optimizer keeps them — K = 8 bytes of Adam state, plus the 4-byte fp32
+#     (e = 4 or 2 bytes per parameter and gradient — without ZeRO, bf16 gradients accumulate in
+#     bf16, as DeepSpeed 0.19 keeps them there — K = 8 bytes of Adam state, plus the 4-byte fp32
 #     master for bf16), plus the one bounded extra that counts as parameters: the stage-3
 #     layer being computed (prefetch, reuse and persistence are switched off here);
 #  2. stage 3 on 4 ranks holds at most 1/3.5 of stage 0's model states;
@@ -53,8 +53,7 @@ peak() {  # LOG → measured model-state bytes of rank 0
 analytic() {
   awk -v s="$1" -v n="$2" -v e="$3" -v psi="$PSI" -v big="$LARGEST" 'BEGIN {
     k = 8 + (e == 2 ? 4 : 0); part = psi / n
-    ge = (e == 2 && s == 0) ? 4 : e   # bf16 without ZeRO accumulates fp32 gradients (the BF16_Optimizer rule)
-    p = (s == 3 ? e * part + e * big : e * psi); g = (s >= 2 ? ge * part : ge * psi); o = (s >= 1 ? k * part : k * psi)
+    p = (s == 3 ? e * part + e * big : e * psi); g = (s >= 2 ? e * part : e * psi); o = (s >= 1 ? k * part : k * psi)
     printf "%d", p + g + o }'
 }
 
