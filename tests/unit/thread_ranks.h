@@ -1,11 +1,14 @@
 // Runs a function as `size` ranks, one thread each, sharing an in-process store: the fast way
 // to test a backend's algorithms (and run them under ASan) without launching processes.
-// The first exception thrown by any rank is rethrown on the caller's thread.
+// The first exception thrown by any rank is rethrown on the caller's thread; when several ranks
+// throw, the others' messages go to stderr first (the first is often a peer's "rank R closed its
+// backend", and rank R's own error is the one that explains the failure).
 #pragma once
 
 #include "collectives/backend.h"
 #include "collectives/store.h"
 
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -27,7 +30,17 @@ void run_thread_ranks(int size, F&& body) {
         body(rank, size, std::static_pointer_cast<comm::Store>(store));
       } catch (...) {
         std::lock_guard lock(mutex);
-        if (!first) first = std::current_exception();
+        if (!first) {
+          first = std::current_exception();
+          return;
+        }
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "thread rank %d also failed: %s\n", rank, e.what());
+        } catch (...) {
+          std::fprintf(stderr, "thread rank %d also failed (not a std::exception)\n", rank);
+        }
       }
     });
   for (auto& t : threads) t.join();
