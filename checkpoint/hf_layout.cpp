@@ -64,4 +64,16 @@ TensorToWrite transposed_for_file(TensorToWrite t) {
   return t;
 }
 
+void TransposedReader::read(const SafetensorsFile& f, const std::string& key, int64_t rows, int64_t cols,
+                            int64_t first, int64_t count, float* dst) {
+  if (file_ != &f || key_ != key) {
+    cache_.assign(static_cast<size_t>(rows * cols), 0.0f);
+    f.read(key, 0, rows * cols, cache_.data(), DType::f32);
+    file_ = &f;
+    key_ = key;
+  }
+  // Element (r, c) of memory's [rows, cols] is the file's (c, r).
+  for (int64_t e = first; e < first + count; ++e) dst[e - first] = cache_[static_cast<size_t>((e % cols) * rows + e / cols)];
+}
+
 }  // namespace dscpp::ckpt

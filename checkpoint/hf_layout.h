@@ -38,6 +38,20 @@ bool holds_hf_layout(const SafetensorsFile& f);
 // Whether an older dscpp wrote it (its layout then is dscpp's own [out, in], unsaid).
 bool written_by_old_dscpp(const SafetensorsFile& f);
 
+// Elements of a [rows, cols] matrix that a file holds as [cols, rows], a range at a time: the
+// file's whole tensor is read once and kept until another tensor is asked for (transposed
+// matrices are a layer's weights, read in order, never the embedding).
+class TransposedReader {
+ public:
+  void read(const SafetensorsFile& f, const std::string& key, int64_t rows, int64_t cols, int64_t first, int64_t count,
+            float* dst);
+
+ private:
+  const SafetensorsFile* file_ = nullptr;
+  std::string key_;  // with file_: the tensor cache_ holds
+  std::vector<float> cache_;
+};
+
 // `t`, given in memory's [rows, cols] (by `data` or `fill`), as the file holds it: [cols, rows].
 // The first chunk reads the whole matrix once; it is released after the last.
 TensorToWrite transposed_for_file(TensorToWrite t);

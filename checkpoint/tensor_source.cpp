@@ -37,14 +37,7 @@ void NamedTensorSource::read_file(const SafetensorsFile& f, const std::string& k
                                   int64_t count, float* dst) {
   const ParamDesc& p = params_.at(param);
   if (!transposed_.count(p.name)) return f.read(key, first, count, dst, DType::f32);
-  if (cached_ != key) {
-    cache_.assign(static_cast<size_t>(p.numel), 0.0f);
-    f.read(key, 0, p.numel, cache_.data(), DType::f32);
-    cached_ = key;
-  }
-  // Element (r, c) of memory's [rows, cols] is the file's (c, r).
-  const int64_t rows = p.shape[0], cols = p.shape[1];
-  for (int64_t e = first; e < first + count; ++e) dst[e - first] = cache_[static_cast<size_t>((e % cols) * rows + e / cols)];
+  transposed_reader_.read(f, key, p.shape[0], p.shape[1], first, count, dst);
 }
 
 bool NamedTensorSource::has(const std::string& what) const {

@@ -13,6 +13,7 @@
 // (each rank reading only the fragments it owns) and zero-to-fp32 (tensor by tensor).
 #pragma once
 
+#include "checkpoint/hf_layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/partition_layout.h"
 #include "checkpoint/safetensors.h"
@@ -67,8 +68,7 @@ class NamedTensorSource final : public TensorSource {
   std::unique_ptr<SafetensorsFile> optimizer_;
   std::vector<ParamDesc> params_;
   std::set<std::string> transposed_;
-  std::string cached_;  // the tensor (file key) whose values, in memory's layout, cache_ holds
-  std::vector<float> cache_;
+  TransposedReader transposed_reader_;
 };
 
 class PartitionedTensorSource final : public TensorSource {

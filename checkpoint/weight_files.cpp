@@ -138,14 +138,7 @@ void WeightFiles::read(size_t param, const std::string& what, int64_t first, int
   const SafetensorsFile& file = *files_[file_of_[param]];
   const std::string& key = key_[param];
   if (!transposed_.count(p.name)) return file.read(key, first, count, dst, DType::f32);
-  if (cached_ != param) {
-    cache_.assign(static_cast<size_t>(p.numel), 0.0f);
-    file.read(key, 0, p.numel, cache_.data(), DType::f32);
-    cached_ = param;
-  }
-  // Element (r, c) of memory's [rows, cols] is the file's (c, r).
-  const int64_t rows = p.shape[0], cols = p.shape[1];
-  for (int64_t e = first; e < first + count; ++e) dst[e - first] = cache_[static_cast<size_t>((e % cols) * rows + e / cols)];
+  transposed_reader_.read(file, key, p.shape[0], p.shape[1], first, count, dst);
 }
 
 }  // namespace dscpp::ckpt

@@ -50,8 +50,7 @@ class WeightFiles final : public TensorSource {
   std::vector<size_t> file_of_;  // per param: index into files_
   std::vector<std::string> key_;  // per param: its tensor's name in the file
   std::set<std::string> transposed_;
-  size_t cached_ = SIZE_MAX;     // param whose transposed values cache_ holds
-  std::vector<float> cache_;
+  TransposedReader transposed_reader_;
 };
 
 }  // namespace dscpp::ckpt
