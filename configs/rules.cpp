@@ -237,23 +237,22 @@ class Rules {
 // optimizer state are always fp32, so a run with these keys would plan (and use) more memory
 // per parameter than the user sized the job for. The figures are per parameter, with Adam.
 void low_precision_master(const DsConfig& c, std::vector<std::string>& out) {
-  if (c.bf16.bf16_master_weights_and_grads)
-    out.emplace_back(
-        "bf16.bf16_master_weights_and_grads: true (DeepSpeed keeps the ZeRO master weights and their gradients in "
-        "bf16, 2 bytes each instead of 4, with Adam's moments in fp32 through ZeRO-Offload's DeepSpeedCPUAdam: "
-        "10 bytes per parameter of master weights and optimizer state; dscpp keeps fp32 master weights and fp32 "
-        "optimizer state, 12 bytes per parameter. Remove the key or set it to false)");
+  auto master_16bit = [&](bool on, const char* dtype) {
+    if (on)
+      out.push_back(fmt::format(
+          "{0}.{0}_master_weights_and_grads: true (DeepSpeed keeps the ZeRO master weights and their gradients in "
+          "{0}, 2 bytes each instead of 4, with Adam's moments in fp32 through ZeRO-Offload's DeepSpeedCPUAdam: "
+          "10 bytes per parameter of master weights and optimizer state; dscpp keeps fp32 master weights and fp32 "
+          "optimizer state, 12 bytes per parameter. Remove the key or set it to false)",
+          dtype));
+  };
+  master_16bit(c.bf16.bf16_master_weights_and_grads, "bf16");
   if (c.bf16.bf16_optimizer_states)
     out.emplace_back(
         "bf16.bf16_optimizer_states: true (DeepSpeed keeps Adam's two moments in bf16 beside bf16 master weights: "
         "6 bytes per parameter of master weights and optimizer state; dscpp keeps both in fp32, 12 bytes per "
         "parameter. Remove the key or set it to false)");
-  if (c.fp16.fp16_master_weights_and_grads)
-    out.emplace_back(
-        "fp16.fp16_master_weights_and_grads: true (DeepSpeed keeps the ZeRO master weights and their gradients in "
-        "fp16, 2 bytes each instead of 4, with Adam's moments in fp32 through ZeRO-Offload's DeepSpeedCPUAdam: "
-        "10 bytes per parameter of master weights and optimizer state; dscpp keeps fp32 master weights and fp32 "
-        "optimizer state, 12 bytes per parameter. Remove the key or set it to false)");
+  master_16bit(c.fp16.fp16_master_weights_and_grads, "fp16");
 }
 
 // Keys whose value would change what the user gets from the run (files, loaded weights, log
