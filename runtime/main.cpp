@@ -33,7 +33,8 @@ struct Args {
   std::string model, config;
   std::optional<int64_t> steps;
   std::optional<double> epochs;
-  std::string save_dir, load_dir, init_from, comm_backend;
+  std::string save_dir, load_dir, load_tag, init_from, comm_backend;
+  bool no_load_optimizer_states = false, no_load_lr_scheduler_states = false, load_module_only = false;
   int64_t save_interval = 0, eval_interval = 0;
   uint64_t seed = 42;
   int threads = 0;
@@ -204,6 +205,10 @@ int run(const Args& a) {
   o.save_dir = a.save_dir;
   o.save_interval = a.save_interval;
   o.load_dir = a.load_dir;
+  o.load_tag = a.load_tag;
+  o.resume.optimizer_states = !a.no_load_optimizer_states;
+  o.resume.lr_scheduler_states = !a.no_load_lr_scheduler_states;
+  o.resume.module_only = a.load_module_only;
   o.eval_interval = a.eval_interval;
   o.eval = !a.no_eval;
   o.accept_data_change = a.accept_data_change;
@@ -257,7 +262,18 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", a.epochs, "train for this many passes over the train split (default 1)")->excludes(steps);
   app.add_option("--save_dir", a.save_dir, "write checkpoints here (at --save_interval and at the end)");
   app.add_option("--save_interval", a.save_interval, "steps between checkpoints (0: only at the end)");
-  app.add_option("--load_dir", a.load_dir, "resume from the checkpoint <load_dir>/latest names");
+  auto* load_dir = app.add_option("--load_dir", a.load_dir, "resume from the checkpoint <load_dir>/latest names");
+  app.add_option("--load_tag", a.load_tag, "with --load_dir: resume from <load_dir>/TAG (e.g. global_step100) instead")
+      ->needs(load_dir);
+  app.add_flag("--no_load_optimizer_states", a.no_load_optimizer_states,
+               "with --load_dir: fresh optimizer state and loss scaler, fp32 master from the 16-bit weights")
+      ->needs(load_dir);
+  app.add_flag("--no_load_lr_scheduler_states", a.no_load_lr_scheduler_states,
+               "with --load_dir: the LR schedule starts from its first step (the step counters still resume)")
+      ->needs(load_dir);
+  app.add_flag("--load_module_only", a.load_module_only,
+               "with --load_dir: the weights only; optimizer, loss scaler, LR schedule and step counters start fresh")
+      ->needs(load_dir);
   app.add_flag("--accept_data_change", a.accept_data_change,
                "resume even though the plugin's data differs from the checkpoint's (split sizes, sample shapes or "
                "the SHA-256 of 64 samples spread over the train split); without it such a resume is refused");

@@ -155,13 +155,9 @@ ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalP
 // Every way the checkpoint does not fit the running model and config, in words.
 std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointView& v, const LocalPartitions& local) {
   std::vector<std::string> problems;
-  // Weights only (--eval_only): neither the data position nor the optimizer matter.
-  if (int64_t tb = m.get<int64_t>("train_batch_size"); v.optimizer && tb != v.train_batch_size)
-    problems.push_back(
-        fmt::format("it was trained with train_batch_size {}, this run has {} (the data position "
-                    "would not resume exactly)",
-                    tb, v.train_batch_size));
-  if (!v.optimizer)
+  // Weights only (--eval_only, --load_module_only, --no_load_optimizer_states): another optimizer is no
+  // obstacle.
+  if (!v.optimizer || v.resume.module_only || !v.resume.optimizer_states)
     ;
   else if (m.optimizer_type != v.optimizer->name())
     problems.push_back(fmt::format("its optimizer is {}, this run's is {}", m.optimizer_type, v.optimizer->name()));
@@ -186,6 +182,25 @@ std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointVie
     problems.push_back(
         fmt::format("it has parameter '{}' {} that the model does not declare", name, shape_text(shape)));
   return problems;
+}
+
+// DeepSpeed resumes into another global batch without a word; dscpp says what changes: the data
+// continues from the samples seen, the LR schedule by step count, so the run is not the one an
+// uninterrupted run with either batch size would have been.
+void note_batch_change(const ckpt::Manifest& m, const CheckpointView& v, int world_size) {
+  const int64_t tb = m.get<int64_t>("train_batch_size");
+  if (tb == v.train_batch_size || v.resume.module_only) return;
+  const int64_t samples = m.get<int64_t>("global_samples"), per = v.micro_batch * world_size;
+  log::info("checkpoint {} was trained with train_batch_size {} (micro {} x accumulation {} x {} ranks), this run "
+            "has {} (micro {} x accumulation {} x {} ranks): accepted; the data continues after the {} samples "
+            "seen{}, the LR schedule at step {}, each later step takes {} samples",
+            m.tag_dir, tb, m.get<int64_t>("train_micro_batch_size_per_gpu"),
+            m.get<int64_t>("gradient_accumulation_steps"), m.world_size, v.train_batch_size, v.micro_batch,
+            v.gradient_accumulation_steps, world_size, samples,
+            samples % per == 0 ? std::string()
+                               : fmt::format(" (from sample {}, a whole number of this run's micro-batches)",
+                                             samples / per * per),
+            m.global_steps, v.train_batch_size);
 }
 
 constexpr const char* kModel16bitFile = "model_16bit.safetensors";
@@ -454,9 +469,12 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
         "({} parameters)",
         tag_dir, m.world_size, m.zero_stage, m.params_dtype, comm.size(), v.zero.stage, dtype_name(v.params_dtype));
 
+  const ResumeParts& parts = v.resume;
+  const bool optimizer_states = v.master && parts.optimizer_states && !parts.module_only;
+  if (v.master && log_here) note_batch_change(m, v, comm.size());
   std::unique_ptr<ckpt::TensorSource> source = ckpt::open_source(m);
   std::vector<std::string> whats{ckpt::kMasterWeights};
-  whats.insert(whats.end(), local.states().begin(), local.states().end());
+  if (optimizer_states) whats.insert(whats.end(), local.states().begin(), local.states().end());
   v.params->settle();
   local.load_owned(*source, whats);
   if (!v.master) {  // weights only (--eval_only): the fp32 master went into the parameters
@@ -464,15 +482,34 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
     comm.barrier();
     return;
   }
-  for (size_t g = 0; g < v.layout->groups.size(); ++g)
-    if (int oi = v.master->optimizer_group(static_cast<int>(g)); oi >= 0)
-      v.optimizer->set_step_count(oi, m.optimizer_step);
-  v.schedule->set_last_batch_iteration(m.get<int64_t>("lr_scheduler.last_batch_iteration"));
-  restore_scaler(m, v.scaler, log_here);
-  v.counters->global_steps = m.global_steps;
-  v.counters->global_samples = m.get<int64_t>("global_samples");
-  v.counters->skipped_steps = m.get<int64_t>("skipped_steps");
-  v.counters->micro_steps = m.get<int64_t>("micro_steps");
+  if (optimizer_states) {
+    for (size_t g = 0; g < v.layout->groups.size(); ++g)
+      if (int oi = v.master->optimizer_group(static_cast<int>(g)); oi >= 0)
+        v.optimizer->set_step_count(oi, m.optimizer_step);
+    restore_scaler(m, v.scaler, log_here);
+  } else {
+    // DeepSpeed rebuilds the master from the 16-bit module weights when it skips the optimizer
+    // state; with 16-bit parameters that is the saved master rounded.
+    v.master->write_params();
+    v.master->refresh_from_params();
+  }
+  if (!parts.module_only) {
+    if (parts.lr_scheduler_states)
+      v.schedule->set_last_batch_iteration(m.get<int64_t>("lr_scheduler.last_batch_iteration"));
+    v.counters->global_steps = m.global_steps;
+    v.counters->global_samples = m.get<int64_t>("global_samples");
+    v.counters->skipped_steps = m.get<int64_t>("skipped_steps");
+    v.counters->micro_steps = m.get<int64_t>("micro_steps");
+  }
+  if (log_here && parts.module_only)
+    log::info("--load_module_only: the weights from {}; the optimizer state, loss scaler, LR schedule and counters "
+              "start fresh (step 0)", m.tag_dir);
+  else if (log_here && !optimizer_states)
+    log::info("--no_load_optimizer_states: the optimizer state (step count 0) and loss scaler start fresh, the fp32 "
+              "master from the {} weights", dtype_name(v.params_dtype));
+  if (log_here && !parts.module_only && !parts.lr_scheduler_states)
+    log::info("--no_load_lr_scheduler_states: the LR schedule starts from its first step at global step {}",
+              m.global_steps);
   publish_master(v);
   comm.barrier();
 }

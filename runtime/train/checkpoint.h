@@ -48,6 +48,19 @@ struct TrainCounters {
   int64_t micro_steps = 0;
 };
 
+// What a resume takes from a checkpoint, as DeepSpeed's load_checkpoint arguments choose it.
+// Whatever is not taken starts as in a fresh run; the fp32 master weights then come from the
+// 16-bit parameters (the loaded master rounded), as DeepSpeed refreshes them from its module.
+struct ResumeParts {
+  // Adam's moments and step count (bias correction restarts) and the fp16 loss scaler, which
+  // DeepSpeed's ZeRO checkpoints keep with the optimizer state.
+  bool optimizer_states = true;
+  bool lr_scheduler_states = true;  // false: the LR schedule restarts from its first step
+  // Weights only: also the counters (global steps and samples, skipped and micro steps, hence
+  // the data position) and the LR schedule start fresh.
+  bool module_only = false;
+};
+
 // master, optimizer and schedule are null for a weights-only engine (--eval_only): loading then
 // reads just the fp32 master weights, rounded into the parameters, and saving is not possible.
 struct CheckpointView {
@@ -70,6 +83,7 @@ struct CheckpointView {
   // accept_data_change (--accept_data_change) says the change is deliberate.
   const DataFingerprint* data = nullptr;
   bool accept_data_change = false;
+  ResumeParts resume;  // load_checkpoint only
   // stage3_gather_16bit_weights_on_model_save: also write the consolidated parameters in their
   // training dtype as <tag>/model_16bit.safetensors (DeepSpeed's save_16bit_model), gathered
   // one partition group at a time; rank 0 holds them in host memory to write them.

@@ -13,6 +13,7 @@
 #include "kernels/device_math.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -273,7 +274,11 @@ void Engine::run() {
     load_initial_weights(init, world_, checkpoint_view());
     if (world_.rank() == 0) log::info("initial weights from {}", init.path);
   }
-  if (!resume_dir.empty()) load(resume_dir);
+  // A restarted job continues its own run in full, whatever the first start took from --load_dir.
+  if (resume_dir == options_.load_dir && !resume_dir.empty())
+    load(resume_dir, options_.load_tag, options_.resume);
+  else if (!resume_dir.empty())
+    load(resume_dir);
   // The data position follows from the samples seen, whatever the world size was.
   loader_->seek(counters_.global_samples / (plan_.batch.micro * world_.size()));
 
@@ -555,11 +560,24 @@ void Engine::save(const std::string& save_dir) {
   if (world_.rank() == 0) log::info("saved checkpoint {} in {:.2f} s", dir, seconds_since(t0));
 }
 
-void Engine::load(const std::string& load_dir) {
-  auto tag = ckpt::read_latest_tag(load_dir);
-  if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to resume from", load_dir);
+void Engine::load(const std::string& load_dir, const std::string& load_tag, const ResumeParts& parts) {
+  std::optional<std::string> tag = load_tag;
+  if (tag->empty()) tag = ckpt::read_latest_tag(load_dir);
+  if (!tag)
+    fail("--load_dir {}: there is no `latest` file, so no checkpoint to resume from (--load_tag names one)", load_dir);
   std::string dir = (std::filesystem::path(load_dir) / *tag).string();
-  load_checkpoint(dir, world_, checkpoint_view());
+  if (!load_tag.empty() && !std::filesystem::is_directory(dir)) {
+    std::vector<std::string> tags;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(load_dir, ec))
+      if (e.is_directory() && e.path().filename().string()[0] != '.') tags.push_back(e.path().filename().string());
+    std::sort(tags.begin(), tags.end());
+    fail("--load_tag {}: {} is not a checkpoint directory; {} holds {}", load_tag, dir, load_dir,
+         tags.empty() ? std::string("none") : fmt::format("{}", fmt::join(tags, ", ")));
+  }
+  CheckpointView v = checkpoint_view();
+  v.resume = parts;
+  load_checkpoint(dir, world_, v);
   if (world_.rank() == 0)
     log::info("resumed from {} at step {} ({} samples seen)", dir, counters_.global_steps, counters_.global_samples);
 }

@@ -42,6 +42,8 @@ struct TrainOptions {
   std::string save_dir;
   int64_t save_interval = 0;      // steps; 0 = only at the end (when save_dir is set)
   std::string load_dir;           // resume from <load_dir>/latest
+  std::string load_tag;           // resume from <load_dir>/<load_tag> instead ("" = what `latest` names)
+  ResumeParts resume;             // what a resume takes from the checkpoint (checkpoint.h)
   bool resume_from_save_dir = false;  // restarted job: resume from <save_dir>/latest if any
   int64_t eval_interval = 0;      // steps; 0 = only at the end
   bool eval = true;               // evaluate at the end (when the model has an eval split)
@@ -86,7 +88,8 @@ class Engine {
   void train_step();
   EvalResult evaluate();
   void save(const std::string& save_dir);
-  void load(const std::string& load_dir);  // from <load_dir>/latest
+  // From <load_dir>/<load_tag> ("" = the tag `latest` names), taking `parts` of it.
+  void load(const std::string& load_dir, const std::string& load_tag = "", const ResumeParts& parts = {});
 
   int64_t total_steps() const { return total_steps_; }
   const TrainCounters& counters() const { return counters_; }

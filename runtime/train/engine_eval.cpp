@@ -33,7 +33,8 @@ void Engine::run_eval_only() {
     if (init.partial) initialise_params();  // what the file lacks keeps its init rule
     load_initial_weights(init, world_, checkpoint_view());
   } else {
-    auto tag = ckpt::read_latest_tag(options_.load_dir);
+    std::optional<std::string> tag = options_.load_tag;
+    if (tag->empty()) tag = ckpt::read_latest_tag(options_.load_dir);
     if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to evaluate", options_.load_dir);
     load_checkpoint((std::filesystem::path(options_.load_dir) / *tag).string(), world_, checkpoint_view());
   }

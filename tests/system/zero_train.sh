@@ -223,7 +223,7 @@ train mlp 3 "$WORK/s2r3.json" "$WORK/k3.log" --steps 6 --load_dir "$S" --save_di
   grep -q "resumed from .*global_step3" "$WORK/k3.log" && ! ls -A "$S" | grep -q partial &&
   pass "killed save: the next run resumed from global_step3, committed global_step6 and removed the debris" ||
   fail "killed save: resume failed: $(tail -3 "$WORK/k3.log"); $(ls -A "$S")"
-# Another model (fc1 48 wide instead of 37) and another global batch are named.
+# Another model (fc1 48 wide instead of 37) is refused, named; another global batch is accepted and named.
 "$DSCPP" --num_procs 2 --master_port "$(port)" "$MLP" --deepspeed_config "$WORK/s1r2.json" --no_eval --steps 6 \
   --load_dir "$WORK/s3r4" -- --limit 1536 --hidden 48,23 > "$WORK/mm.log" 2>&1
 grep -q "parameter 'fc1.weight' has shape \[37, 784\] in it, the model declares \[48, 784\]" "$WORK/mm.log" &&
@@ -231,8 +231,9 @@ grep -q "parameter 'fc1.weight' has shape \[37, 784\] in it, the model declares 
   fail "mismatched model: $(tail -2 "$WORK/mm.log")"
 config 1 3 1 "$WORK/b6.json"
 train mlp 2 "$WORK/b6.json" "$WORK/mb.log" --steps 6 --load_dir "$WORK/s3r4"
-grep -q "it was trained with train_batch_size 12, this run has 6" "$WORK/mb.log" &&
-  pass "mismatched batch: named" || fail "mismatched batch: $(tail -2 "$WORK/mb.log")"
+grep -q "was trained with train_batch_size 12 (micro 3 x accumulation 1 x 4 ranks), this run has 6 .*accepted" "$WORK/mb.log" &&
+  grep -q "resumed from .*at step" "$WORK/mb.log" &&
+  pass "another global batch: accepted and named" || fail "another global batch: $(tail -2 "$WORK/mb.log")"
 
 # ---- 6. PyPI safetensors opens the consolidated file ---------------------------------------
 py=""
