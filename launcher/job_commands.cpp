@@ -27,13 +27,14 @@ std::string absolute(const std::string& path) {
   return ec ? path : p.lexically_normal().string();
 }
 
+// `stop_flag`: how dscpp's stop reaches the shim (--stop_on_stdin under srun, --stop_on_usr1 under mpirun).
 void append_shim(std::vector<std::string>& argv, const std::string& dscpp_path, const ProgramSpec& program,
-                 bool no_local_rank, bool stop_on_stdin) {
+                 bool no_local_rank, const char* stop_flag) {
   argv.push_back(dscpp_path);
   argv.push_back("rank-shim");
   // The shim inserts --local_rank itself (only it knows the task's local rank).
   argv.push_back("--local_rank_at=" + std::to_string(no_local_rank ? -1 : program.local_rank_at));
-  if (stop_on_stdin) argv.push_back("--stop_on_stdin");
+  argv.push_back(stop_flag);
   argv.push_back("--");
   argv.insert(argv.end(), program.argv.begin(), program.argv.end());
 }
@@ -195,7 +196,7 @@ std::vector<std::string> mpirun_argv(const WorldPlan& plan, const std::vector<st
   argv.insert(argv.end(), {"--mca", "orte_abort_on_non_zero_status", "0"});
   for (const auto& name : env_names) argv.insert(argv.end(), {"-x", name});
   for (auto& w : split_shell_words(launcher_args)) argv.push_back(w);
-  append_shim(argv, dscpp_path, program, no_local_rank, false);
+  append_shim(argv, dscpp_path, program, no_local_rank, "--stop_on_usr1");
   return argv;
 }
 
@@ -217,7 +218,7 @@ std::vector<std::string> srun_argv(const WorldPlan& plan, bool restrict_nodes, c
   // kills a rank still failing on its own before it can say so) nor time the others out.
   argv.insert(argv.end(), {"--kill-on-bad-exit=0", "--wait=0", "--input=all", "--export=ALL"});
   for (auto& w : split_shell_words(launcher_args)) argv.push_back(w);
-  append_shim(argv, dscpp_path, program, no_local_rank, true);
+  append_shim(argv, dscpp_path, program, no_local_rank, "--stop_on_stdin");
   return argv;
 }
 

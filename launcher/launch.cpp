@@ -171,7 +171,7 @@ std::string dry_run_text(const Runner& runner, const Job& job) {
 
 }  // namespace
 
-int run_rank_shim(const std::vector<std::string>& program, int local_rank_at, bool stop_on_stdin) {
+int run_rank_shim(const std::vector<std::string>& program, int local_rank_at, bool stop_on_stdin, bool stop_on_usr1) {
   auto id = discover_rank();
   if (!id) fail("rank-shim: no rank variables (OMPI_COMM_WORLD_*, SLURM_PROCID, PMI_RANK) in the environment");
   // A plan shaped like the job (uniform nodes) lets rank_env name everything as the other
@@ -203,6 +203,7 @@ int run_rank_shim(const std::vector<std::string>& program, int local_rank_at, bo
   SupervisorOptions options;
   options.host = host;
   options.report_exits = true;
+  options.usr1_stops = stop_on_usr1;
   if (stop_on_stdin) {
     options.stop_fd = 0;
     options.stop_fd_name = "stdin (dscpp's stop request)";

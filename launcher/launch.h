@@ -44,11 +44,12 @@ struct LaunchArgs {
 // Returns the exit status for the `dscpp` process.
 int run_launch(const LaunchArgs& args);
 
-// `dscpp rank-shim [--local_rank_at=I] [--stop_on_stdin] -- PROGRAM ARGS`: what mpirun/srun
-// start per task. Maps the task's OMPI_*/SLURM_* numbers onto RANK, LOCAL_RANK, ... and runs
-// PROGRAM with prefixed output, reporting its exit on stderr for dscpp (rank_exit.h).
-// `local_rank_at` >= 0 inserts --local_rank=N at that argv index; `stop_on_stdin`: EOF on
-// stdin stops the rank (srun hands every task the EOF of its own stdin); SIGUSR1 always does.
-int run_rank_shim(const std::vector<std::string>& program, int local_rank_at, bool stop_on_stdin);
+// `dscpp rank-shim [--local_rank_at=I] [--stop_on_stdin|--stop_on_usr1] -- PROGRAM ARGS`: what
+// mpirun/srun start per task. Maps the task's OMPI_*/SLURM_* numbers onto RANK, LOCAL_RANK, ...
+// and runs PROGRAM with prefixed output, reporting its exit on stderr for dscpp (rank_exit.h).
+// `local_rank_at` >= 0 inserts --local_rank=N at that argv index. How dscpp's stop arrives:
+// `stop_on_stdin`, EOF on stdin (srun hands every task the EOF of its own stdin);
+// `stop_on_usr1`, SIGUSR1 (which mpirun forwards to every task).
+int run_rank_shim(const std::vector<std::string>& program, int local_rank_at, bool stop_on_stdin, bool stop_on_usr1);
 
 }  // namespace dscpp::launcher

@@ -119,18 +119,20 @@ int run_internal(const std::string& command, std::vector<std::string> args) {
   if (command == "node-agent")
     return dscpp::launcher::run_node_agent(dscpp::launcher::parse_node_agent_argv(args));
   int local_rank_at = -1;
-  bool stop_on_stdin = false;
+  bool stop_on_stdin = false, stop_on_usr1 = false;
   while (!args.empty() && args.front() != "--" && args.front().rfind("--", 0) == 0) {
     if (args.front().rfind("--local_rank_at=", 0) == 0)
       local_rank_at = std::stoi(args.front().substr(16));
     else if (args.front() == "--stop_on_stdin")
       stop_on_stdin = true;
+    else if (args.front() == "--stop_on_usr1")
+      stop_on_usr1 = true;
     else
-      throw dscpp::Error("unknown argument '" + args.front() + "'; expected --local_rank_at=I, --stop_on_stdin, --");
+      throw dscpp::Error("unknown argument '" + args.front() + "'; expected --local_rank_at=I, --stop_on_stdin, --stop_on_usr1, --");
     args.erase(args.begin());
   }
   if (!args.empty() && args.front() == "--") args.erase(args.begin());
-  return dscpp::launcher::run_rank_shim(args, local_rank_at, stop_on_stdin);
+  return dscpp::launcher::run_rank_shim(args, local_rank_at, stop_on_stdin, stop_on_usr1);
 }
 
 int main(int argc, char** argv) {

@@ -87,7 +87,11 @@ std::optional<RankExit> parse_exit_report(std::string_view line) {
 }
 
 std::optional<Blame::Verdict> Blame::exited(const RankExit& exit, Clock::time_point now) {
-  if (decided_ || exit.stopped || !exit.failed()) return std::nullopt;
+  if (decided_ || !exit.failed()) return std::nullopt;
+  if (exit.stopped) {
+    if (!first_stopped_) first_stopped_ = exit;
+    return std::nullopt;
+  }
   if (exit.signal == 0 && exit.exit_code == kExitPeerFailed) {
     if (!bystander_) {
       bystander_ = exit;
@@ -104,6 +108,10 @@ std::optional<Blame::Verdict> Blame::exited(const RankExit& exit, Clock::time_po
 }
 
 std::optional<Blame::Verdict> Blame::due(bool nothing_left, Clock::time_point now) {
+  if (!decided_ && !bystander_ && nothing_left && first_stopped_) {
+    decided_ = true;
+    return Verdict{*first_stopped_, " (its supervisor stopped it: a signal from outside the job?)"};
+  }
   if (decided_ || !bystander_ || (!nothing_left && now < bystander_deadline_)) return std::nullopt;
   decided_ = true;
   return Verdict{*bystander_,

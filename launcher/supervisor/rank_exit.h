@@ -10,7 +10,9 @@
 // Blame is the rule every level applies to the exits it sees, so that a job ends naming the rank
 // that failed on its own: a rank that exits with kExitPeerFailed stopped because another failed
 // (its communicator saw the peer go), so it is blamed only if no rank fails on its own within
-// the bystander wait (or no rank is left that could).
+// the bystander wait (or no rank is left that could). A rank its supervisor stopped (a signal to
+// that supervisor from outside the job: scancel of one step, a batch system's warning signal) is
+// blamed last: only when no rank failed at all and none is left.
 #pragma once
 
 #include <chrono>
@@ -54,10 +56,12 @@ class Blame {
   explicit Blame(double bystander_seconds = kBystanderWaitSeconds) : wait_seconds_(bystander_seconds) {}
 
   // One exit, in the order they were seen. Returns the verdict when this exit decides it: the
-  // first failure of its own. Exits after the verdict, stopped ones and successes decide nothing.
+  // first failure of its own. Exits after the verdict, stopped ones and successes decide nothing
+  // here (a stopped one may be due() at the end).
   std::optional<Verdict> exited(const RankExit& exit, Clock::time_point now = Clock::now());
   // The bystander's verdict once its wait is over, or at once when `nothing_left` (no rank is
-  // left that could still fail on its own).
+  // left that could still fail on its own); with no bystander and nothing left, the first rank
+  // that was stopped.
   std::optional<Verdict> due(bool nothing_left, Clock::time_point now = Clock::now());
   // When due() will decide, while a bystander waits; nullopt otherwise.
   std::optional<Clock::time_point> deadline() const;
@@ -67,6 +71,7 @@ class Blame {
   double wait_seconds_;
   bool decided_ = false;
   std::optional<RankExit> bystander_;
+  std::optional<RankExit> first_stopped_;
   Clock::time_point bystander_deadline_{};
 };
 

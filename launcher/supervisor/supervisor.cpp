@@ -432,7 +432,8 @@ void Supervisor::loop() {
     }
     signals_.drain();
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1})
-      if (SignalScope::take(sig)) stop(128 + sig, "received SIG" + signal_name(sig), sig == SIGUSR1);
+      if (SignalScope::take(sig) && (sig != SIGUSR1 || options_.usr1_stops))
+        stop(128 + sig, "received SIG" + signal_name(sig), sig == SIGUSR1);
     if (watch_stop && fds[1].revents != 0) stop(143, options_.stop_fd_name + " readable or closed", true);
     if (SignalScope::take(SIGCHLD)) {
       check_ranks();

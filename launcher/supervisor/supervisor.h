@@ -43,6 +43,10 @@ struct SupervisorOptions {
   // mpirun/srun): each rank exit is written to err_fd as a report line, and the verdicts and
   // stop messages the launcher prints itself are left out.
   bool report_exits = false;
+  // SIGUSR1 is a stop request (mpirun forwards dscpp's to every rank shim). Off for a shim under
+  // srun, where SLURM signals every process of the step and a USR1 (a time-limit warning, say)
+  // is the rank's to handle, not a reason to stop it.
+  bool usr1_stops = true;
 };
 
 struct GroupResult {

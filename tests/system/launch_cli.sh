@@ -36,7 +36,7 @@ expect err '^dscpp plan: 4 ranks on 1 host' "exclude leaves worker-1"
 expect err '^  localhost +1 rank +\(0\) +on slot 0$' "one-rank row (not \"slots 0\")"
 
 "$dscpp" --dry_run --num_procs 3 --launcher openmpi -- hostname >out 2>err || fail "openmpi dry run: $(cat err)"
-expect out "^command: mpirun .*-n 3 --host localhost:3 --map-by slot .*rank-shim --local_rank_at=-1 -- hostname$" "mpirun command"
+expect out "^command: mpirun .*-n 3 --host localhost:3 --map-by slot .*rank-shim --local_rank_at=-1 --stop_on_usr1 -- hostname$" "mpirun command"
 
 # Errors a user can act on, each with exit status 1.
 check_error() {  # check_error PATTERN ARGS...

@@ -58,11 +58,12 @@ TEST_CASE("mpirun: the plan's hosts and slots, the env forwarded, a shim per ran
   CHECK(joined(argv) ==
         "mpirun --allow-run-as-root -n 4 --host node1:2,node2:2 --map-by slot --mca orte_abort_on_non_zero_status 0 "
         "-x MASTER_ADDR -x MASTER_PORT "
-        "-x NCCL_DEBUG --mca btl self,tcp /opt/dscpp rank-shim --local_rank_at=3 -- python3 -u /opt/train.py");
+        "-x NCCL_DEBUG --mca btl self,tcp /opt/dscpp rank-shim --local_rank_at=3 --stop_on_usr1 -- python3 -u "
+        "/opt/train.py");
   argv = mpirun_argv(two_hosts(), {}, "", "/opt/dscpp", resolve_program({"hostname"}, false, "/opt/dscpp"), false,
                      false);
   CHECK(joined(argv) == "mpirun -n 4 --host node1:2,node2:2 --map-by slot --mca orte_abort_on_non_zero_status 0 "
-                        "/opt/dscpp rank-shim --local_rank_at=-1 -- hostname");
+                        "/opt/dscpp rank-shim --local_rank_at=-1 --stop_on_usr1 -- hostname");
   // user@host entries (for ssh logins) reach mpirun as host names
   WorldPlan with_users = two_hosts();
   with_users.hosts[0].host = "bob@node1";

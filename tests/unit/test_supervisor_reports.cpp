@@ -9,8 +9,11 @@
 #include "supervisor_fixture.h"
 
 #include <catch2/catch.hpp>
+#include <signal.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace supervisor_test;
@@ -91,6 +94,40 @@ TEST_CASE("Blame: the first failure of its own; a bystander waits; stopped and c
     early.exited({0, "a", kExitPeerFailed, 0, false}, at(0));
     CHECK(early.due(true, at(0.1)));
   }
+}
+
+TEST_CASE("Blame: a rank its supervisor stopped is blamed last, only when no rank failed and none is left") {
+  Blame blame;
+  CHECK_FALSE(blame.exited({2, "b", 0, 15, true}));  // stopped: a signal to its shim from outside
+  CHECK_FALSE(blame.due(false));
+  CHECK_FALSE(blame.exited({3, "b", 0, 15, true}));
+  auto v = blame.due(true);
+  REQUIRE(v);
+  CHECK(v->exit.rank == 2);
+  CHECK(v->exit.status() == 143);
+  CHECK(v->describe() == "rank 2 on b killed by signal TERM (its supervisor stopped it: a signal from outside the job?)");
+  // A bystander, and any failure of its own, comes before a stopped rank.
+  Blame second;
+  second.exited({1, "a", 0, 15, true});
+  second.exited({0, "a", kExitPeerFailed, 0, false});
+  auto b = second.due(true);
+  REQUIRE(b);
+  CHECK(b->exit.rank == 0);
+  Blame third;
+  third.exited({1, "a", 0, 15, true});
+  auto own = third.exited({4, "c", 2, 0, false});
+  REQUIRE(own);
+  CHECK(own->exit.rank == 4);
+}
+
+TEST_CASE("a backend whose ranks were all stopped from outside (scancel of the step) fails the job with their status") {
+  Capture out, err;
+  GroupResult result = run_rank_group(
+      {backend(report(0, 0, 15, true) + report(1, 0, 15, true) + "exit 143", 2, RankLaunch::Stop::close_stdin)},
+      to(out, err, 2, "srun"));
+  CHECK(result.exit_code == 143);
+  CHECK_FALSE(result.stopped);
+  CHECK(result.failure == "rank 0 on nodeB killed by signal TERM (its supervisor stopped it: a signal from outside the job?)");
 }
 
 TEST_CASE("report mode: each rank exit is reported on err_fd, the verdict left to the launcher") {
@@ -179,4 +216,19 @@ TEST_CASE("report lines behind a backend's own tag are reports; behind a rank's 
   CHECK_FALSE(parse_exit_report("[1,2]<stdout>:dscpp-rank-exit rank=2 code=4 signal=0 stopped=0 host=h"));
   CHECK_FALSE(parse_exit_report("[1,2]<stderr>:[rank 2] dscpp-rank-exit rank=2 code=4 signal=0 stopped=0 host=h"));
   CHECK_FALSE(parse_exit_report(": dscpp-rank-exit rank=2 code=4 signal=0 stopped=0 host=h"));
+}
+
+TEST_CASE("SIGUSR1 stops the ranks only where it is dscpp's stop request (a shim under mpirun)") {
+  Capture out, err;
+  auto [stops, code] = GENERATE(table<bool, int>({{true, 128 + SIGUSR1}, {false, 0}}));
+  SupervisorOptions options = to(out, err, 2, "n");
+  options.usr1_stops = stops;
+  std::thread sender([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kill(getpid(), SIGUSR1);
+  });
+  GroupResult result = run_rank_group({sh_rank(0, "sleep 0.8; exit 0")}, options);
+  sender.join();
+  CHECK(result.exit_code == code);
+  CHECK(result.stopped == stops);
 }
