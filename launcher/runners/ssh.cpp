@@ -11,7 +11,6 @@
 
 #include <fmt/core.h>
 
-#include <cstring>
 #include <optional>
 #include <sstream>
 
@@ -203,7 +202,7 @@ class SshRunner final : public Runner {
     options.stop_fd = signals.fd();
     options.stop_reason = [&signals] {
       int sig = signals.received();
-      return std::pair<int, std::string>{128 + sig, fmt::format("received SIG{}", sigabbrev_np(sig))};
+      return std::pair<int, std::string>{128 + sig, "received SIG" + signal_name(sig)};
     };
     if (check) options.gate = [&check](const std::vector<RemoteCapture>& got) { return check->problems(got); };
     RemoteRunResult rr = run_remote(c.remote, ssh_, options);

@@ -12,11 +12,6 @@ namespace {
 
 constexpr std::string_view kMarker = "dscpp-rank-exit ";
 
-std::string signal_name(int sig) {
-  const char* name = sigabbrev_np(sig);
-  return name ? name : std::to_string(sig);
-}
-
 // The value of `key=` in `fields` (space-separated; host is last and may not hold a space).
 std::optional<std::string_view> field(std::string_view fields, std::string_view key) {
   for (size_t at = 0; at < fields.size();) {
@@ -56,6 +51,11 @@ size_t backend_tag_length(std::string_view line) {
 }
 
 }  // namespace
+
+std::string signal_name(int sig) {
+  const char* name = sigabbrev_np(sig);
+  return name ? name : std::to_string(sig);
+}
 
 std::string RankExit::describe() const {
   std::string who = rank < 0       ? host

@@ -36,6 +36,9 @@ struct RankExit {
   std::string describe() const;
 };
 
+// "TERM", "KILL", ...: a signal's name without "SIG" (its number when it has none).
+std::string signal_name(int sig);
+
 // The report line for `exit` (ends in '\n'): "dscpp-rank-exit rank=R code=C signal=S stopped=0|1 host=H".
 std::string exit_report_line(const RankExit& exit);
 // The exit a report line carries (with or without its '\n', after a tag mpirun --tag-output or

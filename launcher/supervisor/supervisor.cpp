@@ -65,11 +65,6 @@ Clock::time_point after(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(0.0, seconds)));
 }
 
-std::string signal_name(int sig) {
-  const char* name = sigabbrev_np(sig);
-  return name ? name : std::to_string(sig);
-}
-
 struct Stream {
   int fd = -1;  // read end of the rank's pipe, -1 once closed
   std::string partial;

@@ -28,21 +28,38 @@ extern "C" void on_signal(int sig) {
   errno = saved;
 }
 
-SignalScope::SignalScope() {
-  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) fail_errno("supervisor: pipe");
-  g_wake_write_fd = wake_[1];
-  for (int sig : kHandledSignals) g_pending[sig] = 0;
+namespace {
+
+// The self-pipe on_signal writes to, owned by whichever scope is alive.
+void open_wake_pipe(int (&fds)[2]) {
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) fail_errno("supervisor: pipe");
+  g_wake_write_fd = fds[1];
+}
+
+void close_wake_pipe(int (&fds)[2]) {
+  g_wake_write_fd = -1;
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// Saves `sig`'s disposition in `old` and routes `sig` to on_signal (SIGPIPE: ignored). An
+// ignored SIGINT/SIGHUP stays ignored: `nohup dscpp ...`, `dscpp ... &` in a script.
+void catch_signal(int sig, struct sigaction& old) {
+  g_pending[sig] = 0;
+  sigaction(sig, nullptr, &old);
+  if ((sig == SIGINT || sig == SIGHUP) && old.sa_handler == SIG_IGN) return;
   struct sigaction action {};
   sigemptyset(&action.sa_mask);
-  for (size_t i = 0; i < std::size(kHandledSignals); ++i) {
-    int sig = kHandledSignals[i];
-    sigaction(sig, nullptr, &old_[i]);
-    // An ignored SIGINT/SIGHUP stays ignored: `nohup dscpp ...`, `dscpp ... &` in a script.
-    if ((sig == SIGINT || sig == SIGHUP) && old_[i].sa_handler == SIG_IGN) continue;
-    action.sa_handler = sig == SIGPIPE ? SIG_IGN : on_signal;
-    action.sa_flags = SA_RESTART | (sig == SIGCHLD ? SA_NOCLDSTOP : 0);
-    sigaction(sig, &action, nullptr);
-  }
+  action.sa_handler = sig == SIGPIPE ? SIG_IGN : on_signal;
+  action.sa_flags = SA_RESTART | (sig == SIGCHLD ? SA_NOCLDSTOP : 0);
+  sigaction(sig, &action, nullptr);
+}
+
+}  // namespace
+
+SignalScope::SignalScope() {
+  open_wake_pipe(wake_);
+  for (size_t i = 0; i < std::size(kHandledSignals); ++i) catch_signal(kHandledSignals[i], old_[i]);
   prctl(PR_GET_CHILD_SUBREAPER, &old_subreaper_);
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
@@ -50,9 +67,7 @@ SignalScope::SignalScope() {
 SignalScope::~SignalScope() {
   prctl(PR_SET_CHILD_SUBREAPER, old_subreaper_);
   for (size_t i = 0; i < std::size(kHandledSignals); ++i) sigaction(kHandledSignals[i], &old_[i], nullptr);
-  g_wake_write_fd = -1;
-  close(wake_[0]);
-  close(wake_[1]);
+  close_wake_pipe(wake_);
 }
 
 void SignalScope::restore_in_child() const {
@@ -85,26 +100,13 @@ struct sigaction g_stop_old[std::size(kStopSignals)];
 using supervisor_internal::fail_errno;
 
 StopSignals::StopSignals() {
-  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) fail_errno("launcher: pipe");
-  supervisor_internal::g_wake_write_fd = wake_[1];
-  struct sigaction action {};
-  sigemptyset(&action.sa_mask);
-  action.sa_handler = supervisor_internal::on_signal;
-  action.sa_flags = SA_RESTART;
-  for (size_t i = 0; i < std::size(kStopSignals); ++i) {
-    int sig = kStopSignals[i];
-    supervisor_internal::g_pending[sig] = 0;
-    sigaction(sig, nullptr, &g_stop_old[i]);
-    if ((sig == SIGINT || sig == SIGHUP) && g_stop_old[i].sa_handler == SIG_IGN) continue;
-    sigaction(sig, &action, nullptr);
-  }
+  supervisor_internal::open_wake_pipe(wake_);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) supervisor_internal::catch_signal(kStopSignals[i], g_stop_old[i]);
 }
 
 StopSignals::~StopSignals() {
   for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &g_stop_old[i], nullptr);
-  supervisor_internal::g_wake_write_fd = -1;
-  close(wake_[0]);
-  close(wake_[1]);
+  supervisor_internal::close_wake_pipe(wake_);
 }
 
 int StopSignals::received() const {
