@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What each ZeRO stage costs in memory per rank against the ZeRO paper's theory, on the model of
-# issue 26: the gpt example at 8 layers × 1024, 16 heads, context 128, micro-batch 2 (101 M
+# What each ZeRO stage costs in memory per rank against the ZeRO paper's theory, on a 101 M
+# model: the gpt example at 8 layers × 1024, 16 heads, context 128, micro-batch 2 (101 M
 # parameters), fp32 AdamW, 2 ranks × 1 thread, 2 steps. Two configs: DeepSpeed's defaults
 # (only the stage set; reduce/allgather buckets 5e8, overlap_comm off at stages 1–2 and on at 3,
 # stage3_max_live_parameters and stage3_max_reuse_distance 1e9), and small buckets (2e6, as

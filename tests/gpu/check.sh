@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: everything issue 21 asks of one GPU, in one run of under 6 minutes, ending
+# The GPU check: everything the GPU path must show on one GPU, in one run of under 6 minutes, ending
 # with the line "N passed, N failed" (exit status 1 on any failure). Each check prints
 # "ok: ..." or "FAIL: ..." with what it measured.
 #   1. gpu_parity (every CUDA kernel vs its CPU twin, through gpu_suite.sh), then a probe run
