@@ -2,7 +2,8 @@
 # The resume options DeepSpeed's load_checkpoint has (the mlp example on 16 Fashion-MNIST samples,
 # in order, so every 2 steps of 8 start the data over): --load_tag picks a checkpoint other than
 # `latest`; --no_load_optimizer_states continues the counters and schedule with a fresh Adam, so
-# its first step is exactly the first step of a run that starts from the saved weights;
+# its first step is exactly the first step of a run that starts from the saved weights (with
+# bf16, from those weights rounded to bf16, as DeepSpeed rebuilds its master from the module);
 # --load_module_only restarts the step counter and LR schedule, so it trains exactly as a run
 # from those weights with --init_from; --no_load_lr_scheduler_states restarts the schedule only;
 # another train_batch_size is accepted and named. Every comparison is bit-for-bit, and the
@@ -59,6 +60,52 @@ same "$O" "$F" && "$COMPARE" "$O/optimizer.safetensors" "$F/optimizer.safetensor
   fail "--no_load_optimizer_states: weights or Adam state differ from a fresh optimizer's, or counters $(key "$O" optimizer.step)/$(key "$O" global_samples)"
 same "$WORK/d/global_step3" "$F" && fail "the default resume equals a fresh optimizer's step: the check above proves nothing" ||
   pass "the default resume differs from it (the saved Adam state was used)"
+
+# ---- --no_load_optimizer_states with bf16: the master comes back rounded --------------------
+# DeepSpeed has no fp32 master to read without the optimizer state, so it rebuilds it from the
+# bf16 module weights: the resumed run must train exactly as a fresh one from the checkpoint's
+# master rounded to bf16 (round to nearest, ties to even, as torch's .to(torch.bfloat16) does).
+# Two more steps, so the second batch and a second Adam step are covered too.
+config "$WORK/bf.json" 8
+sed -i 's/^{/{"bf16": {"enabled": true}, /' "$WORK/bf.json"
+# bf16_round IN OUT: the fp32 file with every value rounded to bf16 (still stored as fp32).
+bf16_round() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+from array import array
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+assert all(t["dtype"] == "F32" for k, t in header.items() if k != "__metadata__"), "not all fp32"
+data = array("I", raw[8 + n:])
+assert sys.byteorder == "little"
+for i, u in enumerate(data):
+    if (u & 0x7F800000) != 0x7F800000:  # inf and NaN stay as they are
+        u += 0x7FFF + ((u >> 16) & 1)
+    data[i] = u & 0xFFFF0000
+open(sys.argv[2], "wb").write(raw[:8 + n] + data.tobytes())
+PY
+}
+B=$WORK/bs
+run "$WORK/bf.json" "$WORK/bs.log" --steps 2 --save_dir "$B" || fail "bf16 save: $(tail -3 "$WORK/bs.log")"
+run "$WORK/bf.json" "$WORK/bo.log" --steps 4 --load_dir "$B" --no_load_optimizer_states --save_dir "$WORK/bo" ||
+  fail "bf16 --no_load_optimizer_states: $(tail -3 "$WORK/bo.log")"
+bf16_round "$B/global_step2/model.safetensors" "$WORK/rounded.safetensors" || fail "rounding the bf16 master"
+run "$WORK/bf.json" "$WORK/br.log" --steps 2 --init_from "$WORK/rounded.safetensors" --save_dir "$WORK/br" ||
+  fail "bf16 from the rounded weights: $(tail -3 "$WORK/br.log")"
+run "$WORK/bf.json" "$WORK/bu.log" --steps 2 --init_from "$B/global_step2/model.safetensors" --save_dir "$WORK/bu" ||
+  fail "bf16 from the saved fp32 master: $(tail -3 "$WORK/bu.log")"
+BO=$WORK/bo/global_step4 BR=$WORK/br/global_step2
+grep -q "the fp32 master from the bf16 weights" "$WORK/bo.log" && same "$BO" "$BR" &&
+  "$COMPARE" "$BO/optimizer.safetensors" "$BR/optimizer.safetensors" > /dev/null 2>&1 &&
+  [ "$(key "$BO" optimizer.step)" = 2 ] && [ "$(key "$BO" global_samples)" = 32 ] &&
+  pass "bf16 --no_load_optimizer_states: steps 3-4 = a fresh optimizer's 2 steps from the step-2 master rounded to bf16" ||
+  fail "bf16 --no_load_optimizer_states: weights or Adam state differ from a fresh run from the rounded master" \
+    "(largest difference: $("$COMPARE" "$BO/model.safetensors" "$BR/model.safetensors" 2>&1 | tail -1)), or counters" \
+    "$(key "$BO" optimizer.step)/$(key "$BO" global_samples)"
+same "$BO" "$WORK/bu/global_step2" &&
+  fail "bf16: a fresh run from the unrounded fp32 master gives the same weights: the check above proves nothing" ||
+  pass "bf16: a fresh run from the unrounded fp32 master differs from it (the rounding shows in the result)"
 
 # ---- --load_module_only and --no_load_lr_scheduler_states: the warm-up starts over ----------
 W=$WORK/w
