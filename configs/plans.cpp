@@ -181,6 +181,60 @@ LossScalePlan loss_scale_plan(const DsConfig& c) {
   return o;
 }
 
+// DeepSpeed 0.19.8 (f = gradient_predivide_factor, w = the data-parallel world; "postscale" is
+// prescale_gradients false; every path converts to communication_data_type before it scales):
+//  - stage 0, runtime/engine.py allreduce_bucket, and stages 1-2 with reduce_scatter false,
+//    runtime/zero/stage_1_and_2.py gradient_reduction_w_predivide: postscale ×1/f (if f ≠ 1),
+//    SUM, ×f/w (if f ≠ w); prescale ×1/w, SUM, f unused.
+//  - stages 1-2 with reduce_scatter, stage_1_and_2.py average_tensor: ÷w, then the reduce; both
+//    keys unused. The constructor refuses either key at stage 2 only (the check sits under
+//    partition_gradients), so stage 1 drops a predivide factor without a word: dscpp applies it
+//    as documented, with the stage-0 arithmetic. prescale there is what happens anyway.
+//  - stage 3 with reduce_scatter (qgZ included): runtime/zero/stage3.py's constructor refuses both.
+//  - stage 3 without, stage3.py __avg_scatter_contiguous_grads and __avg_scatter_grads:
+//    postscale ÷f (if f ≠ 1), ÷w, SUM, ×f, except that it skips the ×f when f == w, which
+//    leaves the gradients w times too small: dscpp always multiplies back, to the documented
+//    mean. prescale ÷w, SUM, f unused.
+// A ÷w before the sum is folded into d(loss) (world_in_loss), which the engine scales anyway:
+// for a power-of-two world the result is the same, bit for bit, short of subnormals.
+GradScaling gradient_scaling(const ZeroPlan& zero, bool prescale, double predivide_factor, int world) {
+  GradScaling s;
+  const double f = predivide_factor, w = world;
+  auto averaged_after = [&] {  // gradient_reduction_w_predivide's
+    if (prescale) {
+      s.pre = 1.0 / w;
+    } else {
+      if (f != 1.0) s.pre = 1.0 / f;
+      if (f != w) s.post = f / w;
+    }
+  };
+  if (!zero.optimizer_partitioned) {
+    averaged_after();
+  } else if (zero.parameters_partitioned) {
+    if (zero.reduce_scatter || zero.quantized_gradients) {
+      if (f != 1.0)
+        s.refused = "gradient_predivide_factor: ZeRO stage 3 with reduce_scatter requires gradient_predivide_factor 1.0";
+      else if (prescale)
+        s.refused = "prescale_gradients: ZeRO stage 3 with reduce_scatter does not support prescale_gradients";
+    }
+    s.world_in_loss = true;
+    if (!prescale && f != 1.0) s.pre = 1.0 / f, s.post = f;
+  } else if (!zero.reduce_scatter) {
+    averaged_after();
+  } else if (zero.gradients_partitioned) {
+    if (f != 1.0)
+      s.refused = "gradient_predivide_factor: ZeRO stage 2 with reduce_scatter requires gradient_predivide_factor 1.0";
+    else if (prescale)
+      s.refused = "prescale_gradients: ZeRO stage 2 with reduce_scatter does not support prescale_gradients";
+    s.world_in_loss = true;
+  } else if (prescale || f == 1.0) {
+    s.world_in_loss = true;
+  } else {
+    averaged_after();
+  }
+  return s;
+}
+
 TrainPlan train_plan(const LoadedConfig& loaded, int world_size) {
   const DsConfig& c = loaded.config;
   TrainPlan p;
@@ -199,8 +253,9 @@ TrainPlan train_plan(const LoadedConfig& loaded, int world_size) {
   p.precision = precision_plan(c);
   p.loss_scale = loss_scale_plan(c);
   p.gradients.clipping = c.gradient_clipping;
-  p.gradients.predivide_factor = c.gradient_predivide_factor;
-  p.gradients.prescale = c.prescale_gradients;
+  p.gradients.scaling = gradient_scaling(p.zero, c.prescale_gradients, c.gradient_predivide_factor, world_size);
+  if (!p.gradients.scaling.refused.empty())
+    fail("{}: {} (DeepSpeed refuses it too)", loaded.file_name, p.gradients.scaling.refused);
   p.gradients.check_bf16_overflow = c.bf16.enabled && c.bf16.check_grad_overflow;
   p.optimizer_offload = optimizer_offload_plan(c);
   p.param_offload = param_offload_plan(c);

@@ -153,10 +153,23 @@ struct BatchPlan {
   bool drop_last = false;  // dataloader_drop_last
 };
 
+// How the mean over the data-parallel ranks is taken: prescale_gradients and
+// gradient_predivide_factor as DeepSpeed 0.19.8 applies them at each stage (gradient_scaling).
+// `pre` and `post` multiply in the communication dtype, as DeepSpeed converts before it scales:
+// where the 1/world falls decides what can overflow an fp16 sum and what rounds on the wire.
+struct GradScaling {
+  bool world_in_loss = false;  // d(loss) carries the 1/world, so the reduction is a plain sum
+  double pre = 1.0;            // × each rank's gradients before the reduction
+  double post = 1.0;           // × the reduced sum after it
+  // "key: why" where DeepSpeed refuses the keys with this plan; empty otherwise.
+  std::string refused;
+};
+// The two keys on `zero` over `world` ranks (plans.cpp names the DeepSpeed function of each case).
+GradScaling gradient_scaling(const ZeroPlan& zero, bool prescale, double predivide_factor, int world);
+
 struct GradientPlan {
   double clipping = 0;  // gradient_clipping; <= 0: none
-  double predivide_factor = 1.0;
-  bool prescale = false;
+  GradScaling scaling;  // prescale_gradients, gradient_predivide_factor and the stage's mean
   bool check_bf16_overflow = false;  // bf16.check_grad_overflow
 };
 

@@ -153,8 +153,8 @@ GradReduceOptions Engine::reduce_options(const ZeroPlan& zero, bool optimizer_of
   GradReduceOptions r;
   r.reduction = zero.reduction;
   r.bucket_elements = zero.reduce_bucket_elements;
-  r.predivide_factor = plan_.gradients.predivide_factor;
-  r.prescale = plan_.gradients.prescale;
+  r.pre_scale = plan_.gradients.scaling.pre;
+  r.post_scale = plan_.gradients.scaling.post;
   r.reduce_scatter = zero.reduce_scatter;
   r.overlap = zero.overlap_comm;
   r.accumulates = plan_.batch.gas > 1;
@@ -348,10 +348,11 @@ void Engine::run() {
 
 void Engine::train_step() {
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
-  // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and at
-  // stages 1–3 also over the ranks (GradReducer's reductions are plain sums there).
+  // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and over the
+  // ranks where DeepSpeed divides by the world before the reduction (configs/plans.h
+  // GradScaling; GradReducer's reductions are plain sums there).
   float loss_grad = static_cast<float>(
-      scaler_->scale() / static_cast<double>(plan_.batch.gas * (plan_.zero.optimizer_partitioned ? world_.size() : 1)));
+      scaler_->scale() / static_cast<double>(plan_.batch.gas * (plan_.gradients.scaling.world_in_loss ? world_.size() : 1)));
   // The profiled step is bracketed (and each layer in it, through enter/leave) by device
   // synchronizations, so that its latencies are device time on an asynchronous device.
   const bool profiling = profiling_step();

@@ -40,6 +40,11 @@ StagingShape staging_shape(DType dtype, const GradReduceOptions& o, int world) {
   return s;
 }
 
+// pre_scale / post_scale: DeepSpeed skips a factor of 1, which this need not launch either.
+void scale(Device& where, void* x, DType type, double factor, int64_t n) {
+  if (factor != 1.0) kernels::math_of(where).scale_inplace(x, type, static_cast<float>(factor), n);
+}
+
 int64_t max_part(const FlatLayout& layout) {
   int64_t m = 0;
   for (const PartitionGroup& g : layout.groups) m = std::max(m, g.part);
@@ -102,7 +107,9 @@ GradReducer::GradReducer(comm::Communicator& comm, const FlatLayout& layout, Dev
       wire_(options.comm_dtype.value_or(dtype)),
       elem_(dtype_size(dtype)),
       wire_elem_(dtype_size(wire_)),
-      opt_(options) {
+      opt_(options),
+      post_scale_(options.post_scale.value_or(
+          options.reduction == GradReduction::allreduce ? 1.0 / static_cast<double>(comm.size()) : 1.0)) {
   DSCPP_CHECK_EQ(layout.parts, opt_.reduction == GradReduction::allreduce ? 1 : comm.size());
   if (opt_.reduction != GradReduction::into_partition)
     full_ = DeviceBuffer(device, static_cast<size_t>(layout.total) * elem_, MemCategory::grads, true);
@@ -212,18 +219,16 @@ void GradReducer::launch_bucket(int64_t begin, int64_t end) {
   if (end <= begin) return;
   ++reductions_;
   if (comm_.size() == 1) return;
-  float pre = opt_.prescale ? 1.0f / static_cast<float>(comm_.size())
-                            : (opt_.predivide_factor != 1.0 ? static_cast<float>(1.0 / opt_.predivide_factor) : 1.0f);
   Bucket b;
   b.begin = begin;
   b.end = end;
   void* send = at(full_, begin);
-  kernels::math_of(device_).scale_inplace(send, dtype_, pre, end - begin);
   if (wire_ != dtype_) {
     b.wire = DeviceBuffer(device_, static_cast<size_t>(end - begin) * wire_elem_, MemCategory::buffers);
     kernels::math_of(device_).convert_into(b.wire.data(), wire_, send, dtype_, end - begin);
     send = b.wire.data();
   }
+  scale(device_, send, wire_, opt_.pre_scale, end - begin);
   b.work = comm_.allreduce_async(send, static_cast<size_t>(end - begin), wire_);
   inflight_.push_back(std::move(b));
 }
@@ -243,6 +248,7 @@ void GradReducer::launch_group(int group, void* input) {
     kernels::math_of(device_).convert_into(s.wire.data(), wire_, input, dtype_, g.numel);
     input = s.wire.data();
   }
+  scale(device_, input, wire_, opt_.pre_scale, g.numel);
   // Nothing there to add to yet; and the collective can write there.
   const bool into_partition =
       opt_.reduction == GradReduction::into_partition && first_ && !converted && !crosses(group);
@@ -265,13 +271,16 @@ void GradReducer::finish(Staging& s) {
   s.work->wait();
   s.work.reset();
   const PartitionGroup& g = layout_.groups[static_cast<size_t>(s.group)];
-  if (!s.direct) {
+  if (s.direct) {
+    scale(owned_device(s.group), owned(s.group), dtype_, post_scale_, g.part);  // dtype_ is the wire's
+  } else {
     // Where the reduced own slice is: the reduce-scatter output, or the rank's slice of the
     // allreduced group (wire buffer when converted, staging buffer otherwise).
     const int64_t mine = g.part * comm_.rank() * static_cast<int64_t>(wire_elem_);
-    const void* src = opt_.reduce_scatter || qgz_node_ ? s.out.data()
-                      : wire_ != dtype_   ? static_cast<const void*>(s.wire.as<char>() + mine)
-                                          : static_cast<const void*>(s.buffer.as<char>() + mine);
+    void* src = opt_.reduce_scatter || qgz_node_ ? s.out.data()
+                : wire_ != dtype_                ? static_cast<void*>(s.wire.as<char>() + mine)
+                                                 : static_cast<void*>(s.buffer.as<char>() + mine);
+    scale(device_, src, wire_, post_scale_, g.part);  // src is this reducer's scratch
     void* dst = owned(s.group);
     Device* where = &device_;
     if (crosses(s.group)) {  // the reduced slice crosses to the host, where it is summed
@@ -319,12 +328,11 @@ void GradReducer::end_micro() {
   if (!last_) return;
   launch_bucket(0, pending_end_);
   pending_end_ = 0;
-  float post = opt_.prescale ? 1.0f : static_cast<float>(opt_.predivide_factor / comm_.size());
   for (Bucket& b : inflight_) {
     b.work->wait();
     void* dst = at(full_, b.begin);
+    scale(device_, b.wire ? b.wire.data() : dst, wire_, post_scale_, b.end - b.begin);
     if (b.wire) kernels::math_of(device_).convert_into(dst, dtype_, b.wire.data(), wire_, b.end - b.begin);
-    if (post != 1.0f) kernels::math_of(device_).scale_inplace(dst, dtype_, post, b.end - b.begin);
   }
   inflight_.clear();
 }

@@ -3,8 +3,7 @@
 //   stage 0  gradients of the whole model accumulate over the micro-steps; during the last
 //            micro-step's backward, buckets of reduce_bucket_size elements are allreduced as
 //            soon as the layers they cover are done (the flat array is in forward order, so
-//            buckets form from its tail), with DeepSpeed's arithmetic: postscale
-//            by default (×1/f, SUM, ×f/dp), or prescale_gradients (×1/dp, SUM).
+//            buckets form from its tail).
 //   stage 1  gradients of the whole model accumulate locally; during the last micro-step's
 //            backward each partition group is reduce-scattered as soon as it is done, and the
 //            result lands in this rank's slice of the whole array (through a bounded buffer: at
@@ -17,12 +16,15 @@
 //            3 the staging is allocated when a micro-step's backward reaches its first group and
 //            freed at its end (release_staging).
 //
-// At stages 1–3 the 1/dp of the mean is folded into the loss gradient by the engine (DeepSpeed
-// multiplies the bucket by 1/dp before its reduce-scatter: the same value, one pass fewer), so
-// the reductions here are plain sums. reduce_scatter=false allreduces the group and keeps the
-// own slice, as DeepSpeed does. communication_data_type other than the gradients' dtype: each
-// bucket is converted into a wire buffer of that dtype, reduced, and converted back (fp16/bf16
-// wire data is still summed in fp32 by the Communicator and rounded once).
+// Every reduction is pre_scale ×, SUM, post_scale ×: the factors of configs/plans.h
+// GradScaling, which holds DeepSpeed's arithmetic for prescale_gradients,
+// gradient_predivide_factor and the 1/dp of the mean at each stage. Where DeepSpeed divides by
+// dp before the sum (stages 1–3 by default), the engine folds the 1/dp into the loss gradient
+// instead (the same value, one pass fewer) and the reductions here are plain sums.
+// reduce_scatter=false allreduces the group and keeps the own slice, as DeepSpeed does.
+// communication_data_type other than the gradients' dtype: each bucket is converted into a wire
+// buffer of that dtype, scaled, reduced, scaled and converted back, in DeepSpeed's order
+// (fp16/bf16 wire data is still summed in fp32 by the Communicator and rounded once).
 #pragma once
 
 #include "collectives/communicator.h"
@@ -40,8 +42,10 @@ namespace dscpp::runtime {
 struct GradReduceOptions {
   GradReduction reduction = GradReduction::allreduce;  // the ZeRO plan's (configs/plans.h)
   int64_t bucket_elements = 500000000;  // stage 0 allreduce buckets
-  double predivide_factor = 1.0;        // stage 0
-  bool prescale = false;                // stage 0
+  double pre_scale = 1.0;               // × each rank's gradients, in the wire dtype, before a reduction
+  // × the reduced sum, in the wire dtype, after it. Unset: DeepSpeed's default mean, 1/dp after
+  // the sum at stage 0, none at stages 1–3 (the engine's loss gradient carries the 1/dp).
+  std::optional<double> post_scale;
   bool reduce_scatter = true;           // stages 1–3
   bool overlap = true;                  // stages 2–3: two staging buffers
   // Stages 2–3: micro-steps add into the partition (gradient accumulation), so a reduce-scatter
@@ -120,6 +124,7 @@ class GradReducer {
   DType dtype_, wire_;  // gradients, communication
   size_t elem_, wire_elem_;
   GradReduceOptions opt_;
+  double post_scale_;  // opt_.post_scale, resolved
   DeviceBuffer full_;          // stage 0/1: the whole model's gradients
   // Stages 2–3: this rank's gradient partitions; elements [0, split_) in off_partition_ (on
   // partition_device), the rest in partition_ (on the training device).
