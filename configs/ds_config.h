@@ -75,6 +75,18 @@ struct DscppConfig {
   // many micro-steps) where DeepSpeed accumulates in the model's dtype and refuses
   // data_types.grad_accum_dtype "fp32".
   std::optional<std::string> stage0_grad_accum_dtype;
+  // The parameter roles weight decay skips ("bias", "norm", "embedding": include/dscpp/model.h's
+  // dscpp_param_role). Unset: none when the config has an "optimizer" block (DeepSpeed's one
+  // parameter group); biases and norms when dscpp fills the optimizer in (the HF Trainer's groups).
+  // An empty list given in the file decays every parameter.
+  std::vector<std::string> no_weight_decay;
+  // The LR schedule without a "scheduler" block, by the HF Trainer's lr_scheduler_type name.
+  // Unset: "linear" when dscpp fills the optimizer in (the HF Trainer's default), else
+  // "constant" (DeepSpeed keeps the optimizer's LR).
+  std::optional<std::string> lr_scheduler_type;
+  // Resolved from the run's facts, not keys: that schedule's warmup and optimizer steps (0: unknown).
+  i64 warmup_steps_ = 0;
+  i64 total_steps_ = 0;
 };
 
 // ---- optimizer -----------------------------------------------------------------------

@@ -114,7 +114,7 @@ LoadedConfig load_config_text(std::string_view text, std::string_view name, cons
   if (out.diagnostics.has_errors()) return out;
   apply_deprecations(out);
   resolve_autos(out, autos, facts);
-  supply_default_optimizer(out, facts);
+  supply_trainer_defaults(out, facts);
   resolve_batch_sizes(out, facts);
   if (out.diagnostics.has_errors()) return out;
   check_rules(out);

@@ -31,6 +31,7 @@ struct RunFacts {
   std::optional<double> max_grad_norm;             // 1.0
   std::optional<i64> warmup_steps;                 // 0
   std::optional<double> warmup_ratio;              // 0
+  std::optional<std::string> lr_scheduler_type;    // without a scheduler block; see DscppConfig
   std::optional<bool> fp16;                        // off
   std::optional<bool> bf16;                        // off
   // How the caller names these facts in its own CLI, for "pass --X" hints.

@@ -261,6 +261,13 @@ TrainPlan train_plan(const LoadedConfig& loaded, int world_size) {
   p.param_offload = param_offload_plan(c);
   p.optimizer = c.optimizer;
   p.scheduler = c.scheduler;
+  for (const std::string& role : c.dscpp.no_weight_decay) {
+    p.groups.no_decay_bias |= role == "bias";
+    p.groups.no_decay_norm |= role == "norm";
+    p.groups.no_decay_embedding |= role == "embedding";
+  }
+  if (c.dscpp.lr_scheduler_type)
+    p.default_schedule = {*c.dscpp.lr_scheduler_type, c.dscpp.warmup_steps_, c.dscpp.total_steps_};
   // The section's presence turns checkpointing on (its every key has a default), as the
   // presence of comms_logger turns on its configuration.
   if (loaded.origins.count("activation_checkpointing") > 0) p.activation_checkpointing = c.activation_checkpointing;

@@ -175,6 +175,18 @@ struct GradientPlan {
 
 // Everything the runtime takes from a checked config. Sections that need no resolving (the
 // optimizer's and scheduler's typed parameters, the profilers and monitors) come as they are.
+// The optimizer's parameter groups and the LR schedule without a "scheduler" block
+// (DscppConfig's no_weight_decay and lr_scheduler_type, resolved).
+struct OptimizerGroupsPlan {
+  bool no_decay_bias = false, no_decay_norm = false, no_decay_embedding = false;
+  bool any() const { return no_decay_bias || no_decay_norm || no_decay_embedding; }
+};
+struct DefaultSchedulePlan {
+  std::string type = "constant";  // an HF Trainer lr_scheduler_type (kDefaultScheduleTypes)
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+};
+
 struct TrainPlan {
   std::string file_name;       // the config's, for messages
   std::string effective_json;  // every key with its value, stored in checkpoints
@@ -188,6 +200,8 @@ struct TrainPlan {
   ParamOffloadPlan param_offload;
   std::optional<OptimizerConfig> optimizer;
   std::optional<SchedulerConfig> scheduler;
+  OptimizerGroupsPlan groups;
+  DefaultSchedulePlan default_schedule;  // when `scheduler` is unset
   std::optional<ActivationCheckpointingConfig> activation_checkpointing;  // the section's presence turns it on
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;

@@ -16,6 +16,21 @@ Location where(const LoadedConfig& c, const std::string& path) {
   return it == c.origins.end() ? Location{} : it->second.loc;
 }
 
+// The HF Trainer's get_warmup_steps: --warmup_steps when positive, else ceil(ratio × total);
+// nullopt when the ratio needs a total nobody gave.
+struct Warmup {
+  i64 steps = 0;
+  std::string how;
+};
+std::optional<Warmup> warmup_steps(const RunFacts& f) {
+  const i64 steps = f.warmup_steps.value_or(0);
+  const double ratio = f.warmup_ratio.value_or(0.0);
+  if (steps > 0 || ratio == 0) return Warmup{steps, "warmup steps"};
+  if (!f.total_steps) return std::nullopt;
+  return Warmup{static_cast<i64>(std::ceil(ratio * static_cast<double>(*f.total_steps))),
+                fmt::format("ceil(warmup_ratio {} × {} steps)", ratio, *f.total_steps)};
+}
+
 void mark(LoadedConfig& c, const std::string& path, Origin::Source source, std::string detail) {
   Location loc = where(c, path);
   c.origins[path] = Origin{source, loc, std::move(detail)};
@@ -139,16 +154,11 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
       else
         sp->total_num_steps = *f.total_steps, resolved("optimizer steps of the run");
     } else if (p == "scheduler.params.warmup_num_steps" && sp) {
-      i64 steps = f.warmup_steps.value_or(0);
-      double ratio = f.warmup_ratio.value_or(0.0);
-      if (steps > 0 || ratio == 0) {
-        sp->warmup_num_steps = steps;
-        resolved("warmup steps");
-      } else if (!f.total_steps) {
-        need("the number of optimizer steps (warmup is a ratio of it)", f.total_steps_flag);
+      if (auto w = warmup_steps(f)) {
+        sp->warmup_num_steps = w->steps;
+        resolved(w->how);
       } else {
-        sp->warmup_num_steps = static_cast<i64>(std::ceil(ratio * static_cast<double>(*f.total_steps)));
-        resolved(fmt::format("ceil(warmup_ratio {} × {} steps)", ratio, *f.total_steps));
+        need("the number of optimizer steps (warmup is a ratio of it)", f.total_steps_flag);
       }
     } else if (p == "fp16.enabled") {
       cfg.fp16.enabled = f.fp16.value_or(false);
@@ -238,8 +248,38 @@ void resolve_autos(LoadedConfig& c, const std::vector<PendingAuto>& autos, const
   }
 }
 
-void supply_default_optimizer(LoadedConfig& c, const RunFacts& f) {
-  if (c.config.optimizer) return;
+void supply_trainer_defaults(LoadedConfig& c, const RunFacts& f) {
+  DscppConfig& d = c.config.dscpp;
+  const bool filled = !c.config.optimizer;
+  if (filled && !given(c, "dscpp.no_weight_decay")) {
+    d.no_weight_decay = {"bias", "norm"};
+    mark(c, "dscpp.no_weight_decay", Origin::Source::auto_resolved,
+         "no optimizer block: biases and norms without weight decay, as the HF Trainer groups them");
+  }
+  if (c.config.scheduler) {
+    if (d.lr_scheduler_type)
+      c.diagnostics.error("dscpp.lr_scheduler_type", where(c, "dscpp.lr_scheduler_type"),
+                          "names the schedule for a config without a \"scheduler\" block, but this one has it; "
+                          "keep one of the two");
+  } else {
+    if (f.lr_scheduler_type && d.lr_scheduler_type && *f.lr_scheduler_type != *d.lr_scheduler_type)
+      c.diagnostics.error("dscpp.lr_scheduler_type", where(c, "dscpp.lr_scheduler_type"),
+                          fmt::format("the config says \"{}\" but --lr_scheduler_type says \"{}\"; make them agree",
+                                      *d.lr_scheduler_type, *f.lr_scheduler_type));
+    if (!d.lr_scheduler_type && f.lr_scheduler_type) {
+      d.lr_scheduler_type = f.lr_scheduler_type;
+      mark(c, "dscpp.lr_scheduler_type", Origin::Source::auto_resolved, "--lr_scheduler_type");
+    } else if (!d.lr_scheduler_type && filled) {
+      d.lr_scheduler_type = "linear";
+      mark(c, "dscpp.lr_scheduler_type", Origin::Source::auto_resolved,
+           "no optimizer or scheduler block: the HF Trainer's default schedule");
+    }
+    if (d.lr_scheduler_type && *d.lr_scheduler_type != "constant") {
+      d.total_steps_ = f.total_steps.value_or(0);
+      if (auto w = warmup_steps(f)) d.warmup_steps_ = w->steps;
+    }
+  }
+  if (!filled) return;
   OptimizerConfig& o = c.config.optimizer.emplace();
   o.type = "AdamW";
   o.kind = OptimizerKind::adamw;

@@ -106,11 +106,14 @@ class Rules {
     const ZeroConfig& z = cfg_.zero_optimization;
     if (z.legacy_stage1)
       error("zero_optimization.legacy_stage1", "the legacy stage 1 implementation was removed; set it to false");
-    if (stage() == 2 && z.reduce_scatter) {
+    // DeepSpeed's stage-2 and stage-3 optimizers assert these (stage_1_and_2.py, stage3.py).
+    if ((stage() == 2 || stage() == 3) && z.reduce_scatter) {
       if (cfg_.gradient_predivide_factor != 1.0)
-        error("gradient_predivide_factor", "ZeRO stage 2 with reduce_scatter requires gradient_predivide_factor 1.0");
+        error("gradient_predivide_factor", fmt::format("ZeRO stage {} with reduce_scatter requires "
+                                                       "gradient_predivide_factor 1.0", stage()));
       if (cfg_.prescale_gradients)
-        error("prescale_gradients", "ZeRO stage 2 with reduce_scatter does not support prescale_gradients");
+        error("prescale_gradients",
+              fmt::format("ZeRO stage {} with reduce_scatter does not support prescale_gradients", stage()));
     }
     if (cfg_.gradient_allreduce_op == "sum" && stage() == 3)
       error("gradient_allreduce_op", "\"sum\" is not supported with ZeRO stage 3; use \"mean\"");
@@ -351,11 +354,6 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
   auto int8 = [](const std::optional<std::string>& t) { return t && (*t == "int8" || *t == "torch.int8"); };
   add(int8(c.data_types.grad_accum_dtype), "data_types.grad_accum_dtype int8 (gradients accumulate in fp32, fp16 or bf16)");
   add(int8(c.communication_data_type), "communication_data_type int8 (gradients travel in fp32, fp16 or bf16)");
-  // DeepSpeed divides before its stage-3 reduce-scatter (and at stages 1-2 with reduce_scatter
-  // off); dscpp scales by 1/world before every ZeRO reduction instead, so only stage 0 honours it.
-  add(z.stage > 0 && c.gradient_predivide_factor != 1.0,
-      "gradient_predivide_factor other than 1.0 at ZeRO stages 1-3 (dscpp applies it to the stage-0 allreduce "
-      "only; remove the key or use stage 0)");
   low_precision_master(c, out);
   without_effect(c, out);
   return out;

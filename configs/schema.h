@@ -51,6 +51,11 @@ inline const std::vector<const char*> kDtypeChoices = {
     "fp32",          "fp16",    "bf16", "int8",           "torch.float32", "float32",   "float",
     "torch.float16", "float16", "half", "torch.bfloat16", "bfloat16",      "torch.int8"};
 
+// The "dscpp" section's no_weight_decay roles and lr_scheduler_type names (the HF Trainer's
+// schedules dscpp runs without a "scheduler" block).
+inline const std::vector<const char*> kNoDecayRoles = {"bias", "norm", "embedding"};
+inline const std::vector<const char*> kDefaultScheduleTypes = {"linear", "cosine", "constant", "constant_with_warmup"};
+
 class Visitor {
  public:
   virtual ~Visitor() = default;

@@ -52,6 +52,8 @@ void describe(Visitor& v, DataTypesConfig& c) {
 
 void describe(Visitor& v, DscppConfig& c) {
   v.field("stage0_grad_accum_dtype", c.stage0_grad_accum_dtype, {.choices = {"fp32"}});
+  v.field("no_weight_decay", c.no_weight_decay, {.choices = kNoDecayRoles});
+  v.field("lr_scheduler_type", c.lr_scheduler_type, {.choices = kDefaultScheduleTypes});
 }
 
 void describe(Visitor& v, ActivationCheckpointingConfig& c) {

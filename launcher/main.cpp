@@ -1,5 +1,6 @@
 // `dscpp`: the command users type. This file holds only the CLI (CLI11 is costly to
 // compile, so no other file includes it).
+#include "configs/fact_flags.h"
 #include "core/error.h"
 #include "launcher/commands/commands.h"
 #include "launcher/job_commands.h"
@@ -11,27 +12,6 @@
 #include <cstdio>
 
 namespace {
-
-void add_fact_flags(CLI::App* cmd, dscpp::config::RunFacts& f) {
-  auto group = "Run facts (resolve \"auto\"; unset ones take the HF Trainer's defaults)";
-  cmd->add_option("--world_size", f.world_size, "number of ranks (default 1)")->group(group);
-  cmd->add_option("--hidden_size", f.hidden_size, "the model's hidden size (for bucket-size autos)")->group(group);
-  cmd->add_option("--micro_batch", f.micro_batch, "per-rank micro batch (HF default 8)")->group(group);
-  cmd->add_option("--gradient_accumulation_steps", f.gradient_accumulation_steps, "(HF default 1)")->group(group);
-  cmd->add_option("--total_steps", f.total_steps, "optimizer steps of the run (for scheduler totals)")->group(group);
-  cmd->add_option("--learning_rate", f.learning_rate, "(HF default 5e-5)")->group(group);
-  cmd->add_option("--weight_decay", f.weight_decay, "(HF default 0)")->group(group);
-  cmd->add_option("--adam_beta1", f.adam_beta1, "(HF default 0.9)")->group(group);
-  cmd->add_option("--adam_beta2", f.adam_beta2, "(HF default 0.999)")->group(group);
-  cmd->add_option("--adam_epsilon", f.adam_epsilon, "(HF default 1e-8)")->group(group);
-  cmd->add_option("--max_grad_norm", f.max_grad_norm, "gradient clipping (HF default 1.0)")->group(group);
-  cmd->add_option("--warmup_steps", f.warmup_steps, "(HF default 0)")->group(group);
-  cmd->add_option("--warmup_ratio", f.warmup_ratio, "warmup as a fraction of total steps (HF default 0)")->group(group);
-  // Flags set the fact only when given: an unset fact must stay unset, or it would
-  // contradict every config that enables fp16/bf16 without "auto".
-  cmd->add_flag_callback("--fp16", [&f] { f.fp16 = true; }, "fills fp16.enabled: \"auto\"")->group(group);
-  cmd->add_flag_callback("--bf16", [&f] { f.bf16 = true; }, "fills bf16.enabled: \"auto\"")->group(group);
-}
 
 void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
   const char* res = "Resources (hostfile > SLURM allocation > this machine)";
@@ -196,7 +176,7 @@ int main(int argc, char** argv) {
   check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)")->required();
   check_cmd->add_flag("--json", check.json, "print the effective config as JSON instead of a table");
   check_cmd->add_flag("-q,--quiet", check.quiet, "print only problems");
-  add_fact_flags(check_cmd, check.facts);
+  dscpp::config::add_fact_flags(check_cmd, check.facts, false);
   CLI::App* keys_cmd = config->add_subcommand("keys", "List every config key with DeepSpeed's default");
   CLI::App* report_cmd = app.add_subcommand("report", "Show what this build and this machine offer");
   dscpp::launcher::EstimateArgs estimate;

@@ -2,6 +2,7 @@
 // it also runs alone as a single rank.
 #include "build_config.h"
 #include "collectives/communicator.h"
+#include "configs/fact_flags.h"
 #include "configs/load.h"
 #include "core/error.h"
 #include "core/knobs.h"
@@ -31,6 +32,7 @@ namespace {
 
 struct Args {
   std::string model, config;
+  config::RunFacts facts;  // the HF Trainer's training arguments; world size and steps are filled in
   std::optional<int64_t> steps;
   std::optional<double> epochs;
   std::string save_dir, load_dir, load_tag, init_from, comm_backend;
@@ -114,7 +116,7 @@ int run(const Args& a) {
   Device& device = *rank_device.device;
   const std::string device_name = device.name();
 
-  config::RunFacts facts;
+  config::RunFacts facts = a.facts;
   facts.world_size = id.world_size;
   facts.total_steps_flag = "--steps (or --epochs)";
   std::optional<int64_t> steps = a.steps;
@@ -309,6 +311,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "CPU threads per rank (default: cores / ranks on this host)");
   app.add_option("--local_rank", a.local_rank, "set by launchers; the environment is authoritative");
   app.add_option("plugin_args", a.plugin_args, "arguments for the plugin (after --)");
+  config::add_fact_flags(&app, a.facts, true);
   app.positionals_at_end();
   try {
     app.parse(argc, argv);

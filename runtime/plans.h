@@ -11,6 +11,7 @@ using config::LossScalePlan;
 using config::LossScaleRule;
 using config::offload_device_name;
 using config::OffloadDevice;
+using config::OptimizerGroupsPlan;
 using config::OptimizerOffloadPlan;
 using config::ParamOffloadPlan;
 using config::PrecisionPlan;

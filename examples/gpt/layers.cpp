@@ -24,8 +24,9 @@ enum HeadSaved { kLnfOut, kLnfMean, kLnfRstd, kLogitProbs };
 enum HeadWork { kWDlogits, kWDlnf };
 
 void add_param(LayerInfo& L, const std::string& name, std::initializer_list<int64_t> shape, dscpp_init_kind init,
-               float a = 0) {
+               dscpp_param_role role, float a = 0) {
   dscpp_param_desc d{};  // d.name is set once param_names stops growing
+  d.role = role;
   d.ndim = static_cast<int32_t>(shape.size());
   int i = 0;
   for (int64_t s : shape) d.shape[i++] = s;
@@ -47,25 +48,25 @@ void declare_layers(Gpt& m) {
   {
     LayerInfo& L = m.layers[0];
     L.name = "embed";
-    add_param(L, "wte.weight", {V, C}, DSCPP_INIT_NORMAL, std0);
-    add_param(L, "wpe.weight", {T, C}, DSCPP_INIT_NORMAL, std0);
+    add_param(L, "wte.weight", {V, C}, DSCPP_INIT_NORMAL, DSCPP_ROLE_EMBEDDING, std0);
+    add_param(L, "wpe.weight", {T, C}, DSCPP_INIT_NORMAL, DSCPP_ROLE_EMBEDDING, std0);
     L.output_numel = T * C;
   }
   for (int64_t i = 0; i < cfg.layers; ++i) {
     LayerInfo& L = m.layers[1 + i];
     L.name = "blocks." + std::to_string(i);
-    add_param(L, "ln_1.weight", {C}, DSCPP_INIT_ONES);
-    add_param(L, "ln_1.bias", {C}, DSCPP_INIT_ZEROS);
-    add_param(L, "attn.c_attn.weight", {3 * C, C}, DSCPP_INIT_NORMAL, std0);
-    add_param(L, "attn.c_attn.bias", {3 * C}, DSCPP_INIT_ZEROS);
-    add_param(L, "attn.c_proj.weight", {C, C}, DSCPP_INIT_NORMAL, std_res);
-    add_param(L, "attn.c_proj.bias", {C}, DSCPP_INIT_ZEROS);
-    add_param(L, "ln_2.weight", {C}, DSCPP_INIT_ONES);
-    add_param(L, "ln_2.bias", {C}, DSCPP_INIT_ZEROS);
-    add_param(L, "mlp.c_fc.weight", {4 * C, C}, DSCPP_INIT_NORMAL, std0);
-    add_param(L, "mlp.c_fc.bias", {4 * C}, DSCPP_INIT_ZEROS);
-    add_param(L, "mlp.c_proj.weight", {C, 4 * C}, DSCPP_INIT_NORMAL, std_res);
-    add_param(L, "mlp.c_proj.bias", {C}, DSCPP_INIT_ZEROS);
+    add_param(L, "ln_1.weight", {C}, DSCPP_INIT_ONES, DSCPP_ROLE_NORM);
+    add_param(L, "ln_1.bias", {C}, DSCPP_INIT_ZEROS, DSCPP_ROLE_NORM);
+    add_param(L, "attn.c_attn.weight", {3 * C, C}, DSCPP_INIT_NORMAL, DSCPP_ROLE_WEIGHT, std0);
+    add_param(L, "attn.c_attn.bias", {3 * C}, DSCPP_INIT_ZEROS, DSCPP_ROLE_BIAS);
+    add_param(L, "attn.c_proj.weight", {C, C}, DSCPP_INIT_NORMAL, DSCPP_ROLE_WEIGHT, std_res);
+    add_param(L, "attn.c_proj.bias", {C}, DSCPP_INIT_ZEROS, DSCPP_ROLE_BIAS);
+    add_param(L, "ln_2.weight", {C}, DSCPP_INIT_ONES, DSCPP_ROLE_NORM);
+    add_param(L, "ln_2.bias", {C}, DSCPP_INIT_ZEROS, DSCPP_ROLE_NORM);
+    add_param(L, "mlp.c_fc.weight", {4 * C, C}, DSCPP_INIT_NORMAL, DSCPP_ROLE_WEIGHT, std0);
+    add_param(L, "mlp.c_fc.bias", {4 * C}, DSCPP_INIT_ZEROS, DSCPP_ROLE_BIAS);
+    add_param(L, "mlp.c_proj.weight", {C, 4 * C}, DSCPP_INIT_NORMAL, DSCPP_ROLE_WEIGHT, std_res);
+    add_param(L, "mlp.c_proj.bias", {C}, DSCPP_INIT_ZEROS, DSCPP_ROLE_BIAS);
     L.output_numel = T * C;
     // Order must match enum BlockSaved / BlockWork.
     L.saved.add(T * f);          // ln_1 mean
@@ -87,9 +88,9 @@ void declare_layers(Gpt& m) {
   {
     LayerInfo& L = m.layers[cfg.layers + 1];
     L.name = "head";
-    add_param(L, "ln_f.weight", {C}, DSCPP_INIT_ONES);
-    add_param(L, "ln_f.bias", {C}, DSCPP_INIT_ZEROS);
-    add_param(L, "lm_head.weight", {V, C}, DSCPP_INIT_NORMAL, std0);
+    add_param(L, "ln_f.weight", {C}, DSCPP_INIT_ONES, DSCPP_ROLE_NORM);
+    add_param(L, "ln_f.bias", {C}, DSCPP_INIT_ZEROS, DSCPP_ROLE_NORM);
+    add_param(L, "lm_head.weight", {V, C}, DSCPP_INIT_NORMAL, DSCPP_ROLE_WEIGHT, std0);
     L.output_numel = T * V;
     L.saved.add(T * C * e);  // ln_f output
     L.saved.add(T * f);      // mean

@@ -228,8 +228,10 @@ Mlp* create_model(int argc, const char* const* argv, const dscpp_host_info* host
     L.out = widths[l];
     // torch.nn.Linear's default: U(−1/√fan_in, 1/√fan_in) for the weight; biases start at zero.
     L.params[0] = dscpp_param_desc{"weight", 2, {L.out, L.in, 0, 0}, DSCPP_INIT_UNIFORM,
-                                   1.0f / std::sqrt(static_cast<float>(L.in)), nullptr, nullptr, 0};
-    L.params[1] = dscpp_param_desc{"bias", 1, {L.out, 0, 0, 0}, DSCPP_INIT_ZEROS, 0.0f, nullptr, nullptr, 0};
+                                   1.0f / std::sqrt(static_cast<float>(L.in)), nullptr, nullptr, 0,
+                                   DSCPP_ROLE_WEIGHT};
+    L.params[1] = dscpp_param_desc{"bias", 1, {L.out, 0, 0, 0}, DSCPP_INIT_ZEROS, 0.0f, nullptr, nullptr, 0,
+                                   DSCPP_ROLE_BIAS};
     in = L.out;
   }
   if (m->host.log != nullptr && m->host.rank == 0) {

@@ -98,6 +98,7 @@ struct ParamSpec {
   Init init;
   std::string tied_to;  // a full name of an earlier layer's parameter; "" = its own
   bool file_transposed = false;
+  dscpp_param_role role = DSCPP_ROLE_WEIGHT;
 };
 
 class Layer;

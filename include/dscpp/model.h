@@ -39,11 +39,12 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 6u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
+#define DSCPP_MODEL_ABI_VERSION 7u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
                                     compute dtypes reach layers, layer 0's float input included; 5: the
                                     ops of Llama-style models (RMSNorm, RoPE, SiLU/SwiGLU, multiply,
                                     strided copies); 6: masked flash attention (documents packed in
-                                    a window), every layer sees the data input */
+                                    a window), every layer sees the data input; 7: parameter
+                                    roles */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -264,6 +265,19 @@ typedef enum dscpp_init_kind {
   DSCPP_INIT_UNIFORM = 4   /* uniform in [−a, a) */
 } dscpp_init_kind;
 
+/* What a parameter is to the optimizer (ABI 7): the Hugging Face Trainer's default optimizer
+ * gives biases and norm weights no weight decay, and some recipes exclude embeddings too
+ * (the "dscpp" config section's no_weight_decay chooses). UNSPECIFIED: the runtime classifies
+ * the parameter by its full name as transformers does: "bias" in it makes a bias; "norm",
+ * "layernorm", "rmsnorm" or a GPT-2 style "ln_" component a norm; anything else a weight. */
+typedef enum dscpp_param_role {
+  DSCPP_ROLE_UNSPECIFIED = 0,
+  DSCPP_ROLE_WEIGHT = 1,    /* a matrix (or other tensor) that weight decay applies to by default */
+  DSCPP_ROLE_BIAS = 2,
+  DSCPP_ROLE_NORM = 3,      /* a LayerNorm / RMSNorm scale or shift */
+  DSCPP_ROLE_EMBEDDING = 4  /* a token or position embedding table */
+} dscpp_param_role;
+
 /* Initial values are a function of (seed, parameter's full name, element index) only, so any
  * rank can initialise any slice and every world size / ZeRO stage starts from one model. */
 typedef struct dscpp_param_desc {
@@ -285,6 +299,8 @@ typedef struct dscpp_param_desc {
    * Conv1D weights in Hugging Face files): --init_from / a plugin's init_from and export
    * transpose it; in memory and in dscpp's own checkpoints it is [shape[0], shape[1]]. */
   int32_t file_transposed;
+  /* ---- ABI 7 ---- */
+  int32_t role; /* a dscpp_param_role */
 } dscpp_param_desc;
 
 typedef struct dscpp_layer_desc {

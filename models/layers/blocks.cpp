@@ -9,13 +9,13 @@ namespace dscpp::layers {
 TokenEmbedding::TokenEmbedding(const Env& env, std::string name, int64_t v, int64_t h, const Name& t, Init init,
                                const Name& p, int64_t max_positions)
     : Layer(env, std::move(name), env.context * h), vocab(v), hidden(h), max_positions(max_positions) {
-  table = add_param({t, {vocab, hidden}, init, "", false});
+  table = add_param({t, {vocab, hidden}, init, "", false, DSCPP_ROLE_EMBEDDING});
   decode_output_numel = hidden;
   if (p.empty()) return;
   if (max_positions < env.context)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + this->name() + ": a context of " + std::to_string(env.context) +
                                        " tokens needs at least as many positions, not " + std::to_string(max_positions));
-  positions = add_param({p, {max_positions, hidden}, init, "", false});
+  positions = add_param({p, {max_positions, hidden}, init, "", false, DSCPP_ROLE_EMBEDDING});
   if (env.documents) fw_positions_ = fwd_work.add(env.context * h * static_cast<int64_t>(env.elem));
 }
 

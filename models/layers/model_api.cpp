@@ -90,6 +90,7 @@ void Layer::describe(dscpp_layer_desc* out) {
       d.init = p.init.kind;
       d.init_a = p.init.a;
       d.file_transposed = p.file_transposed ? 1 : 0;
+      d.role = p.role;
       descs_.push_back(d);
     }
   }

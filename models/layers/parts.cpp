@@ -17,8 +17,8 @@ int64_t rows_of(const Call& c, const Env& env) { return c.batch() * env.context;
 Linear::Linear(Layer& owner, const Name& w, int64_t in_, int64_t out_, Init init, const Name& b, bool file_transposed,
                const std::string& tied_to)
     : in(in_), out(out_) {
-  weight = owner.add_param({w, {out, in}, init, tied_to, file_transposed});
-  if (!b.empty()) bias = owner.add_param({b, {out}, zeros(), "", false});
+  weight = owner.add_param({w, {out, in}, init, tied_to, file_transposed, DSCPP_ROLE_WEIGHT});
+  if (!b.empty()) bias = owner.add_param({b, {out}, zeros(), "", false, DSCPP_ROLE_BIAS});
 }
 
 void Linear::forward(const Call& c, const void* x, void* y, int64_t rows, const void* residual) const {
@@ -57,10 +57,10 @@ void Linear::backward(const Call& c, const void* dy, int64_t ld, const void* x, 
 // ---- Norm -------------------------------------------------------------------------------------
 
 Norm::Norm(Layer& owner, NormKind k, const Name& w, const Name& b, int64_t d, float e) : kind(k), dim(d), eps(e) {
-  weight = owner.add_param({w, {dim}, ones(), "", false});
+  weight = owner.add_param({w, {dim}, ones(), "", false, DSCPP_ROLE_NORM});
   if (kind == NormKind::layer) {
     if (b.empty()) fail(DSCPP_E_INTERNAL, "layer " + owner.name() + ": a LayerNorm needs a bias name");
-    bias = owner.add_param({b, {dim}, zeros(), "", false});
+    bias = owner.add_param({b, {dim}, zeros(), "", false, DSCPP_ROLE_NORM});
   }
 }
 

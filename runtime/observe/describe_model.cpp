@@ -47,7 +47,15 @@ int run_describe_model(const std::string& model_path, const std::vector<std::str
   host.device_name = "cpu";
   host.log = log_to_stderr;
   plugin.create(plugin_args, host);
-  std::string line = model_counts_json(plugin.name(), model_param_counts(plugin)) + "\n";
+  std::string line = model_counts_json(plugin.name(), model_param_counts(plugin));
+  // Each parameter with its role (what weight-decay choices act on), after the counts.
+  std::string params;
+  for (const LayerDecl& layer : plugin.layers())
+    for (const ParamDecl& p : layer.params)
+      params += fmt::format("{}{{\"name\": {}, \"numel\": {}, \"role\": \"{}\"}}", params.empty() ? "" : ", ",
+                            config::json_quote(p.name), p.numel, role_name(p.role));
+  line.pop_back();  // the closing brace
+  line += fmt::format(", \"parameters\": [{}]}}\n", params);
   std::fputs(line.c_str(), stdout);
   return std::fflush(stdout) == 0 ? 0 : 1;
 }

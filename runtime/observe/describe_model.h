@@ -3,8 +3,10 @@
 // because the launcher never loads plugins (they may pull in engine code).
 //
 // The line: {"model": NAME, "total_params": P, "largest_layer_params": Lp,
-//            "largest_layer": NAME, "layers": [{"name": NAME, "params": N}, ...]}
-// with P and Lp as in core/zero_estimate.h (count_model_params).
+//            "largest_layer": NAME, "layers": [{"name": NAME, "params": N}, ...],
+//            "parameters": [{"name": FULL_NAME, "numel": N, "role": ROLE}, ...]}
+// with P and Lp as in core/zero_estimate.h (count_model_params) and ROLE the parameter's
+// dscpp_param_role ("weight", "bias", "norm", "embedding"), which weight-decay choices act on.
 #pragma once
 
 #include "core/zero_estimate.h"

@@ -50,7 +50,8 @@ std::vector<float> model_weights(const Plugin& plugin, const FlatLayout& layout,
     std::printf("weights from the init rule (seed %llu)\n", static_cast<unsigned long long>(seed));
     return p;
   }
-  ckpt::WeightFiles files(plugin.init_from(), plugin.file_transposed());
+  // A file may name a shared parameter by any of its names (only lm_head.weight, say).
+  ckpt::WeightFiles files(plugin.init_from(), plugin.file_transposed(), plugin.tied_names());
   int64_t missing = 0;
   for (const ParamSlot& s : layout.params) {
     const int64_t i = files.find(s.name);

@@ -85,6 +85,36 @@ class ConstantSchedule final : public ScheduleBase {
   double lr_at(int64_t) const override { return base_lr(); }
 };
 
+// The HF Trainer's schedules (transformers' get_scheduler: a torch LambdaLR over the factor
+// f(s) of the optimizer's LR), which dscpp runs without a "scheduler" block. LambdaLR applies
+// f(0) at construction and f(k) after k steps, so with DeepSpeed's counter t = k − 1 the LR is
+// f(t + 1).
+class TrainerSchedule final : public ScheduleBase {
+ public:
+  TrainerSchedule(const config::DefaultSchedulePlan& plan, double base_lr)
+      : ScheduleBase(plan.type, -1, base_lr), type_(plan.type), warmup_(plan.warmup_steps), total_(plan.total_steps) {
+    if (type_ != "linear" && type_ != "cosine" && type_ != "constant_with_warmup")
+      fail("internal: lr_scheduler_type '{}' reached the schedule builder", type_);
+  }
+
+ protected:
+  double initial_lr() const override { return base_lr() * factor(0); }
+  double lr_at(int64_t t) const override { return base_lr() * factor(t + 1); }
+
+ private:
+  // transformers 4.44.2 optimization.py, _get_{linear,cosine,constant}_schedule_with_warmup_lr_lambda.
+  double factor(int64_t s) const {
+    if (s < warmup_) return static_cast<double>(s) / static_cast<double>(std::max<int64_t>(1, warmup_));
+    if (type_ == "constant_with_warmup") return 1.0;
+    const double after = static_cast<double>(std::max<int64_t>(1, total_ - warmup_));
+    if (type_ == "linear") return std::max(0.0, static_cast<double>(total_ - s) / after);
+    const double progress = static_cast<double>(s - warmup_) / after;  // cosine, half a cycle
+    return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * 2.0 * 0.5 * progress)));
+  }
+  std::string type_;
+  int64_t warmup_, total_;
+};
+
 // WarmupLR and WarmupDecayLR (the latter only changes the gamma after warmup).
 class WarmupSchedule final : public ScheduleBase {
  public:
@@ -264,9 +294,10 @@ class LrRangeTestSchedule final : public ScheduleBase {
 }  // namespace
 
 std::unique_ptr<LrSchedule> make_lr_schedule(const std::optional<config::SchedulerConfig>& config, double base_lr,
-                                             double base_momentum) {
+                                             double base_momentum, const config::DefaultSchedulePlan& fallback) {
   (void)base_momentum;  // no DeepSpeed schedule starts from the optimizer's momentum
-  if (!config) return std::make_unique<ConstantSchedule>(base_lr);
+  if (!config && fallback.type == "constant") return std::make_unique<ConstantSchedule>(base_lr);
+  if (!config) return std::make_unique<TrainerSchedule>(fallback, base_lr);
   const std::string& type = config->type;
   const SchedulerParams& p = config->params;
   switch (config->kind) {

@@ -1,6 +1,8 @@
 // Learning-rate schedules with DeepSpeed's exact formulas (deepspeed/runtime/lr_schedules.py):
 // WarmupLR (log and linear warmup), WarmupDecayLR, WarmupCosineLR, OneCycle (with
-// cycle_momentum), LRRangeTest. Without a "scheduler" block the LR stays at the optimizer's.
+// cycle_momentum), LRRangeTest. Without a "scheduler" block, the plan's default schedule: the
+// HF Trainer's (linear, cosine, constant_with_warmup: transformers' formulas, warmup from 0) or
+// the optimizer's LR unchanged (constant).
 //
 // Protocol (as DeepSpeed's engine drives it): the schedule is built before the first step and
 // sets the LR for optimizer step 1; after every optimizer step that was not skipped (fp16
@@ -16,6 +18,7 @@
 #pragma once
 
 #include "configs/ds_config.h"
+#include "configs/plans.h"
 
 #include <cstdint>
 #include <memory>
@@ -46,7 +49,8 @@ class LrSchedule {
 
 // `base_lr` / `base_momentum`: the optimizer's configured lr and beta1 (or SGD momentum).
 // Throws dscpp::Error for the torch schedulers dscpp does not run, naming the type.
+// `fallback`: the schedule when `config` is unset.
 std::unique_ptr<LrSchedule> make_lr_schedule(const std::optional<config::SchedulerConfig>& config, double base_lr,
-                                             double base_momentum);
+                                             double base_momentum, const config::DefaultSchedulePlan& fallback = {});
 
 }  // namespace dscpp::runtime

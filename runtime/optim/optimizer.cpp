@@ -19,9 +19,19 @@ using config::OptimizerParams;
 
 constexpr const char* kSupported = "Adam, AdamW, Lamb, Lion, Adagrad, SGD";
 
+// [begin, end) of a group with one weight decay, and Lamb's segment bounds inside it (relative
+// to begin).
+struct Run {
+  int64_t begin = 0, end = 0;
+  bool decay = true;
+  std::vector<int64_t> bounds;
+};
+
 struct Group {
   int64_t numel = 0;
   std::vector<int64_t> bounds;  // segments tiling [0, numel) (gaps become segments of their own)
+  Run whole;                    // [0, numel)
+  std::vector<Run> runs;        // tiling [0, numel): `whole`, unless some ranges take no weight decay
   int64_t steps = 0;
   bool external = false;             // state arrays bound by the caller (bind_state), not owned
   Device* device = nullptr;          // owned groups: where their state is allocated
@@ -47,6 +57,31 @@ std::vector<int64_t> segment_bounds(int64_t numel, std::vector<Segment> segments
   }
   if (bounds.back() < numel || numel == 0) bounds.push_back(numel);
   return bounds;
+}
+
+std::vector<Run> runs_of(const std::vector<int64_t>& bounds, int64_t numel, std::vector<Segment> no_decay) {
+  std::sort(no_decay.begin(), no_decay.end(), [](const Segment& a, const Segment& b) { return a.offset < b.offset; });
+  std::vector<std::pair<int64_t, bool>> cuts;  // (start, decay) of each run
+  int64_t at = 0;
+  for (const Segment& r : no_decay) {
+    if (r.offset < at || r.numel < 0 || r.offset + r.numel > numel)
+      fail("optimizer: no-decay range [{}, {}) overlaps another or lies outside the group's {} elements", r.offset,
+           r.offset + r.numel, numel);
+    if (r.numel == 0) continue;
+    if (r.offset > at) cuts.push_back({at, true});
+    if (!cuts.empty() && !cuts.back().second && at == r.offset) at = r.offset + r.numel;  // adjoins the last
+    else cuts.push_back({r.offset, false}), at = r.offset + r.numel;
+  }
+  if (at < numel || cuts.empty()) cuts.push_back({at, true});
+  std::vector<Run> runs;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    Run r{cuts[i].first, i + 1 < cuts.size() ? cuts[i + 1].first : numel, cuts[i].second, {0}};
+    for (int64_t b : bounds)
+      if (b > r.begin && b < r.end) r.bounds.push_back(b - r.begin);
+    r.bounds.push_back(r.end - r.begin);
+    runs.push_back(std::move(r));
+  }
+  return runs;
 }
 
 void check_beta(const char* what, double b) {
@@ -97,6 +132,11 @@ class OptimizerBase : public Optimizer {
     init_state(g);
   }
 
+  void exclude_from_weight_decay(int group, std::vector<Segment> ranges) override {
+    Group& g = at(group);
+    g.runs = runs_of(g.bounds, g.numel, std::move(ranges));
+  }
+
   void step(int group, float* w, const float* grad, const StepOverrides& overrides) override {
     Group& g = at(group);
     double lr = overrides.lr.value_or(p_.lr);
@@ -105,7 +145,14 @@ class OptimizerBase : public Optimizer {
     beta2_ = overrides.beta2.value_or(p_.betas.size() > 1 ? p_.betas[1] : 0.0);
     ++g.steps;
     if (g.numel == 0) return;
-    update(g, w, grad, lr, momentum);
+    // Without weight decay the runs differ in nothing: one call over the group.
+    if (p_.weight_decay == 0 || g.runs.size() == 1) {
+      update(g, g.whole, w, grad, lr, momentum, p_.weight_decay);
+    } else {
+      for (const Run& r : g.runs)
+        update(g, r, w + r.begin, grad + r.begin, lr, momentum, r.decay ? p_.weight_decay : 0.0);
+    }
+    after_step(g, momentum);
   }
 
   std::vector<StateTensor> state(int group) override {
@@ -127,13 +174,20 @@ class OptimizerBase : public Optimizer {
  protected:
   virtual std::vector<std::string> initial_state_names() const = 0;
   virtual void init_state(Group&) {}
-  virtual void update(Group& g, float* w, const float* grad, double lr, double momentum) = 0;
+  // One update of elements [r.begin, r.end) of the group: `w` and `grad` already point at
+  // r.begin, the state arrays at state(g, i, r).
+  virtual void update(Group& g, const Run& r, float* w, const float* grad, double lr, double momentum,
+                      double weight_decay) = 0;
+  virtual void after_step(Group&, double /*momentum*/) {}
+  static float* state_at(const Group& g, size_t i, const Run& r) { return g.data[i] + r.begin; }
 
   Group new_group(int64_t numel, std::vector<Segment> segments, bool external) {
     if (numel < 0) fail("optimizer: group size must be >= 0, got {}", numel);
     Group g;
     g.numel = numel;
     g.bounds = segment_bounds(numel, std::move(segments));
+    g.runs = runs_of(g.bounds, numel, {});
+    g.whole = g.runs.front();
     g.external = external;
     return g;
   }
@@ -177,11 +231,10 @@ class Adam final : public OptimizerBase {
 
  protected:
   std::vector<std::string> initial_state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
-  void update(Group& g, float* w, const float* grad, double lr, double beta1) override {
+  void update(Group& g, const Run& r, float* w, const float* grad, double lr, double beta1, double wd) override {
     check_beta("beta1", beta1);
-    auto c = kernels::adam_coeffs(lr, beta1, beta2_, p_.eps, p_.weight_decay, p_.bias_correction, decoupled_,
-                                  g.steps);
-    g.math->adam_step(w, grad, g.data[0], g.data[1], g.numel, c);
+    auto c = kernels::adam_coeffs(lr, beta1, beta2_, p_.eps, wd, p_.bias_correction, decoupled_, g.steps);
+    g.math->adam_step(w, grad, state_at(g, 0, r), state_at(g, 1, r), r.end - r.begin, c);
   }
 
  private:
@@ -197,11 +250,12 @@ class Lamb final : public OptimizerBase {
 
  protected:
   std::vector<std::string> initial_state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
-  void update(Group& g, float* w, const float* grad, double lr, double beta1) override {
+  void update(Group& g, const Run& r, float* w, const float* grad, double lr, double beta1, double wd) override {
     check_beta("beta1", beta1);
-    auto c = kernels::lamb_coeffs(beta1, beta2_, p_.eps, p_.weight_decay, p_.eps_inside_sqrt);
+    auto c = kernels::lamb_coeffs(beta1, beta2_, p_.eps, wd, p_.eps_inside_sqrt);
     double step_size = kernels::lamb_step_size(lr, beta1, beta2_, p_.bias_correction, g.steps);
-    g.math->lamb_step(w, grad, g.data[0], g.data[1], g.bounds, c, step_size, p_.min_coeff, p_.max_coeff);
+    g.math->lamb_step(w, grad, state_at(g, 0, r), state_at(g, 1, r), r.bounds, c, step_size, p_.min_coeff,
+                      p_.max_coeff);
   }
 };
 
@@ -218,16 +272,19 @@ class Sgd final : public OptimizerBase {
   std::vector<std::string> initial_state_names() const override {
     return p_.momentum != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
   }
-  void update(Group& g, float* w, const float* grad, double lr, double momentum) override {
+  void update(Group& g, const Run& r, float* w, const float* grad, double lr, double momentum, double wd) override {
     if (momentum < 0) fail("optimizer sgd: momentum must be >= 0, got {}", momentum);
     float* buf = nullptr;
     if (momentum != 0) {
       buf = find_state(g, "momentum_buffer");
       if (!buf) buf = add_state(g, "momentum_buffer");
+      buf += r.begin;
     }
     bool first = momentum != 0 && !g.momentum_started;
-    auto c = kernels::sgd_coeffs(lr, momentum, p_.dampening, p_.weight_decay, p_.nesterov, p_.maximize, first);
-    g.math->sgd_step(w, grad, buf, g.numel, c);
+    auto c = kernels::sgd_coeffs(lr, momentum, p_.dampening, wd, p_.nesterov, p_.maximize, first);
+    g.math->sgd_step(w, grad, buf, r.end - r.begin, c);
+  }
+  void after_step(Group& g, double momentum) override {
     if (momentum != 0) g.momentum_started = true;
   }
 };
@@ -245,9 +302,9 @@ class Adagrad final : public OptimizerBase {
     if (p_.initial_accumulator_value != 0)
       g.math->fill(g.data[0], static_cast<float>(p_.initial_accumulator_value), g.numel);
   }
-  void update(Group& g, float* w, const float* grad, double lr, double) override {
-    auto c = kernels::adagrad_coeffs(lr, p_.lr_decay, p_.eps, p_.weight_decay, p_.maximize, g.steps);
-    g.math->adagrad_step(w, grad, g.data[0], g.numel, c);
+  void update(Group& g, const Run& r, float* w, const float* grad, double lr, double, double wd) override {
+    auto c = kernels::adagrad_coeffs(lr, p_.lr_decay, p_.eps, wd, p_.maximize, g.steps);
+    g.math->adagrad_step(w, grad, state_at(g, 0, r), r.end - r.begin, c);
   }
 };
 
@@ -260,10 +317,10 @@ class Lion final : public OptimizerBase {
 
  protected:
   std::vector<std::string> initial_state_names() const override { return {"exp_avg"}; }
-  void update(Group& g, float* w, const float* grad, double lr, double beta1) override {
+  void update(Group& g, const Run& r, float* w, const float* grad, double lr, double beta1, double wd) override {
     check_beta("beta1", beta1);
-    auto c = kernels::lion_coeffs(lr, beta1, beta2_, p_.weight_decay);
-    g.math->lion_step(w, grad, g.data[0], g.numel, c);
+    auto c = kernels::lion_coeffs(lr, beta1, beta2_, wd);
+    g.math->lion_step(w, grad, state_at(g, 0, r), r.end - r.begin, c);
   }
 };
 

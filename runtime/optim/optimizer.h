@@ -67,6 +67,11 @@ class Optimizer {
   // set must be fixed from the start (SGD's lazily created momentum buffer is refused).
   virtual std::vector<std::string> state_names() const = 0;
   virtual int add_external_group(int64_t numel, std::vector<Segment> segments) = 0;
+  // Ranges of group `group` that take no weight decay (a torch parameter group with
+  // weight_decay 0: biases and norms under the HF Trainer's grouping). Lamb's trust ratio is
+  // then taken per segment piece on either side of a range boundary, as DeepSpeed's per-group
+  // flat partitions split it.
+  virtual void exclude_from_weight_decay(int group, std::vector<Segment> ranges) = 0;
   // `initialise`: fill the arrays with the optimizer's initial state (zeros, or Adagrad's
   // initial_accumulator_value) — for a group that has never stepped.
   virtual void bind_state(int group, const std::vector<float*>& state, bool initialise) = 0;

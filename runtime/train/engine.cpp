@@ -132,6 +132,7 @@ void Engine::allocate() {
   mo.offload = offload_;
   mo.host = host_;
   mo.rank = world.rank();
+  mo.groups = plan_.groups;
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
 
   GradReduceOptions r = reduce_options(plan_.zero, offload_.device != OffloadDevice::none);
@@ -143,7 +144,12 @@ void Engine::allocate() {
                              plan_.batch.drop_last);
   loader_ = std::make_unique<BatchLoader>(plugin, device, 0, plan_.batch.micro, sampler, plan_.batch.drop_last);
 
-  schedule_ = make_lr_schedule(plan_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum());
+  schedule_ =
+      make_lr_schedule(plan_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum(), plan_.default_schedule);
+  if (world.rank() == 0 && !plan_.scheduler && plan_.default_schedule.type != "constant")
+    log::info("LR schedule (no scheduler block): the HF Trainer's {} over {} steps, {} of them warmup from 0, peak {}",
+              plan_.default_schedule.type, plan_.default_schedule.total_steps, plan_.default_schedule.warmup_steps,
+              optimizer_->base_lr());
 
 }
 
@@ -201,7 +207,7 @@ CheckpointView Engine::checkpoint_view() {
   v.gather_16bit_weights = plan_.zero.gather_16bit_weights_on_save;
   v.export_config = plugin_.export_config();
   v.file_transposed.assign(plugin_.file_transposed().begin(), plugin_.file_transposed().end());
-  v.tied = tied_names();
+  v.tied = plugin_.tied_names();
   return v;
 }
 
@@ -238,15 +244,6 @@ void Engine::initialise_params() {
   params_->publish();
 }
 
-std::map<std::string, std::string> Engine::tied_names() const {
-  std::map<std::string, std::string> tied;
-  const std::vector<LayerDecl>& layers = plugin_.layers();
-  for (const LayerDecl& l : layers)
-    for (const TiedParam& t : l.tied)
-      tied[t.name] = layers.at(static_cast<size_t>(t.owner_layer)).params.at(static_cast<size_t>(t.owner_param)).name;
-  return tied;
-}
-
 InitialWeights Engine::initial_weights() const {
   InitialWeights w;
   if (!options_.init_from.empty() && !plugin_.init_from().empty())
@@ -255,7 +252,7 @@ InitialWeights Engine::initial_weights() const {
   w.path = !options_.init_from.empty() ? options_.init_from : plugin_.init_from();
   w.partial = options_.init_from.empty() && plugin_.init_partial();
   w.transposed = plugin_.file_transposed();
-  w.tied = tied_names();
+  w.tied = plugin_.tied_names();
   return w;
 }
 

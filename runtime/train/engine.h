@@ -107,8 +107,6 @@ class Engine {
   void run_eval_only();  // engine_eval.cpp
   // The run's initial weights: --init_from, or the plugin's init_from (not both); path "" = none.
   InitialWeights initial_weights() const;
-  // A shared parameter's other names → its owner's, as files with Hugging Face names hold them.
-  std::map<std::string, std::string> tied_names() const;
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);  // engine_memory.cpp, as the reports below
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;

@@ -6,11 +6,39 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
 
 namespace dscpp::runtime {
+
+dscpp_param_role role_from_name(const std::string& full_name) {
+  std::string name = full_name;
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  size_t begin = 0;
+  while (begin <= name.size()) {
+    size_t end = name.find('.', begin);
+    if (end == std::string::npos) end = name.size();
+    const std::string_view part(name.data() + begin, end - begin);
+    const bool norm = part == "norm" || part.find("layernorm") != std::string_view::npos ||
+                      part.find("rmsnorm") != std::string_view::npos ||
+                      (part.size() > 5 && part.substr(part.size() - 5) == "_norm") || part.substr(0, 3) == "ln_";
+    if (norm) return DSCPP_ROLE_NORM;
+    begin = end + 1;
+  }
+  return name.find("bias") != std::string::npos ? DSCPP_ROLE_BIAS : DSCPP_ROLE_WEIGHT;
+}
+
+const char* role_name(dscpp_param_role role) {
+  switch (role) {
+    case DSCPP_ROLE_BIAS: return "bias";
+    case DSCPP_ROLE_NORM: return "norm";
+    case DSCPP_ROLE_EMBEDDING: return "embedding";
+    default: return "weight";
+  }
+}
 
 DType dtype_of(dscpp_dtype d) {
   switch (d) {
@@ -169,6 +197,10 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
       if (param.file_transposed && pd.ndim != 2)
         fail("model plugin {}: parameter '{}' is file_transposed but has {} dimensions (only a matrix can be)", name(),
              param.name, pd.ndim);
+      if (pd.role < DSCPP_ROLE_UNSPECIFIED || pd.role > DSCPP_ROLE_EMBEDDING)
+        fail("model plugin {}: parameter '{}' declares role {} (dscpp_param_role is 0..{})", name(), param.name, pd.role,
+             static_cast<int>(DSCPP_ROLE_EMBEDDING));
+      param.role = pd.role == DSCPP_ROLE_UNSPECIFIED ? role_from_name(param.name) : static_cast<dscpp_param_role>(pd.role);
       if (!param_names.insert(param.name).second) fail("model plugin {}: two parameters are named '{}'", name(), param.name);
       if (pd.tied_to != nullptr) {
         auto owner = owners.find(pd.tied_to);
@@ -188,6 +220,14 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
     }
     layers_.push_back(std::move(layer));
   }
+}
+
+std::map<std::string, std::string> Plugin::tied_names() const {
+  std::map<std::string, std::string> tied;
+  for (const LayerDecl& l : layers_)
+    for (const TiedParam& t : l.tied)
+      tied[t.name] = layers_.at(static_cast<size_t>(t.owner_layer)).params.at(static_cast<size_t>(t.owner_param)).name;
+  return tied;
 }
 
 void Plugin::forward(int layer, const dscpp_layer_ctx& ctx) const {

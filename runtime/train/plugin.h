@@ -6,6 +6,7 @@
 #include "dscpp/model.h"
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,7 +25,14 @@ struct ParamDecl {
   float init_a = 0;
   int slot = 0;                  // its index in the plugin's parameter list of the layer (ctx.params[slot])
   bool file_transposed = false;  // weight files hold it as [shape[1], shape[0]]
+  dscpp_param_role role = DSCPP_ROLE_WEIGHT;  // never UNSPECIFIED: the loader classifies by name
 };
+
+// A role from the parameter's full name, as transformers tells biases and norms apart: "bias"
+// anywhere; "norm" as a name component, or "layernorm" / "rmsnorm" / "_norm" / GPT-2's "ln_"
+// within one; else a weight.
+dscpp_param_role role_from_name(const std::string& full_name);
+const char* role_name(dscpp_param_role role);  // "weight", "bias", "norm", "embedding"
 
 // A parameter a layer uses but an earlier layer owns (dscpp_param_desc::tied_to). It is not one
 // of the model's parameters (no storage, optimizer state or checkpoint entry of its own).
@@ -69,6 +77,8 @@ class Plugin {
   const std::string& export_config() const { return export_config_; }
   // The parameters weight files hold transposed (ParamDecl::file_transposed), by full name.
   const std::set<std::string>& file_transposed() const { return file_transposed_; }
+  // A shared parameter's other names → its owner's full name (lm_head.weight → the embedding's).
+  std::map<std::string, std::string> tied_names() const;
   bool has_report() const { return api_->report != nullptr; }
 
   void forward(int layer, const dscpp_layer_ctx& ctx) const;

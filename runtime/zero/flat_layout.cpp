@@ -65,7 +65,7 @@ FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping
     for (size_t p = 0; p < layers[l].params.size(); ++p) {
       const ParamDecl& d = layers[l].params[p];
       layout.params.push_back(
-          ParamSlot{d.name, d.shape, d.numel, static_cast<int>(l), d.slot, offset, d.init, d.init_a});
+          ParamSlot{d.name, d.shape, d.numel, static_cast<int>(l), d.slot, offset, d.init, d.init_a, d.role});
       offset += round_up(d.numel, kFlatAlign);
       layout.numel += d.numel;
     }

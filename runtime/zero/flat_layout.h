@@ -39,6 +39,7 @@ struct ParamSlot {
   int64_t offset = 0;  // elements from the start of the flat array
   dscpp_init_kind init = DSCPP_INIT_ZEROS;
   float init_a = 0;
+  dscpp_param_role role = DSCPP_ROLE_WEIGHT;
 };
 
 struct PartitionGroup {

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <set>
 
 namespace dscpp::runtime {
 
@@ -69,6 +70,7 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
                                         : optimizer.add_group_on(memory(i), sub.numel, std::move(segments));
     DSCPP_CHECK_EQ(index, i);
   }
+  exclude_from_weight_decay(options.groups);
   // Offloaded, the master is always its own copy (DeepSpeed's pinned fp32 partition): the
   // parameters stay on the training device. DeepSpeed keeps one for the sub-groups a partial
   // offload leaves on the device too; so does dscpp, which keeps one rule for the plan.
@@ -127,6 +129,38 @@ MasterWeights::MasterWeights(const FlatLayout& layout, ParamStore& params, Optim
 }
 
 MasterWeights::~MasterWeights() = default;
+
+namespace {
+bool skips_decay(const OptimizerGroupsPlan& g, dscpp_param_role role) {
+  return (role == DSCPP_ROLE_BIAS && g.no_decay_bias) || (role == DSCPP_ROLE_NORM && g.no_decay_norm) ||
+         (role == DSCPP_ROLE_EMBEDDING && g.no_decay_embedding);
+}
+}  // namespace
+
+// Each parameter the plan exempts, cut to this rank's slice of its partition group, as a range
+// of the sub-group that slice lies in.
+void MasterWeights::exclude_from_weight_decay(const OptimizerGroupsPlan& groups) {
+  if (!groups.any()) return;
+  std::vector<std::vector<Segment>> ranges(subs_.size());
+  std::set<std::string> roles;
+  int64_t tensors = 0, elements = 0;
+  for (const ParamSlot& s : layout_.params) {
+    if (!skips_decay(groups, s.role)) continue;
+    roles.insert(role_name(s.role));
+    ++tensors, elements += s.numel;
+    const size_t gi = static_cast<size_t>(layout_.layer_group[static_cast<size_t>(s.layer)]);
+    const PartitionGroup& g = layout_.groups[gi];
+    if (group_index_[gi] < 0) continue;
+    const int64_t own = layout_.parts == 1 ? g.begin : g.owned_begin(options_.rank);
+    const int64_t lo = std::max(s.offset, own), hi = std::min(s.offset + s.numel, own + g.part);
+    if (lo < hi) ranges[static_cast<size_t>(group_index_[gi])].push_back({group_offset_[gi] + lo - own, hi - lo});
+  }
+  for (size_t i = 0; i < ranges.size(); ++i)
+    if (!ranges[i].empty()) optimizer_.exclude_from_weight_decay(static_cast<int>(i), std::move(ranges[i]));
+  if (options_.rank == 0)
+    log::info("weight decay: none on {} of the {} parameter tensors ({} elements; role {}: dscpp.no_weight_decay)",
+              tensors, layout_.params.size(), elements, fmt::join(roles, ", "));
+}
 
 template <typename F>
 void MasterWeights::for_groups(const SubGroup& sub, F&& f) const {

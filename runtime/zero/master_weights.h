@@ -62,7 +62,8 @@ struct MasterOptions {
   int64_t sub_group_size = 0;  // stage 3 (partitioned parameters) only
   OptimizerOffloadPlan offload;    // device none: everything on the training device
   Device* host = nullptr;      // offload: host memory for the master, state and fp32 gradients
-  int rank = 0;                // names the NVMe swap directory
+  int rank = 0;                // names the NVMe swap directory; this rank's slice of each group
+  OptimizerGroupsPlan groups;  // the parameter roles weight decay skips
 };
 
 class MasterWeights {
@@ -101,6 +102,7 @@ class MasterWeights {
   int64_t swap_pool_bytes() const { return home_->pool_bytes(); }
 
  private:
+  void exclude_from_weight_decay(const OptimizerGroupsPlan& groups);
   float* array(int sub, const SubGroupView& v, const std::string& what) const;
   // Calls f(group, offset in the sub-group) for each non-empty partition group of `sub`.
   template <typename F>

@@ -13,7 +13,9 @@
 #   3. refused, with the reason named: a file in dscpp's [out, in] order (as an older
 #      zero-to-fp32 wrote it, and without its metadata), a partial file of an older dscpp holding
 #      only the square attn.c_proj.weight (which shape cannot tell), and a file whose two names
-#      of the shared embedding differ.
+#      of the shared embedding differ;
+#   4. a tied Llama file that names the shared embedding only as lm_head.weight generates and
+#      evaluates as the original does (`dscpp generate`, --eval_only).
 # Usage: hf_layout.sh DSCPP RUNTIME LLAMA_SO GPT2_SO SOURCE_ROOT
 set -u
 DSCPP=$1 RUNTIME=$2 LLAMA=$3 GPT2=$4 SRC=$5
@@ -147,4 +149,27 @@ refused "an older dscpp's file of square attn.c_proj.weight only" "attn.c_proj.w
 refused "a tied Llama whose two names differ" "holds different values under the two names" "$WORK/untied.log" \
   "$RUNTIME" --model "$LLAMA" --deepspeed_config "$WORK/eval.json" --eval_only \
   --init_from "$WORK/untied.safetensors" -- --config "$DATA/llama3_tied/config.json" $(data_args llama3_tied)
+
+mkdir -p "$WORK/lm_head_only" && cp "$DATA/llama3_tied/config.json" "$WORK/lm_head_only/"
+"$VENV/bin/python" - "$DATA/llama3_tied/model.safetensors" "$WORK/lm_head_only/model.safetensors" <<'PY'
+import sys
+from safetensors.torch import load_file, save_file
+t = load_file(sys.argv[1])
+t["lm_head.weight"] = t.pop("model.embed_tokens.weight")
+save_file(t, sys.argv[2], metadata={"format": "pt"})
+PY
+gen_ids() {  # gen_ids DIR: greedy ids from the weights in DIR
+  "$DSCPP" generate "$LLAMA" --prompt_ids 5,17,3 --max_new_tokens 8 -- --from_hf "$1" \
+    --data "$DATA/llama3_tied/tokens.bin" --context 16 2>&1 | sed -n 's/^ids: //p'
+}
+eval_loss() {  # eval_loss DIR
+  "$RUNTIME" --model "$LLAMA" --deepspeed_config "$WORK/eval.json" --eval_only -- --from_hf "$1" \
+    $(data_args llama3_tied) 2>&1 | grep -o 'loss [0-9.]*' | tail -1
+}
+want=$(gen_ids "$DATA/llama3_tied") got=$(gen_ids "$WORK/lm_head_only")
+if [ -n "$want" ] && [ "$want" = "$got" ]; then pass "tied Llama named by lm_head.weight only: generates $got, as the original"
+else fail "tied Llama named by lm_head.weight only: generate gave '$got', the original '$want'"; fi
+want=$(eval_loss "$DATA/llama3_tied") got=$(eval_loss "$WORK/lm_head_only")
+if [ -n "$want" ] && [ "$want" = "$got" ]; then pass "tied Llama named by lm_head.weight only: eval $got, as the original"
+else fail "tied Llama named by lm_head.weight only: eval '$got', the original '$want'"; fi
 exit $FAILED
