@@ -4,14 +4,14 @@
 // even though libssh2 1.10 cannot send signals.
 #pragma once
 
+#include "launcher/env_export.h"  // shell_quote
+#include "launcher/launch_plan.h"
+#include "launcher/supervisor/rank_exit.h"
+
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "launcher/env_export.h"  // shell_quote
-#include "launcher/launch_plan.h"
-#include "launcher/supervisor/rank_exit.h"
 
 namespace dscpp::launcher {
 
