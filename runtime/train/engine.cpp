@@ -44,13 +44,16 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
       csv_(world.rank() == 0 ? plan_.csv_monitor : config::TensorboardConfig{}) {
   // The config's checks have run (configs/rules.cpp, unsupported_features) and the plan is
   // resolved: what is left here is building what it says.
-  scaler_ = std::make_unique<LossScaler>(plan_.loss_scale);
   // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
   if (plan_.wall_clock_breakdown) timers_.synchronize_with(&device_);
   comms_log_ = comms_logger_for(plan_.comms_logger, plan_.file_name, world);
   check_fault_settings();
-  max_nonfinite_ =
-      knob_int("DSCPP_MAX_NONFINITE_STEPS", 1, "a positive whole number (steps in a row)").value_or(max_nonfinite_);
+  GradGuardOptions guard;
+  guard.clipping = plan_.gradients.clipping;
+  guard.check_bf16_overflow = plan_.gradients.check_bf16_overflow;
+  guard.max_nonfinite = knob_int("DSCPP_MAX_NONFINITE_STEPS", 1, "a positive whole number (steps in a row)")
+                            .value_or(guard.max_nonfinite);
+  guard_ = std::make_unique<GradGuard>(plan_.loss_scale, guard, world);
 
   total_steps_ = options_.steps
                      ? *options_.steps
@@ -85,7 +88,7 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", plan_.zero.stage,
               world.size(), world.size() == 1 ? "" : "s", dtype_name(plan_.precision.params),
               dtype_name(plan_.precision.grads),
-              scaler_->checks_overflow() ? ", loss scaling " + scaler_->describe() : std::string(),
+              guard_->scaler().checks_overflow() ? ", loss scaling " + guard_->scaler().describe() : std::string(),
               format_memory_plan(memory_plan_, nullptr, deepspeed_estimate()));
   if (world.rank() == 0) {
     const auto act = static_cast<size_t>(MemCategory::activations);
@@ -191,7 +194,7 @@ CheckpointView Engine::checkpoint_view() {
   v.params = params_.get();
   v.device = &device_;
   v.params_dtype = plan_.precision.params;
-  v.scaler = scaler_->checks_overflow() ? scaler_.get() : nullptr;
+  v.scaler = guard_->scaler().checks_overflow() ? &guard_->scaler() : nullptr;
   v.optimizer = optimizer_.get();
   v.schedule = schedule_.get();
   v.counters = &counters_;
@@ -349,7 +352,7 @@ void Engine::train_step() {
   // ranks where DeepSpeed divides by the world before the reduction (configs/plans.h
   // GradScaling; GradReducer's reductions are plain sums there).
   float loss_grad = static_cast<float>(
-      scaler_->scale() / static_cast<double>(plan_.batch.gas * (plan_.gradients.scaling.world_in_loss ? world_.size() : 1)));
+      guard_->scaler().scale() / static_cast<double>(plan_.batch.gas * (plan_.gradients.scaling.world_in_loss ? world_.size() : 1)));
   // The profiled step is bracketed (and each layer in it, through enter/leave) by device
   // synchronizations, so that its latencies are device time on an asynchronous device.
   const bool profiling = profiling_step();
@@ -383,13 +386,14 @@ void Engine::train_step() {
   }
   {
     Timers::Scope t(timers_, "step");
-    float grad_scale = 1.0f;
-    if (prepare_gradients(&grad_scale, loss_sum)) {
+    const GradVerdict verdict = check_gradients(loss_sum);
+    last_grad_norm_ = verdict.norm;
+    if (verdict.step) {
       StepOverrides o;
       o.lr = schedule_->lr();
       o.momentum = schedule_->momentum();
       o.beta2 = schedule_->beta2();
-      master_->step([this](int g) { return grads_->owned(g); }, grads_->dtype(), grad_scale, o);
+      master_->step([this](int g) { return grads_->owned(g); }, grads_->dtype(), verdict.grad_scale, o);
       last_lr_ = *o.lr;
       schedule_->step();
       grads_->zero();
@@ -421,90 +425,27 @@ void Engine::train_step() {
   log_step(loss_sum / static_cast<double>(plan_.batch.gas));
 }
 
-bool Engine::prepare_gradients(float* grad_scale, double local_loss) {
-  const double scale = scaler_->scale();
-  // Over this rank's gradient slices, group by group in order (thread-count independent), each
-  // with the device it lives on (offloaded slices: the host).
-  auto over_groups = [this](auto&& f) {
-    for (size_t g = 0; g < layout_.groups.size(); ++g)
-      if (layout_.groups[g].part > 0)
-        f(grads_->owned(static_cast<int>(g)), layout_.groups[g].part, grads_->owned_device(static_cast<int>(g)));
-  };
-  *grad_scale = static_cast<float>(1.0 / scale);
-  last_grad_norm_ = -1;
-  // Stage 0: the gradients are already reduced and identical on every rank, so local answers
-  // are global. Stages 1–3: each rank looks at its own partition, then the world agrees.
-  const bool partitioned = plan_.zero.optimizer_partitioned && world_.size() > 1;
-  // Tests of the non-finite guard: a NaN in one rank's gradients, at any precision.
-  inject_fault(FaultPoint::gradients_nan, counters_.global_steps + 1, world_.rank(), world_.size(), [&] {
-    over_groups([&](void* g, int64_t, Device& where) {
-      const float nan = std::numeric_limits<float>::quiet_NaN();
-      unsigned char bits[8];
-      kernels::store_from_f32(bits, grads_->dtype(), &nan, 1);
-      where.copy_from_host(g, bits, dtype_size(grads_->dtype()));
-    });
-  });
-  // fp16 always; bf16 when bf16.check_grad_overflow (DeepSpeed ≥ 0.19.3): skip the step, no scaling.
-  if (scaler_->checks_overflow() || plan_.gradients.check_bf16_overflow) {
-    // Tests of loss scaling: an inf in one rank's gradients.
-    inject_fault(FaultPoint::gradients_reduced, counters_.global_steps + 1, world_.rank(), world_.size(), [&] {
-      over_groups([&](void* g, int64_t, Device& where) {
-        unsigned char inf[8];  // kInf in the gradients' dtype, written from the host
-        kernels::store_from_f32(inf, grads_->dtype(), &kInf, 1);
-        where.copy_from_host(g, inf, dtype_size(grads_->dtype()));
-      });
-    });
-    double overflow = 0;
-    over_groups([&](void* g, int64_t n, Device& where) {
-      overflow = overflow != 0 || kernels::math_of(where).any_nonfinite(g, grads_->dtype(), n);
-    });
-    // Agreed at every stage: at stage 0 the reduced gradients are the same everywhere, but a
-    // rank-local fault (or injected overflow) must not let the ranks' scalers diverge.
-    if (world_.size() > 1) world_.allreduce(&overflow, 1, DType::f64, comm::ReduceOp::max);
-    if (scaler_->checks_overflow()) {
-      scaler_->update(overflow != 0);  // throws at the minimum scale, as DeepSpeed does
-      if (overflow != 0) return false;  // the scaler's business, not a non-finite step
-    } else if (overflow != 0) {
-      return skip_nonfinite("gradients (bf16.check_grad_overflow)");
-    }
-  }
-  // The global norm, and whether any rank's loss was NaN or infinite, agreed in one allreduce.
-  // Unpartitioned gradients are the same on every rank, so rank 0's sum stands for the world's
-  // (adding zeros keeps it exact).
-  double sq = 0;
-  over_groups(
-      [&](void* g, int64_t n, Device& where) { sq += kernels::math_of(where).sum_squares(g, grads_->dtype(), n); });
-  double agreed[2] = {partitioned || world_.rank() == 0 ? sq : 0.0, std::isfinite(local_loss) ? 0.0 : 1.0};
-  if (world_.size() > 1) world_.allreduce(agreed, 2, DType::f64);
-  const double norm = std::sqrt(agreed[0]) / scale;  // of the unscaled gradients
-  if (agreed[1] != 0) return skip_nonfinite("loss");
-  if (!std::isfinite(norm)) return skip_nonfinite(fmt::format("gradients (global norm {})", norm));
-  nonfinite_in_a_row_ = 0;
-  last_grad_norm_ = norm;
-  const double max_norm = plan_.gradients.clipping;
-  if (max_norm > 0) {
-    // DeepSpeed's rule: unscale and clip in one multiplication.
-    double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) *grad_scale = static_cast<float>(scale == 1.0 ? coef : coef / scale);
-  }
-  return true;
-}
-
-bool Engine::skip_nonfinite(const std::string& what) {
-  // Every rank gets here for the same step (what decides it was agreed), so every rank stops
-  // together and no collective is left waiting.
-  ++nonfinite_in_a_row_;
+GradVerdict Engine::check_gradients(double local_loss) {
+  std::vector<GradSlice> slices;
+  for (size_t g = 0; g < layout_.groups.size(); ++g)
+    if (layout_.groups[g].part > 0)
+      slices.push_back({grads_->owned(static_cast<int>(g)), layout_.groups[g].part,
+                        &grads_->owned_device(static_cast<int>(g))});
   const int64_t step = counters_.global_steps + 1;
-  if (nonfinite_in_a_row_ >= max_nonfinite_)
-    fail("step {}: non-finite {}, {} in a row (DSCPP_MAX_NONFINITE_STEPS={}): stopping. The weights "
-         "were never updated from a non-finite step and no checkpoint holds one; lower the learning rate, set "
-         "gradient_clipping, use bf16 or fp16 loss scaling, or check the data and the model's loss",
-         step, what, nonfinite_in_a_row_, max_nonfinite_);
-  if (world_.rank() == 0)
-    log::warn("step {}: non-finite {}; the step is skipped (no optimizer or LR-schedule step), {} in a row, the run "
-              "stops at {}",
-              step, what, nonfinite_in_a_row_, max_nonfinite_);
-  return false;
+  // Tests of the guard: a NaN in one rank's gradients (any precision), an inf where overflow is checked.
+  auto write_all = [&](float value) {
+    unsigned char bits[8];
+    kernels::store_from_f32(bits, grads_->dtype(), &value, 1);
+    for (const GradSlice& s : slices) s.device->copy_from_host(s.data, bits, dtype_size(grads_->dtype()));
+  };
+  inject_fault(FaultPoint::gradients_nan, step, world_.rank(), world_.size(),
+               [&] { write_all(std::numeric_limits<float>::quiet_NaN()); });
+  if (guard_->checks_overflow())
+    inject_fault(FaultPoint::gradients_reduced, step, world_.rank(), world_.size(), [&] { write_all(kInf); });
+  // Stage 0: the gradients are already reduced and identical on every rank. Stages 1-3: each
+  // rank holds its own partition.
+  return guard_->check(slices, grads_->dtype(), plan_.zero.optimizer_partitioned && world_.size() > 1, local_loss,
+                       step);
 }
 
 void Engine::log_step(double local_loss) {
@@ -537,7 +478,7 @@ void Engine::log_step(double local_loss) {
   r.tokens_per_s = r.samples_per_s * static_cast<double>(plugin_.data().tokens_per_sample);
   r.grad_norm = last_grad_norm_;
   r.skipped = counters_.skipped_steps;
-  if (scaler_->checks_overflow()) r.loss_scale = scaler_->scale();
+  if (guard_->scaler().checks_overflow()) r.loss_scale = guard_->scaler().scale();
   r.memory = device_.stats();
   const std::string swap = swap_line(secs);
   if (world_.rank() == 0) {

@@ -18,7 +18,7 @@
 #include "runtime/observe/flops_profiler.h"
 #include "runtime/observe/memory_plan.h"
 #include "runtime/observe/train_log.h"
-#include "runtime/optim/loss_scaler.h"
+#include "runtime/optim/grad_guard.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/plans.h"
@@ -111,12 +111,9 @@ class Engine {
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;
   void initialise_params();
-  // Overflow check, global norm, clip and unscale factor; returns false when the step must be
-  // skipped. `local_loss`: this rank's loss for the step, checked for NaN/inf with the norm.
-  bool prepare_gradients(float* grad_scale, double local_loss);
-  // A step with a NaN or infinite loss or gradient norm (`what`): warns and returns false, or
-  // throws once DSCPP_MAX_NONFINITE_STEPS such steps came in a row.
-  bool skip_nonfinite(const std::string& what);
+  // The gradient guard's verdict on this rank's reduced gradients; `local_loss`: this rank's loss
+  // for the step.
+  GradVerdict check_gradients(double local_loss);
   void log_step(double loss);
   void report();
   void log_memory_peaks();
@@ -152,7 +149,7 @@ class Engine {
   std::unique_ptr<MasterWeights> master_;
   OptimizerOffloadPlan offload_;  // the plan's optimizer offload when training (none with --eval_only)
   SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
-  std::unique_ptr<LossScaler> scaler_;
+  std::unique_ptr<GradGuard> guard_;  // overflow, norm, clipping, non-finite steps; owns the loss scaler
   Timers timers_;
   CsvMonitor csv_;
   std::shared_ptr<comm::CommsLogger> comms_log_;  // comms_logger.enabled
@@ -160,8 +157,6 @@ class Engine {
   int64_t total_steps_ = 0;
   double last_grad_norm_ = -1;
   std::optional<DataFingerprint> data_;  // computed at the first save or load
-  int64_t nonfinite_in_a_row_ = 0;  // steps skipped for a NaN/inf loss or gradient norm
-  int64_t max_nonfinite_ = 3;       // DSCPP_MAX_NONFINITE_STEPS
   double last_lr_ = 0;  // the lr the last optimizer step used
   // Throughput window since the last print.
   std::chrono::steady_clock::time_point window_start_;
