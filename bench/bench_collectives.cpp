@@ -111,7 +111,8 @@ Args parse_args(int argc, char** argv) {
     if (flag == "--backend")
       args.backend = value;
     else if (flag == "--device")
-      args.device = std::string(value) == "cuda-sim" ? value : (die(fmt::format("--device {}: only cuda-sim", value)), "");
+      args.device =
+          std::string(value) == "cuda-sim" ? value : (die(fmt::format("--device {}: only cuda-sim", value)), "");
     else if (flag == "--min-bytes")
       args.min_bytes = parse_bytes(flag, value);
     else if (flag == "--max-bytes")

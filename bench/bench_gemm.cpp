@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
   }
   if (have_avx512)
     std::printf("all shapes, %d thread%s: OpenBLAS %.1f GFLOP/s, dscpp %.1f GFLOP/s, ratio %.2fx\n", threads,
-                threads == 1 ? "" : "s", flops_total / total[0] / 1e9, flops_total / total[1] / 1e9, total[0] / total[1]);
+                threads == 1 ? "" : "s", flops_total / total[0] / 1e9, flops_total / total[1] / 1e9,
+                total[0] / total[1]);
   if (const double peak = fma_peak() * threads; peak > 0) {
     std::printf("FMA peak of %d core%s: %.1f GFLOP/s; OpenBLAS at %.0f%% of it", threads, threads == 1 ? "" : "s",
                 peak, 100 * flops_total / total[0] / 1e9 / peak);

@@ -6,7 +6,8 @@
 //   dscpp AdamW runtime::Optimizer (make_optimizer, type AdamW), what the engine calls
 //   torch AdamW torch.optim.AdamW (foreach when available) via bench/torch_adamw.py, same
 //               thread count, when PyTorch is importable by /usr/bin/python3
-// Best of --reps timed steps after a warm-up step, the fused loop and AdamW alternating. Target: dscpp ≥ 0.9 × fused loop.
+// Best of --reps timed steps after a warm-up step, the fused loop and AdamW alternating. Target:
+// dscpp ≥ 0.9 × fused loop.
 //
 //   bench_optimizer [--params N=50000000] [--threads T=2] [--reps R=10] [--all-levels]
 //                   [--torch-script PATH] [--no-torch]
@@ -110,8 +111,9 @@ int main(int argc, char** argv) {
     else if (a == "--no-torch") torch = false;
     else if (a == "--all-levels") all_levels = true;
     else {
-      std::fprintf(stderr, "usage: %s [--params N] [--threads T] [--reps R] [--all-levels] [--torch-script PATH] [--no-torch]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr, "usage: %s [--params N] [--threads T] [--reps R] [--all-levels] [--torch-script PATH] [--no-torch]\n",
+          argv[0]);
       return 2;
     }
   }

@@ -92,8 +92,9 @@ ExportResult export_hf(const std::string& ckpt, const std::string& out_dir, cons
   // A shared parameter under its owner's name only, as transformers' save_pretrained keeps it.
   const std::map<std::string, std::string> meta{{"format", "pt"}, {kLayoutKey, kHfLayout}};
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string file = shards.size() == 1 ? "model.safetensors"
-                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+    const std::string file = shards.size() == 1
+                                 ? "model.safetensors"
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
     std::vector<TensorToWrite> tensors;
     for (size_t i : shards[s]) {
       const ParamDesc& d = m.layout.params[i];

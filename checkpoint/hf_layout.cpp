@@ -38,7 +38,8 @@ bool written_by_old_dscpp(const SafetensorsFile& f) {
 }
 
 TensorToWrite transposed_for_file(TensorToWrite t) {
-  if (t.shape.size() != 2) fail("tensor '{}' is to be written transposed but has {} dimensions", t.name, t.shape.size());
+  if (t.shape.size() != 2)
+    fail("tensor '{}' is to be written transposed but has {} dimensions", t.name, t.shape.size());
   const int64_t rows = t.shape[0], cols = t.shape[1], numel = rows * cols;
   const size_t elem = dtype_size(t.dtype);
   auto whole = std::make_shared<std::vector<unsigned char>>();
@@ -56,7 +57,8 @@ TensorToWrite transposed_for_file(TensorToWrite t) {
     // Element (c, r) of the file's [cols, rows] is memory's (r, c).
     auto* out = static_cast<unsigned char*>(dst);
     for (int64_t e = first; e < first + count; ++e)
-      std::memcpy(out + (e - first) * static_cast<int64_t>(elem), mem + ((e % rows) * cols + e / rows) * static_cast<int64_t>(elem), elem);
+      std::memcpy(out + (e - first) * static_cast<int64_t>(elem),
+                  mem + ((e % rows) * cols + e / rows) * static_cast<int64_t>(elem), elem);
     if (first + count == numel) std::vector<unsigned char>().swap(*whole);
   };
   t.data = nullptr;
@@ -73,7 +75,8 @@ void TransposedReader::read(const SafetensorsFile& f, const std::string& key, in
     key_ = key;
   }
   // Element (r, c) of memory's [rows, cols] is the file's (c, r).
-  for (int64_t e = first; e < first + count; ++e) dst[e - first] = cache_[static_cast<size_t>((e % cols) * rows + e / cols)];
+  for (int64_t e = first; e < first + count; ++e)
+    dst[e - first] = cache_[static_cast<size_t>((e % cols) * rows + e / cols)];
 }
 
 }  // namespace dscpp::ckpt

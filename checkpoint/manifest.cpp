@@ -176,7 +176,8 @@ Manifest read_manifest(const std::string& tag_dir) {
            kManifestFile);
     }
     for (const std::string& f : m.files)
-      if (!m.checksums.count(f)) fail("checkpoint {}: {}: files.sha256 has no digests for {}", tag_dir, kManifestFile, f);
+      if (!m.checksums.count(f))
+        fail("checkpoint {}: {}: files.sha256 has no digests for {}", tag_dir, kManifestFile, f);
   }
   // Last, so that a structural error above names what is wrong: any other change since save
   // (a value edited or a flipped digit that still parses) shows here.

@@ -60,7 +60,8 @@ TensorToWrite CheckpointReader::tensor(size_t i, const std::string& name, DType 
       if (!f32) chunk.resize(static_cast<size_t>(count)), f32 = chunk.data();
       // Element (c, r) of the file's [cols, rows] is memory's (r, c).
       const int64_t rows = d.shape[0], cols = d.shape[1];
-      for (int64_t e = first; e < first + count; ++e) f32[e - first] = staged_[static_cast<size_t>((e % rows) * cols + e / rows)];
+      for (int64_t e = first; e < first + count; ++e)
+        f32[e - first] = staged_[static_cast<size_t>((e % rows) * cols + e / rows)];
       if (dtype != DType::f32) convert(f32, DType::f32, dst, dtype, static_cast<size_t>(count));
     } else if (f32) {
       source_->read(static_cast<size_t>(index), what_, first, count, f32);

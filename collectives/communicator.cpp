@@ -103,7 +103,8 @@ struct Task {
 std::string describe(const OpRecord& r) {
   if (r.kind == OpKind::barrier) return fmt::format("barrier #{}", r.seq);
   std::string what = fmt::format("{} #{} ({}", op_kind_name(r.kind), r.seq, dtype_name(r.dtype));
-  if (r.kind == OpKind::allreduce || r.kind == OpKind::reduce_scatter) what += fmt::format(" {}", reduce_op_name(r.reduce));
+  if (r.kind == OpKind::allreduce || r.kind == OpKind::reduce_scatter)
+    what += fmt::format(" {}", reduce_op_name(r.reduce));
   return what + fmt::format(", {:.2f} MiB)", static_cast<double>(r.bytes) / (1 << 20));
 }
 
@@ -363,7 +364,8 @@ WorkHandle Communicator::allgather_async(const void* input, void* output, size_t
   return submit({OpKind::allgather, input, output, count, dtype, ReduceOp::sum, 0});
 }
 WorkHandle Communicator::broadcast_async(void* buffer, size_t count, DType dtype, int root) {
-  if (root < 0 || root >= size()) fail("group '{}': broadcast root {} is not a rank of a group of {}", context_.name, root, size());
+  if (root < 0 || root >= size())
+    fail("group '{}': broadcast root {} is not a rank of a group of {}", context_.name, root, size());
   return submit({OpKind::broadcast, buffer, buffer, count, dtype, ReduceOp::sum, root});
 }
 WorkHandle Communicator::all_to_all_async(const void* input, void* output, size_t count, DType dtype) {
@@ -383,7 +385,8 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   for (int r = 0; r < size(); ++r) {
     std::string v = store.get(fmt::format("{}/{}", tag, r), context_.timeout);
     int c = 0, k = 0;
-    if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2) fail("group '{}': malformed split record '{}' from rank {}", context_.name, v, r);
+    if (std::sscanf(v.c_str(), "%d %d", &c, &k) != 2)
+      fail("group '{}': malformed split record '{}' from rank {}", context_.name, v, r);
     if (c == color && color >= 0) same.emplace_back(k, r, c);
   }
   std::sort(same.begin(), same.end());
@@ -402,7 +405,8 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   std::unique_ptr<Backend> sub;
   run_control([&] { sub = backend_->split(plan); }, std::nullopt, {});
   if (color < 0) return nullptr;
-  if (!sub) fail("group '{}': the {} engine returned no sub-group for color {}", context_.name, backend_->name(), color);
+  if (!sub)
+    fail("group '{}': the {} engine returned no sub-group for color {}", context_.name, backend_->name(), color);
   auto child = std::make_unique<Communicator>(plan.context, std::move(sub));
   child->set_schedule_check(schedule_check());
   return child;
@@ -536,9 +540,9 @@ void Communicator::report_hang(uint64_t seq, double waited_s, const std::string&
                             fields >= 2 ? fmt::format(" ({})", op) : "");
     }
   }
-  std::string message =
-      fmt::format("group '{}' ({}): {} did not complete within the group timeout ({:g} s; rank {} waited {:.1f} s)",
-                  context_.name, backend_->name(), current, std::chrono::duration<double>(context_.timeout).count(), rank(), waited_s);
+  std::string message = fmt::format(
+      "group '{}' ({}): {} did not complete within the group timeout ({:g} s; rank {} waited {:.1f} s)", context_.name,
+      backend_->name(), current, std::chrono::duration<double>(context_.timeout).count(), rank(), waited_s);
   if (!behind.empty()) message += ". Behind:" + behind.substr(1);
   if (!silent.empty())
     message += fmt::format(". Reported no progress on this group (progress is reported once a second: dead, stopped "

@@ -108,7 +108,9 @@ class Communicator {
   void allgather(const void* input, void* output, size_t count, DType dtype) {
     allgather_async(input, output, count, dtype)->wait();
   }
-  void broadcast(void* buffer, size_t count, DType dtype, int root) { broadcast_async(buffer, count, dtype, root)->wait(); }
+  void broadcast(void* buffer, size_t count, DType dtype, int root) {
+    broadcast_async(buffer, count, dtype, root)->wait();
+  }
   void all_to_all(const void* input, void* output, size_t count, DType dtype) {
     all_to_all_async(input, output, count, dtype)->wait();
   }

@@ -181,8 +181,9 @@ class GlooBackend final : public Backend {
 
   void run(const OpDesc& op) override {
     if (!broken_.empty())
-      throw PeerFailure(fmt::format("gloo group '{}': {} refused: the group failed earlier and cannot be used again ({})",
-                                    context_.name, op_kind_name(op.kind), broken_));
+      throw PeerFailure(
+          fmt::format("gloo group '{}': {} refused: the group failed earlier and cannot be used again ({})",
+                      context_.name, op_kind_name(op.kind), broken_));
     peer_ = -1;
     try {
       dispatch(op);
@@ -270,7 +271,8 @@ class GlooBackend final : public Backend {
     std::vector<std::string> missing;
     try {
       // One parked request, not a poll: every survivor of a large group asks at once.
-      missing = context_.store->wait(keys, std::min<std::chrono::milliseconds>(context_.timeout, std::chrono::seconds(2)));
+      missing =
+          context_.store->wait(keys, std::min<std::chrono::milliseconds>(context_.timeout, std::chrono::seconds(2)));
     } catch (const std::exception&) {
       return told;
     }

@@ -108,7 +108,8 @@ class HierarchicalBackend final : public Backend {
   void broadcast(const OpDesc& op) {
     int where = position_.at(op.root);
     int root_node = where / h_.local_size, root_local = where % h_.local_size;
-    if (h_.local == root_local) cross_->run({OpKind::broadcast, op.output, op.output, op.count, op.dtype, op.reduce, root_node});
+    if (h_.local == root_local)
+      cross_->run({OpKind::broadcast, op.output, op.output, op.count, op.dtype, op.reduce, root_node});
     local_->run({OpKind::broadcast, op.output, op.output, op.count, op.dtype, op.reduce, root_local});
   }
 

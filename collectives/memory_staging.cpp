@@ -84,7 +84,8 @@ void MemoryStaging::run(const OpDesc& op, int size, const std::function<void(con
         staged.input = base;
         staged.output = base + bytes;
         run(staged);
-        for (size_t r = 0; r < n; ++r) copy_between(device_, out + r * slice_bytes + offset, base + (r + 1) * bytes, bytes);
+        for (size_t r = 0; r < n; ++r)
+          copy_between(device_, out + r * slice_bytes + offset, base + (r + 1) * bytes, bytes);
         break;
       case OpKind::all_to_all:
         for (size_t r = 0; r < n; ++r) copy_between(device_, base + r * bytes, in + r * slice_bytes + offset, bytes);

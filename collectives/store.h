@@ -66,7 +66,8 @@ class MemoryStore final : public Store {
 // Prepends "<prefix>/" to every key of an underlying store it shares ownership of.
 class PrefixStore final : public Store {
  public:
-  PrefixStore(std::string prefix, std::shared_ptr<Store> base) : prefix_(std::move(prefix) + "/"), base_(std::move(base)) {}
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+      : prefix_(std::move(prefix) + "/"), base_(std::move(base)) {}
   void set(const std::string& key, std::string_view value) override { base_->set(prefix_ + key, value); }
   std::string get(const std::string& key, Millis timeout) override { return base_->get(prefix_ + key, timeout); }
   int64_t add(const std::string& key, int64_t delta) override { return base_->add(prefix_ + key, delta); }

@@ -243,7 +243,8 @@ World create_world(const CommOptions& o) {
     auto local = node_group(local_engine, "hier.node").second;
     auto cross = cross_group(between, "hier.cross").second;
     auto flat_backend = build(between, group(o, w.store, "hier.flat", o.rank, o.world_size, address), 0, {});
-    world_backend = make_hierarchical_backend(world_ctx, h, std::move(local), std::move(cross), std::move(flat_backend));
+    world_backend =
+        make_hierarchical_backend(world_ctx, h, std::move(local), std::move(cross), std::move(flat_backend));
   } else {
     world_backend = build(choice, world_ctx, 0, {});
   }
@@ -289,7 +290,8 @@ CommOptions comm_options_from_env() {
   }
   if (auto v = env("DSCPP_COMM_BACKEND")) o.backend = parse_backend_choice(*v);
   constexpr double kYear = 365.0 * 24 * 3600;
-  if (auto s = number("DSCPP_COMM_TIMEOUT", 1e-3, kYear, "seconds > 0")) o.timeout = Millis(static_cast<int64_t>(*s * 1000));
+  if (auto s = number("DSCPP_COMM_TIMEOUT", 1e-3, kYear, "seconds > 0"))
+    o.timeout = Millis(static_cast<int64_t>(*s * 1000));
   if (auto s = number("DSCPP_RENDEZVOUS_TIMEOUT", 1e-3, kYear, "seconds > 0"))
     o.connect_timeout = Millis(static_cast<int64_t>(*s * 1000));
   if (auto n = number("DSCPP_RANKS_PER_NODE", 1, 1 << 20, "a positive number of ranks per host")) {
@@ -297,7 +299,8 @@ CommOptions comm_options_from_env() {
     o.ranks_per_node = static_cast<int>(*n);
   }
   if (auto b = number("DSCPP_COMM_STAGING_BYTES", 64, 1ull << 40, "a staging area of at least 64 bytes")) {
-    if (*b != static_cast<double>(static_cast<size_t>(*b))) fail("DSCPP_COMM_STAGING_BYTES='{}': expected a whole number of bytes", *b);
+    if (*b != static_cast<double>(static_cast<size_t>(*b)))
+      fail("DSCPP_COMM_STAGING_BYTES='{}': expected a whole number of bytes", *b);
     o.staging_bytes = static_cast<size_t>(*b);
   }
   if (auto v = env("DSCPP_CHECK_SCHEDULE")) {

@@ -57,7 +57,8 @@ std::optional<RankIdentity> discover_rank(const EnvGetter& env) {
     // SLURM sets SLURM_NTASKS in a batch script too; only a task (SLURM_PROCID) is a rank.
     if (!rank) continue;
     if (!world) fail("{} is set but {} is not; both are needed to know the job's size", s.rank, s.world_size);
-    if (*world < 1 || *rank >= *world) fail("{}={} is outside the job of {}={} ranks", s.rank, *rank, s.world_size, *world);
+    if (*world < 1 || *rank >= *world)
+      fail("{}={} is outside the job of {}={} ranks", s.rank, *rank, s.world_size, *world);
     RankIdentity id;
     id.rank = *rank;
     id.world_size = *world;
@@ -69,7 +70,8 @@ std::optional<RankIdentity> discover_rank(const EnvGetter& env) {
     } else if (std::string(s.source).rfind("SLURM", 0) == 0) {
       // SLURM_TASKS_PER_NODE is a run-length list ("2(x3),1"); the task's own node count
       // is SLURM_NTASKS_PER_NODE when uniform, else world / nodes is the best estimate.
-      id.local_size = optional_int("SLURM_NTASKS_PER_NODE").value_or(std::max(1, id.world_size / std::max(1, id.node_count)));
+      id.local_size =
+          optional_int("SLURM_NTASKS_PER_NODE").value_or(std::max(1, id.world_size / std::max(1, id.node_count)));
     } else {
       id.local_size = std::max(1, id.world_size / std::max(1, id.node_count));
     }

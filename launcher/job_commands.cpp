@@ -188,7 +188,8 @@ std::vector<std::string> mpirun_argv(const WorldPlan& plan, const std::vector<st
   // host:slots grants exactly the plan's slots (more ranks than cores need no --oversubscribe),
   // and by-slot mapping numbers ranks host by host, as the plan does.
   std::string hosts;
-  for (const auto& h : plan.hosts) hosts += (hosts.empty() ? "" : ",") + host_name_of(h.host) + ":" + std::to_string(h.slots.size());
+  for (const auto& h : plan.hosts)
+    hosts += (hosts.empty() ? "" : ",") + host_name_of(h.host) + ":" + std::to_string(h.slots.size());
   argv.insert(argv.end(), {"--host", hosts, "--map-by", "slot"});
   // dscpp stops the job itself (SIGUSR1 to mpirun reaches every shim), after the shims reported
   // which rank failed first; mpirun's own abort would kill a rank that is still failing on its

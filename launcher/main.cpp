@@ -108,7 +108,8 @@ int run_internal(const std::string& command, std::vector<std::string> args) {
     else if (args.front() == "--stop_on_usr1")
       stop_on_usr1 = true;
     else
-      throw dscpp::Error("unknown argument '" + args.front() + "'; expected --local_rank_at=I, --stop_on_stdin, --stop_on_usr1, --");
+      throw dscpp::Error("unknown argument '" + args.front() +
+                         "'; expected --local_rank_at=I, --stop_on_stdin, --stop_on_usr1, --");
     args.erase(args.begin());
   }
   if (!args.empty() && args.front() == "--") args.erase(args.begin());
@@ -173,7 +174,8 @@ int main(int argc, char** argv) {
       "Validate FILE as DeepSpeed would (strictly: unknown keys are errors, with the closest valid key), resolve\n"
       "\"auto\" values the way the HF Trainer does, and print the effective config with each value's source.\n"
       "Exit status: 0 valid, 1 invalid.");
-  check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)")->required();
+  check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)")
+      ->required();
   check_cmd->add_flag("--json", check.json, "print the effective config as JSON instead of a table");
   check_cmd->add_flag("-q,--quiet", check.quiet, "print only problems");
   dscpp::config::add_fact_flags(check_cmd, check.facts, false);

@@ -63,8 +63,9 @@ MegatronIndex read_megatron_index(const std::string& idx, size_t bin_bytes) {
   int64_t offset = 0;
   for (uint64_t i = 0; i < sequences; ++i) {
     if (pointers[i] != offset)
-      bad(idx, "sequence " + std::to_string(i) + " starts at byte " + std::to_string(pointers[i]) + " of the .bin, not " +
-                   std::to_string(offset) + " after the one before (sequences must lie end to end)");
+      bad(idx, "sequence " + std::to_string(i) + " starts at byte " + std::to_string(pointers[i]) +
+                   " of the .bin, not " + std::to_string(offset) +
+                   " after the one before (sequences must lie end to end)");
     offset += static_cast<int64_t>(lengths[i]) * m.width;
     m.tokens += lengths[i];
   }
@@ -115,8 +116,8 @@ TokenFile::TokenFile(const std::string& path, int raw_width, int64_t vocab_size)
     data_bytes = file_bytes - kLlmcHeader;
     if (count_ < 0 || static_cast<size_t>(count_) * static_cast<size_t>(width_) != data_bytes) {
       const std::string got = std::to_string(data_bytes);
-      bad(path, "llm.c header says " + std::to_string(header[2]) + " tokens of " + std::to_string(header[1] == 1 ? 2 : 4) +
-                    " bytes, but " + got + " bytes follow the header");
+      bad(path, "llm.c header says " + std::to_string(header[2]) + " tokens of " +
+                    std::to_string(header[1] == 1 ? 2 : 4) + " bytes, but " + got + " bytes follow the header");
     }
     tokens_ = bytes + kLlmcHeader;
     format_ = header[1] == 1 ? "llm.c v1 (uint16)" : "llm.c v2 (uint32)";

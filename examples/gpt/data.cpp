@@ -45,7 +45,9 @@ std::vector<std::string> fortune_files() {
     if (!fs::is_regular_file(fs::symlink_status(it->path(), sec))) continue;  // skips symlinks and dirs
     names.push_back(name);
   }
-  if (ec) fail(DSCPP_E_IO, std::string("gpt: ") + kFortunesDir + ": " + ec.message() + " (install fortunes or pass --data FILE)");
+  if (ec)
+    fail(DSCPP_E_IO,
+         std::string("gpt: ") + kFortunesDir + ": " + ec.message() + " (install fortunes or pass --data FILE)");
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -56,7 +58,8 @@ namespace {
 // Token data: the same non-overlapping windows of context+1 as text, over token ids.
 void load_tokens(Gpt& m) {
   try {
-    m.tokens = std::make_unique<examples::TokenFile>(m.cfg.tokens, static_cast<int>(m.cfg.token_bytes), m.cfg.vocab_size);
+    m.tokens =
+        std::make_unique<examples::TokenFile>(m.cfg.tokens, static_cast<int>(m.cfg.token_bytes), m.cfg.vocab_size);
   } catch (const std::exception& e) {
     fail(DSCPP_E_IO, std::string("gpt: ") + e.what());
   }

@@ -255,7 +255,8 @@ void head_backward(const Gpt* m, const LayerInfo& L, const dscpp_layer_ctx* c) {
   op("cross_entropy_backward", ops->cross_entropy_backward, ops, cp(S(kLogitProbs)), c->target, dlogits, N, V,
      c->loss_grad / static_cast<float>(N));
   k.linear_backward(dlogits, S(kLnfOut), c->params[2], c->grads[2], nullptr, dlnf, N, C, V);
-  if (c->grad_input == nullptr) fail(DSCPP_E_INVALID_ARGUMENT, "gpt: head backward without grad_input (it is never layer 0)");
+  if (c->grad_input == nullptr)
+    fail(DSCPP_E_INVALID_ARGUMENT, "gpt: head backward without grad_input (it is never layer 0)");
   op("layernorm_backward", ops->layernorm_backward, ops, cp(dlnf), c->input, c->params[0],
      static_cast<const float*>(S(kLnfMean)), static_cast<const float*>(S(kLnfRstd)), c->grad_input, c->grads[0],
      c->grads[1], N, C);

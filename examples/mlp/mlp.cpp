@@ -114,7 +114,8 @@ Split read_split(const std::string& dir, const std::string& prefix) {
   const std::string lpath = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
   std::vector<uint8_t> images = read_gzip(ipath);
   char buf[256];
-  if (images.size() < 16) fail(DSCPP_E_IO, ipath + ": " + std::to_string(images.size()) + " bytes, shorter than the 16-byte IDX3 header");
+  if (images.size() < 16)
+    fail(DSCPP_E_IO, ipath + ": " + std::to_string(images.size()) + " bytes, shorter than the 16-byte IDX3 header");
   if (be32(images, 0) != 0x00000803) {
     std::snprintf(buf, sizeof buf, ": magic number 0x%08x, expected 0x00000803 (IDX3 unsigned bytes)", be32(images, 0));
     fail(DSCPP_E_IO, ipath + buf);
@@ -130,7 +131,8 @@ Split read_split(const std::string& dir, const std::string& prefix) {
     fail(DSCPP_E_IO, ipath + buf);
   }
   std::vector<uint8_t> labels = read_gzip(lpath);
-  if (labels.size() < 8) fail(DSCPP_E_IO, lpath + ": " + std::to_string(labels.size()) + " bytes, shorter than the 8-byte IDX1 header");
+  if (labels.size() < 8)
+    fail(DSCPP_E_IO, lpath + ": " + std::to_string(labels.size()) + " bytes, shorter than the 8-byte IDX1 header");
   if (be32(labels, 0) != 0x00000801) {
     std::snprintf(buf, sizeof buf, ": magic number 0x%08x, expected 0x00000801 (IDX1 unsigned bytes)", be32(labels, 0));
     fail(DSCPP_E_IO, lpath + buf);
@@ -319,7 +321,8 @@ void report(const Mlp* m, const dscpp_infer* infer) {
       if (logits[i * kClasses + k] > logits[i * kClasses + best]) best = k;
     int truth = m->eval.labels[i];
     right += best == truth;
-    line += std::string(" [") + kClassNames[best] + (best == truth ? "" : std::string(" ≠ ") + kClassNames[truth]) + "]";
+    line +=
+        std::string(" [") + kClassNames[best] + (best == truth ? "" : std::string(" ≠ ") + kClassNames[truth]) + "]";
   }
   line += " (" + std::to_string(right) + "/" + std::to_string(n) + " right)";
   m->host.log(m->host.runtime, line.c_str());

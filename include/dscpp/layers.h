@@ -333,8 +333,9 @@ class DecoderBlock final : public Layer {
 // (backward's input), so the layer needs no vocabulary-sized buffer of its own.
 class LmHead final : public Layer {
  public:
-  LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, NormKind norm, float eps, const Name& norm_weight,
-         const Name& norm_bias, const Name& weight, Init init, const std::string& tied_to = "");
+  LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, NormKind norm, float eps,
+         const Name& norm_weight, const Name& norm_bias, const Name& weight, Init init,
+         const std::string& tied_to = "");
   void forward(const Call& c) override;
   void backward(const Call& c) override;
   void decode(const DecodeCall& d) override;  // the next token's logits

@@ -115,7 +115,8 @@ class CudaMath final : public kernels::DeviceMath {
     ok(cuda::dequantize_int4_add(q, s, n, group, acc, stream()), "dequantize_int4_add");
   }
 
-  void adam_step(float* w, const float* g, float* m, float* v, int64_t n, const kernels::AdamCoeffs<float>& c) override {
+  void adam_step(float* w, const float* g, float* m, float* v, int64_t n,
+                 const kernels::AdamCoeffs<float>& c) override {
     One one(*this, w, g, m, v, n, "adam_step");
     ok(cuda::adam_step(one.lists, c, stream()), "adam_step");
   }

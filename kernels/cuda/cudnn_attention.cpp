@@ -152,7 +152,8 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(Stream stream) {
   auto impl = std::make_unique<Impl>();
   impl->stream = stream;
   if (const cudnnStatus_t st = fe::detail::create_handle(&impl->handle); st != CUDNN_STATUS_SUCCESS) {
-    log::warn("cuDNN could not start ({}): attention runs on dscpp's blockwise attention", fe::detail::get_error_string(st));
+    log::warn("cuDNN could not start ({}): attention runs on dscpp's blockwise attention",
+              fe::detail::get_error_string(st));
     impl->handle = nullptr;
     return nullptr;
   }

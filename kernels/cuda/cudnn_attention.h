@@ -1,10 +1,11 @@
 // cuDNN's fused causal attention (its SDPA graphs: FlashAttention-2's algorithm on the tensor
-// cores) behind the CUDA ops table's flash_attention_* entries, for runs whose GEMMs are on
-// 16-bit math (kernels/gemm_math.h: bf16 or fp16) or whose compute dtype is 16-bit. cuDNN's SDPA
-// takes only 16-bit inputs: a 16-bit table's tensors go in as they are; an fp32 table's q/k/v
-// (and, backward, out and dout) are cast into scratch, and the results cast back; its statistics output is the same per-query log Σ exp(scale·q·k) (natural
-// log, fp32) that the table's contract keeps, so either direction may fall back to the fp32
-// kernels of ops_attention.cu and still meet the other.
+// cores) behind the CUDA ops table's flash_attention_* entries, for runs whose GEMMs are on 16-bit
+// math (kernels/gemm_math.h: bf16 or fp16) or whose compute dtype is 16-bit. cuDNN's SDPA takes
+// only 16-bit inputs: a 16-bit table's tensors go in as they are; an fp32 table's q/k/v (and,
+// backward, out and dout) are cast into scratch, and the results cast back; its statistics output
+// is the same per-query log Σ exp(scale·q·k) (natural log, fp32) that the table's contract keeps,
+// so either direction may fall back to the fp32 kernels of ops_attention.cu and still meet the
+// other.
 //
 // A shape cuDNN has no plan for (or a build without the cuDNN frontend headers: see
 // meson_options.txt) is answered false, once logged with cuDNN's reason, and the table runs its

@@ -106,10 +106,12 @@ struct LtLinear::Impl {
         return pl;
     }
     const auto rows_of = [](cublasOperation_t t, int64_t r, int64_t c) { return t == CUBLAS_OP_N ? r : c; };
-    if (!note(cublasLtMatrixLayoutCreate(&pl.a, data_type(p.ab), rows_of(p.ta, p.m, p.k), rows_of(p.ta, p.k, p.m), p.lda),
-              "layout A") ||
-        !note(cublasLtMatrixLayoutCreate(&pl.b, data_type(p.ab), rows_of(p.tb, p.k, p.n), rows_of(p.tb, p.n, p.k), p.ldb),
-              "layout B") ||
+    if (!note(
+            cublasLtMatrixLayoutCreate(&pl.a, data_type(p.ab), rows_of(p.ta, p.m, p.k), rows_of(p.ta, p.k, p.m), p.lda),
+            "layout A") ||
+        !note(
+            cublasLtMatrixLayoutCreate(&pl.b, data_type(p.ab), rows_of(p.tb, p.k, p.n), rows_of(p.tb, p.n, p.k), p.ldb),
+            "layout B") ||
         !note(cublasLtMatrixLayoutCreate(&pl.d, data_type(p.cs), p.m, p.n, p.ldd), "layout D"))
       return pl;
     set_pointers(pl, p);

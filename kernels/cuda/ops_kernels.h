@@ -74,7 +74,8 @@ int64_t column_scratch_floats(int64_t rows, int64_t cols, int outputs);
 // dbias[c] += Σ_r dy[r,c]; scratch: column_scratch_floats(rows, cols, 1).
 Status bias_grad(Src dy, Dst dbias, int64_t rows, int64_t cols, float* scratch, Stream s);
 // dgamma[c] += Σ_r dy·x̂, dbeta[c] += Σ_r dy; scratch: column_scratch_floats(rows, cols, 2).
-Status layernorm_param_grads(Src dy, Src x, const float* mean, const float* rstd, Dst dgamma, Dst dbeta, int64_t rows, int64_t cols, float* scratch, Stream s);
+Status layernorm_param_grads(Src dy, Src x, const float* mean, const float* rstd, Dst dgamma, Dst dbeta, int64_t rows,
+                             int64_t cols, float* scratch, Stream s);
 // The embedding gradient's plan, made on the host from the ids (n < 2^31): the positions in
 // order of id (stable), then each run of one id's start (count + 1 entries), then its id.
 std::vector<int32_t> embedding_segments(const int32_t* ids, int64_t n);

@@ -402,8 +402,8 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
     }
     if (dx == nullptr) return int(DSCPP_OK);
     const void* Ws = c.operand(1, W, st, out * in);  // slot 1's x is read by a GEMM enqueued before
-    if (int s = gemm_on(c, ab, st, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dys, out, 0, Ws, in, 0, 0.0f, dx,
-                        in, 0, 1))
+    if (int s = gemm_on(c, ab, st, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dys, out, 0, Ws, in, 0, 0.0f,
+                        dx, in, 0, 1))
       return s;
     if (gelu_pre == nullptr) return int(DSCPP_OK);
     return status(ops::gelu_backward(rd(o, gelu_pre), rd(o, dx), wr(o, dx), rows * in, c.stream));

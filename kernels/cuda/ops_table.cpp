@@ -117,7 +117,8 @@ int copy(const dscpp_ops* o, const void* x, void* y, int64_t n) {
   if (int s = check_ops(o)) return s;
   if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n)) return DSCPP_E_INVALID_ARGUMENT;
   if (n == 0 || x == y) return DSCPP_OK;
-  return status(cudaMemcpyAsync(y, x, size_t(n * storage_bytes(storage_of(o->dtype))), cudaMemcpyDeviceToDevice, ctx(o).stream));
+  return status(
+      cudaMemcpyAsync(y, x, size_t(n * storage_bytes(storage_of(o->dtype))), cudaMemcpyDeviceToDevice, ctx(o).stream));
 }
 
 int add(const dscpp_ops* o, const void* a, const void* b, void* y, int64_t n) {
@@ -149,8 +150,9 @@ int bias_grad(const dscpp_ops* o, const void* dy, void* dbias, int64_t rows, int
   if (int s = check_ops(o)) return s;
   if (rows < 0 || cols < 0 || bad_ptr(dy, rows * cols) || bad_ptr(dbias, cols)) return DSCPP_E_INVALID_ARGUMENT;
   OpsContext& c = ctx(o);
-  return guarded(
-      [&] { return status(ops::bias_grad(rd(o, dy), wr(o, dbias), rows, cols, c.column_scratch(rows, cols, 1), c.stream)); });
+  return guarded([&] {
+    return status(ops::bias_grad(rd(o, dy), wr(o, dbias), rows, cols, c.column_scratch(rows, cols, 1), c.stream));
+  });
 }
 
 int gelu_forward(const dscpp_ops* o, const void* x, void* y, int64_t n) {
@@ -217,7 +219,8 @@ int layernorm_forward(const dscpp_ops* o, const void* x, const void* gamma, cons
   if (rows < 0 || cols < 0 || (cols == 0 && rows > 0) || bad_ptr(x, n) || bad_ptr(y, n) || bad_ptr(gamma, cols) ||
       bad_ptr(beta, cols) || bad_ptr(mean, rows) || bad_ptr(rstd, rows) || !(eps >= 0.0f))
     return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::layernorm_forward(rd(o, x), rd(o, gamma), rd(o, beta), wr(o, y), mean, rstd, rows, cols, eps, ctx(o).stream));
+  return status(ops::layernorm_forward(rd(o, x), rd(o, gamma), rd(o, beta), wr(o, y), mean, rstd, rows, cols, eps,
+                                       ctx(o).stream));
 }
 
 int layernorm_backward(const dscpp_ops* o, const void* dy, const void* x, const void* gamma, const float* mean,
@@ -286,7 +289,8 @@ int causal_softmax_backward(const dscpp_ops* o, const void* probs, const void* d
   const int64_t n = groups * T * T;
   if (!causal_ok(groups, T) || bad_ptr(probs, n) || bad_ptr(dprobs, n) || bad_ptr(dscores, n))
     return DSCPP_E_INVALID_ARGUMENT;
-  return status(ops::softmax_backward(rd(o, probs), rd(o, dprobs), wr(o, dscores), groups * T, T, scale, true, ctx(o).stream));
+  return status(
+      ops::softmax_backward(rd(o, probs), rd(o, dprobs), wr(o, dscores), groups * T, T, scale, true, ctx(o).stream));
 }
 
 int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table, void* out, int64_t n, int64_t vocab,
@@ -345,7 +349,8 @@ int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t*
       return int(DSCPP_E_INVALID_ARGUMENT);
     double* row_loss = c.row_loss.get<double>(size_t(rows), c.stream);
     int32_t* row_hit = c.row_hit.get<int32_t>(size_t(rows), c.stream);
-    DSCPP_CUDA_CHECK(ops::cross_entropy_forward(rd(o, logits), targets, wr(o, probs), row_loss, row_hit, rows, cols, c.stream));
+    DSCPP_CUDA_CHECK(
+        ops::cross_entropy_forward(rd(o, logits), targets, wr(o, probs), row_loss, row_hit, rows, cols, c.stream));
     // Per-row results summed on the host in row order, as the CPU table does: the fp64 total
     // is the same for any launch shape.
     std::vector<double> loss(static_cast<size_t>(rows));

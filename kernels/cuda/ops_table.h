@@ -2,8 +2,9 @@
 // through the kernels of ops_kernels.h. Its compute dtype is fp32 (as the CPU table's,
 // kernels/cpu/ops/cpu_ops.h) or bf16 / fp16: then every floating tensor is 16-bit in memory, the
 // GEMMs read and write it directly with fp32 accumulation, and the other kernels load to fp32,
-// compute in fp32 and round once on the store (elems.h). The table's `device` is its OpsContext: the stream every op is enqueued on and
-// the cuBLAS handle bound to it. One context per thread that runs layers.
+// compute in fp32 and round once on the store (elems.h). The table's `device` is its OpsContext:
+// the stream every op is enqueued on and the cuBLAS handle bound to it. One context per thread that
+// runs layers.
 //
 // Built with DSCPP_CUDA_HOST_STUB (kernels/cuda/sim), the same table runs on the CPU: kernels
 // on the host launch layer, runtime and cuBLAS calls on kernels/cuda/sim/cuda_runtime_stub.h,

@@ -68,7 +68,8 @@ DescribedModel describe_model(const std::string& model, const std::vector<std::s
     fail("--model needs dscpp-runtime, which loads the plugin; it is not at {} (install it next to "
          "dscpp)",
          runtime);
-  std::string cmd = shell_quote(runtime) + " --model " + shell_quote(fs::absolute(model).string()) + " --describe_model";
+  std::string cmd =
+      shell_quote(runtime) + " --model " + shell_quote(fs::absolute(model).string()) + " --describe_model";
   if (!plugin_args.empty()) {
     cmd += " --";
     for (const auto& a : plugin_args) cmd += " " + shell_quote(a);
@@ -94,7 +95,8 @@ DescribedModel describe_model(const std::string& model, const std::vector<std::s
   d.name = member(v, "model", Kind::string, model).text;
   std::vector<LayerParamCount> layers;
   for (const auto& layer : member(v, "layers", Kind::array, model).items)
-    layers.push_back({member(layer, "name", Kind::string, model).text, member(layer, "params", Kind::integer, model).integer});
+    layers.push_back(
+        {member(layer, "name", Kind::string, model).text, member(layer, "params", Kind::integer, model).integer});
   d.counts = count_model_params(std::move(layers));
   // A mismatch means dscpp and dscpp-runtime disagree on the format (different builds).
   int64_t total = member(v, "total_params", Kind::integer, model).integer;

@@ -1,8 +1,8 @@
-// The commands that are other programs: `dscpp aio-bench` hands its arguments to
-// dscpp-aio-bench, `dscpp gradcheck` and `dscpp generate` to dscpp-runtime --gradcheck/--generate. The benchmark needs the async
-// I/O engine (offload/, liburing, libaio) and the gradient check the runtime's layer runner, and
-// the launcher links no engine code, so they live in executables installed next to dscpp (as
-// dscpp-runtime does for `dscpp estimate --model`).
+// The commands that are other programs: `dscpp aio-bench` hands its arguments to dscpp-aio-bench,
+// `dscpp gradcheck` and `dscpp generate` to dscpp-runtime --gradcheck/--generate. The benchmark
+// needs the async I/O engine (offload/, liburing, libaio) and the gradient check the runtime's
+// layer runner, and the launcher links no engine code, so they live in executables installed next
+// to dscpp (as dscpp-runtime does for `dscpp estimate --model`).
 #include "core/error.h"
 #include "launcher/commands/commands.h"
 #include "launcher/job_commands.h"

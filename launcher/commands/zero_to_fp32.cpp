@@ -35,8 +35,8 @@ std::function<void(const ckpt::ConsolidateProgress&)> progress_lines(const char*
     std::fprintf(
         stderr, "%s",
         fmt::format(
-            "{}: {}/{} tensors, {} of {} ({:.0f}%)\n", command, p.tensors_done, p.tensors_total, gigabytes(p.bytes_done),
-            gigabytes(p.bytes_total),
+            "{}: {}/{} tensors, {} of {} ({:.0f}%)\n", command, p.tensors_done, p.tensors_total,
+            gigabytes(p.bytes_done), gigabytes(p.bytes_total),
             p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100.0)
             .c_str());
   };
@@ -52,7 +52,11 @@ int64_t shard_bytes(const std::string& text) {
     fail("export-hf: --max_shard_size wants a size like 5GB or 500MB, got '{}'", text);
   }
   const std::string unit = text.substr(used);
-  const double scale = unit.empty() || unit == "B" ? 1 : unit == "KB" ? 1e3 : unit == "MB" ? 1e6 : unit == "GB" ? 1e9 : 0;
+  const double scale = unit.empty() || unit == "B" ? 1
+                       : unit == "KB"              ? 1e3
+                       : unit == "MB"              ? 1e6
+                       : unit == "GB"              ? 1e9
+                                                   : 0;
   if (scale == 0 || !(v > 0)) fail("export-hf: --max_shard_size wants a size like 5GB or 500MB, got '{}'", text);
   return static_cast<int64_t>(v * scale);
 }
@@ -88,9 +92,9 @@ int run_export_hf(const ExportHfArgs& args) {
                                          progress_lines("export-hf", args.progress_interval, args.quiet));
   std::printf("%s", fmt::format("wrote {}: {} ({} tensors, {} {} values, {}), from {} (ZeRO stage {}, {} rank{}, step "
                                 "{}; {}) in {:.2f} s\n",
-                                args.out_dir, fmt::join(r.files, ", "), r.read.tensors, r.read.numel, dtype_name(o.dtype),
-                                gigabytes(r.bytes), r.read.tag_dir, r.read.zero_stage, r.read.world_size,
-                                r.read.world_size == 1 ? "" : "s", r.read.global_steps,
+                                args.out_dir, fmt::join(r.files, ", "), r.read.tensors, r.read.numel,
+                                dtype_name(o.dtype), gigabytes(r.bytes), r.read.tag_dir, r.read.zero_stage,
+                                r.read.world_size, r.read.world_size == 1 ? "" : "s", r.read.global_steps,
                                 r.read.verified ? "its files match their SHA-256 digests"
                                                 : "no digests recorded: its files were not verified",
                                 std::chrono::duration<double>(Clock::now() - start).count())

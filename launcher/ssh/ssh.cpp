@@ -157,7 +157,8 @@ RemoteRunResult drive(std::vector<std::unique_ptr<HostSession>>& hosts, const Re
     if (::poll(fds.data(), fds.size(), timeout) > 0 && stop_fd_open && fds.back().revents) {
       stop_fd_open = false;
       if (!stopping) {
-        auto [code, why] = options.stop_reason ? options.stop_reason() : std::pair<int, std::string>{143, "stop requested"};
+        auto [code, why] =
+            options.stop_reason ? options.stop_reason() : std::pair<int, std::string>{143, "stop requested"};
         result.stopped = true;
         result.exit_code = code;
         say(why + "; stopping all hosts");

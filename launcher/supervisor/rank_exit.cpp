@@ -95,7 +95,8 @@ std::optional<Blame::Verdict> Blame::exited(const RankExit& exit, Clock::time_po
   if (exit.signal == 0 && exit.exit_code == kExitPeerFailed) {
     if (!bystander_) {
       bystander_ = exit;
-      bystander_deadline_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_seconds_));
+      bystander_deadline_ =
+          now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_seconds_));
     }
     return std::nullopt;
   }

@@ -101,7 +101,8 @@ using supervisor_internal::fail_errno;
 
 StopSignals::StopSignals() {
   supervisor_internal::open_wake_pipe(wake_);
-  for (size_t i = 0; i < std::size(kStopSignals); ++i) supervisor_internal::catch_signal(kStopSignals[i], g_stop_old[i]);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i)
+    supervisor_internal::catch_signal(kStopSignals[i], g_stop_old[i]);
 }
 
 StopSignals::~StopSignals() {

@@ -17,7 +17,8 @@ Args::Args(const std::string& family, const std::vector<std::string>& args, cons
     : family_(family) {
   for (size_t i = 1; i < args.size(); ++i) {
     std::string key = args[i], value;
-    if (key.rfind("--", 0) != 0) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": expected an --option, found '" + key + "'");
+    if (key.rfind("--", 0) != 0)
+      fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": expected an --option, found '" + key + "'");
     if (const size_t eq = key.find('='); eq != std::string::npos) {
       value = key.substr(eq + 1);
       key.resize(eq);
@@ -50,7 +51,8 @@ int64_t Args::integer(const std::string& key, int64_t fallback, int64_t lo) {
   errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || errno != 0 || x < lo)
-    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": " + key + " wants an integer ≥ " + std::to_string(lo) + ", got '" + v + "'");
+    fail(DSCPP_E_INVALID_ARGUMENT,
+         family_ + ": " + key + " wants an integer ≥ " + std::to_string(lo) + ", got '" + v + "'");
   return x;
 }
 
@@ -162,7 +164,8 @@ void TokenWindows::load(int32_t split, int64_t index, void* input, int32_t* targ
     fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": split " + std::to_string(split) + " is neither 0 (train) nor 1 (eval)");
   const int64_t size = split == 0 ? train_size_ : eval_size_;
   if (index < 0 || index >= size)
-    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": sample " + std::to_string(index) + " of a split of " + std::to_string(size));
+    fail(DSCPP_E_INVALID_ARGUMENT,
+         family_ + ": sample " + std::to_string(index) + " of a split of " + std::to_string(size));
   const examples::TokenFile& f = split == 1 && eval_ ? *eval_ : *train_;
   const int64_t w = (split == 1 ? eval_first_ : 0) + index;
   Window win{w * (context_ + 1), context_ + 1};

@@ -14,7 +14,8 @@ TokenEmbedding::TokenEmbedding(const Env& env, std::string name, int64_t v, int6
   if (p.empty()) return;
   if (max_positions < env.context)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + this->name() + ": a context of " + std::to_string(env.context) +
-                                       " tokens needs at least as many positions, not " + std::to_string(max_positions));
+                                       " tokens needs at least as many positions, not " +
+                                       std::to_string(max_positions));
   positions = add_param({p, {max_positions, hidden}, init, "", false, DSCPP_ROLE_EMBEDDING});
   if (env.documents) fw_positions_ = fwd_work.add(env.context * h * static_cast<int64_t>(env.elem));
 }
@@ -64,7 +65,8 @@ void TokenEmbedding::backward(const Call& c) {
   for (int64_t b = 0; b < B; ++b) {
     const void* dy = at(c.ctx.grad_output, b * T * hidden, env());
     DSCPP_CALL(c.ops(), embedding_backward, ids + b * S, dy, c.grad(table), T, vocab, hidden);
-    if (pos != nullptr) DSCPP_CALL(c.ops(), embedding_backward, pos + b * S, dy, c.grad(positions), T, max_positions, hidden);
+    if (pos != nullptr)
+      DSCPP_CALL(c.ops(), embedding_backward, pos + b * S, dy, c.grad(positions), T, max_positions, hidden);
   }
 }
 
@@ -143,7 +145,8 @@ void DecoderBlock::backward(const Call& c) {
 // ---- LmHead -------------------------------------------------------------------------------------
 
 LmHead::LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, NormKind norm, float eps,
-               const Name& norm_weight, const Name& norm_bias, const Name& weight, Init init, const std::string& tied_to)
+               const Name& norm_weight, const Name& norm_bias, const Name& weight, Init init,
+               const std::string& tied_to)
     : Layer(env, std::move(name), env.context * vocab),
       hidden_(hidden),
       vocab_(vocab),

@@ -144,7 +144,8 @@ Layer& layer_of(void* m, int32_t index) {
 
 int api_create(int argc, const char* const* argv, const dscpp_host_info* host, void** model, dscpp_error* err) {
   return guarded(err, [&] {
-    if (model == nullptr || host == nullptr) fail(DSCPP_E_INVALID_ARGUMENT, "create without a model pointer or host info");
+    if (model == nullptr || host == nullptr)
+      fail(DSCPP_E_INVALID_ARGUMENT, "create without a model pointer or host info");
     std::vector<std::string> args(argv, argv + argc);
     std::unique_ptr<Model> m = g_factory(args, *host);
     if (m == nullptr || m->layers.empty()) fail(DSCPP_E_INTERNAL, "the model has no layers");

@@ -46,8 +46,8 @@ void Linear::backward(const Call& c, const void* dy, int64_t ld, const void* x, 
   if (bias >= 0) {
     if (ld == out) DSCPP_CALL(c.ops(), bias_grad, dy, c.grad(bias), rows, out);
     else
-      DSCPP_CALL(c.ops(), gemm, DSCPP_TRANS, DSCPP_NO_TRANS, int64_t{1}, out, rows, 1.0f, ones, int64_t{1}, dy, ld, 1.0f,
-                 c.grad(bias), out);
+      DSCPP_CALL(c.ops(), gemm, DSCPP_TRANS, DSCPP_NO_TRANS, int64_t{1}, out, rows, 1.0f, ones, int64_t{1}, dy, ld,
+                 1.0f, c.grad(bias), out);
   }
   if (dx != nullptr)
     DSCPP_CALL(c.ops(), gemm, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dy, ld, c.param(weight), in,
@@ -84,8 +84,9 @@ void Norm::backward(const Call& c, const void* dy, const void* x, const float* s
 Attention::Attention(Layer& owner, const AttentionSpec& s)
     : s_(s), env_(owner.env()), width_((s.heads + 2 * s.kv_heads) * s.head_dim) {
   if (s.heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0 || s.heads % s.kv_heads != 0)
-    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": " + std::to_string(s.heads) + " query heads cannot share " +
-                                       std::to_string(s.kv_heads) + " key/value heads (it must divide them)");
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": " + std::to_string(s.heads) +
+                                       " query heads cannot share " + std::to_string(s.kv_heads) +
+                                       " key/value heads (it must divide them)");
   // Training reads each query's first key from the data input, where the model's data put it.
   if (s.window < 0 || (s.window > 0 && s.window < env_.context && !env_.documents))
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": a sliding window of " + std::to_string(s.window) +
@@ -141,7 +142,9 @@ void Attention::decode(const DecodeCall& d, const void* x, const void* residual,
     k_->forward_strided(c, x, at(qkv, Q, env_), width_, 1, ones);
     v_->forward_strided(c, x, at(qkv, Q + kv, env_), width_, 1, ones);
   }
-  if (s_.rope) DSCPP_CALL(c.ops(), rope_forward, qkv, int64_t{1}, int64_t{1}, width_, s_.heads + s_.kv_heads, D, nullptr, p, &*s_.rope);
+  if (s_.rope)
+    DSCPP_CALL(c.ops(), rope_forward, qkv, int64_t{1}, int64_t{1}, width_, s_.heads + s_.kv_heads, D, nullptr, p,
+               &*s_.rope);
   void* K = d.cache(dc_k_);
   void* V = d.cache(dc_v_);
   DSCPP_CALL(c.ops(), copy_2d, at(qkv, Q, env_), kv, at(K, p * kv, env_), kv, int64_t{1}, kv, 0);
@@ -189,8 +192,10 @@ void Attention::reduce(const Call& c, const void* dqkv3, void* dqkv) const {
 void Attention::rotate(const Call& c, void* x, bool backward) const {
   const int64_t B = c.batch(), T = env_.context, D = s_.head_dim, heads = s_.heads + s_.kv_heads;
   auto rope = [&](void* rows, int64_t batch, const int32_t* positions) {
-    if (backward) DSCPP_CALL(c.ops(), rope_backward, rows, batch, T, width_, heads, D, positions, int64_t{0}, &*s_.rope);
-    else DSCPP_CALL(c.ops(), rope_forward, rows, batch, T, width_, heads, D, positions, int64_t{0}, &*s_.rope);
+    if (backward)
+      DSCPP_CALL(c.ops(), rope_backward, rows, batch, T, width_, heads, D, positions, int64_t{0}, &*s_.rope);
+    else
+      DSCPP_CALL(c.ops(), rope_forward, rows, batch, T, width_, heads, D, positions, int64_t{0}, &*s_.rope);
   };
   if (!env_.documents) return rope(x, B, nullptr);
   const int32_t* pos = c.tokens(TokenPart::positions);
@@ -242,8 +247,8 @@ void Attention::backward(const Call& c, const void* dy, const void* x, void* dx)
     dpacked = c.bwd_work(bw_dqkv3_);
   }
   DSCPP_CALL(c.ops(), flash_attention_masked_backward, packed, first_keys(c), env_.sample_ints(), c.saved(sv_att_),
-             static_cast<const float*>(c.saved(sv_lse_)), datt, dpacked, static_cast<float*>(c.bwd_work(bw_scratch_)), B,
-             T, s_.heads, D, 1.0f / std::sqrt(static_cast<float>(D)));
+             static_cast<const float*>(c.saved(sv_lse_)), datt, dpacked, static_cast<float*>(c.bwd_work(bw_scratch_)),
+             B, T, s_.heads, D, 1.0f / std::sqrt(static_cast<float>(D)));
   if (bw_qkv3_ >= 0) reduce(c, dpacked, dqkv);
   if (s_.rope) rotate(c, dqkv, true);
   if (qkv_) {

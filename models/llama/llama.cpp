@@ -34,7 +34,8 @@ std::unique_ptr<Model> make(const std::vector<std::string>& args, const dscpp_ho
   auto m = std::make_unique<CausalLM>("llama", args, host);
   const HfConfig& c = m->config();
   const std::string type = c.string("model_type", "llama");
-  if (type != "llama" && type != "mistral" && type != "qwen2") c.bad("model_type", "\"llama\", \"mistral\" or \"qwen2\"");
+  if (type != "llama" && type != "mistral" && type != "qwen2")
+    c.bad("model_type", "\"llama\", \"mistral\" or \"qwen2\"");
   if (c.string("hidden_act", "silu") != "silu") c.bad("hidden_act", "\"silu\"");
   const int64_t V = c.integer("vocab_size"), C = c.integer("hidden_size"), L = c.integer("num_hidden_layers");
   const int64_t H = c.integer("num_attention_heads"), KV = c.integer("num_key_value_heads", H);
@@ -62,7 +63,8 @@ std::unique_ptr<Model> make(const std::vector<std::string>& args, const dscpp_ho
   a.hidden = C, a.heads = H, a.kv_heads = KV, a.head_dim = c.integer("head_dim", C / H);
   a.q = "self_attn.q_proj.weight", a.k = "self_attn.k_proj.weight", a.v = "self_attn.v_proj.weight";
   a.out = "self_attn.o_proj.weight";
-  if (qkv_bias) a.q_bias = "self_attn.q_proj.bias", a.k_bias = "self_attn.k_proj.bias", a.v_bias = "self_attn.v_proj.bias";
+  if (qkv_bias)
+    a.q_bias = "self_attn.q_proj.bias", a.k_bias = "self_attn.k_proj.bias", a.v_bias = "self_attn.v_proj.bias";
   if (out_bias) a.out_bias = "self_attn.o_proj.bias";
   a.rope = rope_of(c);
   a.window = window;

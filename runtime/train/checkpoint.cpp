@@ -250,7 +250,8 @@ void verify_files(const ckpt::Manifest& m, comm::Communicator& comm) {
 void check_data(const ckpt::Manifest& m, const CheckpointView& v, bool log_here) {
   if (!v.optimizer || !v.data) return;
   if (!m.has("data")) {
-    if (log_here) log::warn("checkpoint {} records no data fingerprint (saved by an older dscpp): not checked", m.tag_dir);
+    if (log_here)
+      log::warn("checkpoint {} records no data fingerprint (saved by an older dscpp): not checked", m.tag_dir);
     return;
   }
   const std::string diff = v.data->differences_from(DataFingerprint::from_json(m.at("data"), m.path()));
@@ -260,7 +261,8 @@ void check_data(const ckpt::Manifest& m, const CheckpointView& v, bool log_here)
          "is not there. Give the plugin the data it was trained on, or pass --accept_data_change to resume on this "
          "data deliberately",
          m.tag_dir, diff);
-  if (log_here) log::warn("checkpoint {} was trained on other data ({}); resuming anyway (--accept_data_change)", m.tag_dir, diff);
+  if (log_here)
+    log::warn("checkpoint {} was trained on other data ({}); resuming anyway (--accept_data_change)", m.tag_dir, diff);
 }
 
 // ---- writing -----------------------------------------------------------------------------
@@ -388,10 +390,9 @@ void write_gathered_weights(const std::string& staging, const CheckpointView& v,
   std::vector<ckpt::TensorToWrite> tensors;
   for (const ParamSlot& s : layout.params) {
     size_t g = static_cast<size_t>(layout.layer_group[static_cast<size_t>(s.layer)]);
+    const unsigned char* data = host[g].data() + (s.offset - layout.groups[g].begin) * static_cast<int64_t>(elem);
     for (const std::string& name : names_of(s.name, v))
-      tensors.push_back(for_file({name, v.params_dtype, s.shape,
-                                  host[g].data() + (s.offset - layout.groups[g].begin) * static_cast<int64_t>(elem), {}},
-                                 s.name, v));
+      tensors.push_back(for_file({name, v.params_dtype, s.shape, data, {}}, s.name, v));
   }
   written[kModel16bitFile] = ckpt::write_safetensors(
       (fs::path(staging) / kModel16bitFile).string(), tensors,
@@ -539,13 +540,14 @@ void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, con
   // A file holds one layout: weights that appear in dscpp's [out, in] order mean its square ones
   // are transposed too, which no shape shows.
   if (!swapped.empty())
-    problems.insert(problems.begin(),
-                    fmt::format("it holds {} in dscpp's in-memory [out, in] order where Hugging Face files (and this "
-                                "dscpp's) hold [in, out], so its square matrices{} would be read transposed without "
-                                "notice; convert the checkpoint it came from again with this dscpp (zero-to-fp32 or "
-                                "export-hf), or transpose those tensors in the file",
-                                fmt::join(swapped, ", "),
-                                square.empty() ? "" : fmt::format(" ({} of them, such as '{}')", square.size(), square[0])));
+    problems.insert(
+        problems.begin(),
+        fmt::format("it holds {} in dscpp's in-memory [out, in] order where Hugging Face files (and this "
+                    "dscpp's) hold [in, out], so its square matrices{} would be read transposed without "
+                    "notice; convert the checkpoint it came from again with this dscpp (zero-to-fp32 or "
+                    "export-hf), or transpose those tensors in the file",
+                    fmt::join(swapped, ", "),
+                    square.empty() ? "" : fmt::format(" ({} of them, such as '{}')", square.size(), square[0])));
   for (const ckpt::ParamDesc& t : source.params())
     if (!wanted.count(t.name) && !w.tied.count(t.name)) {
       const std::string near = config::closest_match(t.name, names);
@@ -556,7 +558,8 @@ void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, con
   auto listed = [](const std::vector<std::string>& v) {
     constexpr size_t kShown = 8;
     std::vector<std::string> head(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), kShown)));
-    return fmt::format("{}{}", fmt::join(head, ", "), v.size() > kShown ? fmt::format(" and {} more", v.size() - kShown) : "");
+    return fmt::format("{}{}", fmt::join(head, ", "),
+                       v.size() > kShown ? fmt::format(" and {} more", v.size() - kShown) : "");
   };
   if (!w.partial && (!missing.empty() || !unused.empty()))
     fail("{} does not fit the model:{}{} (a model that starts from part of a file says so: init_partial)", w.path,
@@ -564,7 +567,8 @@ void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, con
          unused.empty() ? "" : fmt::format(" {} tensor(s) the model does not use: {}", unused.size(), listed(unused)));
   if (comm.rank() == 0) {
     if (!missing.empty())
-      log::warn("{}: {} parameter(s) not in the file keep their initial values: {}", w.path, missing.size(), listed(missing));
+      log::warn("{}: {} parameter(s) not in the file keep their initial values: {}", w.path, missing.size(),
+                listed(missing));
     if (!unused.empty()) log::warn("{}: {} tensor(s) not used: {}", w.path, unused.size(), listed(unused));
   }
   LocalPartitions local = local_partitions(v, comm);

@@ -64,7 +64,8 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
     for (const TiedParam& t : layers[l].tied) {
       const size_t bytes = static_cast<size_t>(t.numel * ce);
       owned_ties_[static_cast<size_t>(t.owner_layer)].push_back(ties_.size());
-      ties_.push_back(Tie{static_cast<int>(l), t.slot, layers[static_cast<size_t>(t.owner_layer)].params[static_cast<size_t>(t.owner_param)].slot,
+      ties_.push_back(Tie{static_cast<int>(l), t.slot,
+                          layers[static_cast<size_t>(t.owner_layer)].params[static_cast<size_t>(t.owner_param)].slot,
                           t.numel, DeviceBuffer(device, bytes, MemCategory::buffers),
                           DeviceBuffer(device, bytes, MemCategory::buffers)});
     }
@@ -116,7 +117,8 @@ void LayerRunner::check_guards(int layer, const std::vector<Guard>& guards, bool
 }
 
 void LayerRunner::check_op(const char* what, int status) const {
-  if (status != DSCPP_OK) fail("sharing a parameter between layers: the ops table's {} failed with status {}", what, status);
+  if (status != DSCPP_OK)
+    fail("sharing a parameter between layers: the ops table's {} failed with status {}", what, status);
 }
 
 // A shared parameter: the owner's forward leaves a copy of its values for the user, whose
@@ -142,7 +144,8 @@ void LayerRunner::bind(void* params, void* grads) {
   const int64_t pe = static_cast<int64_t>(dtype_size(param_dtype_)), ge = static_cast<int64_t>(dtype_size(grad_dtype_));
   source_ = [this, params, grads, pe, ge](int layer, LayerPass) {
     int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
-    return LayerMemory{static_cast<const char*>(params) + first * pe, grads ? static_cast<char*>(grads) + first * ge : nullptr};
+    return LayerMemory{static_cast<const char*>(params) + first * pe,
+                       grads ? static_cast<char*>(grads) + first * ge : nullptr};
   };
 }
 

@@ -1,12 +1,13 @@
 // Runs the plugin's layers forward and backward over memory the runtime owns.
 //
-// The runner keeps every layer's output of the current micro-batch (the next layer's backward
-// needs its input) plus the bytes each layer asked to save, one shared workspace, and two
-// gradient buffers that backward ping-pongs between. With activation checkpointing it keeps
-// only the segments' inputs and runs each segment's forward again in backward
-// (runtime/train/activation_checkpointing.h says where every activation byte lives). Where a layer's parameters and gradients
-// are is asked per call from a memory source (the engine's ZeRO stage decides: whole arrays,
-// partition-group staging buffers, gathered stage-3 buffers), addressed by the flat layout.
+// The runner keeps every layer's output of the current micro-batch (the next layer's backward needs
+// its input) plus the bytes each layer asked to save, one shared workspace, and two gradient
+// buffers that backward ping-pongs between. With activation checkpointing it keeps only the
+// segments' inputs and runs each segment's forward again in backward
+// (runtime/train/activation_checkpointing.h says where every activation byte lives). Where a
+// layer's parameters and gradients are is asked per call from a memory source (the engine's ZeRO
+// stage decides: whole arrays, partition-group staging buffers, gathered stage-3 buffers),
+// addressed by the flat layout.
 //
 // Dtypes: the layers compute in the ops table's dtype (the compute dtype). With fp16/bf16
 // parameters it is either that 16-bit dtype (the CUDA table: parameters go to the layers as they

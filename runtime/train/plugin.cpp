@@ -142,7 +142,8 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
 
   dscpp_model_desc desc{};
   if ((rc = api_->describe(model_, &desc, &err)) != DSCPP_OK) failed("describe", rc, err);
-  if (desc.num_layers < 1) fail("model plugin {}: describe says it has {} layers (need at least 1)", name(), desc.num_layers);
+  if (desc.num_layers < 1)
+    fail("model plugin {}: describe says it has {} layers (need at least 1)", name(), desc.num_layers);
   data_ = desc.data;
   if (data_.train_size <= 0) fail("model plugin {}: its train split is empty", name());
   if (data_.input_dtype != DSCPP_F32 && data_.input_dtype != DSCPP_I32)
@@ -181,12 +182,15 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
       ParamDecl param;
       param.name = pd.full_name != nullptr ? std::string(pd.full_name)
                                            : layer.name + "." + (pd.name ? pd.name : fmt::format("p{}", p));
-      if (param.name.empty()) fail("model plugin {}: layer '{}' parameter {} has an empty full_name", name(), layer.name, p);
+      if (param.name.empty())
+        fail("model plugin {}: layer '{}' parameter {} has an empty full_name", name(), layer.name, p);
       if (pd.ndim < 1 || pd.ndim > DSCPP_MAX_DIMS)
-        fail("model plugin {}: parameter '{}' has ndim {} (expected 1..{})", name(), param.name, pd.ndim, DSCPP_MAX_DIMS);
+        fail("model plugin {}: parameter '{}' has ndim {} (expected 1..{})", name(), param.name, pd.ndim,
+             DSCPP_MAX_DIMS);
       param.numel = 1;
       for (int d = 0; d < pd.ndim; ++d) {
-        if (pd.shape[d] <= 0) fail("model plugin {}: parameter '{}' has dimension {} = {}", name(), param.name, d, pd.shape[d]);
+        if (pd.shape[d] <= 0)
+          fail("model plugin {}: parameter '{}' has dimension {} = {}", name(), param.name, d, pd.shape[d]);
         param.shape.push_back(pd.shape[d]);
         param.numel *= pd.shape[d];
       }
@@ -198,19 +202,22 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
         fail("model plugin {}: parameter '{}' is file_transposed but has {} dimensions (only a matrix can be)", name(),
              param.name, pd.ndim);
       if (pd.role < DSCPP_ROLE_UNSPECIFIED || pd.role > DSCPP_ROLE_EMBEDDING)
-        fail("model plugin {}: parameter '{}' declares role {} (dscpp_param_role is 0..{})", name(), param.name, pd.role,
-             static_cast<int>(DSCPP_ROLE_EMBEDDING));
-      param.role = pd.role == DSCPP_ROLE_UNSPECIFIED ? role_from_name(param.name) : static_cast<dscpp_param_role>(pd.role);
-      if (!param_names.insert(param.name).second) fail("model plugin {}: two parameters are named '{}'", name(), param.name);
+        fail("model plugin {}: parameter '{}' declares role {} (dscpp_param_role is 0..{})", name(), param.name,
+             pd.role, static_cast<int>(DSCPP_ROLE_EMBEDDING));
+      param.role =
+          pd.role == DSCPP_ROLE_UNSPECIFIED ? role_from_name(param.name) : static_cast<dscpp_param_role>(pd.role);
+      if (!param_names.insert(param.name).second)
+        fail("model plugin {}: two parameters are named '{}'", name(), param.name);
       if (pd.tied_to != nullptr) {
         auto owner = owners.find(pd.tied_to);
         if (owner == owners.end())
           fail("model plugin {}: parameter '{}' is tied to '{}', which no earlier layer declares", name(), param.name,
                pd.tied_to);
-        const ParamDecl& o = layers_[static_cast<size_t>(owner->second.layer)].params[static_cast<size_t>(owner->second.param)];
+        const ParamDecl& o =
+            layers_[static_cast<size_t>(owner->second.layer)].params[static_cast<size_t>(owner->second.param)];
         if (o.shape != param.shape)
-          fail("model plugin {}: parameter '{}' is tied to '{}' but declares shape [{}] where the owner has [{}]", name(),
-               param.name, pd.tied_to, fmt::join(param.shape, ", "), fmt::join(o.shape, ", "));
+          fail("model plugin {}: parameter '{}' is tied to '{}' but declares shape [{}] where the owner has [{}]",
+               name(), param.name, pd.tied_to, fmt::join(param.shape, ", "), fmt::join(o.shape, ", "));
         layer.tied.push_back(TiedParam{param.name, p, owner->second.layer, owner->second.param, param.numel});
         continue;
       }
@@ -252,7 +259,8 @@ bool Plugin::can_decode() const {
 void Plugin::decode(int layer, const dscpp_decode_ctx& ctx) const {
   dscpp_error err{};
   int rc = api_->decode(model_, layer, &ctx, &err);
-  if (rc != DSCPP_OK) failed(fmt::format("decode of layer '{}' at position {}", layers_[layer].name, ctx.position), rc, err);
+  if (rc != DSCPP_OK)
+    failed(fmt::format("decode of layer '{}' at position {}", layers_[layer].name, ctx.position), rc, err);
 }
 
 void Plugin::load_sample(int split, int64_t index, void* input, int32_t* target) const {

@@ -105,8 +105,8 @@ int run(const std::string& mode, bool small) {
     // Rank 0 hosts the store: it must not exit while the other parity group may still be setting
     // up through it.
     w.world->barrier();
-    std::printf("rank %d: %zu checks passed on %s; node group %d of %d, cross group %d of %d\n", w.world->rank(), checks,
-                w.description.c_str(), w.node->rank(), w.node->size(), w.cross->rank(), w.cross->size());
+    std::printf("rank %d: %zu checks passed on %s; node group %d of %d, cross group %d of %d\n", w.world->rank(),
+                checks, w.description.c_str(), w.node->rank(), w.node->size(), w.cross->rank(), w.cross->size());
     return 0;
   }
   if (mode == "diverge") return diverge(w);

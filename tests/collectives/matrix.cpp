@@ -113,7 +113,9 @@ struct Checker {
              [&](size_t i) { return reduce(op, [&](int r) { return value(seed + 1, r, me * count + i); }, n); },
              fmt::format("reduce_scatter {}", comm::reduce_op_name(op)), op == ReduceOp::avg ? avg_tolerance(t) : 0);
     }
-    auto gather_want = [&](size_t i) { return value(seed + 2, static_cast<int>(i / std::max<size_t>(count, 1)), i % std::max<size_t>(count, 1)); };
+    auto gather_want = [&](size_t i) {
+      return value(seed + 2, static_cast<int>(i / std::max<size_t>(count, 1)), i % std::max<size_t>(count, 1));
+    };
     {
       auto host_in = encode(input(seed + 2, me, count), t);
       auto host_out = encode(std::vector<double>(count * n, -99), t);
@@ -173,10 +175,11 @@ struct Checker {
       w->wait();
     }
     for (int k = 0; k < 4; ++k)
-      expect(placed[k].fetch(), DType::f32, count, [&](size_t i) { return reduce(ReduceOp::sum, [&](int r) { return value(40 + k, r, i); }, n); },
+      expect(placed[k].fetch(), DType::f32, count,
+             [&](size_t i) { return reduce(ReduceOp::sum, [&](int r) { return value(40 + k, r, i); }, n); },
              "async allreduce");
-    expect(gout.fetch(), DType::f32, count * n, [&](size_t i) { return value(50, static_cast<int>(i / count), i % count); },
-           "async allgather");
+    expect(gout.fetch(), DType::f32, count * n,
+           [&](size_t i) { return value(50, static_cast<int>(i / count), i % count); }, "async allgather");
   }
 };
 

@@ -1,9 +1,10 @@
 // The GPU suite (`meson test --suite gpu`): every CUDA kernel against its CPU twin on a real
-// device, through the CUDA device (device/cuda_device.h). tests/gpu/gpu_suite.sh runs it only
-// when dscpp-cuda-check finds a usable device and otherwise exits 77 (Meson's "skipped") with
-// the reason, as on the CI machines, which have none: there this suite has never run. Tolerances: bit-identical where the shared element math is evaluated in the
-// same order (casts, amp, Adam/AdamW/SGD/Adagrad/Lion, quantization, elementwise ops), fp32
-// rounding of differently ordered sums otherwise (row ops, GEMMs, LAMB's norms).
+// device, through the CUDA device (device/cuda_device.h). tests/gpu/gpu_suite.sh runs it only when
+// dscpp-cuda-check finds a usable device and otherwise exits 77 (Meson's "skipped") with the
+// reason, as on the CI machines, which have none: there this suite has never run. Tolerances:
+// bit-identical where the shared element math is evaluated in the same order (casts, amp,
+// Adam/AdamW/SGD/Adagrad/Lion, quantization, elementwise ops), fp32 rounding of differently ordered
+// sums otherwise (row ops, GEMMs, LAMB's norms).
 #include "build_config.h"
 #include "device/cuda_device.h"
 #include "kernels/cpu/amp/amp_cpu.h"
@@ -288,7 +289,8 @@ TEST_CASE("column sums, embedding gradient and flash attention match the CPU tab
   REQUIRE(g.bias_grad(&g, dy.p(), db.p(), rows, cols) == DSCPP_OK);
   REQUIRE(c.bias_grad(&c, dyv.data(), b.data(), rows, cols) == DSCPP_OK);
   CHECK(normwise(db.get(), b) <= sum_tol(rows));
-  for (int64_t r = 0; r < rows; ++r) mean[size_t(r)] = 0.01f * float(r % 13), rstd[size_t(r)] = 0.9f + 0.02f * float(r % 7);
+  for (int64_t r = 0; r < rows; ++r)
+    mean[size_t(r)] = 0.01f * float(r % 13), rstd[size_t(r)] = 0.9f + 0.02f * float(r % 7);
   On<float> dmean(mean), drstd(rstd);
   REQUIRE(g.layernorm_backward(&g, dy.p(), x.p(), dg.p(), dmean.p(), drstd.p(), dxg.p(), dgam.p(), dbeta.p(), rows,
                                cols) == DSCPP_OK);
@@ -444,13 +446,15 @@ TEST_CASE("linear layers (cuBLASLt epilogues and the kernel path) match the CPU 
     cuda::OpsContext ctx(device()->compute_stream());
     const dscpp_ops g = cuda::cuda_ops(DSCPP_F32, &ctx);
     const dscpp_ops c = kernels::cpu_ops(DSCPP_F32);
-    const auto x = randoms(rows * in, 100), W = randoms(out * in, 101), b = randoms(out, 102), dy = randoms(rows * out, 103),
-               pre = randoms(rows * in, 104), dW0 = randoms(out * in, 105), db0 = randoms(out, 106);
+    const auto x = randoms(rows * in, 100), W = randoms(out * in, 101), b = randoms(out, 102),
+               dy = randoms(rows * out, 103), pre = randoms(rows * in, 104), dW0 = randoms(out * in, 105),
+               db0 = randoms(out, 106);
     On<float> dx_(x), dW_(W), db_(b), ddy(dy), dpre(pre), y(zeros(rows * out)), ge(zeros(rows * out)), gW(dW0), gb(db0),
         gdx(zeros(rows * in));
     std::vector<float> cy(rows * out), cg(rows * out), cW = dW0, cb = db0, cdx(rows * in);
     REQUIRE(g.linear_forward(&g, dx_.p(), dW_.p(), db_.p(), nullptr, y.p(), ge.p(), rows, in, out) == DSCPP_OK);
-    REQUIRE(c.linear_forward(&c, x.data(), W.data(), b.data(), nullptr, cy.data(), cg.data(), rows, in, out) == DSCPP_OK);
+    REQUIRE(c.linear_forward(&c, x.data(), W.data(), b.data(), nullptr, cy.data(), cg.data(), rows, in, out) ==
+            DSCPP_OK);
     CHECK(normwise(y.get(), cy) <= 1e-4);
     CHECK(normwise(ge.get(), cg) <= 1e-4);
     REQUIRE(g.linear_backward(&g, ddy.p(), dx_.p(), dW_.p(), gW.p(), gb.p(), gdx.p(), dpre.p(), rows, in, out) ==
@@ -528,15 +532,17 @@ TEST_CASE("the bf16 and fp16 ops tables match the CPU table's fp32 ops to their 
     }
     {  // layer norm and cross-entropy over 1024 rows
       const int64_t rows = 1024, cols = 768, vocab = 4099;
-      const Half x(randoms(rows * cols, 115), bf16), gm(randoms(cols, 116, 0.5f, 1.5f), bf16), bt(randoms(cols, 117), bf16),
-          dy(randoms(rows * cols, 118), bf16), logits(randoms(rows * vocab, 119, -4.0f, 4.0f), bf16);
+      const Half x(randoms(rows * cols, 115), bf16), gm(randoms(cols, 116, 0.5f, 1.5f), bf16),
+          bt(randoms(cols, 117), bf16), dy(randoms(rows * cols, 118), bf16),
+          logits(randoms(rows * vocab, 119, -4.0f, 4.0f), bf16);
       On<uint16_t> gx = on(x), ggm = on(gm), gbt = on(bt), gdy = on(dy), glog = on(logits),
                    y(zeros16(rows * cols)), dx(zeros16(rows * cols)),
                    dg(zeros16(cols)), db(zeros16(cols)),
                    probs(zeros16(rows * vocab));
       On<float> mean(zeros(rows)), rstd(zeros(rows));
       std::vector<float> cy(rows * cols), cm(rows), cr(rows), cdx(rows * cols), cdg(cols), cdb(cols), cp(rows * vocab);
-      REQUIRE(g.layernorm_forward(&g, gx.p(), ggm.p(), gbt.p(), y.p(), mean.p(), rstd.p(), rows, cols, 1e-5f) == DSCPP_OK);
+      REQUIRE(g.layernorm_forward(&g, gx.p(), ggm.p(), gbt.p(), y.p(), mean.p(), rstd.p(), rows, cols, 1e-5f) ==
+              DSCPP_OK);
       REQUIRE(c.layernorm_forward(&c, x.f.data(), gm.f.data(), bt.f.data(), cy.data(), cm.data(), cr.data(), rows, cols,
                                   1e-5f) == DSCPP_OK);
       CHECK(normwise(widen(y.get(), bf16), cy) <= 1.5 * u);
@@ -585,8 +591,8 @@ TEST_CASE("the bf16 and fp16 ops tables match the CPU table's fp32 ops to their 
 #endif
         CHECK(normwise(widen(gout.get(), bf16), out) <= 4 * u);
         CHECK(normwise(glse.get(), lse) <= 1e-3);
-        REQUIRE(a.flash_attention_backward(&a, gq.p(), go.p(), clse.p(), gdo.p(), gdq.p(), gws.p(), B, T, H, D, scale) ==
-                DSCPP_OK);
+        REQUIRE(a.flash_attention_backward(&a, gq.p(), go.p(), clse.p(), gdo.p(), gdq.p(), gws.p(), B, T, H, D,
+                                           scale) == DSCPP_OK);
         CHECK(normwise(widen(gdq.get(), bf16), dqkv) <= 8 * u);
       }
     }

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
     }
   }
   if (argc < 3) {
-    std::fprintf(stderr, "usage: compare_safetensors A B [--rtol R] [--atol T] [--prefix P] [--match S] [--skip S]...\n");
+    std::fprintf(stderr,
+                 "usage: compare_safetensors A B [--rtol R] [--atol T] [--prefix P] [--match S] [--skip S]...\n");
     return 2;
   }
   double rtol = 0, atol = 0;

@@ -50,8 +50,10 @@ std::vector<Expected> expected() {
   e.push_back({"scalar", DType::f64, {}, as_bytes(std::vector<double>{2.5})});
   e.push_back({"i32", DType::i32, {4}, as_bytes(fill<int32_t>(4, [](int k) { return k * 1000 - 1500; }))});
   e.push_back({"i64", DType::i64, {3}, as_bytes(fill<int64_t>(3, [](int k) { return k * 3000000000LL - 1; }))});
-  e.push_back({"i8", DType::i8, {6}, as_bytes(fill<int8_t>(6, [](int k) { return static_cast<int8_t>(k * 50 - 128); }))});
-  e.push_back({"u8", DType::u8, {2, 3}, as_bytes(fill<uint8_t>(6, [](int k) { return static_cast<uint8_t>(k * 40); }))});
+  e.push_back(
+      {"i8", DType::i8, {6}, as_bytes(fill<int8_t>(6, [](int k) { return static_cast<int8_t>(k * 50 - 128); }))});
+  e.push_back(
+      {"u8", DType::u8, {2, 3}, as_bytes(fill<uint8_t>(6, [](int k) { return static_cast<uint8_t>(k * 40); }))});
   e.push_back({"empty", DType::f32, {0, 3}, {}});
   return e;
 }

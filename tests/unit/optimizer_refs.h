@@ -82,9 +82,9 @@ inline Ref adam_ref(int64_t n, double b2, double eps, double wd, bool bias_corre
   return r;
 }
 
-inline Ref lamb_ref(std::vector<int64_t> bounds, double b2, double eps, double wd, bool bias_correction, bool eps_inside,
-             double min_coeff, double max_coeff,
-             std::vector<std::vector<double>>* ratios_out = nullptr) {
+inline Ref lamb_ref(std::vector<int64_t> bounds, double b2, double eps, double wd, bool bias_correction,
+                    bool eps_inside, double min_coeff, double max_coeff,
+                    std::vector<std::vector<double>>* ratios_out = nullptr) {
   int64_t n = bounds.back();
   Ref r;
   r.state = {{"exp_avg", Vec(n, 0.0)}, {"exp_avg_sq", Vec(n, 0.0)}};

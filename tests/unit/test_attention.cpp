@@ -30,7 +30,9 @@ struct Shape {
 int64_t at_qkv(const Shape& s, int64_t b, int64_t t, int64_t part, int64_t h, int64_t d) {
   return (b * s.T + t) * 3 * s.C() + part * s.C() + h * s.D + d;
 }
-int64_t at_out(const Shape& s, int64_t b, int64_t t, int64_t h, int64_t d) { return (b * s.T + t) * s.C() + h * s.D + d; }
+int64_t at_out(const Shape& s, int64_t b, int64_t t, int64_t h, int64_t d) {
+  return (b * s.T + t) * s.C() + h * s.D + d;
+}
 
 struct Forward {
   DVec probs, out;

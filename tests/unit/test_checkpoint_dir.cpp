@@ -150,7 +150,8 @@ TEST_CASE("latest errors and edge cases") {
   TempDir t;
   put(t.path + "/latest", "ghost\n");
   CHECK_THROWS_WITH(read_latest_tag(t.path), Catch::Contains(t.path + "/latest") &&
-                                                 Catch::Contains(t.path + "/ghost") && Catch::Contains("does not exist"));
+                                                 Catch::Contains(t.path + "/ghost") &&
+                                                 Catch::Contains("does not exist"));
   fs::create_directories(t.path + "/ghost");
   CHECK(read_latest_tag(t.path) == std::optional<std::string>("ghost"));  // whitespace stripped
   put(t.path + "/latest", " \n");

@@ -58,11 +58,11 @@ TEST_CASE("a flipped byte anywhere in a safetensors file is named by file and pa
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(i);
   // One tensor from memory, one streamed through a fill: the writer's digests are the reader's.
+  auto fill_b = [&](int64_t first, int64_t count, void* dst) {
+    std::copy_n(b.data() + first, count, static_cast<float*>(dst));
+  };
   const FileDigests written = write_safetensors(
-      path,
-      {{"fp32", DType::f32, {1000}, a.data(), {}},
-       {"exp_avg", DType::f32, {5000}, nullptr,
-        [&](int64_t first, int64_t count, void* dst) { std::copy_n(b.data() + first, count, static_cast<float*>(dst)); }}},
+      path, {{"fp32", DType::f32, {1000}, a.data(), {}}, {"exp_avg", DType::f32, {5000}, nullptr, fill_b}},
       {{"format", "dscpp"}});
   const FileDigests saved = digest_safetensors(path);
   REQUIRE(saved.size() == 3);

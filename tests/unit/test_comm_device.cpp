@@ -150,7 +150,8 @@ TEST_CASE("nccl: ranks of one host on the same GPU are refused before NCCL sees 
   for (auto& t : ranks) t.join();
   for (const auto& e : errors) {
     INFO(e);
-    CHECK_THAT(e, Catch::Contains("ranks 0, 1 on host") && Catch::Contains("share the GPU at PCI bus 00000000:3B:00.0") &&
+    CHECK_THAT(e, Catch::Contains("ranks 0, 1 on host") &&
+                      Catch::Contains("share the GPU at PCI bus 00000000:3B:00.0") &&
                       Catch::Contains("the nccl backend needs one GPU per rank") &&
                       Catch::Contains("start at most 1 rank on this host") &&
                       Catch::Contains("pass --comm_backend shm or --comm_backend gloo"));

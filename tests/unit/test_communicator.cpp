@@ -69,7 +69,10 @@ class StoreBackend final : public Backend {
         } else {
           convert(p, op.dtype, &x, DType::f64, 1);
         }
-        acc = r == 0 ? x : op.reduce == ReduceOp::max ? std::max(acc, x) : op.reduce == ReduceOp::min ? std::min(acc, x) : acc + x;
+        acc = r == 0                       ? x
+              : op.reduce == ReduceOp::max ? std::max(acc, x)
+              : op.reduce == ReduceOp::min ? std::min(acc, x)
+                                           : acc + x;
       }
       char* dst = out + i * dtype_size(op.dtype);
       if (op.dtype == DType::i32) {
@@ -209,15 +212,17 @@ TEST_CASE("a rank that never communicates is named as silent") {
       if (rank == 0) error = e.what();
     }
   });
-  CHECK_THAT(error, Catch::Contains("Reported no progress on this group (progress is reported once a second: dead, stopped or "
-                                      "stuck before its first report): rank 1"));
+  CHECK_THAT(error,
+             Catch::Contains("Reported no progress on this group (progress is reported once a second: dead, stopped or "
+                             "stuck before its first report): rank 1"));
   CHECK_THAT(error, Catch::Contains("Waiting in the same operation: 2"));
 }
 
 TEST_CASE("backend names parse, and a wrong one lists the choices") {
   CHECK(parse_backend_choice("auto") == BackendChoice::automatic);
   CHECK(parse_backend_choice("hierarchical") == BackendChoice::hierarchical);
-  CHECK_THROWS_WITH(parse_backend_choice("tcp"), Catch::Contains("expected one of auto, shm, gloo, mpi, nccl, hierarchical"));
+  CHECK_THROWS_WITH(parse_backend_choice("tcp"),
+                    Catch::Contains("expected one of auto, shm, gloo, mpi, nccl, hierarchical"));
 }
 
 TEST_CASE("settings from the environment are checked and named when wrong") {

@@ -220,15 +220,17 @@ TEST_CASE("valid DeepSpeed optimizer settings dscpp does not run are named, not 
     return false;
   };
   CHECK(listed(R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}})", "optimizer.type OneBitAdam"));
-  CHECK(listed(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"amsgrad": true, "torch_adam": true}}})",
-               "optimizer.params.amsgrad"));
+  CHECK(listed(
+      R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"amsgrad": true, "torch_adam": true}}})",
+      "optimizer.params.amsgrad"));
   CHECK_FALSE(listed(R"({"train_batch_size": 8, "optimizer": {"type": "Lion"}})", "optimizer"));
   CHECK(listed(R"({"train_batch_size": 8, "scheduler": {"type": "StepLR", "params": {"step_size": 3}}})",
                "scheduler.type StepLR"));
   CHECK(listed(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1, 0.2]}}})",
                "scheduler.params.warmup_max_lr with 2 values"));
-  CHECK_FALSE(listed(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1]}}})",
-                     "scheduler"));
+  CHECK_FALSE(
+      listed(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1]}}})",
+             "scheduler"));
   CHECK(listed(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_gradients": true,
                    "zeropp_loco_param": {"err_beta": 0.8}}})",
                "zeropp_loco_param"));
@@ -387,7 +389,8 @@ TEST_CASE("auto values resolve like the HF Trainer", "[config][auto]") {
 
 TEST_CASE("stage-3-only autos stay DeepSpeed's defaults below stage 3", "[config][auto]") {
   LoadedConfig c = load(R"({"train_batch_size": 8, "optimizer": {"type": "Adam"},
-    "zero_optimization": {"stage": 2, "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}})");
+    "zero_optimization": {"stage": 2, "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto"}})");
   INFO(problems(c));
   REQUIRE(c.ok());
   CHECK(c.config.zero_optimization.prefetch_bucket_size == 50000000);

@@ -38,7 +38,8 @@ bool has_warning_for(const LoadedConfig& c, const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("checked-only sections: a config without the sections keeps DeepSpeed's defaults and enables nothing", "[config][checked_only]") {
+TEST_CASE("checked-only sections: a config without the sections keeps DeepSpeed's defaults and enables nothing",
+          "[config][checked_only]") {
   auto c = load("");
   INFO(report(c));
   REQUIRE(c.ok());
@@ -139,7 +140,8 @@ TEST_CASE("checked-only sections: the data efficiency example from DeepSpeed's d
   CHECK(lists(features, "data_efficiency.data_routing.random_ltd.enabled"));
 }
 
-TEST_CASE("checked-only sections: a misspelled key deep inside a curriculum metric names the full path", "[config][checked_only]") {
+TEST_CASE("checked-only sections: a misspelled key deep inside a curriculum metric names the full path",
+          "[config][checked_only]") {
   auto c = load(R"("data_efficiency": {
     "enabled": true,
     "data_sampling": {
@@ -449,7 +451,8 @@ TEST_CASE("checked-only sections: compile, weight_quantization, sparse attention
   }
 }
 
-TEST_CASE("checked-only sections: the MoQ tutorial's quantize_training block loads with warnings", "[config][checked_only]") {
+TEST_CASE("checked-only sections: the MoQ tutorial's quantize_training block loads with warnings",
+          "[config][checked_only]") {
   // The tutorial's eigenvalue example without its top-level "quantize_type" (not a DeepSpeed key).
   auto c = load(R"("quantize_training": {
       "enabled": true,

@@ -67,7 +67,9 @@ struct Tables16 {
   const dscpp_ops* H() const { return &half; }
   const dscpp_ops* C() const { return ops_check::O(); }
   double u16() const { return bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
-  Pair pair(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) const { return Pair(rnd(n, seed, lo, hi), bf16); }
+  Pair pair(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) const {
+    return Pair(rnd(n, seed, lo, hi), bf16);
+  }
   Pair nans(size_t n) const { return Pair(Vec(n, kNaN), bf16); }
 };
 
@@ -177,8 +179,10 @@ TEST_CASE("16-bit CUDA table: row ops, embedding and cross-entropy round once", 
       REQUIRE(t.C()->causal_softmax_forward(t.C(), s.f.data(), pr.f.data(), groups, T, 0.4f) == DSCPP_OK);
       CHECK_16(pr, u);
       const Pair pin(pr.f, bf16), dp = t.pair(s.f.size(), 18);
-      REQUIRE(t.half.causal_softmax_backward(t.H(), pin.h.data(), dp.h.data(), ds.h.data(), groups, T, 0.4f) == DSCPP_OK);
-      REQUIRE(t.C()->causal_softmax_backward(t.C(), pin.f.data(), dp.f.data(), ds.f.data(), groups, T, 0.4f) == DSCPP_OK);
+      REQUIRE(t.half.causal_softmax_backward(t.H(), pin.h.data(), dp.h.data(), ds.h.data(), groups, T, 0.4f) ==
+              DSCPP_OK);
+      REQUIRE(t.C()->causal_softmax_backward(t.C(), pin.f.data(), dp.f.data(), ds.f.data(), groups, T, 0.4f) ==
+              DSCPP_OK);
       CHECK_16(ds, u);
     }
     {  // embedding: a gather (exact) and per-id sums
@@ -264,7 +268,8 @@ TEST_CASE("16-bit CUDA table: attention and linear layers", "[cuda_ops_16bit]") 
     {  // linear: y rounded by the GEMM and again by the epilogue; GELU of the rounded y
       const int64_t rows = 11, in = 29, out = 13;
       const Pair x = t.pair(size_t(rows * in), 24), W = t.pair(size_t(out * in), 25), b = t.pair(size_t(out), 26);
-      const Pair res = t.pair(size_t(rows * out), 27), dy = t.pair(size_t(rows * out), 28), pre = t.pair(x.f.size(), 29);
+      const Pair res = t.pair(size_t(rows * out), 27), dy = t.pair(size_t(rows * out), 28),
+                 pre = t.pair(x.f.size(), 29);
       Pair y = t.nans(size_t(rows * out)), gl = t.nans(y.f.size()), dW = t.pair(W.f.size(), 30);
       Pair db = t.pair(size_t(out), 31), dx = t.nans(x.f.size());
       REQUIRE(t.half.linear_forward(t.H(), x.h.data(), W.h.data(), b.h.data(), res.h.data(), y.h.data(), gl.h.data(),

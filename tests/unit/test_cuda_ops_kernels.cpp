@@ -106,7 +106,8 @@ TEST_CASE("CUDA column sums over many rows: chunks, then the chunk partials in a
     // The reference: the same chunks in fp64, whose rounding is far below fp32's.
     std::vector<double> sum(static_cast<size_t>(cols)), sum_xhat(sum.size());
     std::vector<float> mean(static_cast<size_t>(rows)), rstd(mean.size());
-    for (int64_t r = 0; r < rows; ++r) mean[size_t(r)] = 0.1f * float(r % 7), rstd[size_t(r)] = 1.0f + 0.01f * float(r % 5);
+    for (int64_t r = 0; r < rows; ++r)
+      mean[size_t(r)] = 0.1f * float(r % 7), rstd[size_t(r)] = 1.0f + 0.01f * float(r % 5);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const size_t i = size_t(r * cols + c);
@@ -138,8 +139,8 @@ TEST_CASE("CUDA row kernels (host stub) match the CPU table", "[cuda_ops]") {
   for (int64_t cols : kCols) {
     CAPTURE(cols);
     const int64_t rows = 6;
-    const auto x = ops_check::rnd(rows * cols, 6, -5.0f, 5.0f), dy = ops_check::rnd(rows * cols, 7, -2.0f, 2.0f), g = ops_check::rnd(cols, 8, -2.0f, 2.0f),
-               b = ops_check::rnd(cols, 9, -2.0f, 2.0f);
+    const auto x = ops_check::rnd(rows * cols, 6, -5.0f, 5.0f), dy = ops_check::rnd(rows * cols, 7, -2.0f, 2.0f),
+               g = ops_check::rnd(cols, 8, -2.0f, 2.0f), b = ops_check::rnd(cols, 9, -2.0f, 2.0f);
     std::vector<float> ya(x.size()), yb(x.size()), ma(static_cast<size_t>(rows)), mb(ma.size()), ra(ma.size()),
         rb(ma.size());
     REQUIRE(cops::layernorm_forward(x.data(), g.data(), b.data(), ya.data(), ma.data(), ra.data(), rows, cols, 1e-5f,
@@ -201,7 +202,8 @@ TEST_CASE("CUDA causal softmax (host stub) matches the CPU table, masked entries
 
 TEST_CASE("CUDA fill/add/axpy/scale/relu and the linear epilogue (host stub) equal the CPU table", "[cuda_ops]") {
   const int64_t rows = 211, cols = 333, n = rows * cols;  // enough for four quads per thread
-  const auto a = ops_check::rnd(n, 12, -2.0f, 2.0f), b = ops_check::rnd(n, 13, -2.0f, 2.0f), bias = ops_check::rnd(cols, 14, -2.0f, 2.0f);
+  const auto a = ops_check::rnd(n, 12, -2.0f, 2.0f), b = ops_check::rnd(n, 13, -2.0f, 2.0f),
+             bias = ops_check::rnd(cols, 14, -2.0f, 2.0f);
   std::vector<float> x(a.size()), y(a.size());
   REQUIRE(cops::fill(x.data(), 0.5f, n, nullptr) == cuda::kOk);
   REQUIRE(cpu.fill(&cpu, y.data(), 0.5f, n) == DSCPP_OK);

@@ -339,7 +339,8 @@ void check_accumulation(Harness& h) {
   h.backward(0.5f);
   for (size_t l = 0; l < h.grads.size(); ++l)
     for (size_t p = 0; p < h.grads[l].size(); ++p)
-      for (size_t i = 0; i < h.grads[l][p].size(); i += 7) REQUIRE(h.grads[l][p][i] == Approx(0.5 * once[l][p][i]).margin(1e-6));
+      for (size_t i = 0; i < h.grads[l][p].size(); i += 7)
+        REQUIRE(h.grads[l][p][i] == Approx(0.5 * once[l][p][i]).margin(1e-6));
 }
 
 void check_bounds(const dscpp_model_api* api, void* model, const dscpp_data_desc& d) {
@@ -357,7 +358,8 @@ void check_bounds(const dscpp_model_api* api, void* model, const dscpp_data_desc
 }
 
 std::filesystem::path temp_dir(const char* tag) {
-  auto dir = std::filesystem::temp_directory_path() / (std::string("dscpp_examples_") + tag + "_" + std::to_string(getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / (std::string("dscpp_examples_") + tag + "_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   return dir;
 }
@@ -449,7 +451,8 @@ TEST_CASE("gpt plugin: ABI, data, gradients", "[examples][gpt]") {
   auto dir = temp_dir("gpt");
   const auto path = dir / "text.txt";
   std::string text;
-  const std::string words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ", "lazy ", "dog.\n", "Zebra! "};
+  const std::string words[] = {"the ",  "quick ", "brown ", "fox ",   "jumps ",
+                               "over ", "a ",     "lazy ",  "dog.\n", "Zebra! "};
   std::mt19937 rng(5);
   while (text.size() < 2000) text += words[rng() % 10];
   text.resize(2000);

@@ -52,13 +52,15 @@ TEST_CASE("flops profiler: forward FLOPs per layer by DeepSpeed's rules, results
   std::vector<float> A(M * K, 0.5f), B(K * N, 2.0f), C(M * N, 0.0f), C2(M * N, 0.0f), y(M * N);
   REQUIRE(o.gemm(&o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N) == 0);
   CHECK(prof.forward_flops() == 0);  // outside any layer: not counted
-  REQUIRE(real.gemm(&real, DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C2.data(), N) == 0);
+  REQUIRE(real.gemm(&real, DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C2.data(),
+                    N) == 0);
   CHECK(C == C2);
   prof.enter(0, false);
   o.gemm(&o, DSCPP_NO_TRANS, DSCPP_NO_TRANS, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);  // 2·5·7·3
   o.gelu_forward(&o, C.data(), y.data(), M * N);                                                       // 35
   std::vector<float> gamma(N, 1.0f), beta(N, 0.0f), mean(M), rstd(M);
-  o.layernorm_forward(&o, C.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), M, N, 1e-5f);  // 5·35
+  o.layernorm_forward(&o, C.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), M, N,
+                      1e-5f);  // 5·35
   prof.leave();
   CHECK(prof.forward_flops() == 210 + 35 + 175);
   prof.enter(1, true);  // backward: DeepSpeed's profiler counts the forward pass only

@@ -179,7 +179,8 @@ TEST_CASE("stage N's slice over the world equals stage 0's elements", "[grad_red
         float atn = 0;
         bool found = false;
         for (int r = 0; r < world && !found; ++r)
-          if (auto it = parts[static_cast<size_t>(r)].find(ln.params[p].offset + i); it != parts[static_cast<size_t>(r)].end())
+          if (auto it = parts[static_cast<size_t>(r)].find(ln.params[p].offset + i);
+              it != parts[static_cast<size_t>(r)].end())
             atn = it->second, found = true;
         REQUIRE(found);
         CHECK(atn / static_cast<float>(world) == at0);

@@ -307,7 +307,8 @@ TEST_CASE("the keys are refused where DeepSpeed refuses them: stages 2-3 with re
           "zero_optimization": {"stage": 3}})",
       "s3.json", facts);
   REQUIRE_FALSE(loaded.ok());
-  CHECK_THAT(loaded.diagnostics.format("s3.json"), Catch::Contains("ZeRO stage 3 with reduce_scatter does not support prescale_gradients"));
+  CHECK_THAT(loaded.diagnostics.format("s3.json"),
+             Catch::Contains("ZeRO stage 3 with reduce_scatter does not support prescale_gradients"));
 }
 
 namespace {

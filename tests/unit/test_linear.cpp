@@ -19,7 +19,9 @@ namespace {
 using namespace ops_check;
 using dscpp::kernels::GemmBackend;
 
-double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x))); }
+double gelu_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
 double gelu_grad_ref(double x) {  // derivative of gelu_ref, by hand
   const double c = std::sqrt(2 / std::numbers::pi), u = c * (x + 0.044715 * x * x * x), t = std::tanh(u);
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
@@ -73,7 +75,8 @@ TEST_CASE("linear_forward: bias, residual (separate or in place), gelu_out again
       for_configs([&] {
         // 0: plain; 1: bias; 2: bias + separate residual + gelu; 3: residual in place (y += …)
         const bool with_bias = variant >= 1, with_gelu = variant == 2;
-        const Vec x = rnd(d.rows * d.in, 71), W = rnd(d.out * d.in, 72), b = rnd(d.out, 73), res = rnd(d.rows * d.out, 74);
+        const Vec x = rnd(d.rows * d.in, 71), W = rnd(d.out * d.in, 72), b = rnd(d.out, 73),
+                  res = rnd(d.rows * d.out, 74);
         Vec y = variant == 3 ? res : Vec(d.rows * d.out, kNaN), g(d.rows * d.out, kNaN);
         const void* residual = variant == 2 ? res.data() : variant == 3 ? y.data() : nullptr;
         INFO("rows " << d.rows << " in " << d.in << " out " << d.out << " variant " << variant);
@@ -121,7 +124,8 @@ TEST_CASE("linear_backward: accumulating dW and dbias, dx with and without the G
 TEST_CASE("linear: backward against finite differences of the forward", "[ops][linear]") {
   // L = Σ w·y with y = linear(h), h = gelu(pre) (so dx through the GELU is d L / d pre).
   const Dims d{5, 9, 6};
-  const Vec pre = rnd(d.rows * d.in, 91, -2, 2), W = rnd(d.out * d.in, 92), b = rnd(d.out, 93), w = rnd(d.rows * d.out, 94);
+  const Vec pre = rnd(d.rows * d.in, 91, -2, 2), W = rnd(d.out * d.in, 92), b = rnd(d.out, 93),
+            w = rnd(d.rows * d.out, 94);
   auto loss = [&](const DVec& p, const DVec& Wd, const DVec& bd) {
     DVec h(p.size());
     for (size_t i = 0; i < p.size(); ++i) h[i] = gelu_ref(p[i]);

@@ -132,8 +132,8 @@ TEST_CASE("RMSNorm matches fp64 and its backward matches finite differences", "[
     check_grad(dg, fd_g);
     // dx may overwrite dy.
     Vec dy = w, dg2(size_t(cols), 0.25f);
-    REQUIRE(ops().rmsnorm_backward(O(), dy.data(), x.data(), g.data(), rstd.data(), dy.data(), dg2.data(), rows, cols) ==
-            DSCPP_OK);
+    REQUIRE(ops().rmsnorm_backward(O(), dy.data(), x.data(), g.data(), rstd.data(), dy.data(), dg2.data(), rows,
+                                   cols) == DSCPP_OK);
     CHECK(bitwise(dy, dx));
     CHECK(bitwise(dg2, dg));
   }
@@ -260,7 +260,8 @@ TEST_CASE("CUDA table (host stub) Llama ops agree with the CPU table", "[cuda_op
   CHECK_NORMWISE(gu, cu, 8 * kU);
 
   const Vec gamma = rnd(size_t(cols), 43, 0.5, 1.5);
-  Vec gy(static_cast<size_t>(n)), cy(static_cast<size_t>(n)), grs(static_cast<size_t>(rows)), crs(static_cast<size_t>(rows));
+  Vec gy(static_cast<size_t>(n)), cy(static_cast<size_t>(n)), grs(static_cast<size_t>(rows)),
+      crs(static_cast<size_t>(rows));
   REQUIRE(t.gpu.rmsnorm_forward(t.G(), a.data(), gamma.data(), gy.data(), grs.data(), rows, cols, 1e-6f) == DSCPP_OK);
   REQUIRE(t.C()->rmsnorm_forward(t.C(), a.data(), gamma.data(), cy.data(), crs.data(), rows, cols, 1e-6f) == DSCPP_OK);
   CHECK_NORMWISE(gy, cy, 4 * sum_tol(cols));

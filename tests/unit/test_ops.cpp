@@ -35,7 +35,9 @@ const int64_t kCols[] = {1, 7, 17, 33, 1000};
 
 // ---- fp64 references -------------------------------------------------------------------------
 
-double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x))); }
+double gelu_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
 
 // Row softmax of a·x over the first n entries of each row of width `cols` (rest 0).
 DVec softmax_ref(const DVec& x, int64_t rows, int64_t cols, double a = 1.0, int64_t causal_T = 0) {
@@ -326,8 +328,8 @@ TEST_CASE("layernorm forward against fp64, backward against finite differences",
       Vec x = rnd(n, 41, -1.5f, 2.5f), gamma = rnd(cols, 42, 0.5f, 1.5f), beta = rnd(cols, 43);
       const Vec w = rnd(n, 44);
       Vec y(n, kNaN), mean(rows, kNaN), rstd(rows, kNaN);
-      REQUIRE(ops().layernorm_forward(O(), x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows,
-                                      cols, eps) == DSCPP_OK);
+      REQUIRE(ops().layernorm_forward(O(), x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(),
+                                      rows, cols, eps) == DSCPP_OK);
       const DVec xd = to_d(x), gd = to_d(gamma), bd = to_d(beta), wd = to_d(w);
       const LnRef ref = layernorm_ref(xd, gd, bd, rows, cols, eps);
       check_close(y, ref.y, 2e-5, 1e-5);

@@ -191,7 +191,8 @@ TEST_CASE("External state (optimizer offload) steps exactly like owned state", "
   REQUIRE_THROWS_WITH(sgd->step(0, w.data(), g.data(), o), Catch::Contains("optimizer offload"));
 }
 
-TEST_CASE("Unsupported optimizers and a negative scheduled lr are errors (the config check refuses bad parameters)", "[optimizers]") {
+TEST_CASE("Unsupported optimizers and a negative scheduled lr are errors (the config check refuses bad parameters)",
+          "[optimizers]") {
   auto device = dscpp::make_cpu_device();
   for (auto [kind, type] : std::vector<std::pair<Kind, std::string>>{{Kind::onebit_adam, "OneBitAdam"},
                                                                      {Kind::zero_one_adam, "ZeroOneAdam"},

@@ -25,7 +25,8 @@ namespace {
 
 std::vector<LayerDecl> store_layers() {
   std::vector<LayerDecl> out;
-  for (int64_t n : {300, 17, 4000, 64, 1000, 8}) out.push_back(dscpp::test::layer_decl("l" + std::to_string(out.size()), {n}));
+  for (int64_t n : {300, 17, 4000, 64, 1000, 8})
+    out.push_back(dscpp::test::layer_decl("l" + std::to_string(out.size()), {n}));
   return out;
 }
 

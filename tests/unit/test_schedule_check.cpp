@@ -101,7 +101,8 @@ Checked make_comm(Engine engine, int rank, int size, const std::shared_ptr<Store
     Hierarchy h{rank / per_host, 2, rank % per_host, per_host, {}};
     h.global_rank.resize(static_cast<size_t>(size));
     std::iota(h.global_rank.begin(), h.global_rank.end(), 0);
-    auto local = make_shm_backend(test::group_context(store, fmt::format("node{}", h.node), h.local, per_host, timeout));
+    auto local =
+        make_shm_backend(test::group_context(store, fmt::format("node{}", h.node), h.local, per_host, timeout));
     auto cross = make_gloo_backend(test::group_context(store, fmt::format("cross{}", h.local), h.node, 2, timeout));
     auto flat = make_gloo_backend(test::group_context(store, "flat", rank, size, timeout));
     backend = make_hierarchical_backend(world, h, std::move(local), std::move(cross), std::move(flat));

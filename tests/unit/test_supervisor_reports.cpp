@@ -88,8 +88,9 @@ TEST_CASE("Blame: the first failure of its own; a bystander waits; stopped and c
     auto v = blame.due(false, at(3.0));
     REQUIRE(v);
     CHECK(v->exit.rank == 0);
-    CHECK(v->describe() ==
-          "rank 0 on a exited with code 3 (it stopped because a peer failed, and no rank failed on its own within 3 s)");
+    CHECK(
+        v->describe() ==
+        "rank 0 on a exited with code 3 (it stopped because a peer failed, and no rank failed on its own within 3 s)");
     Blame early;
     early.exited({0, "a", kExitPeerFailed, 0, false}, at(0));
     CHECK(early.due(true, at(0.1)));
@@ -105,7 +106,8 @@ TEST_CASE("Blame: a rank its supervisor stopped is blamed last, only when no ran
   REQUIRE(v);
   CHECK(v->exit.rank == 2);
   CHECK(v->exit.status() == 143);
-  CHECK(v->describe() == "rank 2 on b killed by signal TERM (its supervisor stopped it: a signal from outside the job?)");
+  CHECK(v->describe() ==
+        "rank 2 on b killed by signal TERM (its supervisor stopped it: a signal from outside the job?)");
   // A bystander, and any failure of its own, comes before a stopped rank.
   Blame second;
   second.exited({1, "a", 0, 15, true});
@@ -127,7 +129,8 @@ TEST_CASE("a backend whose ranks were all stopped from outside (scancel of the s
       to(out, err, 2, "srun"));
   CHECK(result.exit_code == 143);
   CHECK_FALSE(result.stopped);
-  CHECK(result.failure == "rank 0 on nodeB killed by signal TERM (its supervisor stopped it: a signal from outside the job?)");
+  CHECK(result.failure ==
+        "rank 0 on nodeB killed by signal TERM (its supervisor stopped it: a signal from outside the job?)");
 }
 
 TEST_CASE("report mode: each rank exit is reported on err_fd, the verdict left to the launcher") {

@@ -104,7 +104,8 @@ TEST_CASE("tensor swapper: misuse is refused with the file named", "[swapper]") 
   SwapBufferPool pool(1, 3 * 4096, false, "test.buffer_count");
   int b = pool.acquire();
   CHECK_THROWS_WITH(sw.swap_out(2, pool.data(b), 4096), Contains("slot 2 does not exist") && Contains(sw.path()));
-  CHECK_THROWS_WITH(sw.swap_in(0, pool.data(b), 3 * 4096), Contains("do not fit a slot of 8192") && Contains(sw.path()));
+  CHECK_THROWS_WITH(sw.swap_in(0, pool.data(b), 3 * 4096),
+                    Contains("do not fit a slot of 8192") && Contains(sw.path()));
   CHECK_THROWS_WITH(TensorSwapper(io, dir, "u", 0, 1), Contains("positive slot size"));
 }
 

@@ -88,7 +88,8 @@ TEST_CASE("token files: every malformed file is refused, naming the file and the
   refused(write(d.path + "/v3.bin", {20240520, 3, 4}, toks), 2, 0, "llm.c header version 3, expected 1");
   refused(write(d.path + "/count.bin", {20240520, 1, 5}, toks), 2, 0, "header says 5 tokens of 2 bytes, but 8 bytes");
   refused(write<uint8_t>(d.path + "/odd.bin", {}, {1, 2, 3}), 2, 0, "3 bytes is not a whole number of 2-byte tokens");
-  refused(write<uint16_t>(d.path + "/vocab.bin", {}, {1, 2, 60, 3}), 2, 50, "token 2 is 60, outside the vocabulary of 50");
+  refused(write<uint16_t>(d.path + "/vocab.bin", {}, {1, 2, 60, 3}), 2, 50,
+          "token 2 is 60, outside the vocabulary of 50");
   refused(write<uint16_t>(d.path + "/width.bin", {}, toks), 3, 0, "token width 3 bytes");
   std::ofstream(d.path + "/empty.bin").close();
   refused(d.path + "/empty.bin", 2, 0, "empty");

@@ -41,8 +41,8 @@ std::vector<V> window(bool reset_attention, bool reset_positions) {
   const TokenWindows w("test", file.path, "", 2, 50, 8, docs);
   V input(24, -100), target(8, -100);
   w.load(0, 0, input.data(), target.data());
-  return {V(input.begin(), input.begin() + 8), V(input.begin() + 8, input.begin() + 16), V(input.begin() + 16, input.end()),
-          target};
+  return {V(input.begin(), input.begin() + 8), V(input.begin() + 8, input.begin() + 16),
+          V(input.begin() + 16, input.end()), target};
 }
 
 }  // namespace

@@ -161,14 +161,18 @@ TEST_CASE("qgZ's two-hop reduce-scatter over 2 nodes of 2 sums what its hops qua
     std::vector<float> expect(static_cast<size_t>(part), 0.0f), exact(static_cast<size_t>(part), 0.0f);
     for (int b = 0; b < N; ++b) {  // node b's partial sum of the owner's slice, at rank b·L + j
       std::vector<float> partial(static_cast<size_t>(part), 0.0f);
-      for (int s = 0; s < L; ++s) round_trip_add(in[static_cast<size_t>(b * L + s)].data() + owner * part, partial.data());
+      for (int s = 0; s < L; ++s)
+        round_trip_add(in[static_cast<size_t>(b * L + s)].data() + owner * part, partial.data());
       round_trip_add(partial.data(), expect.data());
       for (int s = 0; s < L; ++s)
-        for (int64_t i = 0; i < part; ++i) exact[static_cast<size_t>(i)] += in[static_cast<size_t>(b * L + s)][static_cast<size_t>(owner * part + i)];
+        for (int64_t i = 0; i < part; ++i)
+          exact[static_cast<size_t>(i)] += in[static_cast<size_t>(b * L + s)][static_cast<size_t>(owner * part + i)];
     }
     REQUIRE(got[static_cast<size_t>(owner)] == expect);
     double err = 0;
-    for (int64_t i = 0; i < part; ++i) err = std::max(err, std::fabs(static_cast<double>(expect[static_cast<size_t>(i)]) - exact[static_cast<size_t>(i)]));
+    for (int64_t i = 0; i < part; ++i)
+      err =
+          std::max(err, std::fabs(static_cast<double>(expect[static_cast<size_t>(i)]) - exact[static_cast<size_t>(i)]));
     // Per hop at most absmax/8 of a group per contribution: 4 inputs of |x| ≤ 1 (each ≤ 1/8 off),
     // then 2 partial sums of |x| ≤ 2 + 1/4 (each ≤ 2.25/8 off): 0.5 + 0.5625 in all.
     CHECK(err <= 1.0625);

@@ -163,7 +163,8 @@ void gemm_f32(const GemmArgs& g) {
   const int64_t parts = std::min<int64_t>(threads, tiles);
   dscpp::parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = std::min(extent, tiles * p / parts * tile), e = std::min(extent, tiles * (p + 1) / parts * tile);
+      const int64_t b = std::min(extent, tiles * p / parts * tile),
+                    e = std::min(extent, tiles * (p + 1) / parts * tile);
       if (b >= e) continue;
       gemm_serial(split_rows ? sub_gemm(whole, b, e, 0, g.N) : sub_gemm(whole, 0, g.M, b, e), backend);
     }

@@ -11,7 +11,9 @@
 namespace dscpp::kernels::cpu {
 namespace {
 
-bool bad_sizes(int64_t rows, int64_t in, int64_t out) { return !fits_int32(rows) || !fits_int32(in) || !fits_int32(out); }
+bool bad_sizes(int64_t rows, int64_t in, int64_t out) {
+  return !fits_int32(rows) || !fits_int32(in) || !fits_int32(out);
+}
 
 }  // namespace
 

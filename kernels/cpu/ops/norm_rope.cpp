@@ -79,7 +79,8 @@ int rope(const dscpp_ops* o, void* x, int64_t batch, int64_t T, int64_t width, i
       for (int32_t i = 0; i < table.pairs; ++i) {
         const float angle = hd::rope_angle(table, pos, i);
         const int32_t a = hd::rope_first(table, i), b = hd::rope_second(table, i);
-        for (int64_t h = 0; h < heads; ++h) hd::rope_rotate(xr[h * head_dim + a], xr[h * head_dim + b], angle, backward);
+        for (int64_t h = 0; h < heads; ++h)
+          hd::rope_rotate(xr[h * head_dim + a], xr[h * head_dim + b], angle, backward);
       }
     }
   });

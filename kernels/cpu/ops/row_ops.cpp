@@ -258,7 +258,8 @@ int causal_softmax_backward(const dscpp_ops* o, const void* probs, const void* d
 int embedding_forward(const dscpp_ops* o, const int32_t* ids, const void* table, void* out, int64_t n, int64_t vocab,
                       int64_t dim) {
   if (int s = check_table(o)) return s;
-  if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(out, n * dim) || bad_ptr(table, n > 0 ? vocab * dim : 0))
+  if (n < 0 || vocab < 0 || dim < 0 || bad_ptr(ids, n) || bad_ptr(out, n * dim) ||
+      bad_ptr(table, n > 0 ? vocab * dim : 0))
     return DSCPP_E_INVALID_ARGUMENT;
   if (!ids_in_range(ids, n, vocab)) return DSCPP_E_INVALID_ARGUMENT;
   const auto* pt = static_cast<const float*>(table);

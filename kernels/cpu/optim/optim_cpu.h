@@ -27,7 +27,8 @@ void set_optimizer_simd_level(const std::string& level);
 
 // In place over n elements. `w`, `m`, `v`, `buf`, `sum` are updated; `g` is read.
 void adam_step(float* w, const float* g, float* m, float* v, int64_t n, const AdamCoeffs<float>& c);
-void sgd_step(float* w, const float* g, float* buf, int64_t n, const SgdCoeffs<float>& c);  // buf unused without momentum
+// sgd_step leaves `buf` unused without momentum.
+void sgd_step(float* w, const float* g, float* buf, int64_t n, const SgdCoeffs<float>& c);
 void adagrad_step(float* w, const float* g, float* sum, int64_t n, const AdagradCoeffs<float>& c);
 void lion_step(float* w, const float* g, float* m, int64_t n, const LionCoeffs<float>& c);
 
