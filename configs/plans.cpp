@@ -42,10 +42,14 @@ OffloadDevice param_offload_device(const ZeroConfig& z) {
                          : OffloadDevice::none;
 }
 
+DType compute_precision(const DsConfig& c) {
+  return c.bf16.enabled ? DType::bf16 : c.fp16.enabled ? DType::f16 : DType::f32;
+}
+
 PrecisionPlan precision_plan(const DsConfig& c) {
   PrecisionPlan p;
-  if (c.fp16.enabled) p.params = DType::f16;
-  if (c.bf16.enabled) p.params = DType::bf16;
+  p.compute = compute_precision(c);
+  p.params = p.compute;
   const bool zero = c.zero_optimization.stage > 0;
   if (c.data_types.grad_accum_dtype)
     p.grads = floating(*c.data_types.grad_accum_dtype, "data_types.grad_accum_dtype");
@@ -213,7 +217,8 @@ GradScaling gradient_scaling(const ZeroPlan& zero, bool prescale, double predivi
   } else if (zero.parameters_partitioned) {
     if (zero.reduce_scatter || zero.quantized_gradients) {
       if (f != 1.0)
-        s.refused = "gradient_predivide_factor: ZeRO stage 3 with reduce_scatter requires gradient_predivide_factor 1.0";
+        s.refused =
+            "gradient_predivide_factor: ZeRO stage 3 with reduce_scatter requires gradient_predivide_factor 1.0";
       else if (prescale)
         s.refused = "prescale_gradients: ZeRO stage 3 with reduce_scatter does not support prescale_gradients";
     }

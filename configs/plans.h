@@ -22,9 +22,17 @@ const char* offload_device_name(OffloadDevice d);
 OffloadDevice optimizer_offload_device(const ZeroConfig& z);
 OffloadDevice param_offload_device(const ZeroConfig& z);
 
+// The type the layers compute in: bf16 for bf16.enabled, f16 for fp16.enabled, else f32. It never
+// throws, so the runtime may ask before the config's refusals are reported (the plugin is told its
+// compute dtype before the step count is known); on the device it is the ops table's dtype where
+// the table computes in 16 bits and the GEMMs' rounding (runtime/rank_device.h, where
+// DSCPP_COMPUTE_DTYPE and DSCPP_GEMM_MATH override it).
+DType compute_precision(const DsConfig& c);
+
 // Mixed precision: fp16 / bf16 / data_types / communication_data_type.
 struct PrecisionPlan {
-  DType params = DType::f32;  // fp16.enabled → f16, bf16.enabled → bf16
+  DType compute = DType::f32;  // compute_precision
+  DType params = DType::f32;   // fp16.enabled → f16, bf16.enabled → bf16
   // data_types.grad_accum_dtype, else (stage 0) dscpp.stage0_grad_accum_dtype, else
   // DeepSpeed 0.19.8's default: the parameters' dtype, bf16 without ZeRO included.
   DType grads = DType::f32;

@@ -4,6 +4,7 @@
 #include "collectives/communicator.h"
 #include "configs/fact_flags.h"
 #include "configs/load.h"
+#include "configs/plans.h"
 #include "core/error.h"
 #include "core/knobs.h"
 #include "core/log.h"
@@ -102,8 +103,9 @@ int run(const Args& a) {
   else
     log::init_logging(id.rank, id.node_count > 1 ? std::string(host) : std::string());
 
-  int threads = a.threads > 0 ? a.threads
-                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, id.local_size));
+  int threads = a.threads > 0
+                    ? a.threads
+                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, id.local_size));
   kernels::set_cpu_threads(threads);
 
   // The device choice reads the backend from DSCPP_COMM_BACKEND (ranks may share a GPU only over
@@ -124,8 +126,8 @@ int run(const Args& a) {
   // (a placeholder step count satisfies "auto"); its errors are reported after the second.
   facts.total_steps = steps.value_or(1);
   config::LoadedConfig loaded = config::load_config_file(a.config, facts);
-  rank_device.ops.dtype = runtime::compute_dtype_for(loaded.ok() && loaded.config.bf16.enabled,
-                                                     loaded.ok() && loaded.config.fp16.enabled, rank_device.ops_16bit);
+  rank_device.ops.dtype = runtime::compute_dtype_for(
+      loaded.ok() ? config::compute_precision(loaded.config) : DType::f32, rank_device.ops_16bit);
 
   // The plugin before the second pass: with --epochs, the number of optimizer steps (which
   // "auto" in the scheduler may need) follows from its train split and the batch sizes.
@@ -174,24 +176,23 @@ int run(const Args& a) {
   copts.host_memory = rank_device.host.get();
   comm::World world = comm::create_world(copts);
 
+  config::TrainPlan plan = config::train_plan(loaded, world.world->size());
   if (!a.device_memory_limit.empty()) device.set_limit(parse_byte_size(a.device_memory_limit, "--device_memory_limit"));
-  const kernels::GemmMath gemm_math =
-      runtime::gemm_math_for(loaded.config.bf16.enabled, loaded.config.fp16.enabled);
+  const kernels::GemmMath gemm_math = runtime::gemm_math_for(plan.precision.compute);
   if (rank_device.set_gemm_math) rank_device.set_gemm_math(gemm_math);
   const dscpp_ops& ops = rank_device.ops;
   if (id.rank == 0) {
     if (rank_device.set_gemm_math)
-      log::info("GEMMs: {}", gemm_math == kernels::GemmMath::fp32
-                                 ? std::string("exact fp32")
-                                 : ops.dtype != DSCPP_F32
-                                     ? fmt::format("{} tensor cores (16-bit operands, fp32 accumulation)",
-                                                   kernels::gemm_math_name(gemm_math))
-                                     : fmt::format("{} tensor cores (operands cast to {}, fp32 accumulation)",
-                                                   kernels::gemm_math_name(gemm_math), kernels::gemm_math_name(gemm_math)));
+      log::info("GEMMs: {}", gemm_math == kernels::GemmMath::fp32 ? std::string("exact fp32")
+                             : ops.dtype != DSCPP_F32
+                                 ? fmt::format("{} tensor cores (16-bit operands, fp32 accumulation)",
+                                               kernels::gemm_math_name(gemm_math))
+                                 : fmt::format("{} tensor cores (operands cast to {}, fp32 accumulation)",
+                                               kernels::gemm_math_name(gemm_math), kernels::gemm_math_name(gemm_math)));
     else if (gemm_math != kernels::GemmMath::fp32)
       log::info("GEMMs: exact fp32 (the CPU ops table has no reduced-precision GEMMs; {} applies on a GPU)",
                 kernels::gemm_math_name(gemm_math));
-    if (loaded.config.bf16.enabled || loaded.config.fp16.enabled)
+    if (plan.precision.compute != DType::f32)
       log::info("layers compute in {}{}", dtype_name(runtime::dtype_of(ops.dtype)),
                 ops.dtype != DSCPP_F32 ? " (activations and the GEMMs' operands and results 16-bit, fp32 arithmetic)"
                 : rank_device.ops_16bit ? " over 16-bit parameters (DSCPP_COMPUTE_DTYPE=fp32)"
@@ -199,7 +200,8 @@ int run(const Args& a) {
     log::info("dscpp-runtime {}: {} rank{} ({}), comm {}, device {}, {} thread{} per rank, {}", DSCPP_VERSION,
               id.world_size, id.world_size == 1 ? "" : "s", id.source.empty() ? "single process" : id.source,
               world.description, device.name(), threads, threads == 1 ? "" : "s", kernels::blas_description());
-    log::info("effective config ({}):\n{}", loaded.file_name, non_default_rows(config::format_effective_config_table(loaded)));
+    log::info("effective config ({}):\n{}", loaded.file_name,
+              non_default_rows(config::format_effective_config_table(loaded)));
   }
 
   runtime::TrainOptions o;
@@ -220,8 +222,7 @@ int run(const Args& a) {
   o.eval_only = a.eval_only;
   if (world.node_count * world.local_size == id.world_size) o.ranks_per_node = world.local_size;
   if (const char* r = knob("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
-  runtime::Engine engine(plugin, config::train_plan(loaded, world.world->size()), *world.world, device, ops, o,
-                        rank_device.host.get());
+  runtime::Engine engine(plugin, std::move(plan), *world.world, device, ops, o, rank_device.host.get());
   engine.run();
   if (id.rank == 0 && rank_device.ops_scratch_peak)
     log::info("ops table scratch peak per rank (bytes): {} (device memory outside the peak above: GEMM operands cast "
@@ -255,7 +256,8 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", a.prompt, "with --generate: a text, as byte tokens (a byte-level model)");
   app.add_option("--prompt_ids", a.prompt_ids, "with --generate: token ids, e.g. 128000,791,6864");
   app.add_option("--max_new_tokens", a.max_new_tokens, "with --generate: tokens to add (default 32)");
-  app.add_option("--temperature", a.temperature, "with --generate: 0 = greedy (default), else sample softmax(logits/T)");
+  app.add_option("--temperature", a.temperature,
+                 "with --generate: 0 = greedy (default), else sample softmax(logits/T)");
   app.add_option("--top_k", a.top_k, "with --generate and a temperature: sample among the k likeliest (0 = all)");
   app.add_flag("--check_decode", a.check_decode,
                "with --generate: also run the training forward at every step and fail unless its logits match");
@@ -279,7 +281,8 @@ int main(int argc, char** argv) {
   app.add_flag("--accept_data_change", a.accept_data_change,
                "resume even though the plugin's data differs from the checkpoint's (split sizes, sample shapes or "
                "the SHA-256 of 64 samples spread over the train split); without it such a resume is refused");
-  app.add_option("--eval_interval", a.eval_interval, "steps between evaluations on the eval split (0: only at the end)");
+  app.add_option("--eval_interval", a.eval_interval,
+                 "steps between evaluations on the eval split (0: only at the end)");
   auto* no_eval = app.add_flag("--no_eval", a.no_eval, "skip the final evaluation");
   app.add_flag("--eval_only", a.eval_only,
                "ZeRO-Inference: evaluate the eval split forward-only with the weights from --load_dir or --init_from "

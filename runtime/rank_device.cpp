@@ -90,22 +90,24 @@ RankDevice make_rank_device(DeviceChoice choice) {
   return r;
 }
 
-kernels::GemmMath gemm_math_for(bool bf16_enabled, bool fp16_enabled) {
+kernels::GemmMath gemm_math_for(DType compute) {
   if (const char* env = knob("DSCPP_GEMM_MATH"); env != nullptr && *env != '\0') {
     if (auto m = kernels::parse_gemm_math(env)) return *m;
     fail("DSCPP_GEMM_MATH={}: expected fp32, tf32, bf16 or fp16", env);
   }
-  return bf16_enabled ? kernels::GemmMath::bf16 : fp16_enabled ? kernels::GemmMath::fp16 : kernels::GemmMath::fp32;
+  return compute == DType::bf16  ? kernels::GemmMath::bf16
+         : compute == DType::f16 ? kernels::GemmMath::fp16
+                                 : kernels::GemmMath::fp32;
 }
 
-dscpp_dtype compute_dtype_for(bool bf16_enabled, bool fp16_enabled, bool table_16bit) {
+dscpp_dtype compute_dtype_for(DType compute, bool table_16bit) {
   if (const char* env = knob("DSCPP_COMPUTE_DTYPE"); env != nullptr && *env != '\0') {
     const std::string_view v = env;
     if (v == "fp32") return DSCPP_F32;
     if (v != "auto") fail("DSCPP_COMPUTE_DTYPE={}: expected auto or fp32", v);
   }
   if (!table_16bit) return DSCPP_F32;
-  return bf16_enabled ? DSCPP_BF16 : fp16_enabled ? DSCPP_F16 : DSCPP_F32;
+  return compute == DType::bf16 ? DSCPP_BF16 : compute == DType::f16 ? DSCPP_F16 : DSCPP_F32;
 }
 
 }  // namespace dscpp::runtime

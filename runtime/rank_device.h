@@ -11,6 +11,7 @@
 //   auto      cuda when this build has CUDA and a device is visible, else cpu
 #pragma once
 
+#include "core/dtype.h"
 #include "device/device.h"
 #include "dscpp/model.h"
 #include "kernels/gemm_math.h"
@@ -47,13 +48,13 @@ struct RankDevice {
 RankDevice make_rank_device(DeviceChoice choice);
 
 // The GEMM math a run asks for: DSCPP_GEMM_MATH when set (fp32, tf32, bf16 or fp16; anything else
-// is an error naming them), else bf16 / fp16 when the config enables that precision, else fp32.
-kernels::GemmMath gemm_math_for(bool bf16_enabled, bool fp16_enabled);
+// is an error naming them), else that of the config's compute precision (config::PrecisionPlan::compute).
+kernels::GemmMath gemm_math_for(DType compute);
 
-// The dtype the layers compute in (the ops table's dtype): bf16 / fp16 when the config enables
-// it and the table computes in 16 bits, else fp32. DSCPP_COMPUTE_DTYPE=fp32 keeps fp32 compute
-// over 16-bit parameters (what every 16-bit run did before 16-bit compute existed); =auto or
-// unset is the rule above; anything else is an error.
-dscpp_dtype compute_dtype_for(bool bf16_enabled, bool fp16_enabled, bool table_16bit);
+// The dtype the layers compute in (the ops table's dtype): the config's compute precision when
+// the table computes in 16 bits, else fp32. DSCPP_COMPUTE_DTYPE=fp32 keeps fp32 compute over
+// 16-bit parameters (what every 16-bit run did before 16-bit compute existed); =auto or unset is
+// the rule above; anything else is an error.
+dscpp_dtype compute_dtype_for(DType compute, bool table_16bit);
 
 }  // namespace dscpp::runtime

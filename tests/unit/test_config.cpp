@@ -553,3 +553,19 @@ TEST_CASE("gradient accumulation dtype: DeepSpeed's defaults and dscpp.stage0_gr
     }
   }
 }
+
+TEST_CASE("compute precision: the 16-bit type enabled, else fp32; the plan carries it", "[config]") {
+  auto compute = [](const std::string& text) {
+    LoadedConfig c = load(text);
+    REQUIRE(c.ok());
+    CHECK(precision_plan(c.config).compute == compute_precision(c.config));
+    return compute_precision(c.config);
+  };
+  CHECK(compute(R"({"train_batch_size": 8})") == dscpp::DType::f32);
+  CHECK(compute(R"({"train_batch_size": 8, "bf16": {"enabled": true}})") == dscpp::DType::bf16);
+  CHECK(compute(R"({"train_batch_size": 8, "fp16": {"enabled": true}})") == dscpp::DType::f16);
+  // Asked before the refusals are reported: a config the runtime refuses still answers.
+  LoadedConfig refused =
+      load(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "communication_data_type": "int8"})");
+  CHECK(compute_precision(refused.config) == dscpp::DType::bf16);
+}
