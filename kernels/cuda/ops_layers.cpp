@@ -5,10 +5,10 @@
 // skips the masked half of the attention GEMMs); the results agree to fp32 rounding, not bit
 // for bit.
 #include "core/error.h"
-#include "kernels/cpu/ops/cpu_ops_internal.h"  // bad_ptr, fits_int32
 #include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/cuda/ops_table.h"
+#include "kernels/ops_args.h"  // the CPU table's argument rules
 
 #include <algorithm>
 
@@ -19,8 +19,8 @@
 
 namespace dscpp::DSCPP_CUDA_NS {
 
-using kernels::cpu::bad_ptr;
-using kernels::cpu::fits_int32;
+using kernels::bad_ptr;
+using kernels::fits_int32;
 
 namespace {
 

@@ -7,11 +7,11 @@
 #include "kernels/cuda/ops_table.h"
 
 #include "core/knobs.h"
-#include "kernels/cpu/ops/cpu_ops_internal.h"  // bad_ptr, fits_int32: the same argument rules
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/ops_kernels.h"
+#include "kernels/ops_args.h"  // the CPU table's argument rules
 
 #if defined(DSCPP_CUDA_HOST_STUB)
 #include "kernels/cuda/sim/cuda_runtime_stub.h"  // the CPU table's GEMM behind cuBLAS's interface
@@ -33,9 +33,9 @@ class LtLinear {};
 
 namespace dscpp::DSCPP_CUDA_NS {
 
-using kernels::cpu::bad_ptr;
-using kernels::cpu::fits_int32;
-using kernels::cpu::ids_in_range;
+using kernels::bad_ptr;
+using kernels::fits_int32;
+using kernels::ids_in_range;
 
 namespace {
 

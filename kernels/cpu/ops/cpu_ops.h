@@ -1,10 +1,11 @@
-// The CPU implementation of the plugin ops table (include/dscpp/model.h): GEMMs, linear layers
-// and fused causal attention on dscpp's AVX-512 kernel (gemm*.cpp, linear.cpp, attention*.cpp)
-// or OpenBLAS, everything else in vectorised loops on the core thread pool (elementwise.cpp,
-// row_ops.cpp; shared pieces in cpu_ops_internal.h). Results are bitwise the same for any thread
-// count, except GEMMs on the OpenBLAS backend (its blocking depends on its thread count): the
-// AVX-512 GEMM gives every tile to one thread with a fixed summation order, and reductions
-// never depend on how rows or columns are split between threads.
+// The CPU implementation of the plugin ops table (include/dscpp/model.h): GEMMs, linear layers and
+// fused causal attention on dscpp's AVX-512 kernel (gemm*.cpp, linear.cpp, attention*.cpp) or
+// OpenBLAS, everything else in vectorised loops on the core thread pool (elementwise.cpp,
+// row_ops.cpp; their private pieces in cpu_ops_internal.h, the argument rules the CUDA table shares
+// in kernels/ops_args.h). Results are bitwise the same for any thread count, except GEMMs on the
+// OpenBLAS backend (its blocking depends on its thread count): the AVX-512 GEMM gives every tile to
+// one thread with a fixed summation order, and reductions never depend on how rows or columns are
+// split between threads.
 #pragma once
 
 #include "dscpp/model.h"

@@ -1,12 +1,13 @@
-// Shared pieces of the CPU ops table (private to kernels/cpu/ops): argument checks, the SIMD
-// dispatch attribute, a vectorisable exp, and the functions that fill each part of the table.
+// Shared pieces of the CPU ops table, private to kernels/cpu/ops: the dtype check, the SIMD
+// dispatch attribute, parallel grain sizes, a vectorisable exp, and the functions that fill each
+// part of the table. The argument rules it shares with the CUDA table are kernels/ops_args.h.
 #pragma once
 
 #include "dscpp/model.h"
+#include "kernels/ops_args.h"
 #include "kernels/ops_list.h"
 #include "kernels/ops_math.h"
 
-#include <climits>
 #include <cstdint>
 
 namespace dscpp::kernels::cpu {
@@ -33,18 +34,6 @@ inline int64_t row_grain(int64_t cols, int64_t elements = kGrainElements) {
 inline int check_table(const dscpp_ops* o) {
   if (o == nullptr) return DSCPP_E_INVALID_ARGUMENT;
   return o->dtype == DSCPP_F32 ? DSCPP_OK : DSCPP_E_UNSUPPORTED;
-}
-// Dimensions and strides the GEMM kernels take as 32-bit (BLAS ints, the AVX-512 kernel's A
-// strides): 0 ≤ v < 2^31.
-inline bool fits_int32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
-// A pointer must be non-null whenever it covers a non-empty range.
-inline bool bad_ptr(const void* p, int64_t n) { return n > 0 && p == nullptr; }
-// Every embedding id in [0, vocab) (host memory). Checked before anything is written, so a bad
-// batch leaves the output untouched.
-inline bool ids_in_range(const int32_t* ids, int64_t n, int64_t vocab) {
-  for (int64_t i = 0; i < n; ++i)
-    if (hd::embedding_row(ids[i], vocab, 0) < 0) return false;
-  return true;
 }
 
 // exp_f is the shared element exp (kernels/ops_math.h), the one the CUDA kernels use too.
