@@ -15,7 +15,7 @@ constexpr std::array kKnobs{
     // ---- communication ----
     Knob{"DSCPP_COMM_BACKEND", "communication", "auto, shm, gloo, mpi, nccl, hierarchical", "auto",
          "The collectives' backend; auto takes NCCL between GPUs, shared memory within a host, gloo across "
-         "hosts (or MPI when started by mpirun). dscpp-runtime --comm_backend sets it."},
+         "hosts (or MPI when started by mpirun). dscpp-runtime --comm_backend overrides it."},
     Knob{"DSCPP_COMM_TIMEOUT", "communication", "seconds > 0", "1800 (30 minutes)",
          "How long a collective may wait for its peers before the job stops with a hang report naming them."},
     Knob{"DSCPP_RENDEZVOUS_TIMEOUT", "communication", "seconds > 0", "300",
@@ -28,7 +28,7 @@ constexpr std::array kKnobs{
          "device memory."},
     Knob{"DSCPP_CHECK_SCHEDULE", "communication", "1 (true, on) or 0 (false, off)", "off",
          "Checks every collective's signature across the ranks, so a rank that issues another collective "
-         "is named at once; dscpp-runtime --check_schedule sets it."},
+         "is named at once; dscpp-runtime --check_schedule turns it on as well."},
     Knob{"DSCPP_MPI_MAX_COUNT", "communication", "a positive element count", "INT_MAX",
          "Lowers the largest element count one MPI call takes, so the tests reach the chunked paths with "
          "small buffers."},

@@ -1,6 +1,5 @@
 #include "device/cuda_device.h"
 
-#include "core/knobs.h"
 #include "core/log.h"
 #include "device/caching_allocator.h"
 #include "device/cuda_check.h"
@@ -175,7 +174,7 @@ std::unique_ptr<CudaDevice> make_cuda_device(int index) {
   return std::make_unique<CudaDeviceImpl>(index);
 }
 
-std::unique_ptr<CudaDevice> make_cuda_device_from_env() {
+std::unique_ptr<CudaDevice> make_cuda_device_from_env(std::string_view backend) {
   int visible = 0;
   const cudaError_t err = cudaGetDeviceCount(&visible);
   if (err != cudaSuccess) {
@@ -190,10 +189,6 @@ std::unique_ptr<CudaDevice> make_cuda_device_from_env() {
       fail("LOCAL_RANK=\"{}\" is not an integer; the launcher sets it to the rank's index on its node", *v);
     }
   }
-  // The backend decides whether ranks past the visible devices may share one (dscpp-runtime
-  // puts its --comm_backend here too).
-  const char* backend_env = knob("DSCPP_COMM_BACKEND");
-  const std::string backend = backend_env != nullptr ? backend_env : "auto";
   const std::optional<std::string> cvd = env("CUDA_VISIBLE_DEVICES");
   const int index = choose_cuda_device(local_rank, visible, cvd, backend);
   if (cuda_device_shared(local_rank, visible, cvd))

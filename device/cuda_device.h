@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace dscpp {
 
@@ -34,9 +35,10 @@ class CudaDevice : public Device {
 
 // Device `index` (see choose_cuda_device); makes it current on the calling thread.
 std::unique_ptr<CudaDevice> make_cuda_device(int index);
-// The device this rank should use: LOCAL_RANK among the visible devices (device/device_select.h).
-// Throws with the variables and a remedy when there is none.
-std::unique_ptr<CudaDevice> make_cuda_device_from_env();
+// The device this rank should use: LOCAL_RANK among the visible devices (device/device_select.h),
+// shared with other ranks only when `comm_backend` (comm_backend_setting) stages through host
+// memory. Throws with the variables and a remedy when there is none.
+std::unique_ptr<CudaDevice> make_cuda_device_from_env(std::string_view comm_backend);
 // Page-locked host memory (cudaHostAlloc), counted like make_host_device(): what offload and
 // host↔device transfers use so that copies run at full bandwidth and asynchronously.
 std::unique_ptr<Device> make_pinned_host_device();

@@ -1,6 +1,7 @@
 #include "device/device_select.h"
 
 #include "core/error.h"
+#include "core/knobs.h"
 
 #include <fmt/format.h>
 
@@ -13,6 +14,12 @@ std::string backend_text(std::string_view b) {
 }
 
 }  // namespace
+
+std::string comm_backend_setting(std::string_view flag) {
+  if (!flag.empty()) return std::string(flag);
+  const char* env = knob("DSCPP_COMM_BACKEND");
+  return env != nullptr ? env : "auto";
+}
 
 bool backend_is_nccl_on_gpu(std::string_view b) { return b.empty() || b == "auto" || b == "nccl"; }
 

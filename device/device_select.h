@@ -20,6 +20,10 @@ inline bool backend_lets_ranks_share_gpu(std::string_view comm_backend) {
   return !backend_is_nccl_on_gpu(comm_backend);
 }
 
+// The backend a rank runs with, for the device choice: `flag` (dscpp-runtime's --comm_backend)
+// when given, else DSCPP_COMM_BACKEND, else "auto". Unchecked: the world names a misspelt one.
+std::string comm_backend_setting(std::string_view flag);
+
 // `local_rank` from LOCAL_RANK (nullopt when unset: 0), `visible` from cudaGetDeviceCount,
 // `cuda_visible_devices` the variable's value for messages (nullopt when unset),
 // `comm_backend` as for backend_lets_ranks_share_gpu. Throws dscpp::Error naming the

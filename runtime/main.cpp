@@ -9,6 +9,7 @@
 #include "core/knobs.h"
 #include "core/log.h"
 #include "core/rank_discovery.h"
+#include "device/device_select.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "runtime/observe/describe_model.h"
 #include "runtime/observe/generate.h"
@@ -108,13 +109,11 @@ int run(const Args& a) {
                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, id.local_size));
   kernels::set_cpu_threads(threads);
 
-  // The device choice reads the backend from DSCPP_COMM_BACKEND (ranks may share a GPU only over
-  // shm, gloo or mpi: device/device_select.h), so the flag goes there before the device exists.
-  if (!a.comm_backend.empty()) {
-    comm::parse_backend_choice(a.comm_backend);  // a misspelt name is reported as such, not as a device problem
-    setenv("DSCPP_COMM_BACKEND", a.comm_backend.c_str(), 1);
-  }
-  runtime::RankDevice rank_device = runtime::make_rank_device(runtime::parse_device_choice(a.device));
+  // The device choice needs the backend (ranks may share a GPU only over shm, gloo or mpi:
+  // device/device_select.h); a misspelt flag is reported as such, not as a device problem.
+  if (!a.comm_backend.empty()) comm::parse_backend_choice(a.comm_backend);
+  runtime::RankDevice rank_device =
+      runtime::make_rank_device(runtime::parse_device_choice(a.device), comm_backend_setting(a.comm_backend));
   Device& device = *rank_device.device;
   const std::string device_name = device.name();
 
@@ -165,9 +164,9 @@ int run(const Args& a) {
   for (const auto& d : loaded.diagnostics.all())
     if (id.rank == 0) log::warn("{}", config::format_diagnostic(d, loaded.file_name));
 
-  if (a.check_schedule) setenv("DSCPP_CHECK_SCHEDULE", "1", 1);  // read by comm_options_from_env
   comm::CommOptions copts = comm::comm_options_from_env();
   if (!a.comm_backend.empty()) copts.backend = comm::parse_backend_choice(a.comm_backend);
+  if (a.check_schedule) copts.check_schedule = true;
   copts.cuda_device = rank_device.cuda;
   copts.device = rank_device.cuda_index;
   copts.cuda_compute_stream = rank_device.cuda_compute_stream;

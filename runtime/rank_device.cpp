@@ -34,9 +34,9 @@ bool cuda_visible() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-RankDevice make_cuda() {
+RankDevice make_cuda(std::string_view comm_backend) {
   RankDevice r;
-  std::unique_ptr<CudaDevice> device = make_cuda_device_from_env();
+  std::unique_ptr<CudaDevice> device = make_cuda_device_from_env(comm_backend);
   cuda::bind_cuda_math(*device);
   auto context = std::make_shared<cuda::OpsContext>(device->compute_stream());
   r.ops = cuda::cuda_ops(DSCPP_F32, context.get());
@@ -56,7 +56,7 @@ RankDevice make_cuda() {
 #else
 bool cuda_visible() { return false; }
 
-RankDevice make_cuda() {
+RankDevice make_cuda(std::string_view) {
   fail("--device cuda: this dscpp-runtime was built without CUDA (nvcc was not found when it was configured; "
        "`dscpp report` shows the build); rebuild with the CUDA toolkit or use --device cpu");
 }
@@ -64,9 +64,9 @@ RankDevice make_cuda() {
 
 }  // namespace
 
-RankDevice make_rank_device(DeviceChoice choice) {
+RankDevice make_rank_device(DeviceChoice choice, std::string_view comm_backend) {
   if (choice == DeviceChoice::automatic) choice = cuda_visible() ? DeviceChoice::cuda : DeviceChoice::cpu;
-  if (choice == DeviceChoice::cuda) return make_cuda();
+  if (choice == DeviceChoice::cuda) return make_cuda(comm_backend);
   RankDevice r;
   r.host = make_host_device();
   if (choice == DeviceChoice::cuda_sim) {

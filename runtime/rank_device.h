@@ -3,7 +3,7 @@
 //   cpu       host memory, the CPU ops table and loops (kernels/cpu)
 //   cuda      the GPU LOCAL_RANK names among the visible ones (device/cuda_device.h): cuBLAS ops
 //             table and CUDA kernels on its compute stream, NCCL between ranks (CUDA builds);
-//             over shm, gloo or mpi (DSCPP_COMM_BACKEND) more ranks than GPUs share them
+//             over shm, gloo or mpi (the comm backend) more ranks than GPUs share them
 //   cuda-sim  the CUDA code path run on the CPU, for testing it where there is no GPU
 //             (kernels/cuda/sim/sim_kernels.h): the CUDA kernels' own code through the host
 //             launch layer, every pointer checked to be device memory; the CUDA ops table in
@@ -45,7 +45,9 @@ struct RankDevice {
   bool ops_16bit = false;
 };
 
-RankDevice make_rank_device(DeviceChoice choice);
+// `comm_backend`: the backend the rank's world will use (device/device_select.h's
+// comm_backend_setting), which decides whether ranks past the visible GPUs may share them.
+RankDevice make_rank_device(DeviceChoice choice, std::string_view comm_backend);
 
 // The GEMM math a run asks for: DSCPP_GEMM_MATH when set (fp32, tf32, bf16 or fp16; anything else
 // is an error naming them), else that of the config's compute precision (config::PrecisionPlan::compute).

@@ -1,6 +1,7 @@
 #include "runtime/observe/generate.h"
 
 #include "core/error.h"
+#include "device/device_select.h"
 #include "runtime/observe/model_weights.h"
 #include "runtime/rank_device.h"
 #include "runtime/train/layer_runner.h"
@@ -48,7 +49,8 @@ std::string printable(const std::vector<int32_t>& ids) {
 }  // namespace
 
 int run_generate(const GenerateOptions& o) {
-  RankDevice rd = make_rank_device(parse_device_choice(o.device));
+  // One rank and no world: the backend matters only as DSCPP_COMM_BACKEND names it (sharing a GPU).
+  RankDevice rd = make_rank_device(parse_device_choice(o.device), comm_backend_setting(""));
   Device& device = *rd.device;
   rd.ops.dtype = DSCPP_F32;
   Plugin plugin(o.model);

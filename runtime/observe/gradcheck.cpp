@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "device/device_select.h"
 #include "runtime/observe/model_weights.h"
 #include "runtime/rank_device.h"
 #include "runtime/train/init.h"
@@ -22,7 +23,8 @@
 namespace dscpp::runtime {
 
 int run_gradcheck(const GradcheckOptions& o) {
-  RankDevice rd = make_rank_device(parse_device_choice(o.device));
+  // One rank and no world: the backend matters only as DSCPP_COMM_BACKEND names it (sharing a GPU).
+  RankDevice rd = make_rank_device(parse_device_choice(o.device), comm_backend_setting(""));
   Device& device = *rd.device;
   rd.ops.dtype = DSCPP_F32;
   Plugin plugin(o.model);

@@ -7,6 +7,7 @@
 // sums otherwise (row ops, GEMMs, LAMB's norms).
 #include "build_config.h"
 #include "device/cuda_device.h"
+#include "device/device_select.h"
 #include "kernels/cpu/amp/amp_cpu.h"
 #include "kernels/cpu/ops/cpu_ops.h"
 #include "kernels/cpu/optim/optim_cpu.h"
@@ -36,7 +37,7 @@ namespace {
 
 // The rank's device (LOCAL_RANK among the visible ones), created on first use.
 CudaDevice* device() {
-  static std::unique_ptr<CudaDevice> d = make_cuda_device_from_env();
+  static std::unique_ptr<CudaDevice> d = make_cuda_device_from_env(comm_backend_setting(""));
   return d.get();
 }
 

@@ -98,6 +98,17 @@ TEST_CASE("choose_cuda_device: more ranks than GPUs share them only over host-me
   CHECK(backend_lets_ranks_share_gpu("hierarchical"));
 }
 
+TEST_CASE("comm_backend_setting: dscpp-runtime's --comm_backend, else DSCPP_COMM_BACKEND, else auto",
+          "[device_cache]") {
+  ::unsetenv("DSCPP_COMM_BACKEND");
+  CHECK(comm_backend_setting("") == "auto");
+  CHECK(comm_backend_setting("gloo") == "gloo");
+  ::setenv("DSCPP_COMM_BACKEND", "shm", 1);
+  CHECK(comm_backend_setting("") == "shm");
+  CHECK(comm_backend_setting("nccl") == "nccl");  // the flag wins
+  ::unsetenv("DSCPP_COMM_BACKEND");
+}
+
 TEST_CASE("cuda_device_shared: only when another rank of the host must be on the same device", "[device_cache]") {
   CHECK(cuda_device_shared(3, 2, std::nullopt));
   CHECK(cuda_device_shared(2, 2, std::string("0,1")));
