@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training throughput of the gpt example at the reference shape (4 layers, d_model
+# Training throughput of the gpt example at the reference shape (4 layers, d_model
 # 256, 4 heads, context 128, micro-batch 16 sequences per rank, AdamW, fp32, fortunes text):
 # tokens/s of dscpp at 1 rank × 2 threads and 2 ranks × 1 thread, against the same model in
 # PyTorch (bench/torch_gpt.py: 1 process × 2 threads, and 2-process gloo DDP × 1 thread).

@@ -25,7 +25,7 @@
 #   default the shape above; micro-batch BENCH_MICRO, default 8), BENCH_DEVICE (dscpp's --device,
 #   default cuda; cuda-sim with a small BENCH_SHAPE and a stand-in nvidia-smi is a dry run of
 #   this script's plumbing where there is no GPU), BENCH_RUN_LIMIT (seconds per run, default 150).
-# On a GPU machine: bash tests/gpu/pack.sh here, copy .gpu/ there, then
+# On a GPU machine: bash tests/gpu/pack.sh BUNDLER here (see its usage), copy .gpu/ there, then
 #   bash .gpu/on-device.sh bash bench/bench_train_gpt_gpu.sh
 # Without a GPU it says so and exits 77.
 set -u

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# What each ZeRO stage costs in memory per rank against the ZeRO paper's theory, on a 101 M
-# model: the gpt example at 8 layers × 1024, 16 heads, context 128, micro-batch 2 (101 M
-# parameters), fp32 AdamW, 2 ranks × 1 thread, 2 steps. Two configs: DeepSpeed's defaults
-# (only the stage set; reduce/allgather buckets 5e8, overlap_comm off at stages 1–2 and on at 3,
+# What each ZeRO stage costs in memory per rank against the ZeRO paper's theory, on a 101 M model:
+# the gpt example at 8 layers × 1024, 16 heads, context 128, micro-batch 2 (101 M parameters), fp32
+# AdamW, 2 ranks × 1 thread, 2 steps. Two configs: DeepSpeed's defaults (only the stage set;
+# reduce/allgather buckets 5e8, overlap_comm off at stages 1–2 and on at 3,
 # stage3_max_live_parameters and stage3_max_reuse_distance 1e9), and small buckets (2e6, as
 # bench_zero_stages.sh). Per run: theory (fp32 Adam model states: 16Ψ, 12Ψ, 10Ψ, 8Ψ on 2 ranks;
 # with the optimizer offloaded the device's 4Ψ of parameters), planned and measured total tracked
 # device memory (the engine's accounting: model states, activations, buffers; the plan's total is
-# the sum of its categories' peaks, which at stage 3 do not coincide), the buffers alone, the stage-3 gathered parameters the plan allows, the
-# peak RSS (max over the launcher and its ranks, GNU time), and the issue's target: tracked ≤
-# theory + gathered + 10% of stage 0's theory.
+# the sum of its categories' peaks, which at stage 3 do not coincide), the buffers alone, the
+# stage-3 gathered parameters the plan allows, the peak RSS (max over the launcher and its ranks,
+# GNU time), and the target docs/zero-and-memory.md holds each stage to: tracked ≤ theory +
+# gathered + 10% of stage 0's theory.
 # Usage: bench_zero_memory.sh DSCPP GPT_SO
 set -u
 DSCPP=$1 GPT=$2

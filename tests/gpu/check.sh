@@ -27,8 +27,8 @@
 #      bf16 and fp32, 20 steps: tokens/s, the peak memory line, the flops profiler's table
 #      (bf16, step 5); passes if it trains and the loss falls.
 # Run on the GPU machine (the bundle has build/ and tests/ at their source paths):
-#   bash tests/gpu/pack.sh                      # here: .gpu/ with the build and the mlp data
-#   run(command="bash .gpu/on-device.sh bash tests/gpu/check.sh", carry=[".gpu"])
+#   bash tests/gpu/pack.sh BUNDLER              # here: .gpu/ with the build and the mlp data
+#   bash .gpu/on-device.sh bash tests/gpu/check.sh   # there, with .gpu/ copied over
 # Here, without a GPU: bash tests/gpu/check.sh cuda-sim (no gpu_parity; the gpt run at a tiny
 # shape for 3 steps; the same checks otherwise, in ~30 s on 2 cores).
 # Usage: check.sh [DEVICE [BUILD_DIR]]   DEVICE: cuda (default) or cuda-sim; also the DEVICE
@@ -383,7 +383,7 @@ JSON
   else fail "$m packed documents on $DEVICE: $(why "$WORK/docs.log" $rc) $out"; fi
 fi
 
-# ---- 7. the gpt example at the issue's shape -------------------------------------------------
+# ---- 7. the gpt example at GPT-2 small's shape -----------------------------------------------
 # As a user runs it: bf16 on the tensor cores, fp32 exact.
 unset DSCPP_GEMM_MATH DSCPP_COMPUTE_DTYPE
 DEADLINE=$((START + BUDGET))

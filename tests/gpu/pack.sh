@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# Packs the build for the GPU machine with what tests/gpu/check.sh needs there: runs the shared
-# bundle script (.gpu/bundle.tar.xz: the build's executables and libraries, the scripts of
-# tests/, the fortunes text; .gpu/on-device.sh), then adds a reduced Fashion-MNIST under
-# data/fashion-mnist-small/ in the bundle (the GPU machine has none, and all 30 MB of it would
-# not fit the 64 MiB the tree may carry): the first 12,000 training images and labels and the
-# full 10,000-image test set, as valid IDX .gz files whose headers give the reduced counts.
-# The mlp trains on exactly the samples `--limit 12000` takes from the full set.
-#   bash tests/gpu/pack.sh [BUNDLE_SH [BUILD_DIR]]   (BUNDLE_SH default ../shared/gpu/bundle.sh
-#                                                    relative to the repository root)
-# FASHION_MNIST=DIR reads the data from DIR (default /usr/share/datasets/fashion-mnist).
-# Then, with the device tool: run(command="bash .gpu/on-device.sh bash tests/gpu/check.sh",
-# carry=[".gpu"]).
+# Packs the build for a GPU machine with what tests/gpu/check.sh needs there: runs the bundler
+# (below), then adds a reduced Fashion-MNIST under data/fashion-mnist-small/ in the bundle (a GPU
+# machine need not have it; the reduced set, not all 30 MB, keeps the bundle small): the first
+# 12,000 training images and labels and the full 10,000-image test set, as valid IDX .gz files
+# whose headers give the reduced counts. The mlp trains on exactly the samples `--limit 12000`
+# takes from the full set.
+#
+# Usage: bash tests/gpu/pack.sh BUNDLER [BUILD_DIR]   (or GPU_BUNDLER=BUNDLER bash tests/gpu/pack.sh)
+#   BUNDLER    the script that packs a build for the GPU machine (a path from the current
+#              directory). Run from the repository root as `bash BUNDLER BUILD_DIR`, it writes
+#              .gpu/bundle.tar.xz (the build's executables and libraries, the scripts of tests/,
+#              the fortunes text, each at its source path) and .gpu/on-device.sh (which unpacks
+#              the bundle on the GPU machine and runs its arguments there). It is not part of
+#              this repository, since it depends on how the GPU machine is reached.
+#   BUILD_DIR  default build.
+#   FASHION_MNIST=DIR reads the data from DIR (default /usr/share/datasets/fashion-mnist).
+# Then copy .gpu/ to the GPU machine and run there, from the directory that holds it:
+#   bash .gpu/on-device.sh bash tests/gpu/check.sh
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-bundle=${1:-../shared/gpu/bundle.sh}
+usage="usage: bash tests/gpu/pack.sh BUNDLER [BUILD_DIR], or GPU_BUNDLER=BUNDLER (see the script's header)"
+bundle=${1:-${GPU_BUNDLER:-}}
 build=${2:-build}
 src=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
-[ -f "$bundle" ] || { echo "pack.sh: no bundle script at $bundle" >&2; exit 1; }
+[ -n "$bundle" ] || { echo "pack.sh: no bundler given; $usage" >&2; exit 2; }
+bundle=$(realpath -e "$bundle" 2> /dev/null) ||
+  { echo "pack.sh: the bundler ${1:-$GPU_BUNDLER} does not exist; $usage" >&2; exit 2; }
+cd "$(dirname "$0")/../.."
+[ -f "$bundle" ] || { echo "pack.sh: the bundler $bundle is not a file; $usage" >&2; exit 2; }
 [ -f "$src/train-images-idx3-ubyte.gz" ] || { echo "pack.sh: no Fashion-MNIST in $src" >&2; exit 1; }
 # Meson before 1.4 gives nvcc no dependency-file flags, so ninja records no headers for the .cu
 # objects and a change to a kernel header (launch.h, map.h, ops_math.h, …) leaves them stale: a

@@ -7,8 +7,8 @@
 # the GPU spends idle between kernels (launch overhead, host waits).
 # Prints per precision: kernels per step, kernel time per step, wall time per step, and the
 # kernels by total time (name shortened to the function and its first template argument).
-# Run on the GPU machine: bash tests/gpu/pack.sh here, then
-#   run(command="bash .gpu/on-device.sh bash tests/gpu/profile.sh", carry=[".gpu"])
+# Run on the GPU machine: bash tests/gpu/pack.sh BUNDLER here, copy .gpu/ there, then
+#   bash .gpu/on-device.sh bash tests/gpu/profile.sh
 # Usage: profile.sh [BUILD_DIR]; NCU (default: ncu on PATH or /usr/local/cuda/bin/ncu).
 set -u
 BUILD=${1:-build}

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU speed check, one command for a lent GPU: gpu_parity (every CUDA kernel and library
+# The GPU speed check, one command on a GPU machine: gpu_parity (every CUDA kernel and library
 # call against the CPU table, the new column sums, attention kernels, cuDNN SDPA and
 # tensor-core GEMMs included), then bench/bench_train_gpt_gpu.sh (dscpp against PyTorch eager
 # at 12 × 768, context 1024, three rounds). About 2 minutes on an H200 (each benchmark run is
 # capped at BENCH_RUN_LIMIT seconds).
-#   bash tests/gpu/pack.sh                                   # here
-#   run(command="bash .gpu/on-device.sh bash tests/gpu/speed.sh", carry=[".gpu"])
+#   bash tests/gpu/pack.sh BUNDLER                     # here
+#   bash .gpu/on-device.sh bash tests/gpu/speed.sh     # there, with .gpu/ copied over
 # Usage: speed.sh [BUILD_DIR]
 set -u
 BUILD=${1:-build}
