@@ -83,7 +83,7 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
   if (world.rank() == 0)
     if (std::string zpp = describe_zeropp(plan_.zero, plan_.stage3, world.size(), nodes); !zpp.empty())
       log::info("{}", zpp);
-  memory_plan_ = make_memory_plan();
+  memory_plan_ = run_memory().plan(layout_, world.size());
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", plan_.zero.stage,
               world.size(), world.size() == 1 ? "" : "s", dtype_name(plan_.precision.params),
@@ -138,7 +138,8 @@ void Engine::allocate() {
   mo.groups = plan_.groups;
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
 
-  GradReduceOptions r = reduce_options(plan_.zero, offload_.device != OffloadDevice::none);
+  GradReduceOptions r = reduce_options_for(plan_, plan_.zero, device_.is_host(), options_.ranks_per_node,
+                                          offload_.device != OffloadDevice::none ? host_ : nullptr);
   // The offloaded sub-groups' share of the gradient partition (all of it unless ratio < 1).
   if (r.partition_device) r.partition_device_elements = master_->split().offloaded_elements;
   grads_ = std::make_unique<GradReducer>(world, layout_, device, plan_.precision.grads, r);
@@ -157,24 +158,6 @@ void Engine::allocate() {
 }
 
 Engine::~Engine() = default;
-
-GradReduceOptions Engine::reduce_options(const ZeroPlan& zero, bool optimizer_offloaded) const {
-  GradReduceOptions r;
-  r.reduction = zero.reduction;
-  r.bucket_elements = zero.reduce_bucket_elements;
-  r.pre_scale = plan_.gradients.scaling.pre;
-  r.post_scale = plan_.gradients.scaling.post;
-  r.reduce_scatter = zero.reduce_scatter;
-  r.overlap = zero.overlap_comm;
-  r.accumulates = plan_.batch.gas > 1;
-  r.release_staging = zero.parameters_partitioned && zero.reduction == GradReduction::into_partition;
-  r.device_is_host = device_.is_host();
-  r.quantized_gradients = zero.quantized_gradients;
-  r.ranks_per_node = std::max(1, options_.ranks_per_node);
-  if (optimizer_offloaded) r.partition_device = host_;  // the offloaded optimizer reads its gradients there
-  r.comm_dtype = plan_.precision.wire;
-  return r;
-}
 
 std::string Engine::perplexity_text(const EvalResult& r) const {
   // A language model's loss is the mean cross-entropy per token: exp of it is the perplexity.

@@ -26,6 +26,7 @@
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/layer_runner.h"
 #include "runtime/train/plugin.h"
+#include "runtime/train/run_memory.h"
 #include "runtime/zero/grad_reducer.h"
 #include "runtime/zero/master_weights.h"
 #include "runtime/zero/param_store.h"
@@ -67,14 +68,6 @@ struct EvalResult {
 
 class Engine {
  public:
-  // A setting the out-of-memory advice plans: a ZeRO stage, CPU offload, a rank count.
-  struct MemorySetting {
-    int stage = 0;
-    bool offload_optimizer = false;
-    bool offload_param = false;  // with offload_optimizer
-    int ranks = 1;
-  };
-
   // `host`: the host memory offload and cpu_checkpointing use (pinned next to a GPU), which
   // must outlive the engine (the communicators stage device buffers through it too); null: the
   // engine makes its own with make_host_device().
@@ -98,12 +91,7 @@ class Engine {
 
  private:
   void allocate();
-  MemoryPlan make_memory_plan() const;  // engine_memory.cpp
-  // The gradient reducer's options for a ZeRO plan (the run's, or one the memory plan prices).
-  GradReduceOptions reduce_options(const ZeroPlan& zero, bool optimizer_offloaded) const;
-  MemoryPlan plan_with(const FlatLayout& layout, const ZeroPlan& zero, const OptimizerOffloadPlan& optimizer_offload,
-                       const ParamOffloadPlan& param_offload, int world) const;
-  MemoryPlan plan_for(const MemorySetting& setting) const;  // as a run with that setting would plan  // engine_memory.cpp
+  RunMemory run_memory() const;  // the memory planner over this run's plan and model; engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
   // The run's initial weights: --init_from, or the plugin's init_from (not both); path "" = none.
   InitialWeights initial_weights() const;

@@ -53,6 +53,25 @@ int64_t max_part(const FlatLayout& layout) {
 
 }  // namespace
 
+GradReduceOptions reduce_options_for(const TrainPlan& plan, const ZeroPlan& zero, bool device_is_host,
+                                     int ranks_per_node, Device* partition_device) {
+  GradReduceOptions r;
+  r.reduction = zero.reduction;
+  r.bucket_elements = zero.reduce_bucket_elements;
+  r.pre_scale = plan.gradients.scaling.pre;
+  r.post_scale = plan.gradients.scaling.post;
+  r.reduce_scatter = zero.reduce_scatter;
+  r.overlap = zero.overlap_comm;
+  r.accumulates = plan.batch.gas > 1;
+  r.release_staging = zero.parameters_partitioned && zero.reduction == GradReduction::into_partition;
+  r.device_is_host = device_is_host;
+  r.quantized_gradients = zero.quantized_gradients;
+  r.ranks_per_node = std::max(1, ranks_per_node);
+  r.partition_device = partition_device;
+  r.comm_dtype = plan.precision.wire;
+  return r;
+}
+
 int64_t GradReducer::buffer_bytes(const FlatLayout& layout, DType dtype, const GradReduceOptions& o, int world) {
   const StagingShape s = staging_shape(dtype, o, world);
   const auto elem = static_cast<int64_t>(dtype_size(dtype));

@@ -75,6 +75,11 @@ struct GradReduceOptions {
   int ranks_per_node = 1;
 };
 
+// The reducer's options for a run's plan at `zero` (the run's stage, or one the memory plan
+// prices). `partition_device`: where an offloaded optimizer reads its gradients (null: none).
+GradReduceOptions reduce_options_for(const TrainPlan& plan, const ZeroPlan& zero, bool device_is_host,
+                                     int ranks_per_node, Device* partition_device);
+
 class GradReducer {
  public:
   GradReducer(comm::Communicator& comm, const FlatLayout& layout, Device& device, DType dtype,
