@@ -2,6 +2,7 @@
 // DeepSpeed silently ignores but dscpp refuses because the config cannot mean what it says.
 #include "configs/resolve.h"
 #include "core/dtype.h"
+#include "offload/aio_options.h"
 
 #include <fmt/core.h>
 
@@ -78,10 +79,11 @@ class Rules {
                             : ""));
     if (stage() == 1 && cfg_.bf16.enabled && accum_name == "fp32" &&
         cfg_.zero_optimization.compute_grad_norm == false && !optimizer_offloaded_to_cpu())
-      error("zero_optimization.compute_grad_norm",
-            "false is not supported with ZeRO stage 1, bf16 and fp32 gradient accumulation: DeepSpeed's BF16_Optimizer, "
-            "which runs that mix, always computes the gradient norm. Remove the key or set it to true, or offload the "
-            "optimizer to the CPU");
+      error(
+          "zero_optimization.compute_grad_norm",
+          "false is not supported with ZeRO stage 1, bf16 and fp32 gradient accumulation: DeepSpeed's BF16_Optimizer, "
+          "which runs that mix, always computes the gradient norm. Remove the key or set it to true, or offload the "
+          "optimizer to the CPU");
     if (!ours) return;
     if (stage() != 0)
       error("dscpp.stage0_grad_accum_dtype",
@@ -166,6 +168,19 @@ class Rules {
                             "zero_force_ds_cpu_optimizer to false",
                             cfg_.optimizer->type));
       }
+    }
+    // The `aio` section drives only the NVMe swap's I/O engine: what the engine refuses is an
+    // error where a run would start one; elsewhere nothing reads the section.
+    const bool nvme = (z.offload_param && z.offload_param->device == "nvme" && stage() == 3) ||
+                      (z.offload_optimizer && z.offload_optimizer->device == "nvme");
+    const AioConfig& aio = cfg_.aio;
+    for (const offload::AioProblem& p :
+         offload::aio_problems(aio.block_size, aio.queue_depth, aio.intra_op_parallelism)) {
+      const std::string text = fmt::format("expected {}, found {}", p.expected, p.found);
+      if (nvme)
+        error(p.key, text);
+      else
+        warning(p.key, text + " (unused without NVMe offload, which would refuse it)");
     }
     if (z.offload_optimizer && z.offload_optimizer->ratio < 1.0 && stage() != 3)
       error("zero_optimization.offload_optimizer.ratio",
@@ -340,7 +355,8 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
     one_group(s.params.cycle_max_lr, "cycle_max_lr");
     one_group(s.params.lr_range_test_min_lr, "lr_range_test_min_lr");
   }
-  const bool adam = c.optimizer && (c.optimizer->kind == OptimizerKind::adam || c.optimizer->kind == OptimizerKind::adamw);
+  const bool adam =
+      c.optimizer && (c.optimizer->kind == OptimizerKind::adam || c.optimizer->kind == OptimizerKind::adamw);
   add(adam && c.optimizer->params.amsgrad, "optimizer.params.amsgrad (dscpp's Adam has no AMSGrad variant)");
   add(z.zeropp_loco_param && z.zero_quantized_gradients,
       "zero_optimization.zeropp_loco_param with qgZ (LoCo error feedback is not implemented; remove the section and "
@@ -352,7 +368,8 @@ std::vector<std::string> unsupported_features(const DsConfig& c) {
   add(c.gradient_allreduce_op == "sum",  // the schema stores the canonical spelling
       "gradient_allreduce_op \"sum\" (dscpp-runtime averages gradients over the ranks; use \"mean\")");
   auto int8 = [](const std::optional<std::string>& t) { return t && (*t == "int8" || *t == "torch.int8"); };
-  add(int8(c.data_types.grad_accum_dtype), "data_types.grad_accum_dtype int8 (gradients accumulate in fp32, fp16 or bf16)");
+  add(int8(c.data_types.grad_accum_dtype),
+      "data_types.grad_accum_dtype int8 (gradients accumulate in fp32, fp16 or bf16)");
   add(int8(c.communication_data_type), "communication_data_type int8 (gradients travel in fp32, fp16 or bf16)");
   low_precision_master(c, out);
   without_effect(c, out);

@@ -1,29 +1,14 @@
 #include "offload/aio_options.h"
 
 #include "core/error.h"
-#include "offload/aligned_buffer.h"
 
 #include <fmt/core.h>
 
 namespace dscpp::offload {
 
-namespace {
-// Beyond these the kernel refuses the ring/context (io_uring: 32768 entries; aio-max-nr is
-// system-wide) or the threads only contend for the same device queue.
-constexpr int kMaxQueueDepth = 4096;
-constexpr int kMaxThreads = 256;
-// Linux moves at most 2 GiB - 4 KiB per read/write call; keep pieces well inside it.
-constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
-}  // namespace
-
 void validate(const AioOptions& o) {
-  if (o.block_size <= 0 || !is_aligned(o.block_size) || o.block_size > kMaxBlockSize)
-    fail("aio.block_size must be a positive multiple of {} (O_DIRECT alignment) up to 1 GiB, got {}",
-         kDirectIoAlignment, o.block_size);
-  if (o.queue_depth < 1 || o.queue_depth > kMaxQueueDepth)
-    fail("aio.queue_depth must be between 1 and {}, got {}", kMaxQueueDepth, o.queue_depth);
-  if (o.thread_count < 1 || o.thread_count > kMaxThreads)
-    fail("aio.intra_op_parallelism (thread_count) must be between 1 and {}, got {}", kMaxThreads, o.thread_count);
+  const std::vector<AioProblem> problems = aio_problems(o.block_size, o.queue_depth, o.thread_count);
+  if (!problems.empty()) fail("{}", describe(problems.front()));
 }
 
 const char* backend_name(AioBackend backend) {

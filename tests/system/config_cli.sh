@@ -25,6 +25,12 @@ printf '{\n  "train_batch_size": 8,\n  "zero_optimization": {"stage": 3, "offloa
 grep -q "bad.json:3:37: error: zero_optimization.offload_params: unknown key; did you mean offload_param?" "$tmp/err" ||
   fail "broken config: unknown-key message missing: $(cat "$tmp/err")"
 
+# An aio value the NVMe offload's I/O engine refuses is refused by the check too, in the same words.
+b="$root/tests/data/configs/broken/aio-block-size-misaligned.json"
+"$dscpp" config check -q "$b" 2>"$tmp/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "aio-block-size-misaligned.json:5:25: error: aio.block_size: expected a positive multiple of \
+4096 bytes (the O_DIRECT alignment) up to 1 GiB, found 1000000" "$tmp/err" || fail "misaligned aio.block_size: exit $rc, $(cat "$tmp/err")"
+
 # The effective config as JSON is itself a valid config.
 "$dscpp" config check --json "$root/configs/templates/zero3-offload-cpu.json" >"$tmp/eff.json" 2>/dev/null ||
   fail "--json failed"

@@ -3,6 +3,7 @@
 #include "build_config.h"
 #include "configs/load.h"
 #include "configs/plans.h"
+#include "offload/aio_options.h"
 
 #include <catch2/catch.hpp>
 
@@ -552,6 +553,32 @@ TEST_CASE("gradient accumulation dtype: DeepSpeed's defaults and dscpp.stage0_gr
       CHECK(c.diagnostics.format("t.json").find("dscpp.stage0_grad_accum_dtype") != std::string::npos);
     }
   }
+}
+
+// The aio limits are the I/O engine's own (offload::aio_problems, which its validate throws):
+// an error where a run would start that engine, a warning where nothing reads the section.
+TEST_CASE("aio values the I/O engine refuses: an error with NVMe offload, else a warning", "[config]") {
+  const std::string aio = R"("aio": {"block_size": 6000, "queue_depth": 5000, "thread_count": 300})";
+  LoadedConfig nvme = load(R"({"train_batch_size": 8, "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3,
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}, )" + aio + "}");
+  CHECK_FALSE(nvme.ok());
+  const std::string report = problems(nvme);
+  INFO(report);
+  CHECK_THAT(report, Catch::Contains("error: aio.block_size: expected a positive multiple of 4096 bytes (the O_DIRECT "
+                                     "alignment) up to 1 GiB, found 6000"));
+  CHECK_THAT(report,
+             Catch::Contains("error: aio.queue_depth: expected 1 to 4096 requests in flight per thread, found 5000"));
+  CHECK_THAT(report, Catch::Contains("error: aio.intra_op_parallelism: expected 1 to 256 I/O threads, found 300"));
+  for (const dscpp::offload::AioProblem& p : dscpp::offload::aio_problems(6000, 5000, 300))
+    CHECK_THAT(report, Catch::Contains(dscpp::offload::describe(p)));  // the run's words
+
+  LoadedConfig cpu = load(R"({"train_batch_size": 8, "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3,
+    "offload_optimizer": {"device": "cpu"}}, )" + aio + "}");
+  INFO(problems(cpu));
+  CHECK(cpu.ok());
+  CHECK_THAT(problems(cpu), Catch::Contains("warning: aio.block_size: expected a positive multiple of 4096") &&
+                                Catch::Contains("(unused without NVMe offload, which would refuse it)"));
+  CHECK(load(R"({"train_batch_size": 8, "aio": {"block_size": 8192}})").diagnostics.all().empty());
 }
 
 TEST_CASE("compute precision: the 16-bit type enabled, else fp32; the plan carries it", "[config]") {
