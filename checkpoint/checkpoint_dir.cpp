@@ -7,14 +7,18 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 namespace dscpp::ckpt {
 namespace {
@@ -196,6 +200,23 @@ std::optional<std::string> read_latest_tag(const std::string& save_dir) {
   const std::string dir = save_dir + "/" + tag;
   if (!is_dir(dir)) fail("checkpoint: {} names tag '{}', but {} does not exist", latest, tag, dir);
   return tag;
+}
+
+std::string tag_dir_to_load(const std::string& load_dir, const std::string& load_tag) {
+  std::optional<std::string> tag = load_tag;
+  if (tag->empty()) tag = read_latest_tag(load_dir);
+  if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to load (--load_tag names one)", load_dir);
+  const std::string dir = (std::filesystem::path(load_dir) / *tag).string();
+  if (!load_tag.empty() && !std::filesystem::is_directory(dir)) {
+    std::vector<std::string> tags;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(load_dir, ec))
+      if (e.is_directory() && e.path().filename().string()[0] != '.') tags.push_back(e.path().filename().string());
+    std::sort(tags.begin(), tags.end());
+    fail("--load_tag {}: {} is not a checkpoint directory; {} holds {}", load_tag, dir, load_dir,
+         tags.empty() ? std::string("none") : fmt::format("{}", fmt::join(tags, ", ")));
+  }
+  return dir;
 }
 
 std::vector<std::string> remove_stale_staging(const std::string& save_dir) {

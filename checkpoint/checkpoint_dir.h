@@ -31,6 +31,11 @@ void commit_checkpoint(const std::string& save_dir, const std::string& tag);
 // `latest` names a directory that does not exist (naming both).
 std::optional<std::string> read_latest_tag(const std::string& save_dir);
 
+// The checkpoint directory --load_dir/--load_tag name: <load_dir>/<load_tag>, or the one `latest`
+// names when load_tag is "". Throws naming what is missing, and for a tag that is not a
+// checkpoint the tags there are.
+std::string tag_dir_to_load(const std::string& load_dir, const std::string& load_tag);
+
 // Removes leftover .<tag>.partial directories of crashed saves (returns what it removed).
 // A .<tag>.old left by a replacement interrupted between its two renames is moved back to
 // <tag> when <tag> is missing (so `latest` names a complete checkpoint again), else removed.

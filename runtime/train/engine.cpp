@@ -40,13 +40,18 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
       own_host_(host ? nullptr : make_host_device()),
       host_(host ? host : own_host_.get()),
       ops_(ops),
-      options_(std::move(options)),
-      csv_(world.rank() == 0 ? plan_.csv_monitor : config::TensorboardConfig{}) {
+      options_(std::move(options)) {
   // The config's checks have run (configs/rules.cpp, unsupported_features) and the plan is
   // resolved: what is left here is building what it says.
-  // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
-  if (plan_.wall_clock_breakdown) timers_.synchronize_with(&device_);
-  comms_log_ = comms_logger_for(plan_.comms_logger, plan_.file_name, world);
+  StepLogOptions lo;
+  lo.steps_per_print = plan_.steps_per_print;
+  lo.wall_clock_breakdown = plan_.wall_clock_breakdown;
+  lo.csv_monitor = plan_.csv_monitor;
+  lo.comms_logger = plan_.comms_logger;
+  lo.config_file = plan_.file_name;
+  lo.train_batch = plan_.batch.train_batch;
+  lo.tokens_per_sample = plugin.data().tokens_per_sample;
+  log_ = std::make_unique<StepLog>(lo, world, device);
   check_fault_settings();
   GradGuardOptions guard;
   guard.clipping = plan_.gradients.clipping;
@@ -273,11 +278,8 @@ void Engine::run() {
         plugin_.data().train_size, plugin_.data().eval_size, total_steps_, plan_.batch.train_batch, plan_.batch.micro,
         plan_.batch.gas, world_.size(), seconds_since(t0));
 
-  window_start_ = Clock::now();
-  // DeepSpeed's throughput timer leaves out the first 2 steps (warm-up); so does the summary.
-  const int64_t first_step = counters_.global_steps, warmup = 2;
-  const Clock::time_point run_start = Clock::now();
-  Clock::time_point timed_from = run_start;
+  const int64_t first_step = counters_.global_steps;
+  log_->begin(first_step);
   while (counters_.global_steps < total_steps_) {
     try {
       train_step();
@@ -290,7 +292,6 @@ void Engine::run() {
       MemoryStats h = host_stats();
       log::info("memory after the first step:\n{}", format_memory_plan(memory_plan_, &m, deepspeed_estimate(), &h));
     }
-    if (step - first_step == warmup) timed_from = Clock::now();
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
       EvalResult r = evaluate();
       if (world_.rank() == 0)
@@ -301,15 +302,7 @@ void Engine::run() {
         step < total_steps_)
       save(options_.save_dir);
   }
-  if (int64_t timed = counters_.global_steps - first_step - warmup; timed > 0 && world_.rank() == 0) {
-    double secs = seconds_since(timed_from);
-    double samples = static_cast<double>(timed * plan_.batch.train_batch) / secs;
-    log::info("trained {} steps in {:.2f} s; after the first {}: {:.1f} samples/s{}",
-              counters_.global_steps - first_step, seconds_since(run_start), warmup, samples,
-              plugin_.data().tokens_per_sample
-                  ? fmt::format(", {:.0f} tokens/s", samples * static_cast<double>(plugin_.data().tokens_per_sample))
-                  : std::string());
-  }
+  log_->end(counters_.global_steps);
   if (options_.eval && plugin_.data().eval_size > 0) {
     EvalResult r = evaluate();
     if (world_.rank() == 0)
@@ -326,11 +319,13 @@ void Engine::run() {
       if (c)
         log::info("{} group communication (rank 0, whole run): {}", c->group_name(), comm::format_traffic(c->stats()));
   }
-  if (comms_log_ && world_.rank() == 0) log::info("{}", comms_log_->summary());
+  if (const std::string comms = log_->comms_summary(); !comms.empty() && world_.rank() == 0) log::info("{}", comms);
 }
 
 void Engine::train_step() {
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
+  GradVerdict verdict;
+  std::optional<double> lr;  // the step's, when it was taken
   // d(objective)/d(micro-batch mean loss): the mean over the accumulation window, and over the
   // ranks where DeepSpeed divides by the world before the reduction (configs/plans.h
   // GradScaling; GradReducer's reductions are plain sums there).
@@ -343,12 +338,12 @@ void Engine::train_step() {
   for (int64_t j = 0; j < plan_.batch.gas; ++j) {
     MicroBatch mb;
     {
-      Timers::Scope t(timers_, "data");
+      Timers::Scope t(log_->timers(), "data");
       mb = loader_->next();
     }
     dscpp_metrics m;
     {
-      Timers::Scope t(timers_, "fwd");
+      Timers::Scope t(log_->timers(), "fwd");
       params_->begin_pass(false, true);
       m = runner_->forward(mb.input, mb.target, mb.size, true, static_cast<uint64_t>(counters_.micro_steps));
     }
@@ -356,31 +351,30 @@ void Engine::train_step() {
     inject_fault(FaultPoint::loss_nan, counters_.global_steps + 1, world_.rank(), world_.size(),
                  [&] { loss_sum = std::numeric_limits<double>::quiet_NaN(); });
     {
-      Timers::Scope t(timers_, "bwd");
+      Timers::Scope t(log_->timers(), "bwd");
       params_->begin_pass(true, true);
       grads_->begin_micro(j == 0, j == plan_.batch.gas - 1);
       runner_->backward(loss_grad);
     }
     {
-      Timers::Scope t(timers_, "bwd_allreduce");
+      Timers::Scope t(log_->timers(), "bwd_allreduce");
       grads_->end_micro();
     }
     ++counters_.micro_steps;
   }
   {
-    Timers::Scope t(timers_, "step");
-    const GradVerdict verdict = check_gradients(loss_sum);
-    last_grad_norm_ = verdict.norm;
+    Timers::Scope t(log_->timers(), "step");
+    verdict = check_gradients(loss_sum);
     if (verdict.step) {
       StepOverrides o;
       o.lr = schedule_->lr();
       o.momentum = schedule_->momentum();
       o.beta2 = schedule_->beta2();
       master_->step([this](int g) { return grads_->owned(g); }, grads_->dtype(), verdict.grad_scale, o);
-      last_lr_ = *o.lr;
+      lr = o.lr;
       schedule_->step();
       grads_->zero();
-      Timers::Scope g(timers_, "optimizer_allgather");
+      Timers::Scope g(log_->timers(), "optimizer_allgather");
       params_->publish();
     } else {
       ++counters_.skipped_steps;  // DeepSpeed: no optimizer or LR step, global_steps still advances
@@ -405,7 +399,18 @@ void Engine::train_step() {
   // --check_schedule: a rank that ends the step early is caught here, not left hanging.
   world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
   if (profiling) report_profile(profiler_->end_step());
-  log_step(loss_sum / static_cast<double>(plan_.batch.gas));
+  StepOutcome out;
+  out.step = counters_.global_steps;
+  out.total_steps = total_steps_;
+  out.global_samples = counters_.global_samples;
+  out.skipped = counters_.skipped_steps;
+  out.local_loss = loss_sum / static_cast<double>(plan_.batch.gas);
+  out.lr = lr;
+  out.grad_norm = verdict.norm;
+  if (guard_->scaler().checks_overflow()) out.loss_scale = guard_->scaler().scale();
+  if (offload_.device == OffloadDevice::nvme && master_) out.swap = master_->swap_stats();
+  out.extra = runner_->checkpoint_profile();
+  log_->after_step(out);
 }
 
 GradVerdict Engine::check_gradients(double local_loss) {
@@ -431,51 +436,6 @@ GradVerdict Engine::check_gradients(double local_loss) {
                        step);
 }
 
-void Engine::log_step(double local_loss) {
-  // The loss the user sees is the mean over ranks; one small allreduce per step.
-  double loss = local_loss;
-  if (world_.size() > 1) {
-    world_.allreduce(&loss, 1, DType::f64);
-    loss /= world_.size();
-  }
-  int64_t step = counters_.global_steps;
-  if (world_.rank() == 0) {
-    csv_.record("Train/Samples/train_loss", counters_.global_samples, loss);
-    csv_.record("Train/Samples/lr", counters_.global_samples, last_lr_);
-  }
-  if (std::isfinite(loss)) {  // a skipped non-finite step was warned about; it does not poison the mean
-    window_loss_ += loss;
-    ++window_loss_steps_;
-  }
-  ++window_steps_;
-  int64_t every = plan_.steps_per_print;
-  if (every <= 0 || (step % every != 0 && step != total_steps_)) return;
-  double secs = seconds_since(window_start_);
-  StepReport r;
-  r.step = step;
-  r.total_steps = total_steps_;
-  r.loss = window_loss_steps_ > 0 ? window_loss_ / static_cast<double>(window_loss_steps_)
-                                  : std::numeric_limits<double>::quiet_NaN();
-  r.lr = last_lr_;
-  r.samples_per_s = static_cast<double>(window_steps_ * plan_.batch.train_batch) / secs;
-  r.tokens_per_s = r.samples_per_s * static_cast<double>(plugin_.data().tokens_per_sample);
-  r.grad_norm = last_grad_norm_;
-  r.skipped = counters_.skipped_steps;
-  if (guard_->scaler().checks_overflow()) r.loss_scale = guard_->scaler().scale();
-  r.memory = device_.stats();
-  const std::string swap = swap_line(secs);
-  if (world_.rank() == 0) {
-    log::info("{}", format_step_line(r));
-    if (!swap.empty()) log::info("{}", swap);
-    if (std::string p = runner_->checkpoint_profile(); !p.empty()) log::info("{}", p);
-    if (plan_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
-  }
-  window_start_ = Clock::now();
-  window_steps_ = 0;
-  window_loss_steps_ = 0;
-  window_loss_ = 0;
-}
-
 void Engine::save(const std::string& save_dir) {
   auto t0 = Clock::now();
   std::string dir = save_checkpoint(save_dir, step_tag(counters_.global_steps), world_, checkpoint_view());
@@ -483,20 +443,7 @@ void Engine::save(const std::string& save_dir) {
 }
 
 void Engine::load(const std::string& load_dir, const std::string& load_tag, const ResumeParts& parts) {
-  std::optional<std::string> tag = load_tag;
-  if (tag->empty()) tag = ckpt::read_latest_tag(load_dir);
-  if (!tag)
-    fail("--load_dir {}: there is no `latest` file, so no checkpoint to resume from (--load_tag names one)", load_dir);
-  std::string dir = (std::filesystem::path(load_dir) / *tag).string();
-  if (!load_tag.empty() && !std::filesystem::is_directory(dir)) {
-    std::vector<std::string> tags;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(load_dir, ec))
-      if (e.is_directory() && e.path().filename().string()[0] != '.') tags.push_back(e.path().filename().string());
-    std::sort(tags.begin(), tags.end());
-    fail("--load_tag {}: {} is not a checkpoint directory; {} holds {}", load_tag, dir, load_dir,
-         tags.empty() ? std::string("none") : fmt::format("{}", fmt::join(tags, ", ")));
-  }
+  const std::string dir = ckpt::tag_dir_to_load(load_dir, load_tag);
   CheckpointView v = checkpoint_view();
   v.resume = parts;
   load_checkpoint(dir, world_, v);

@@ -14,9 +14,9 @@
 
 #include "collectives/communicator.h"
 #include "device/device.h"
-#include "runtime/observe/comms_log.h"
 #include "runtime/observe/flops_profiler.h"
 #include "runtime/observe/memory_plan.h"
+#include "runtime/observe/step_log.h"
 #include "runtime/observe/train_log.h"
 #include "runtime/optim/grad_guard.h"
 #include "runtime/optim/lr_schedule.h"
@@ -102,12 +102,10 @@ class Engine {
   // The gradient guard's verdict on this rank's reduced gradients; `local_loss`: this rank's loss
   // for the step.
   GradVerdict check_gradients(double local_loss);
-  void log_step(double loss);
   void report();
   void log_memory_peaks();
   CheckpointView checkpoint_view();
   MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
-  std::string swap_line(double window_s);                 // engine_report.cpp
   std::unique_ptr<FlopsProfiler> make_profiler() const;   // engine_report.cpp
   void report_profile(double step_s);                     // engine_report.cpp
   // ", perplexity P" for a model with tokens (language models), else "".
@@ -136,21 +134,11 @@ class Engine {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
   OptimizerOffloadPlan offload_;  // the plan's optimizer offload when training (none with --eval_only)
-  SwapStats swap_at_print_;   // swap counters at the last steps_per_print line
+  std::unique_ptr<StepLog> log_;  // progress lines, timers, csv_monitor, comms_logger
   std::unique_ptr<GradGuard> guard_;  // overflow, norm, clipping, non-finite steps; owns the loss scaler
-  Timers timers_;
-  CsvMonitor csv_;
-  std::shared_ptr<comm::CommsLogger> comms_log_;  // comms_logger.enabled
   TrainCounters counters_;
   int64_t total_steps_ = 0;
-  double last_grad_norm_ = -1;
   std::optional<DataFingerprint> data_;  // computed at the first save or load
-  double last_lr_ = 0;  // the lr the last optimizer step used
-  // Throughput window since the last print.
-  std::chrono::steady_clock::time_point window_start_;
-  int64_t window_steps_ = 0;
-  int64_t window_loss_steps_ = 0;  // of window_steps_, those with a finite loss
-  double window_loss_ = 0;
 };
 
 }  // namespace dscpp::runtime

@@ -33,10 +33,7 @@ void Engine::run_eval_only() {
     if (init.partial) initialise_params();  // what the file lacks keeps its init rule
     load_initial_weights(init, world_, checkpoint_view());
   } else {
-    std::optional<std::string> tag = options_.load_tag;
-    if (tag->empty()) tag = ckpt::read_latest_tag(options_.load_dir);
-    if (!tag) fail("--load_dir {}: there is no `latest` file, so no checkpoint to evaluate", options_.load_dir);
-    load_checkpoint((std::filesystem::path(options_.load_dir) / *tag).string(), world_, checkpoint_view());
+    load_checkpoint(ckpt::tag_dir_to_load(options_.load_dir, options_.load_tag), world_, checkpoint_view());
   }
   if (plugin_.data().eval_size == 0) fail("--eval_only: model {} has no eval split", plugin_.name());
   EvalResult r;

@@ -1,5 +1,4 @@
-// Reports the engine prints during training beyond the step line: the NVMe swap line and the
-// flops profiler's summary.
+// The flops profiler the engine runs its layers through, and its report.
 #include "core/log.h"
 #include "offload/byte_size.h"
 #include "runtime/train/engine.h"
@@ -9,20 +8,6 @@
 #include <fstream>
 
 namespace dscpp::runtime {
-
-// NVMe optimizer swapping since the last print: traffic, and the share of the wall time the
-// step spent blocked on it (what pipeline_read/pipeline_write exist to hide).
-std::string Engine::swap_line(double window_s) {
-  if (offload_.device != OffloadDevice::nvme || !master_) return "";
-  SwapStats now = master_->swap_stats(), d = now;
-  d.bytes_read -= swap_at_print_.bytes_read;
-  d.bytes_written -= swap_at_print_.bytes_written;
-  d.wait_s -= swap_at_print_.wait_s;
-  swap_at_print_ = now;
-  return fmt::format("optimizer swap (rank {}): read {}, wrote {}, io_wait={:.3f} s = {:.1f}% of {:.3f} s of steps",
-                     world_.rank(), format_bytes(d.bytes_read), format_bytes(d.bytes_written), d.wait_s,
-                     100.0 * d.wait_s / std::max(window_s, 1e-9), window_s);
-}
 
 std::unique_ptr<FlopsProfiler> Engine::make_profiler() const {
   std::vector<std::string> names;
