@@ -5,6 +5,7 @@
 #include "configs/fact_flags.h"
 #include "configs/load.h"
 #include "configs/plans.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/knobs.h"
 #include "core/log.h"
@@ -74,25 +75,6 @@ std::string non_default_rows(const std::string& table) {
   return out + fmt::format("({} more keys at DeepSpeed's defaults; `dscpp config check FILE` lists them)", defaults);
 }
 
-// "8GB", "512MiB", "1.5G", "1048576": decimal (KB, MB, GB) and binary (KiB, MiB, GiB, K, M, G) units.
-int64_t parse_byte_size(const std::string& text, const char* flag) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string unit = text.substr(used);
-  static const std::pair<const char*, double> units[] = {
-      {"", 1},          {"B", 1},          {"KB", 1e3},       {"MB", 1e6},        {"GB", 1e9},  {"TB", 1e12},
-      {"K", 1024.0},    {"KiB", 1024.0},   {"M", 1048576.0},  {"MiB", 1048576.0}, {"G", 1073741824.0},
-      {"GiB", 1073741824.0}, {"T", 1099511627776.0}, {"TiB", 1099511627776.0}};
-  for (const auto& [name, factor] : units)
-    if (used > 0 && unit == name && value > 0) return static_cast<int64_t>(value * factor);
-  fail("{} {}: expected a positive size such as 8GB, 512MiB or 1073741824", flag, text);
-}
-
 int run(const Args& a) {
   RankIdentity id = discover_rank().value_or(RankIdentity{});
   char host[256] = {0};
@@ -142,11 +124,11 @@ int run(const Args& a) {
   host_info.log = plugin_log;
   plugin.create(a.plugin_args, host_info);
 
+  // The step count, computed here once: the Engine trains to it (TrainOptions::steps).
   if (!steps && loaded.ok()) {
-    const config::DsConfig& c = loaded.config;
-    steps = runtime::steps_for_epochs(a.epochs.value_or(1.0), plugin.data().train_size, id.world_size,
-                                      c.train_micro_batch_size_per_gpu.value_or(1),
-                                      c.gradient_accumulation_steps.value_or(1), c.dataloader_drop_last);
+    const config::BatchPlan batch = config::train_plan(loaded, id.world_size).batch;
+    steps = runtime::steps_for_epochs(a.epochs.value_or(1.0), plugin.data().train_size, id.world_size, batch.micro,
+                                      batch.gas, batch.drop_last);
   }
   if (steps) {
     facts.total_steps = *steps;
@@ -176,7 +158,7 @@ int run(const Args& a) {
   comm::World world = comm::create_world(copts);
 
   config::TrainPlan plan = config::train_plan(loaded, world.world->size());
-  if (!a.device_memory_limit.empty()) device.set_limit(parse_byte_size(a.device_memory_limit, "--device_memory_limit"));
+  if (!a.device_memory_limit.empty()) device.set_limit(parse_bytes(a.device_memory_limit, "--device_memory_limit"));
   const kernels::GemmMath gemm_math = runtime::gemm_math_for(plan.precision.compute);
   if (rank_device.set_gemm_math) rank_device.set_gemm_math(gemm_math);
   const dscpp_ops& ops = rank_device.ops;

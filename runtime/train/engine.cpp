@@ -60,21 +60,20 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
                             .value_or(guard.max_nonfinite);
   guard_ = std::make_unique<GradGuard>(plan_.loss_scale, guard, world);
 
-  total_steps_ = options_.steps
-                     ? *options_.steps
-                     : steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
-                                        plan_.batch.micro, plan_.batch.gas, plan_.batch.drop_last);
-  if (total_steps_ < 0) fail("--steps must be ≥ 0 (got {})", total_steps_);
+  if (!options_.steps)  // dscpp-runtime gives the steps; a caller may give epochs instead
+    options_.steps = steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
+                                      plan_.batch.micro, plan_.batch.gas, plan_.batch.drop_last);
+  if (*options_.steps < 0) fail("--steps must be ≥ 0 (got {})", *options_.steps);
 
   layout_ = make_flat_layout(plugin.layers(), grouping_for(plan_.zero, world.size()));
   ckpt_ = checkpointing_options(plan_.activation_checkpointing, plan_.file_name,
                                 static_cast<int>(plugin.layers().size()));
   if (!options_.eval_only) {
     if (!plan_.optimizer) fail("the config has no optimizer section");
-    offload_ = plan_.optimizer_offload;
     // Offloaded to the CPU, the optimizer's loops run on the host (MasterWeights places each
     // sub-group's state: on the host, or on the device for those a partial offload keeps there).
-    optimizer_ = make_optimizer(*plan_.optimizer, offload_.device == OffloadDevice::cpu ? *host_ : device);
+    optimizer_ =
+        make_optimizer(*plan_.optimizer, plan_.optimizer_offload.device == OffloadDevice::cpu ? *host_ : device);
   }
   const ParamOffloadPlan& offload = plan_.param_offload;
   if (options_.eval_only && world.rank() == 0 &&
@@ -137,14 +136,14 @@ void Engine::allocate() {
 
   MasterOptions mo;
   mo.sub_group_size = plan_.zero.sub_group_size;
-  mo.offload = offload_;
+  mo.offload = plan_.optimizer_offload;
   mo.host = host_;
   mo.rank = world.rank();
   mo.groups = plan_.groups;
   master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
 
   GradReduceOptions r = reduce_options_for(plan_, plan_.zero, device_.is_host(), options_.ranks_per_node,
-                                          offload_.device != OffloadDevice::none ? host_ : nullptr);
+                                          plan_.optimizer_offload.device != OffloadDevice::none ? host_ : nullptr);
   // The offloaded sub-groups' share of the gradient partition (all of it unless ratio < 1).
   if (r.partition_device) r.partition_device_elements = master_->split().offloaded_elements;
   grads_ = std::make_unique<GradReducer>(world, layout_, device, plan_.precision.grads, r);
@@ -275,12 +274,12 @@ void Engine::run() {
         "model {}: {} layers, {} parameters ({} fp32); {} train / {} eval samples; training to step {} "
         "(train_batch_size {} = micro {} × accumulation {} × {} ranks); init {:.2f} s",
         plugin_.name(), plugin_.layers().size(), layout_.numel, format_bytes(layout_.numel * 4),
-        plugin_.data().train_size, plugin_.data().eval_size, total_steps_, plan_.batch.train_batch, plan_.batch.micro,
+        plugin_.data().train_size, plugin_.data().eval_size, total_steps(), plan_.batch.train_batch, plan_.batch.micro,
         plan_.batch.gas, world_.size(), seconds_since(t0));
 
   const int64_t first_step = counters_.global_steps;
   log_->begin(first_step);
-  while (counters_.global_steps < total_steps_) {
+  while (counters_.global_steps < total_steps()) {
     try {
       train_step();
     } catch (const OutOfDeviceMemory& e) {
@@ -292,14 +291,14 @@ void Engine::run() {
       MemoryStats h = host_stats();
       log::info("memory after the first step:\n{}", format_memory_plan(memory_plan_, &m, deepspeed_estimate(), &h));
     }
-    if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps_) {
+    if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps()) {
       EvalResult r = evaluate();
       if (world_.rank() == 0)
         log::info("eval at step {}: loss {:.4f}, accuracy {:.2f}%{} {}", step, r.loss, 100 * r.accuracy,
                   perplexity_text(r), counted_text(r));
     }
     if (!options_.save_dir.empty() && options_.save_interval > 0 && step % options_.save_interval == 0 &&
-        step < total_steps_)
+        step < total_steps())
       save(options_.save_dir);
   }
   log_->end(counters_.global_steps);
@@ -401,14 +400,14 @@ void Engine::train_step() {
   if (profiling) report_profile(profiler_->end_step());
   StepOutcome out;
   out.step = counters_.global_steps;
-  out.total_steps = total_steps_;
+  out.total_steps = total_steps();
   out.global_samples = counters_.global_samples;
   out.skipped = counters_.skipped_steps;
   out.local_loss = loss_sum / static_cast<double>(plan_.batch.gas);
   out.lr = lr;
   out.grad_norm = verdict.norm;
   if (guard_->scaler().checks_overflow()) out.loss_scale = guard_->scaler().scale();
-  if (offload_.device == OffloadDevice::nvme && master_) out.swap = master_->swap_stats();
+  if (plan_.optimizer_offload.device == OffloadDevice::nvme) out.swap = master_->swap_stats();
   out.extra = runner_->checkpoint_profile();
   log_->after_step(out);
 }

@@ -38,7 +38,7 @@
 namespace dscpp::runtime {
 
 struct TrainOptions {
-  std::optional<int64_t> steps;   // optimizer steps to reach (global_steps), or
+  std::optional<int64_t> steps;   // optimizer steps to reach (global_steps; set once the Engine exists), or
   std::optional<double> epochs;   // passes over the train split; default 1 epoch
   std::string save_dir;
   int64_t save_interval = 0;      // steps; 0 = only at the end (when save_dir is set)
@@ -84,7 +84,7 @@ class Engine {
   // From <load_dir>/<load_tag> ("" = the tag `latest` names), taking `parts` of it.
   void load(const std::string& load_dir, const std::string& load_tag = "", const ResumeParts& parts = {});
 
-  int64_t total_steps() const { return total_steps_; }
+  int64_t total_steps() const { return *options_.steps; }
   const TrainCounters& counters() const { return counters_; }
   const FlatLayout& layout() const { return layout_; }
   int zero_stage() const { return plan_.zero.stage; }
@@ -133,11 +133,9 @@ class Engine {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MasterWeights> master_;
-  OptimizerOffloadPlan offload_;  // the plan's optimizer offload when training (none with --eval_only)
   std::unique_ptr<StepLog> log_;  // progress lines, timers, csv_monitor, comms_logger
   std::unique_ptr<GradGuard> guard_;  // overflow, norm, clipping, non-finite steps; owns the loss scaler
   TrainCounters counters_;
-  int64_t total_steps_ = 0;
   std::optional<DataFingerprint> data_;  // computed at the first save or load
 };
 

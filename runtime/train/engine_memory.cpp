@@ -70,7 +70,7 @@ void Engine::log_memory_peaks() {
     log::info("host memory peak per rank (bytes, measured/planned): {}total={}/{}; NVMe planned={}", host,
               h.total_peak, memory_plan_.host_total(), memory_plan_.nvme_total());
   }
-  if (offload_.device != OffloadDevice::none) {
+  if (master_ && plan_.optimizer_offload.device != OffloadDevice::none) {
     // Where the optimizer state went: with ratio < 1 the device keeps the resident sub-groups'.
     const auto o = static_cast<size_t>(MemCategory::optimizer_state);
     const OffloadSplit& split = master_->split();
