@@ -1,14 +1,13 @@
 #include "collectives/communicator.h"
 
+#include "collectives/flight_recorder.h"
 #include "collectives/memory_staging.h"
 #include "collectives/schedule_check.h"
-#include "core/log.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cinttypes>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -19,9 +18,6 @@
 namespace dscpp::comm {
 
 using Clock = std::chrono::steady_clock;
-// The longest a hang report can take: its fixed waits (~6 s) plus one store call at the
-// longest reply timeout (store_reply_timeout, 60 s), which marks a stalled store for the rest.
-constexpr auto kReportBound = std::chrono::seconds(120);
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -100,37 +96,20 @@ struct Task {
   std::atomic<bool> reporting{false};  // the progress thread is writing this task's hang report
 };
 
-std::string describe(const OpRecord& r) {
-  if (r.kind == OpKind::barrier) return fmt::format("barrier #{}", r.seq);
-  std::string what = fmt::format("{} #{} ({}", op_kind_name(r.kind), r.seq, dtype_name(r.dtype));
-  if (r.kind == OpKind::allreduce || r.kind == OpKind::reduce_scatter)
-    what += fmt::format(" {}", reduce_op_name(r.reduce));
-  return what + fmt::format(", {:.2f} MiB)", static_cast<double>(r.bytes) / (1 << 20));
-}
-
 }  // namespace
 
-// The progress thread, the ring of recent operations and the progress publisher.
+// The progress thread and the operations waiting for it.
 struct Communicator::Queue {
-  static constexpr size_t kRing = 64;
-
-  Clock::time_point created = Clock::now();
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<std::shared_ptr<Task>> pending;
   bool stopping = false;
   uint64_t next_seq = 0;
-  std::deque<OpRecord> ring;
   CommStats stats;
   OpObserver observer;  // written under `mutex`
-  std::atomic<uint64_t> last_done{0};
   std::atomic<bool> wedged{false};  // a hang was reported: the engine may never return
   std::atomic<bool> checking{false};  // the schedule check; written under `mutex`
   std::thread worker;
-  std::thread publisher;
-  std::condition_variable publisher_wake;
-
-  double now_s() const { return std::chrono::duration<double>(Clock::now() - created).count(); }
 };
 
 namespace {
@@ -149,7 +128,8 @@ class TaskWork final : public Work {
     if (!task_->finished.wait_for(lock, timeout_ + grace, [&] { return task_->done; })) {
       // The engine gave up and the progress thread is writing the hang report (whose store
       // calls are bounded): that report is the answer, not a second one started here.
-      if (!task_->reporting || !task_->finished.wait_for(lock, kReportBound, [&] { return task_->done; })) {
+      if (!task_->reporting ||
+          !task_->finished.wait_for(lock, FlightRecorder::kReportBound, [&] { return task_->done; })) {
         lock.unlock();
         on_timeout_(task_->seq, std::chrono::duration<double>(Clock::now() - start).count());
       }
@@ -171,14 +151,18 @@ class TaskWork final : public Work {
 }  // namespace
 
 Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backend)
-    : context_(std::move(context)), backend_(std::move(backend)), queue_(std::make_unique<Queue>()),
+    : context_(std::move(context)),
+      backend_(std::move(backend)),
+      recorder_(std::make_unique<FlightRecorder>(context_, backend_->name())),
+      queue_(std::make_unique<Queue>()),
       schedule_(std::make_unique<ScheduleCheck>(context_.name, context_.size)) {
   if (context_.device_memory != nullptr && !context_.device_memory->is_host())
     memory_staging_ = std::make_unique<MemoryStaging>(context_, backend_->memory());
   DSCPP_CHECK_EQ(backend_->rank(), context_.rank);
   DSCPP_CHECK_EQ(backend_->size(), context_.size);
   Queue& q = *queue_;
-  q.worker = std::thread([this, &q] {
+  FlightRecorder& recorder = *recorder_;
+  q.worker = std::thread([this, &q, &recorder] {
     for (;;) {
       std::shared_ptr<Task> task;
       {
@@ -187,7 +171,7 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
         if (q.pending.empty()) return;
         task = q.pending.front();
       }
-      double start = q.now_s();
+      double start = recorder.now_s();
       try {
         if (task->check) schedule_->verify(*backend_, *task->check);
         if (task->body)
@@ -197,24 +181,22 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
       } catch (const std::exception& e) {
         task->error = std::current_exception();
         // An engine that gave up at the group timeout gets the same forensics as a hang.
-        double ran = q.now_s() - start;
+        double ran = recorder.now_s() - start;
         if (!task->body && ran >= 0.9 * std::chrono::duration<double>(context_.timeout).count()) {
           task->reporting = true;
           try {
-            report_hang(task->seq, ran, e.what(), task->what);
+            recorder.report_hang(task->seq, ran, e.what(), task->what);
           } catch (...) {
             task->error = std::current_exception();
           }
         }
       }
-      double end = q.now_s();
+      double end = recorder.now_s();
       OpObserver observer;
       {
         std::lock_guard lock(q.mutex);
         q.pending.pop_front();
-        if (!task->mark)
-          for (auto& r : q.ring)
-            if (r.seq == task->seq) r.end_s = end;
+        if (!task->mark) recorder.finished(task->seq, end);
         q.stats.busy_s += end - start;
         if (!task->mark && !task->body && !task->error) observer = q.observer;
       }
@@ -223,34 +205,12 @@ Communicator::Communicator(GroupContext context, std::unique_ptr<Backend> backen
         observer(OpRecord{task->seq, op.kind, op.dtype, op.reduce, payload_bytes(op, size()), start, end});
       }
       // A mark carries the number of the operation after it, which has not run yet.
-      if (!task->error && !task->mark) q.last_done = task->seq;
+      if (!task->error && !task->mark) recorder.completed(task->seq);
       {
         std::lock_guard lock(task->mutex);
         task->done = true;
       }
       task->finished.notify_all();
-    }
-  });
-  // Publishes "<seq> <op> <age>" at most once a second when it changed, so that a rank that
-  // times out can say how far every peer got without asking them anything.
-  q.publisher = std::thread([this, &q] {
-    uint64_t published = 0;
-    std::unique_lock lock(q.mutex);
-    while (!q.stopping) {
-      q.publisher_wake.wait_for(lock, std::chrono::seconds(1));
-      uint64_t done = q.last_done;
-      if (done == published || q.stopping) continue;
-      std::string record = fmt::format("{}", done);
-      for (const auto& r : q.ring)
-        if (r.seq == done) record = fmt::format("{} {} {:.3f}", done, op_kind_name(r.kind), r.end_s);
-      lock.unlock();
-      try {
-        context_.store->set(fmt::format("progress/{}", context_.rank), record);
-        published = done;
-      } catch (const std::exception& e) {
-        log::debug("group '{}': could not publish progress: {}", context_.name, e.what());
-      }
-      lock.lock();
     }
   });
 }
@@ -262,15 +222,16 @@ Communicator::~Communicator() {
     q.stopping = true;
   }
   q.wake.notify_all();
-  q.publisher_wake.notify_all();
-  q.publisher.join();
+  recorder_->stop();
   if (q.wedged) {
-    // The engine may never return from the hung operation: leave it (and the backend it uses)
-    // alone rather than block the process's exit on it.
+    // The engine may never return from the hung operation, and a hang report may still be
+    // running on it: leave both (and the backend, the queue and the recorder they use) alone
+    // rather than block the process's exit on them.
     q.worker.detach();
     (void)backend_.release();
     (void)queue_.release();
     (void)schedule_.release();
+    (void)recorder_.release();
     return;
   }
   q.worker.join();
@@ -285,9 +246,8 @@ WorkHandle Communicator::submit(const OpDesc& op) {
     if (q.wedged) fail("group '{}': an earlier operation hung; this communicator cannot be used again", context_.name);
     task->seq = ++q.next_seq;
     if (q.checking) task->check = schedule_->sign_op(op, task->seq);
-    OpRecord record{task->seq, op.kind, op.dtype, op.reduce, payload_bytes(op, size()), q.now_s(), 0};
-    q.ring.push_back(record);
-    if (q.ring.size() > Queue::kRing) q.ring.pop_front();
+    OpRecord record{task->seq, op.kind, op.dtype, op.reduce, payload_bytes(op, size()), recorder_->now_s(), 0};
+    recorder_->record(record);
     q.stats.ops++;
     q.stats.payload_bytes += record.bytes;
     const size_t wire = wire_bytes(op, size());
@@ -465,92 +425,12 @@ void Communicator::set_op_observer(OpObserver observer) {
   queue_->observer = std::move(observer);
 }
 
-std::vector<OpRecord> Communicator::recent_ops() const {
-  std::lock_guard lock(queue_->mutex);
-  return {queue_->ring.begin(), queue_->ring.end()};
-}
+std::vector<OpRecord> Communicator::recent_ops() const { return recorder_->recent(); }
 
-// Writes this rank's recent operations to the log, tells the others how far it got, reads how
-// far they got, and fails with a message naming the ranks that are behind.
+// An operation the caller gave up waiting for: the engine may never return from it.
 void Communicator::hung(uint64_t seq, double waited_s, const std::string& what) {
   queue_->wedged = true;
-  report_hang(seq, waited_s, "", what);
-}
-
-void Communicator::report_hang(uint64_t seq, double waited_s, const std::string& engine_message,
-                               const std::string& what) {
-  Queue& q = *queue_;
-  std::string mine, current = what.empty() ? fmt::format("operation #{}", seq) : what;
-  for (const auto& r : recent_ops()) {
-    mine += fmt::format("\n  {}, started at {:.3f} s, {}", describe(r), r.start_s,
-                        r.end_s > 0 ? fmt::format("took {:.3f} s", r.end_s - r.start_s) : std::string("unfinished"));
-    if (r.seq == seq && what.empty()) current = describe(r);
-  }
-  log::error("group '{}' ({}): {} has not finished after {:.1f} s; this rank's last operations:{}", context_.name,
-             backend_->name(), current, waited_s, mine);
-  auto& store = *context_.store;
-  struct Peer {
-    int rank;
-    std::string progress, hang;
-  };
-  std::vector<Peer> peers;
-  try {
-    store.set(fmt::format("progress/{}", rank()), fmt::format("{}", q.last_done.load()));
-    store.set(fmt::format("hang/{}", rank()), fmt::format("{}", seq));
-    // Peers publish progress within a second of finishing an operation; give them that long.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    // A peer stuck in this same operation writes its hang record when its own engine gives up,
-    // which can be seconds after ours (a ring neighbour whose receive started later, or that
-    // failed only when another rank's exit closed its connection: seen 2 s late under load).
-    // Wait for the missing records up to the group timeout in all, capped at 5 s; a rank that
-    // is really behind never writes one, so that case costs the whole window.
-    std::vector<std::string> hang_keys;
-    for (int r = 0; r < size(); ++r)
-      if (r != rank()) hang_keys.push_back(fmt::format("hang/{}", r));
-    const Millis extra = std::clamp(std::chrono::duration_cast<Millis>(context_.timeout) - Millis(1500), Millis(0),
-                                    Millis(3500));
-    if (extra > Millis(0)) store.wait(hang_keys, extra);
-    auto read = [&](const std::string& key) { return store.check(key) ? store.get(key, Millis(1000)) : std::string(); };
-    for (int r = 0; r < size(); ++r)
-      if (r != rank()) peers.push_back({r, read(fmt::format("progress/{}", r)), read(fmt::format("hang/{}", r))});
-  } catch (const std::exception& e) {
-    throw PeerFailure(fmt::format(
-        "group '{}' ({}): {} did not complete within the group timeout ({:g} s; rank {} waited {:.1f} s), and the "
-        "store could not be asked about the other ranks: {}",
-        context_.name, backend_->name(), current, std::chrono::duration<double>(context_.timeout).count(), rank(),
-        waited_s, e.what()));
-  }
-  // World rank 0 hosts the store: stay a moment so that the others can finish their reading
-  // before this rank's failure takes the store down.
-  if (context_.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  std::vector<int> silent, waiting;
-  std::string behind;
-  for (const auto& p : peers) {
-    uint64_t done = 0;
-    char op[32] = "";
-    double at = 0;
-    int fields = p.progress.empty() ? 0 : std::sscanf(p.progress.c_str(), "%" SCNu64 " %31s %lf", &done, op, &at);
-    if (p.hang == std::to_string(seq)) {
-      waiting.push_back(p.rank);
-    } else if (fields == 0 || (done == 0 && p.hang.empty())) {
-      silent.push_back(p.rank);
-    } else {
-      // Progress is published at most once a second, so a peer that stopped may have done more.
-      behind += fmt::format("; rank {} had finished at least #{}{}", p.rank, done,
-                            fields >= 2 ? fmt::format(" ({})", op) : "");
-    }
-  }
-  std::string message = fmt::format(
-      "group '{}' ({}): {} did not complete within the group timeout ({:g} s; rank {} waited {:.1f} s)", context_.name,
-      backend_->name(), current, std::chrono::duration<double>(context_.timeout).count(), rank(), waited_s);
-  if (!behind.empty()) message += ". Behind:" + behind.substr(1);
-  if (!silent.empty())
-    message += fmt::format(". Reported no progress on this group (progress is reported once a second: dead, stopped "
-                           "or stuck before its first report): rank{} {}",
-                           silent.size() == 1 ? "" : "s", format_rank_list(silent));
-  if (!waiting.empty()) message += fmt::format(". Waiting in the same operation: {}", format_rank_list(waiting));
-  if (!engine_message.empty()) message += fmt::format(". The engine said: {}", engine_message);
-  throw PeerFailure(message);
+  recorder_->report_hang(seq, waited_s, "", what);
 }
 
 BackendChoice parse_backend_choice(std::string_view name) {

@@ -31,7 +31,7 @@
 //
 // Failure: an operation that cannot finish within the group's timeout (a peer died, or is
 // stuck or behind) fails with dscpp::Error on every rank that waits for it; the message names
-// the ranks that are behind and the last operation they finished (hang forensics below).
+// the ranks that are behind and the last operation they finished (collectives/flight_recorder.h).
 //
 // Schedule check (debugging): with set_schedule_check(true) on every rank, the ranks compare a
 // signature of each operation before running it and all fail at once, naming the first
@@ -77,6 +77,7 @@ std::string format_traffic(const CommStats& stats);
 
 class ScheduleCheck;                   // collectives/schedule_check.h
 class MemoryStaging;                   // collectives/memory_staging.h
+class FlightRecorder;                  // collectives/flight_recorder.h
 enum class ScheduleMark : uint8_t;
 
 class Work {
@@ -150,7 +151,7 @@ class Communicator {
   // returns; applies to operations that finish after the call. Empty: none (comms_logger).
   using OpObserver = std::function<void(const OpRecord&)>;
   void set_op_observer(OpObserver observer);
-  // The last operations (oldest first), up to the ring's capacity.
+  // The last operations (oldest first), up to FlightRecorder::kRing.
   std::vector<OpRecord> recent_ops() const;
 
   // Used by the factory; not for callers.
@@ -166,11 +167,11 @@ class Communicator {
   void run_on_engine(const OpDesc& op);
   // `what` names a task that is not a recorded operation (a schedule checkpoint).
   [[noreturn]] void hung(uint64_t seq, double waited_s, const std::string& what = {});
-  [[noreturn]] void report_hang(uint64_t seq, double waited_s, const std::string& engine_message,
-                                const std::string& what = {});
 
   GroupContext context_;
   std::unique_ptr<Backend> backend_;
+  // A pointer so that a hung engine's thread, abandoned with it, keeps a live recorder.
+  std::unique_ptr<FlightRecorder> recorder_;
   std::unique_ptr<Queue> queue_;
   std::unique_ptr<ScheduleCheck> schedule_;
   std::vector<float> staging_;  // fp32 copies of fp16/bf16 buffers for engines without them
