@@ -24,6 +24,8 @@
 // thread, so raw ran 2-5x slower than ours at those sizes: an allocator effect, not dscpp's.
 // --default-malloc keeps glibc's defaults to show it.
 #include "collectives/communicator.h"
+#include "core/byte_size.h"
+#include "core/error.h"
 #include "device/device.h"
 #include "kernels/cuda/sim/sim_kernels.h"
 
@@ -71,18 +73,12 @@ struct Args {
   std::string device;  // "" or "cuda-sim"
 };
 
-size_t parse_bytes(const std::string& flag, const char* text) {
-  char* end = nullptr;
-  double value = std::strtod(text, &end);
-  std::string unit = end;
-  double scale = unit.empty() || unit == "B"   ? 1
-                 : unit == "K" || unit == "KB" ? 1 << 10
-                 : unit == "M" || unit == "MB" ? 1 << 20
-                 : unit == "G" || unit == "GB" ? 1 << 30
-                                               : 0;
-  if (end == text || scale == 0 || value <= 0)
-    die(fmt::format("{} '{}': expected a size such as 4096, 64K or 256M", flag, text));
-  return static_cast<size_t>(value * scale);
+size_t byte_flag(const std::string& flag, const char* text) {
+  try {
+    return static_cast<size_t>(dscpp::parse_bytes(text, flag));
+  } catch (const dscpp::Error& e) {
+    die(e.what());
+  }
 }
 
 Args parse_args(int argc, char** argv) {
@@ -114,9 +110,9 @@ Args parse_args(int argc, char** argv) {
       args.device =
           std::string(value) == "cuda-sim" ? value : (die(fmt::format("--device {}: only cuda-sim", value)), "");
     else if (flag == "--min-bytes")
-      args.min_bytes = parse_bytes(flag, value);
+      args.min_bytes = byte_flag(flag, value);
     else if (flag == "--max-bytes")
-      args.max_bytes = parse_bytes(flag, value);
+      args.max_bytes = byte_flag(flag, value);
     else if (flag == "--seconds")
       args.seconds = std::atof(value);
     else if (flag == "--rounds")

@@ -2,11 +2,11 @@
 // on a path, GB/s for write and read per combination, then the best setting measured again
 // beside fio running the same pattern on the same file, and the `aio` block to paste into a
 // DeepSpeed config.
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "offload/aio_sweep.h"
 #include "offload/async_io.h"
-#include "offload/byte_size.h"
 #include "offload/fio_baseline.h"
 #include "offload/io_queue.h"
 #include "offload/swap_dir.h"

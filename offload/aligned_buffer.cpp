@@ -1,7 +1,7 @@
 #include "offload/aligned_buffer.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
-#include "offload/byte_size.h"
 
 #include <sys/mman.h>
 #include <sys/resource.h>

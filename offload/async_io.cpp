@@ -1,8 +1,8 @@
 #include "offload/async_io.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "offload/aligned_buffer.h"
-#include "offload/byte_size.h"
 #include "offload/io_op.h"
 #include "offload/io_worker.h"
 

@@ -1,9 +1,9 @@
 #include "offload/direct_file.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "offload/aligned_buffer.h"
-#include "offload/byte_size.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "offload/aligned_buffer.h"
-#include "offload/byte_size.h"
 
 #include <nlohmann/json.hpp>
 #include <spawn.h>

@@ -1,7 +1,7 @@
 #include "offload/io_op.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
-#include "offload/byte_size.h"
 #include "offload/direct_file.h"
 
 #include <fmt/core.h>

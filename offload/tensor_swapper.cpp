@@ -1,7 +1,7 @@
 #include "offload/tensor_swapper.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
-#include "offload/byte_size.h"
 
 #include <unistd.h>
 

@@ -3,6 +3,7 @@
 // the runtime); this adds the progress lines and summaries.
 #include "checkpoint/export_hf.h"
 #include "checkpoint/zero_to_fp32.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "launcher/commands/commands.h"
 
@@ -42,25 +43,6 @@ std::function<void(const ckpt::ConsolidateProgress&)> progress_lines(const char*
   };
 }
 
-// "5GB", "500MB", "100KB" (powers of 1000, as transformers reads max_shard_size) or bytes.
-int64_t shard_bytes(const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    fail("export-hf: --max_shard_size wants a size like 5GB or 500MB, got '{}'", text);
-  }
-  const std::string unit = text.substr(used);
-  const double scale = unit.empty() || unit == "B" ? 1
-                       : unit == "KB"              ? 1e3
-                       : unit == "MB"              ? 1e6
-                       : unit == "GB"              ? 1e9
-                                                   : 0;
-  if (scale == 0 || !(v > 0)) fail("export-hf: --max_shard_size wants a size like 5GB or 500MB, got '{}'", text);
-  return static_cast<int64_t>(v * scale);
-}
-
 }  // namespace
 
 int run_zero_to_fp32(const ZeroToFp32Args& args) {
@@ -86,7 +68,7 @@ int run_export_hf(const ExportHfArgs& args) {
   if (!dtype || (*dtype != DType::f32 && *dtype != DType::bf16 && *dtype != DType::f16))
     fail("export-hf: --dtype is fp32, bf16 or fp16, not '{}'", args.dtype);
   o.dtype = *dtype;
-  o.max_shard_bytes = shard_bytes(args.max_shard_size);
+  o.max_shard_bytes = parse_bytes(args.max_shard_size, "export-hf --max_shard_size");
   o.config = args.config;
   ckpt::ExportResult r = ckpt::export_hf(args.checkpoint, args.out_dir, o,
                                          progress_lines("export-hf", args.progress_interval, args.quiet));

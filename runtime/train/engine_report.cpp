@@ -1,6 +1,6 @@
 // The flops profiler the engine runs its layers through, and its report.
+#include "core/byte_size.h"
 #include "core/log.h"
-#include "offload/byte_size.h"
 #include "runtime/train/engine.h"
 
 #include <fmt/format.h>

@@ -5,7 +5,6 @@
 #include "core/error.h"
 #include "offload/aligned_buffer.h"
 #include "offload/async_io.h"
-#include "offload/byte_size.h"
 #include "offload/direct_file.h"
 #include "offload/io_op.h"
 #include "offload/io_queue.h"
@@ -103,18 +102,6 @@ std::string error_in_child(const std::function<void()>& body, bool drop_root) {
 }
 
 }  // namespace
-
-TEST_CASE("aio: byte sizes parse and print") {
-  CHECK(parse_bytes("4096", "x") == 4096);
-  CHECK(parse_bytes("256K", "x") == 256 << 10);
-  CHECK(parse_bytes("1m", "x") == 1 << 20);
-  CHECK(parse_bytes("2GiB", "x") == 2LL << 30);
-  CHECK_THROWS_WITH(parse_bytes("1Q", "--size"), Contains("--size") && Contains("unknown unit"));
-  CHECK_THROWS_WITH(parse_bytes("-1", "--size"), Contains("expected a byte count"));
-  CHECK(format_bytes(1536) == "1.50 KiB");
-  CHECK(short_bytes(1 << 20) == "1M");
-  CHECK(short_bytes(1000) == "1000");
-}
 
 TEST_CASE("aio: options are validated with the accepted range") {
   AioOptions o;
