@@ -163,17 +163,6 @@ void Engine::allocate() {
 
 Engine::~Engine() = default;
 
-std::string Engine::perplexity_text(const EvalResult& r) const {
-  // A language model's loss is the mean cross-entropy per token: exp of it is the perplexity.
-  if (plugin_.data().tokens_per_sample <= 0) return "";
-  return fmt::format(", perplexity {:.4f}", std::exp(r.loss));
-}
-
-std::string Engine::counted_text(const EvalResult& r) const {
-  // What the loss layer counted: predicted positions of a language model, else samples.
-  return fmt::format("({} {})", r.counted, plugin_.data().tokens_per_sample > 0 ? "tokens" : "samples");
-}
-
 CheckpointView Engine::checkpoint_view() {
   CheckpointView v;
   v.layout = &layout_;
@@ -294,8 +283,7 @@ void Engine::run() {
     if (options_.eval_interval > 0 && step % options_.eval_interval == 0 && step < total_steps()) {
       EvalResult r = evaluate();
       if (world_.rank() == 0)
-        log::info("eval at step {}: loss {:.4f}, accuracy {:.2f}%{} {}", step, r.loss, 100 * r.accuracy,
-                  perplexity_text(r), counted_text(r));
+        log::info("eval at step {}: {}", step, format_eval(r, plugin_.data().tokens_per_sample));
     }
     if (!options_.save_dir.empty() && options_.save_interval > 0 && step % options_.save_interval == 0 &&
         step < total_steps())
@@ -305,8 +293,7 @@ void Engine::run() {
   if (options_.eval && plugin_.data().eval_size > 0) {
     EvalResult r = evaluate();
     if (world_.rank() == 0)
-      log::info("final eval: loss {:.4f}, accuracy {:.2f}%{} {}", r.loss, 100 * r.accuracy,
-                perplexity_text(r), counted_text(r));
+      log::info("final eval: {}", format_eval(r, plugin_.data().tokens_per_sample));
   }
   if (!options_.save_dir.empty()) save(options_.save_dir);
   report();  // collective at stage 3

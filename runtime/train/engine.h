@@ -24,6 +24,7 @@
 #include "runtime/plans.h"
 #include "runtime/train/batch_loader.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/forward_passes.h"
 #include "runtime/train/layer_runner.h"
 #include "runtime/train/plugin.h"
 #include "runtime/train/run_memory.h"
@@ -58,12 +59,6 @@ struct TrainOptions {
   int ranks_per_node = 0;
   // Resume even though the data differs from the checkpoint's (data_fingerprint.h).
   bool accept_data_change = false;
-};
-
-struct EvalResult {
-  double loss = 0;
-  double accuracy = 0;  // correct / counted
-  int64_t counted = 0;
 };
 
 class Engine {
@@ -108,9 +103,7 @@ class Engine {
   MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
   std::unique_ptr<FlopsProfiler> make_profiler() const;   // engine_report.cpp
   void report_profile(double step_s);                     // engine_report.cpp
-  // ", perplexity P" for a model with tokens (language models), else "".
-  std::string perplexity_text(const EvalResult& r) const;
-  std::string counted_text(const EvalResult& r) const;  // "(N tokens)" / "(N samples)"
+  ForwardPasses forward_passes();  // engine_eval.cpp
   bool profiling_step() const { return profiler_ && counters_.global_steps + 1 == profiler_->profile_step(); }
 
   Plugin& plugin_;
