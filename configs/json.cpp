@@ -388,7 +388,8 @@ std::string JsonValue::describe() const {
       return text.empty() ? fmt::format("{}", number) : shorten(text);
     case Kind::string:
       if (text.size() > kEchoLimit)
-        return fmt::format("{}… ({} characters)", json_quote(std::string_view(text).substr(0, kEchoLimit)), text.size());
+        return fmt::format("{}… ({} characters)", json_quote(std::string_view(text).substr(0, kEchoLimit)),
+                           text.size());
       return json_quote(text);
     case Kind::array:
       return fmt::format("an array of {}", items.size());

@@ -1,11 +1,13 @@
 #include "runtime/observe/flops_profiler.h"
 
 #include "core/error.h"
+#include "core/log.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <numeric>
 
 namespace dscpp::runtime {
@@ -256,10 +258,10 @@ std::string FlopsProfiler::report(double step_s, int64_t samples) const {
       "  step latency:                                     {:.2f} ms\n"
       "  model FLOPS per rank = {:.2g} * fwd flops / step:   {}\n"
       "  samples/second:                                   {:.2f}\n",
-      config_.profile_step, si(static_cast<double>(params), ""), si(fwd, ""), fwd_s * 1e3, si(rate(fwd, fwd_s), "FLOPS"),
-      bwd_s * 1e3, si(rate(2 * fwd, bwd_s), "FLOPS"), si(rate(3 * fwd, fwd_s + bwd_s), "FLOPS"), step_s * 1e3,
-      3 * (1 + config_.recompute_fwd_factor), si(rate(model, step_s), "FLOPS"),
-      step_s > 0 ? static_cast<double>(samples) / step_s : 0.0);
+      config_.profile_step, si(static_cast<double>(params), ""), si(fwd, ""), fwd_s * 1e3,
+      si(rate(fwd, fwd_s), "FLOPS"), bwd_s * 1e3, si(rate(2 * fwd, bwd_s), "FLOPS"),
+      si(rate(3 * fwd, fwd_s + bwd_s), "FLOPS"), step_s * 1e3, 3 * (1 + config_.recompute_fwd_factor),
+      si(rate(model, step_s), "FLOPS"), step_s > 0 ? static_cast<double>(samples) / step_s : 0.0);
   if (config_.module_depth == 0) return out;  // depth 0: the model as a whole
   // Layers, the top_modules heaviest first when `detailed` is off, every layer in order otherwise.
   std::vector<size_t> order(layers_.size());
@@ -279,6 +281,15 @@ std::string FlopsProfiler::report(double step_s, int64_t samples) const {
                        l.bwd_s * 1e3);
   }
   return out;
+}
+
+void FlopsProfiler::publish(double step_s, int64_t samples) const {
+  const std::string text = report(step_s, samples);
+  if (!config_.output_file) return log::info("{}", text);
+  std::ofstream out(*config_.output_file);
+  out << text;
+  if (!out) fail("flops_profiler.output_file {}: cannot write it", *config_.output_file);
+  log::info("flops profiler: step {} profile written to {}", config_.profile_step, *config_.output_file);
 }
 
 }  // namespace dscpp::runtime

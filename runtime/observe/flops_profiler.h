@@ -64,6 +64,8 @@ class FlopsProfiler {
   }
   // The summary for a step that took `step_s` seconds with `samples` samples on this rank.
   std::string report(double step_s, int64_t samples) const;
+  // The report where DeepSpeed puts it: flops_profiler.output_file when set, else the log.
+  void publish(double step_s, int64_t samples) const;
 
  private:
   struct LayerCount {

@@ -78,7 +78,8 @@ int run_generate(const GenerateOptions& o) {
          "such as --reset_attention_mask, or --check_decode",
          plugin.name(), plugin.data().input_numel, context);
   if (int64_t(tokens.size()) > context)
-    fail("generate: a prompt of {} tokens does not fit the model's context of {} (its --context)", tokens.size(), context);
+    fail("generate: a prompt of {} tokens does not fit the model's context of {} (its --context)", tokens.size(),
+         context);
   const FlatLayout layout = make_flat_layout(layers);
   const std::vector<float> weights = model_weights(plugin, layout, o.seed, o.load_dir);
   DeviceBuffer params(device, static_cast<size_t>(layout.total) * 4, MemCategory::params);
@@ -90,7 +91,8 @@ int run_generate(const GenerateOptions& o) {
     ptrs[size_t(s.layer)][size_t(s.index)] = static_cast<const float*>(params.data()) + s.offset;
   for (size_t l = 0; l < layers.size(); ++l)
     for (const TiedParam& t : layers[l].tied)
-      ptrs[l][size_t(t.slot)] = ptrs[size_t(t.owner_layer)][size_t(layers[size_t(t.owner_layer)].params[size_t(t.owner_param)].slot)];
+      ptrs[l][size_t(t.slot)] =
+          ptrs[size_t(t.owner_layer)][size_t(layers[size_t(t.owner_layer)].params[size_t(t.owner_param)].slot)];
 
   std::vector<DeviceBuffer> caches;
   int64_t work = 0, widest = 0;
@@ -139,7 +141,8 @@ int run_generate(const GenerateOptions& o) {
     device.copy_from_host(window.data(), ids.data(), ids.size() * 4);
     runner->forward(window.data(), nullptr, 1, false, o.seed);
     std::vector<float> full(static_cast<size_t>(vocab));
-    device.copy_to_host(full.data(), static_cast<const float*>(runner->last_output()) + position * vocab, full.size() * 4);
+    device.copy_to_host(full.data(), static_cast<const float*>(runner->last_output()) + position * vocab,
+                        full.size() * 4);
     double diff = 0, scale = 0;
     for (size_t i = 0; i < full.size(); ++i) {
       diff = std::max(diff, double(std::fabs(full[i] - logits[i])));

@@ -46,11 +46,13 @@ int run_gradcheck(const GradcheckOptions& o) {
   std::vector<int32_t> target(static_cast<size_t>(batch * data.target_numel));
   for (int64_t i = 0; i < batch; ++i)
     plugin.load_sample(0, i, input.data() + i * data.input_numel * 4, target.data() + i * data.target_numel);
-  DeviceBuffer input_d(device, input.size(), MemCategory::buffers), target_d(device, target.size() * 4, MemCategory::buffers);
+  DeviceBuffer input_d(device, input.size(), MemCategory::buffers),
+      target_d(device, target.size() * 4, MemCategory::buffers);
   device.copy_from_host(input_d.data(), input.data(), input.size());
   device.copy_from_host(target_d.data(), target.data(), target.size() * 4);
   auto loss = [&] {
-    const dscpp_metrics m = runner.forward(input_d.data(), static_cast<const int32_t*>(target_d.data()), batch, true, o.seed);
+    const dscpp_metrics m =
+        runner.forward(input_d.data(), static_cast<const int32_t*>(target_d.data()), batch, true, o.seed);
     if (m.counted <= 0) fail("gradcheck: the loss layer counted no positions in the batch (every target ignored?)");
     return m.loss_sum / static_cast<double>(m.counted);
   };
@@ -73,12 +75,14 @@ int run_gradcheck(const GradcheckOptions& o) {
     const float* g = &grads[size_t(s.offset)];
     std::vector<int64_t> order(static_cast<size_t>(s.numel));
     std::iota(order.begin(), order.end(), 0);
-    const auto top = static_cast<size_t>(std::min<int64_t>(o.elements_per_tensor / 2 + o.elements_per_tensor % 2, s.numel));
+    const auto top =
+        static_cast<size_t>(std::min<int64_t>(o.elements_per_tensor / 2 + o.elements_per_tensor % 2, s.numel));
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
                       [&](int64_t a, int64_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
     std::vector<int64_t> picked(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top));
     std::mt19937_64 rng(o.seed + k);
-    for (int r = 0; r < o.elements_per_tensor / 2 && s.numel > 0; ++r) picked.push_back(static_cast<int64_t>(rng() % uint64_t(s.numel)));
+    for (int r = 0; r < o.elements_per_tensor / 2 && s.numel > 0; ++r)
+      picked.push_back(static_cast<int64_t>(rng() % uint64_t(s.numel)));
     const double scale = std::fabs(g[order[0]]);
     double err = 0;
     for (int64_t e : picked) {

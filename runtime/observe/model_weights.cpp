@@ -25,14 +25,16 @@ void from_checkpoint(const std::string& load_dir, const FlatLayout& layout, std:
     for (size_t k = 0; k < layout.params.size(); ++k) {
       const ParamSlot& s = layout.params[k];
       if (s.name != d.name) continue;
-      if (s.shape != d.shape) fail("checkpoint {}: parameter '{}' has another shape than the model's", load_dir, s.name);
+      if (s.shape != d.shape)
+        fail("checkpoint {}: parameter '{}' has another shape than the model's", load_dir, s.name);
       ckpt::TensorToWrite t = reader.tensor(i, d.name, DType::f32, false);
       if (s.numel > 0) t.fill(0, s.numel, &p[size_t(s.offset)]);
       found[k] = true;
     }
   }
   for (size_t k = 0; k < layout.params.size(); ++k)
-    if (!found[k]) fail("checkpoint {} has no parameter '{}' of the model", reader.result().tag_dir, layout.params[k].name);
+    if (!found[k])
+      fail("checkpoint {} has no parameter '{}' of the model", reader.result().tag_dir, layout.params[k].name);
   std::printf("%s", fmt::format("weights from {} (step {})\n", reader.result().tag_dir, m.global_steps).c_str());
 }
 

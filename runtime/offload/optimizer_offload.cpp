@@ -171,7 +171,8 @@ class SwappedHome final : public StateHome {
   SubGroupView view(const Set& s) {
     SubGroupView v;
     v.master = reinterpret_cast<float*>(pool_.data(s.bufs[0]));
-    for (int t = 1; t < tensors_; ++t) v.state.push_back(reinterpret_cast<float*>(pool_.data(s.bufs[static_cast<size_t>(t)])));
+    for (int t = 1; t < tensors_; ++t)
+      v.state.push_back(reinterpret_cast<float*>(pool_.data(s.bufs[static_cast<size_t>(t)])));
     return v;
   }
 

@@ -77,7 +77,9 @@ class ParamHome {
   // caller replaces all of it (an NVMe slice is not read first).
   class Access {
    public:
-    Access(Access&& o) noexcept : home_(o.home_), group_(o.group_), data_(o.data_), write_(o.write_) { o.home_ = nullptr; }
+    Access(Access&& o) noexcept : home_(o.home_), group_(o.group_), data_(o.data_), write_(o.write_) {
+      o.home_ = nullptr;
+    }
     Access(const Access&) = delete;
     ~Access();
     void* data() const { return data_; }
@@ -88,7 +90,8 @@ class ParamHome {
 
    private:
     friend class ParamHome;
-    Access(ParamHome* home, int group, void* data, bool write) : home_(home), group_(group), data_(data), write_(write) {}
+    Access(ParamHome* home, int group, void* data, bool write)
+        : home_(home), group_(group), data_(data), write_(write) {}
     ParamHome* home_;
     int group_;
     void* data_;

@@ -12,7 +12,8 @@ namespace dscpp::runtime {
 
 GradGuard::GradGuard(const LossScalePlan& scaling, GradGuardOptions options, comm::Communicator& world)
     : scaler_(scaling), options_(options), world_(world) {
-  if (options_.max_nonfinite < 1) fail("the limit of non-finite steps in a row must be ≥ 1 (got {})", options_.max_nonfinite);
+  if (options_.max_nonfinite < 1)
+    fail("the limit of non-finite steps in a row must be ≥ 1 (got {})", options_.max_nonfinite);
 }
 
 GradVerdict GradGuard::check(std::span<const GradSlice> slices, DType dtype, bool partitioned, double local_loss,

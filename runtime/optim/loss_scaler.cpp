@@ -90,7 +90,8 @@ void LossScaler::update_legacy(bool overflow) {
 }
 
 void LossScaler::restore(const LossScalerState& s) {
-  if (!positive_finite(s.cur_scale)) fail("loss scaler state: cur_scale must be positive and finite, got {}", s.cur_scale);
+  if (!positive_finite(s.cur_scale))
+    fail("loss scaler state: cur_scale must be positive and finite, got {}", s.cur_scale);
   if (s.cur_iter < 0) fail("loss scaler state: cur_iter must be >= 0, got {}", s.cur_iter);
   if (s.last_overflow_iter < -1 || s.last_overflow_iter >= s.cur_iter)
     fail("loss scaler state: last_overflow_iter must be in [-1, cur_iter) = [-1, {}), got {}", s.cur_iter,

@@ -140,7 +140,8 @@ class OptimizerBase : public Optimizer {
   void step(int group, float* w, const float* grad, const StepOverrides& overrides) override {
     Group& g = at(group);
     double lr = overrides.lr.value_or(p_.lr);
-    if (!(lr >= 0.0) || !std::isfinite(lr)) fail("optimizer {}: learning rate must be finite and >= 0, got {}", name(), lr);
+    if (!(lr >= 0.0) || !std::isfinite(lr))
+      fail("optimizer {}: learning rate must be finite and >= 0, got {}", name(), lr);
     double momentum = overrides.momentum.value_or(base_momentum());
     beta2_ = overrides.beta2.value_or(p_.betas.size() > 1 ? p_.betas[1] : 0.0);
     ++g.steps;

@@ -6,19 +6,19 @@
 #include "core/knobs.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host
+#include "kernels/device_math.h"
 #include "runtime/train/fault_injection.h"
 #include "runtime/train/init.h"
 #include "runtime/zero/local_partitions.h"
-#include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host
-#include "kernels/device_math.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <filesystem>
+#include <limits>
 
 namespace dscpp::runtime {
 
@@ -115,7 +115,15 @@ void Engine::allocate() {
   params_ = std::make_unique<ParamStore>(layout_, world, device, plan_.precision.params,
                                          plan_.zero.parameters_partitioned, plan_.stage3, host_, offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
-  if (plan_.flops_profiler.enabled) profiler_ = make_profiler();
+  if (plan_.flops_profiler.enabled) {
+    std::vector<std::string> names;
+    std::vector<int64_t> params;
+    for (size_t l = 0; l < plugin.layers().size(); ++l) {
+      names.push_back(plugin.layers()[l].name);
+      params.push_back(layout_.layer_range[l].second - layout_.layer_range[l].first);
+    }
+    profiler_ = std::make_unique<FlopsProfiler>(ops_, std::move(names), std::move(params), plan_.flops_profiler);
+  }
   runner_ =
       std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, plan_.batch.micro,
                                     plan_.precision.params, plan_.precision.grads, ckpt_, host_);
@@ -162,78 +170,6 @@ void Engine::allocate() {
 }
 
 Engine::~Engine() = default;
-
-CheckpointView Engine::checkpoint_view() {
-  CheckpointView v;
-  v.layout = &layout_;
-  v.master = master_.get();
-  v.params = params_.get();
-  v.device = &device_;
-  v.params_dtype = plan_.precision.params;
-  v.scaler = guard_->scaler().checks_overflow() ? &guard_->scaler() : nullptr;
-  v.optimizer = optimizer_.get();
-  v.schedule = schedule_.get();
-  v.counters = &counters_;
-  v.zero = plan_.zero;
-  v.train_batch_size = plan_.batch.train_batch;
-  v.micro_batch = plan_.batch.micro;
-  v.gradient_accumulation_steps = plan_.batch.gas;
-  v.seed = options_.seed;
-  if (!data_) data_ = data_fingerprint(plugin_);
-  v.data = &*data_;
-  v.accept_data_change = options_.accept_data_change;
-  v.config_json = plan_.effective_json;
-  v.gather_16bit_weights = plan_.zero.gather_16bit_weights_on_save;
-  v.export_config = plugin_.export_config();
-  v.file_transposed.assign(plugin_.file_transposed().begin(), plugin_.file_transposed().end());
-  v.tied = plugin_.tied_names();
-  return v;
-}
-
-void Engine::initialise_params() {
-  // Only the elements this rank owns (zero.Init: at stage 3 no rank ever holds the whole
-  // model), each from (seed, name, index) whatever the layout; below stage 3 every rank holds
-  // everything and owns it all for this purpose. Through the parameters' home, wherever the
-  // slices live (device, host, NVMe).
-  const int owner = plan_.zero.parameters_partitioned ? world_.rank() : 0;
-  ParamHome& home = params_->home();
-  std::vector<float> host;
-  for (size_t gi = 0; gi < layout_.groups.size(); ++gi) {
-    const PartitionGroup& g = layout_.groups[gi];
-    const int64_t own_begin = plan_.zero.parameters_partitioned ? g.owned_begin(owner) : g.begin;
-    const int64_t own_end = own_begin + (plan_.zero.parameters_partitioned ? g.part : g.numel);
-    for (const ParamSlot& s : layout_.params) {
-      if (s.layer < g.first_layer || s.layer >= g.end_layer) continue;  // another group's
-      int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
-      if (hi <= lo) continue;
-      host.resize(static_cast<size_t>(hi - lo));
-      init_range(options_.seed, s.name, s.init, s.init_a, lo - s.offset, hi - lo, host.data());
-      if (plan_.zero.parameters_partitioned) {
-        home.write_from_host(static_cast<int>(gi), lo - own_begin, hi - lo, host.data());
-      } else {
-        std::vector<unsigned char> converted(host.size() * dtype_size(plan_.precision.params));
-        convert(host.data(), DType::f32, converted.data(), plan_.precision.params, host.size());
-        device_.copy_from_host(
-            static_cast<char*>(params_->full()) + lo * static_cast<int64_t>(dtype_size(plan_.precision.params)),
-            converted.data(), converted.size());
-      }
-    }
-  }
-  if (master_) master_->refresh_from_params();
-  params_->publish();
-}
-
-InitialWeights Engine::initial_weights() const {
-  InitialWeights w;
-  if (!options_.init_from.empty() && !plugin_.init_from().empty())
-    fail("--init_from {}: model {} already starts from {} (its own arguments say so); give the weights once",
-         options_.init_from, plugin_.name(), plugin_.init_from());
-  w.path = !options_.init_from.empty() ? options_.init_from : plugin_.init_from();
-  w.partial = options_.init_from.empty() && plugin_.init_partial();
-  w.transposed = plugin_.file_transposed();
-  w.tied = plugin_.tied_names();
-  return w;
-}
 
 void Engine::run() {
   if (options_.eval_only) return run_eval_only();
@@ -316,7 +252,8 @@ void Engine::train_step() {
   // ranks where DeepSpeed divides by the world before the reduction (configs/plans.h
   // GradScaling; GradReducer's reductions are plain sums there).
   float loss_grad = static_cast<float>(
-      guard_->scaler().scale() / static_cast<double>(plan_.batch.gas * (plan_.gradients.scaling.world_in_loss ? world_.size() : 1)));
+      guard_->scaler().scale() /
+      static_cast<double>(plan_.batch.gas * (plan_.gradients.scaling.world_in_loss ? world_.size() : 1)));
   // The profiled step is bracketed (and each layer in it, through enter/leave) by device
   // synchronizations, so that its latencies are device time on an asynchronous device.
   const bool profiling = profiling_step();
@@ -384,7 +321,10 @@ void Engine::train_step() {
                [this] { world_.barrier(); });
   // --check_schedule: a rank that ends the step early is caught here, not left hanging.
   world_.schedule_checkpoint(fmt::format("end of step {}", counters_.global_steps));
-  if (profiling) report_profile(profiler_->end_step());
+  if (profiling) {
+    const double step_s = profiler_->end_step();
+    if (world_.rank() == 0) profiler_->publish(step_s, plan_.batch.train_batch / world_.size());
+  }
   StepOutcome out;
   out.step = counters_.global_steps;
   out.total_steps = total_steps();
@@ -420,21 +360,6 @@ GradVerdict Engine::check_gradients(double local_loss) {
   // rank holds its own partition.
   return guard_->check(slices, grads_->dtype(), plan_.zero.optimizer_partitioned && world_.size() > 1, local_loss,
                        step);
-}
-
-void Engine::save(const std::string& save_dir) {
-  auto t0 = Clock::now();
-  std::string dir = save_checkpoint(save_dir, step_tag(counters_.global_steps), world_, checkpoint_view());
-  if (world_.rank() == 0) log::info("saved checkpoint {} in {:.2f} s", dir, seconds_since(t0));
-}
-
-void Engine::load(const std::string& load_dir, const std::string& load_tag, const ResumeParts& parts) {
-  const std::string dir = ckpt::tag_dir_to_load(load_dir, load_tag);
-  CheckpointView v = checkpoint_view();
-  v.resume = parts;
-  load_checkpoint(dir, world_, v);
-  if (world_.rank() == 0)
-    log::info("resumed from {} at step {} ({} samples seen)", dir, counters_.global_steps, counters_.global_samples);
 }
 
 }  // namespace dscpp::runtime

@@ -8,8 +8,10 @@
 // layout (runtime/zero/flat_layout.h): ParamStore (whole or partitioned parameters, stage-3
 // gathers), GradReducer (allreduce or reduce-scatter, when) and MasterWeights (the fp32
 // weights this rank updates and the optimizer over them; offload_optimizer moves them, or with
-// ratio < 1 the first sub-groups of them, to the host or NVMe, runtime/offload/optimizer_offload.h). The loop, data, logging and checkpoint protocol
-// are the same for every stage.
+// ratio < 1 the first sub-groups of them, to the host or NVMe: runtime/offload/optimizer_offload.h).
+// The Engine builds the parts from the plan and runs the loop; the policies live beside it:
+// GradGuard (overflow, norm, clipping, non-finite steps), RunMemory (the memory plan and the
+// out-of-memory advice), StepLog (what the run prints), ForwardPasses (evaluation, the report).
 #pragma once
 
 #include "collectives/communicator.h"
@@ -101,8 +103,6 @@ class Engine {
   void log_memory_peaks();
   CheckpointView checkpoint_view();
   MemoryStats host_stats() const;  // the host device, plus the swap buffer pool as optimizer state
-  std::unique_ptr<FlopsProfiler> make_profiler() const;   // engine_report.cpp
-  void report_profile(double step_s);                     // engine_report.cpp
   ForwardPasses forward_passes();  // engine_eval.cpp
   bool profiling_step() const { return profiler_ && counters_.global_steps + 1 == profiler_->profile_step(); }
 

@@ -96,15 +96,16 @@ std::string GradReducer::buffer_reason(const FlatLayout& layout, DType dtype, co
     parts.push_back(fmt::format("the largest group's gradients ({}: {})", format_bytes(layout.max_group_numel * elem),
                                 groups));
   if (s.out)
-    parts.push_back(fmt::format("{} reduce-scatter result ({}{})", s.buffer ? "its" : "a group's",
-                                format_bytes(max_part(layout) * wire),
-                                s.buffer ? ": gradient accumulation, communication_data_type or offload add it in"
-                                         : fmt::format(": stage 1's slice of the whole array is the input; {}", groups)));
+    parts.push_back(fmt::format(
+        "{} reduce-scatter result ({}{})", s.buffer ? "its" : "a group's", format_bytes(max_part(layout) * wire),
+        s.buffer ? ": gradient accumulation, communication_data_type or offload add it in"
+                 : fmt::format(": stage 1's slice of the whole array is the input; {}", groups)));
   if (s.wire)
-    parts.push_back(fmt::format("its copy in communication_data_type ({})", format_bytes(layout.max_group_numel * wire)));
+    parts.push_back(
+        fmt::format("its copy in communication_data_type ({})", format_bytes(layout.max_group_numel * wire)));
   const std::string why = o.reduction == GradReduction::into_whole_array ? "two groups in flight"
-                          : s.count == 2                                 ? "overlap_comm: one reduces while the next computes"
-                                                                         : "overlap_comm false";
+                          : s.count == 2 ? "overlap_comm: one reduces while the next computes"
+                                         : "overlap_comm false";
   return fmt::format("gradient reduction, {} × ({}) [{}]", s.count, fmt::join(parts, " + "), why);
 }
 
@@ -166,8 +167,10 @@ void GradReducer::allocate_staging() {
   for (Staging& s : staging_) {
     // Released staging grows per group instead (layer_grads): the first groups of backward are
     // often small ones (the head) while every kept parameter is still gathered.
-    if (shape.buffer && !opt_.release_staging) s.buffer = DeviceBuffer(device_, group_bytes * elem_, MemCategory::buffers);
-    if (shape.out) s.out = DeviceBuffer(device_, static_cast<size_t>(max_part(layout_)) * wire_elem_, MemCategory::buffers);
+    if (shape.buffer && !opt_.release_staging)
+      s.buffer = DeviceBuffer(device_, group_bytes * elem_, MemCategory::buffers);
+    if (shape.out)
+      s.out = DeviceBuffer(device_, static_cast<size_t>(max_part(layout_)) * wire_elem_, MemCategory::buffers);
     if (shape.wire) s.wire = DeviceBuffer(device_, group_bytes * wire_elem_, MemCategory::buffers);
   }
 }

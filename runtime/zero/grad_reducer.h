@@ -121,7 +121,9 @@ class GradReducer {
   void launch_group(int group, void* input);       // stages 1–3
   void allocate_staging();
   void finish(Staging& s);
-  char* at(const DeviceBuffer& b, int64_t element) const { return b.as<char>() + element * static_cast<int64_t>(elem_); }
+  char* at(const DeviceBuffer& b, int64_t element) const {
+    return b.as<char>() + element * static_cast<int64_t>(elem_);
+  }
 
   comm::Communicator& comm_;
   const FlatLayout& layout_;

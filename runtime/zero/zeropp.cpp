@@ -14,10 +14,18 @@ namespace {
 // The allgathers of the int8 data and of the scales, and the dequantization once both arrived.
 class QuantizedGather final : public comm::Work {
  public:
-  QuantizedGather(kernels::DeviceMath& math, DeviceBuffer q, DeviceBuffer scales, comm::WorkHandle data, comm::WorkHandle scale_work, void* dst,
-                  int64_t count, int64_t groups, int parts, DType type)
-      : math_(math), q_(std::move(q)), scales_(std::move(scales)), data_(std::move(data)), scale_work_(std::move(scale_work)),
-        dst_(dst), count_(count), groups_(groups), parts_(parts), type_(type) {}
+  QuantizedGather(kernels::DeviceMath& math, DeviceBuffer q, DeviceBuffer scales, comm::WorkHandle data,
+                  comm::WorkHandle scale_work, void* dst, int64_t count, int64_t groups, int parts, DType type)
+      : math_(math),
+        q_(std::move(q)),
+        scales_(std::move(scales)),
+        data_(std::move(data)),
+        scale_work_(std::move(scale_work)),
+        dst_(dst),
+        count_(count),
+        groups_(groups),
+        parts_(parts),
+        type_(type) {}
   ~QuantizedGather() override {
     // The communicator may still write into q_ and scales_: let it finish before they go.
     try {
@@ -77,8 +85,8 @@ comm::WorkHandle quantized_allgather(comm::Communicator& comm, Device& device, c
   math.quantize_int8_groups(src, type, count, groups, my_q, my_scales);
   comm::WorkHandle data = comm.allgather_async(my_q, q.data(), static_cast<size_t>(count), DType::i8);
   comm::WorkHandle sc = comm.allgather_async(my_scales, scales.data(), static_cast<size_t>(groups), DType::f32);
-  return std::make_shared<QuantizedGather>(math, std::move(q), std::move(scales), std::move(data), std::move(sc), dst, count,
-                                           groups, parts, type);
+  return std::make_shared<QuantizedGather>(math, std::move(q), std::move(scales), std::move(data), std::move(sc), dst,
+                                           count, groups, parts, type);
 }
 
 namespace {

@@ -11,7 +11,8 @@
 //
 // qgZ (zero_quantized_gradients): the gradient reduce-scatter becomes two all-to-alls of int4
 // data (two values a byte, s = 2^4 / (2·absmax), q in [−8, 7], groups of kQgzGroup elements,
-// so |error| ≤ absmax/16 of a group per hop, absmax/8 near +absmax, which clamps to 7). With N nodes of L ranks (rank = node·L + local):
+// so |error| ≤ absmax/16 of a group per hop, absmax/8 near +absmax, which clamps to 7). With N nodes of L ranks (rank =
+// node·L + local):
 //   hop 1, inside the node: every slice is quantized and sent to the node's rank whose local
 //          index matches the slice's owner; each rank dequantizes the L contributions to the N
 //          slices it is responsible for and sums them in fp32 (the node's partial sums);

@@ -105,17 +105,18 @@ TEST_CASE("clipping unscales and clips in one factor, as DeepSpeed does", "[grad
 }
 
 TEST_CASE("an fp16 overflow on one rank skips the step on every rank and halves the scale", "[grad_guard]") {
-  auto v = on_two_ranks(fp16_dynamic(1024, 2), GradGuardOptions{}, [&](int rank, GradGuard& g, auto slice_for, auto& out) {
-    const float inf = std::numeric_limits<float>::infinity();
-    out.push_back(g.check({{slice_for({rank == 1 ? inf : 1.0f}, DType::f16)}}, DType::f16, true, 1.0, 1));
-    CHECK(g.scaler().scale() == 512);
-    for (int step = 2; step <= 4; ++step)
-      out.push_back(g.check({{slice_for({512.0f}, DType::f16)}}, DType::f16, true, 1.0, step));
-    // DeepSpeed 0.19.8: the first doubling after the overflow comes on the (window+1)-th clean step.
-    CHECK(g.scaler().scale() == 1024);
-    CHECK(g.scaler().state().skipped_steps == 1);
-    CHECK(g.nonfinite_in_a_row() == 0);  // an overflow is the scaler's, not a non-finite step
-  });
+  auto v =
+      on_two_ranks(fp16_dynamic(1024, 2), GradGuardOptions{}, [&](int rank, GradGuard& g, auto slice_for, auto& out) {
+        const float inf = std::numeric_limits<float>::infinity();
+        out.push_back(g.check({{slice_for({rank == 1 ? inf : 1.0f}, DType::f16)}}, DType::f16, true, 1.0, 1));
+        CHECK(g.scaler().scale() == 512);
+        for (int step = 2; step <= 4; ++step)
+          out.push_back(g.check({{slice_for({512.0f}, DType::f16)}}, DType::f16, true, 1.0, step));
+        // DeepSpeed 0.19.8: the first doubling after the overflow comes on the (window+1)-th clean step.
+        CHECK(g.scaler().scale() == 1024);
+        CHECK(g.scaler().state().skipped_steps == 1);
+        CHECK(g.nonfinite_in_a_row() == 0);  // an overflow is the scaler's, not a non-finite step
+      });
   for (const auto& r : v) {
     CHECK_FALSE(r[0].step);
     CHECK(r[0].norm == -1);
