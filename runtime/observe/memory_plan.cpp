@@ -1,6 +1,6 @@
 #include "runtime/observe/memory_plan.h"
 
-#include "runtime/observe/train_log.h"
+#include "core/byte_size.h"
 
 #include <fmt/format.h>
 

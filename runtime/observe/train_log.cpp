@@ -1,5 +1,6 @@
 #include "runtime/observe/train_log.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -42,11 +43,6 @@ void CsvMonitor::record(const std::string& event, int64_t step, double value) {
   }
   *f << step << "," << fmt::format("{:.9g}", value) << "\n";
   f->flush();
-}
-
-std::string format_bytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
-  return fmt::format("{:.1f} MiB", bytes / 1048576.0);
 }
 
 std::string format_step_line(const StepReport& r) {

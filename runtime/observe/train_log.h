@@ -3,6 +3,7 @@
 #pragma once
 
 #include "configs/ds_config.h"
+#include "core/byte_size.h"  // format_bytes, for the step line and the memory reports printed beside it
 #include "device/device.h"
 
 #include <chrono>
@@ -91,6 +92,5 @@ struct StepReport {
 };
 
 std::string format_step_line(const StepReport& r);
-std::string format_bytes(int64_t bytes);
 
 }  // namespace dscpp::runtime

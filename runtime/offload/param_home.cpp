@@ -1,8 +1,8 @@
 #include "runtime/offload/param_home.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "kernels/device_math.h"
-#include "runtime/observe/train_log.h"
 #include "runtime/offload/optimizer_offload.h"
 #include "runtime/offload/param_swap.h"
 

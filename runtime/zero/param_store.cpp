@@ -1,8 +1,8 @@
 #include "runtime/zero/param_store.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "runtime/observe/train_log.h"
 #include "runtime/zero/zeropp.h"
 
 #include <fmt/format.h>
