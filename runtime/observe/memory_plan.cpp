@@ -146,7 +146,8 @@ std::string format_memory_plan(const MemoryPlan& plan, const MemoryStats* measur
   out += fmt::format("\n{:<16}", "total") + cell(plan.total());
   if (measured) out += fmt::format(" {:>14}", format_bytes(measured->total_peak));
   if (off)
-    out += cell(plan.host_total()) + (host_measured ? fmt::format(" {:>14}", format_bytes(host_measured->total_peak)) : "") +
+    out += cell(plan.host_total()) +
+           (host_measured ? fmt::format(" {:>14}", format_bytes(host_measured->total_peak)) : "") +
            cell(plan.nvme_total());
   else
     out += "\npinned host, host, NVMe: none (no offload configured: every row above is device memory)";

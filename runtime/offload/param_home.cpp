@@ -174,8 +174,8 @@ int64_t ParamHome::swap_buffer_bytes() const {
 
 std::string ParamHome::describe() const {
   if (offload_.device == OffloadDevice::none) return "parameters on the device";
-  std::string out = fmt::format("offload_param {}: {} of parameter partitions in host memory", offload_device_name(offload_.device),
-                                format_bytes(host_bytes()));
+  std::string out = fmt::format("offload_param {}: {} of parameter partitions in host memory",
+                                offload_device_name(offload_.device), format_bytes(host_bytes()));
   if (offload_.device == OffloadDevice::nvme && !swap_)
     out += fmt::format(" and none on NVMe: every slice is below the {} swap minimum or fits max_in_cpu ({} elements)",
                        format_bytes(std::max<int64_t>(int64_t{1} << 20, offload_.aio.block_size)), offload_.max_in_cpu);

@@ -102,7 +102,8 @@ int64_t ParamStore::gathered_bound(const FlatLayout& layout, const Stage3Plan& s
   // Prefetching stops at stage3_max_live_parameters (the group in use is gathered regardless);
   // the group in use may be one of the kept ones, and nothing is gathered twice: never more
   // than the whole model.
-  const int64_t window = std::min({s3.prefetch_bucket_size, others, std::max<int64_t>(0, s3.max_live_parameters - fixed)});
+  const int64_t window =
+      std::min({s3.prefetch_bucket_size, others, std::max<int64_t>(0, s3.max_live_parameters - fixed)});
   return std::min(fixed + others, fixed + layout.max_group_numel + window);
 }
 
