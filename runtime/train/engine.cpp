@@ -39,7 +39,6 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
       device_(device),
       own_host_(host ? nullptr : make_host_device()),
       host_(host ? host : own_host_.get()),
-      ops_(ops),
       options_(std::move(options)) {
   // The config's checks have run (configs/rules.cpp, unsupported_features) and the plan is
   // resolved: what is left here is building what it says.
@@ -65,14 +64,12 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
                                       plan_.batch.micro, plan_.batch.gas, plan_.batch.drop_last);
   if (*options_.steps < 0) fail("--steps must be ≥ 0 (got {})", *options_.steps);
 
-  layout_ = make_flat_layout(plugin.layers(), grouping_for(plan_.zero, world.size()));
-  ckpt_ = checkpointing_options(plan_.activation_checkpointing, plan_.file_name,
-                                static_cast<int>(plugin.layers().size()));
+  zero_.layout = make_flat_layout(plugin.layers(), grouping_for(plan_.zero, world.size()));
   if (!options_.eval_only) {
     if (!plan_.optimizer) fail("the config has no optimizer section");
     // Offloaded to the CPU, the optimizer's loops run on the host (MasterWeights places each
     // sub-group's state: on the host, or on the device for those a partial offload keeps there).
-    optimizer_ =
+    zero_.optimizer =
         make_optimizer(*plan_.optimizer, plan_.optimizer_offload.device == OffloadDevice::cpu ? *host_ : device);
   }
   const ParamOffloadPlan& offload = plan_.param_offload;
@@ -87,7 +84,8 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
   if (world.rank() == 0)
     if (std::string zpp = describe_zeropp(plan_.zero, plan_.stage3, world.size(), nodes); !zpp.empty())
       log::info("{}", zpp);
-  memory_plan_ = run_memory().plan(layout_, world.size());
+  memory_ = std::make_unique<RunMemory>(plugin.layers(), plan_, memory_facts(ops));
+  memory_plan_ = memory_->plan(zero_.layout, world.size());
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", plan_.zero.stage,
               world.size(), world.size() == 1 ? "" : "s", dtype_name(plan_.precision.params),
@@ -97,39 +95,40 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
   if (world.rank() == 0) {
     const auto act = static_cast<size_t>(MemCategory::activations);
     log::info("{}; planned activations per rank (bytes): device={}, host={}",
-              describe_checkpointing(ckpt_, static_cast<int>(plugin.layers().size())), memory_plan_.bytes[act],
-              memory_plan_.host[act]);
+              describe_checkpointing(memory_->facts().checkpointing, static_cast<int>(plugin.layers().size())),
+              memory_plan_.bytes[act], memory_plan_.host[act]);
   }
   try {
-    allocate();
+    allocate(ops);
   } catch (const OutOfDeviceMemory& e) {
     out_of_memory(e);
   }
 }
 
-void Engine::allocate() {
+void Engine::allocate(const dscpp_ops& ops) {
   comm::Communicator& world = world_;
   Device& device = device_;
   Plugin& plugin = plugin_;
   const ParamOffloadPlan& offload = plan_.param_offload;
-  params_ = std::make_unique<ParamStore>(layout_, world, device, plan_.precision.params,
+  zero_.params = std::make_unique<ParamStore>(zero_.layout, world, device, plan_.precision.params,
                                          plan_.zero.parameters_partitioned, plan_.stage3, host_, offload);
-  if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", params_->home().describe());
+  if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", zero_.params->home().describe());
   if (plan_.flops_profiler.enabled) {
     std::vector<std::string> names;
     std::vector<int64_t> params;
     for (size_t l = 0; l < plugin.layers().size(); ++l) {
       names.push_back(plugin.layers()[l].name);
-      params.push_back(layout_.layer_range[l].second - layout_.layer_range[l].first);
+      params.push_back(zero_.layout.layer_range[l].second - zero_.layout.layer_range[l].first);
     }
-    profiler_ = std::make_unique<FlopsProfiler>(ops_, std::move(names), std::move(params), plan_.flops_profiler);
+    profiler_ = std::make_unique<FlopsProfiler>(ops, std::move(names), std::move(params), plan_.flops_profiler);
   }
-  runner_ =
-      std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops_, layout_, plan_.batch.micro,
-                                    plan_.precision.params, plan_.precision.grads, ckpt_, host_);
+  runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops, zero_.layout,
+                                          plan_.batch.micro, plan_.precision.params, plan_.precision.grads,
+                                          memory_->facts().checkpointing, host_);
   runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
-    LayerRunner::LayerMemory m{params_->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
-                               pass == LayerPass::backward ? grads_->layer_grads(layer) : nullptr};
+    LayerRunner::LayerMemory m{
+        zero_.params->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
+        pass == LayerPass::backward ? zero_.grads->layer_grads(layer) : nullptr};
     // After the gather: the layer's own time. A recompute belongs to backward (DeepSpeed profiles
     // the forward pass; recompute_fwd_factor accounts for recomputation).
     if (profiler_) profiler_->enter(layer, pass != LayerPass::forward);
@@ -137,8 +136,8 @@ void Engine::allocate() {
   });
   runner_->after_layer = [this](int layer, bool backward) {
     if (profiler_) profiler_->leave();
-    params_->layer_done(layer, backward);
-    if (backward) grads_->layer_done(layer);
+    zero_.params->layer_done(layer, backward);
+    if (backward) zero_.grads->layer_done(layer);
   };
   if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
 
@@ -148,24 +147,24 @@ void Engine::allocate() {
   mo.host = host_;
   mo.rank = world.rank();
   mo.groups = plan_.groups;
-  master_ = std::make_unique<MasterWeights>(layout_, *params_, *optimizer_, device, mo);
+  zero_.master = std::make_unique<MasterWeights>(zero_.layout, *zero_.params, *zero_.optimizer, device, mo);
 
   GradReduceOptions r = reduce_options_for(plan_, plan_.zero, device_.is_host(), options_.ranks_per_node,
                                           plan_.optimizer_offload.device != OffloadDevice::none ? host_ : nullptr);
   // The offloaded sub-groups' share of the gradient partition (all of it unless ratio < 1).
-  if (r.partition_device) r.partition_device_elements = master_->split().offloaded_elements;
-  grads_ = std::make_unique<GradReducer>(world, layout_, device, plan_.precision.grads, r);
+  if (r.partition_device) r.partition_device_elements = zero_.master->split().offloaded_elements;
+  zero_.grads = std::make_unique<GradReducer>(world, zero_.layout, device, plan_.precision.grads, r);
 
   DistributedSampler sampler(plugin.data().train_size, world.rank(), world.size(), options_.shuffle, options_.seed,
                              plan_.batch.drop_last);
   loader_ = std::make_unique<BatchLoader>(plugin, device, 0, plan_.batch.micro, sampler, plan_.batch.drop_last);
 
-  schedule_ =
-      make_lr_schedule(plan_.scheduler, optimizer_->base_lr(), optimizer_->base_momentum(), plan_.default_schedule);
+  schedule_ = make_lr_schedule(plan_.scheduler, zero_.optimizer->base_lr(), zero_.optimizer->base_momentum(),
+                               plan_.default_schedule);
   if (world.rank() == 0 && !plan_.scheduler && plan_.default_schedule.type != "constant")
     log::info("LR schedule (no scheduler block): the HF Trainer's {} over {} steps, {} of them warmup from 0, peak {}",
               plan_.default_schedule.type, plan_.default_schedule.total_steps, plan_.default_schedule.warmup_steps,
-              optimizer_->base_lr());
+              zero_.optimizer->base_lr());
 
 }
 
@@ -198,7 +197,7 @@ void Engine::run() {
     log::info(
         "model {}: {} layers, {} parameters ({} fp32); {} train / {} eval samples; training to step {} "
         "(train_batch_size {} = micro {} × accumulation {} × {} ranks); init {:.2f} s",
-        plugin_.name(), plugin_.layers().size(), layout_.numel, format_bytes(layout_.numel * 4),
+        plugin_.name(), plugin_.layers().size(), zero_.layout.numel, format_bytes(zero_.layout.numel * 4),
         plugin_.data().train_size, plugin_.data().eval_size, total_steps(), plan_.batch.train_batch, plan_.batch.micro,
         plan_.batch.gas, world_.size(), seconds_since(t0));
 
@@ -236,8 +235,8 @@ void Engine::run() {
   log_memory_peaks();
   if (world_.rank() == 0 && world_.size() > 1) {
     log::info("communication (rank 0, whole run): {}", comm::format_traffic(world_.stats()));
-    for (const comm::Communicator* c : {params_->hpz_group(), grads_ ? grads_->qgz_node() : nullptr,
-                                        grads_ ? grads_->qgz_cross() : nullptr})
+    for (const comm::Communicator* c : {zero_.params->hpz_group(), zero_.grads ? zero_.grads->qgz_node() : nullptr,
+                                        zero_.grads ? zero_.grads->qgz_cross() : nullptr})
       if (c)
         log::info("{} group communication (rank 0, whole run): {}", c->group_name(), comm::format_traffic(c->stats()));
   }
@@ -267,7 +266,7 @@ void Engine::train_step() {
     dscpp_metrics m;
     {
       Timers::Scope t(log_->timers(), "fwd");
-      params_->begin_pass(false, true);
+      zero_.params->begin_pass(false, true);
       m = runner_->forward(mb.input, mb.target, mb.size, true, static_cast<uint64_t>(counters_.micro_steps));
     }
     loss_sum += m.counted ? m.loss_sum / static_cast<double>(m.counted) : 0.0;
@@ -275,13 +274,13 @@ void Engine::train_step() {
                  [&] { loss_sum = std::numeric_limits<double>::quiet_NaN(); });
     {
       Timers::Scope t(log_->timers(), "bwd");
-      params_->begin_pass(true, true);
-      grads_->begin_micro(j == 0, j == plan_.batch.gas - 1);
+      zero_.params->begin_pass(true, true);
+      zero_.grads->begin_micro(j == 0, j == plan_.batch.gas - 1);
       runner_->backward(loss_grad);
     }
     {
       Timers::Scope t(log_->timers(), "bwd_allreduce");
-      grads_->end_micro();
+      zero_.grads->end_micro();
     }
     ++counters_.micro_steps;
   }
@@ -293,15 +292,15 @@ void Engine::train_step() {
       o.lr = schedule_->lr();
       o.momentum = schedule_->momentum();
       o.beta2 = schedule_->beta2();
-      master_->step([this](int g) { return grads_->owned(g); }, grads_->dtype(), verdict.grad_scale, o);
+      zero_.master->step([this](int g) { return zero_.grads->owned(g); }, zero_.grads->dtype(), verdict.grad_scale, o);
       lr = o.lr;
       schedule_->step();
-      grads_->zero();
+      zero_.grads->zero();
       Timers::Scope g(log_->timers(), "optimizer_allgather");
-      params_->publish();
+      zero_.params->publish();
     } else {
       ++counters_.skipped_steps;  // DeepSpeed: no optimizer or LR step, global_steps still advances
-      grads_->zero();
+      zero_.grads->zero();
     }
   }
   ++counters_.global_steps;
@@ -309,7 +308,7 @@ void Engine::train_step() {
   // Tests of the save's guard: a NaN the step guard could not have caught.
   inject_fault(FaultPoint::weights_nan, counters_.global_steps, world_.rank(), world_.size(), [this] {
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    LocalPartitions(layout_, world_.rank(), master_.get(), optimizer_.get(), params_.get())
+    LocalPartitions(zero_.layout, world_.rank(), zero_.master.get(), zero_.optimizer.get(), zero_.params.get())
         .copy_in(ckpt::kMasterWeights, 0, 1, &nan);
   });
   // Tests of the launcher's blame: one rank fails on its own.
@@ -334,23 +333,23 @@ void Engine::train_step() {
   out.lr = lr;
   out.grad_norm = verdict.norm;
   if (guard_->scaler().checks_overflow()) out.loss_scale = guard_->scaler().scale();
-  if (plan_.optimizer_offload.device == OffloadDevice::nvme) out.swap = master_->swap_stats();
+  if (plan_.optimizer_offload.device == OffloadDevice::nvme) out.swap = zero_.master->swap_stats();
   out.extra = runner_->checkpoint_profile();
   log_->after_step(out);
 }
 
 GradVerdict Engine::check_gradients(double local_loss) {
   std::vector<GradSlice> slices;
-  for (size_t g = 0; g < layout_.groups.size(); ++g)
-    if (layout_.groups[g].part > 0)
-      slices.push_back({grads_->owned(static_cast<int>(g)), layout_.groups[g].part,
-                        &grads_->owned_device(static_cast<int>(g))});
+  for (size_t g = 0; g < zero_.layout.groups.size(); ++g)
+    if (zero_.layout.groups[g].part > 0)
+      slices.push_back({zero_.grads->owned(static_cast<int>(g)), zero_.layout.groups[g].part,
+                        &zero_.grads->owned_device(static_cast<int>(g))});
   const int64_t step = counters_.global_steps + 1;
   // Tests of the guard: a NaN in one rank's gradients (any precision), an inf where overflow is checked.
   auto write_all = [&](float value) {
     unsigned char bits[8];
-    kernels::store_from_f32(bits, grads_->dtype(), &value, 1);
-    for (const GradSlice& s : slices) s.device->copy_from_host(s.data, bits, dtype_size(grads_->dtype()));
+    kernels::store_from_f32(bits, zero_.grads->dtype(), &value, 1);
+    for (const GradSlice& s : slices) s.device->copy_from_host(s.data, bits, dtype_size(zero_.grads->dtype()));
   };
   inject_fault(FaultPoint::gradients_nan, step, world_.rank(), world_.size(),
                [&] { write_all(std::numeric_limits<float>::quiet_NaN()); });
@@ -358,7 +357,7 @@ GradVerdict Engine::check_gradients(double local_loss) {
     inject_fault(FaultPoint::gradients_reduced, step, world_.rank(), world_.size(), [&] { write_all(kInf); });
   // Stage 0: the gradients are already reduced and identical on every rank. Stages 1-3: each
   // rank holds its own partition.
-  return guard_->check(slices, grads_->dtype(), plan_.zero.optimizer_partitioned && world_.size() > 1, local_loss,
+  return guard_->check(slices, zero_.grads->dtype(), plan_.zero.optimizer_partitioned && world_.size() > 1, local_loss,
                        step);
 }
 

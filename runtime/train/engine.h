@@ -22,7 +22,6 @@
 #include "runtime/observe/train_log.h"
 #include "runtime/optim/grad_guard.h"
 #include "runtime/optim/lr_schedule.h"
-#include "runtime/optim/optimizer.h"
 #include "runtime/plans.h"
 #include "runtime/train/batch_loader.h"
 #include "runtime/train/checkpoint.h"
@@ -30,9 +29,7 @@
 #include "runtime/train/layer_runner.h"
 #include "runtime/train/plugin.h"
 #include "runtime/train/run_memory.h"
-#include "runtime/zero/grad_reducer.h"
-#include "runtime/zero/master_weights.h"
-#include "runtime/zero/param_store.h"
+#include "runtime/zero/zero_state.h"
 
 #include <memory>
 #include <optional>
@@ -83,12 +80,12 @@ class Engine {
 
   int64_t total_steps() const { return *options_.steps; }
   const TrainCounters& counters() const { return counters_; }
-  const FlatLayout& layout() const { return layout_; }
+  const FlatLayout& layout() const { return zero_.layout; }
   int zero_stage() const { return plan_.zero.stage; }
 
  private:
-  void allocate();
-  RunMemory run_memory() const;  // the memory planner over this run's plan and model; engine_memory.cpp
+  void allocate(const dscpp_ops& ops);
+  RunMemoryFacts memory_facts(const dscpp_ops& ops) const;  // engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
   // The run's initial weights: --init_from, or the plugin's init_from (not both); path "" = none.
   InitialWeights initial_weights() const;
@@ -112,20 +109,15 @@ class Engine {
   Device& device_;
   std::unique_ptr<Device> own_host_;  // when the caller gave no host device
   Device* host_;  // offloaded state (offload_optimizer / offload_param device cpu or nvme buffers)
-  dscpp_ops ops_;
   TrainOptions options_;
 
-  FlatLayout layout_;
-  MemoryPlan memory_plan_;
-  CheckpointingOptions ckpt_;  // activation_checkpointing
-  std::unique_ptr<ParamStore> params_;
-  std::unique_ptr<GradReducer> grads_;
+  ZeroState zero_;  // layout, parameters, gradients, optimizer, master weights
+  std::unique_ptr<RunMemory> memory_;  // the planner: this run's facts, activation checkpointing
+  MemoryPlan memory_plan_;            // its plan for this run
   std::unique_ptr<FlopsProfiler> profiler_;  // flops_profiler.enabled; outlives runner_, which uses its ops
   std::unique_ptr<LayerRunner> runner_;
   std::unique_ptr<BatchLoader> loader_;
-  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
-  std::unique_ptr<MasterWeights> master_;
   std::unique_ptr<StepLog> log_;  // progress lines, timers, csv_monitor, comms_logger
   std::unique_ptr<GradGuard> guard_;  // overflow, norm, clipping, non-finite steps; owns the loss scaler
   TrainCounters counters_;

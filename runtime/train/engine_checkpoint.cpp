@@ -16,13 +16,13 @@ namespace dscpp::runtime {
 
 CheckpointView Engine::checkpoint_view() {
   CheckpointView v;
-  v.layout = &layout_;
-  v.master = master_.get();
-  v.params = params_.get();
+  v.layout = &zero_.layout;
+  v.master = zero_.master.get();
+  v.params = zero_.params.get();
   v.device = &device_;
   v.params_dtype = plan_.precision.params;
   v.scaler = guard_->scaler().checks_overflow() ? &guard_->scaler() : nullptr;
-  v.optimizer = optimizer_.get();
+  v.optimizer = zero_.optimizer.get();
   v.schedule = schedule_.get();
   v.counters = &counters_;
   v.zero = plan_.zero;
@@ -47,13 +47,13 @@ void Engine::initialise_params() {
   // everything and owns it all for this purpose. Through the parameters' home, wherever the
   // slices live (device, host, NVMe).
   const int owner = plan_.zero.parameters_partitioned ? world_.rank() : 0;
-  ParamHome& home = params_->home();
+  ParamHome& home = zero_.params->home();
   std::vector<float> host;
-  for (size_t gi = 0; gi < layout_.groups.size(); ++gi) {
-    const PartitionGroup& g = layout_.groups[gi];
+  for (size_t gi = 0; gi < zero_.layout.groups.size(); ++gi) {
+    const PartitionGroup& g = zero_.layout.groups[gi];
     const int64_t own_begin = plan_.zero.parameters_partitioned ? g.owned_begin(owner) : g.begin;
     const int64_t own_end = own_begin + (plan_.zero.parameters_partitioned ? g.part : g.numel);
-    for (const ParamSlot& s : layout_.params) {
+    for (const ParamSlot& s : zero_.layout.params) {
       if (s.layer < g.first_layer || s.layer >= g.end_layer) continue;  // another group's
       int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
       if (hi <= lo) continue;
@@ -65,13 +65,13 @@ void Engine::initialise_params() {
         std::vector<unsigned char> converted(host.size() * dtype_size(plan_.precision.params));
         convert(host.data(), DType::f32, converted.data(), plan_.precision.params, host.size());
         device_.copy_from_host(
-            static_cast<char*>(params_->full()) + lo * static_cast<int64_t>(dtype_size(plan_.precision.params)),
+            static_cast<char*>(zero_.params->full()) + lo * static_cast<int64_t>(dtype_size(plan_.precision.params)),
             converted.data(), converted.size());
       }
     }
   }
-  if (master_) master_->refresh_from_params();
-  params_->publish();
+  if (zero_.master) zero_.master->refresh_from_params();
+  zero_.params->publish();
 }
 
 InitialWeights Engine::initial_weights() const {

@@ -43,7 +43,7 @@ void Engine::run_eval_only() {
     log::info("eval only: {} in {:.2f} s, weights from {}", format_eval(r, plugin_.data().tokens_per_sample, 6), secs,
               !options_.load_dir.empty() ? options_.load_dir
                                          : !init.path.empty() ? init.path : "initialisation");
-  params_->home().flush();
+  zero_.params->home().flush();
   log_memory_peaks();
 }
 
@@ -54,7 +54,7 @@ void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
       "{}\n--eval_only: this rank needs its gathered layers (the largest group alone is {}; planned parameters on "
       "the device: {}) plus activations and buffers for micro-batch {} ({}). Raise --device_memory_limit, lower "
       "train_micro_batch_size_per_gpu or stage3_prefetch_bucket_size{}.",
-      e.what(), format_bytes(layout_.max_group_numel * elem),
+      e.what(), format_bytes(zero_.layout.max_group_numel * elem),
       format_bytes(memory_plan_.bytes[static_cast<size_t>(MemCategory::params)]), plan_.batch.micro,
       format_bytes(memory_plan_.bytes[static_cast<size_t>(MemCategory::activations)] +
                    memory_plan_.bytes[static_cast<size_t>(MemCategory::buffers)]),
@@ -69,7 +69,7 @@ EvalResult Engine::evaluate() { return runtime::evaluate(forward_passes()); }
 void Engine::report() { run_plugin_report(forward_passes()); }
 
 ForwardPasses Engine::forward_passes() {
-  return {plugin_, *params_, *runner_, world_, device_, plan_.batch.micro, plan_.zero.parameters_partitioned};
+  return {plugin_, *zero_.params, *runner_, world_, device_, plan_.batch.micro, plan_.zero.parameters_partitioned};
 }
 
 }  // namespace dscpp::runtime

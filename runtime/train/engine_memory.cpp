@@ -13,30 +13,30 @@
 
 namespace dscpp::runtime {
 
-RunMemory Engine::run_memory() const {
+RunMemoryFacts Engine::memory_facts(const dscpp_ops& ops) const {
   RunMemoryFacts f;
-  f.compute_dtype = dtype_of(ops_.dtype);
+  f.compute_dtype = dtype_of(ops.dtype);
   if (plugin_.data().input_dtype == DSCPP_F32) f.float_input_numel = plugin_.data().input_numel;
-  if (optimizer_) {
-    f.optimizer_bytes_per_element = optimizer_->state_bytes_per_element();
-    f.optimizer_states = static_cast<int64_t>(optimizer_->state_names().size());
+  if (zero_.optimizer) {
+    f.optimizer_bytes_per_element = zero_.optimizer->state_bytes_per_element();
+    f.optimizer_states = static_cast<int64_t>(zero_.optimizer->state_names().size());
   }
   f.training = !options_.eval_only;
-  f.checkpointing = ckpt_;
+  f.checkpointing = checkpointing_options(plan_.activation_checkpointing, plan_.file_name,
+                                          static_cast<int>(plugin_.layers().size()));
   f.device_is_host = device_.is_host();
   f.host = host_;
   f.ranks_per_node = options_.ranks_per_node;
-  return RunMemory(plugin_.layers(), plan_, f);
+  return f;
 }
 
 int64_t Engine::deepspeed_estimate() const {
-  const RunMemory m = run_memory();
-  return m.deepspeed_estimate(layout_.numel, m.setting(world_.size()));
+  return memory_->deepspeed_estimate(zero_.layout.numel, memory_->setting(world_.size()));
 }
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {
   if (options_.eval_only) eval_out_of_memory(e);
-  const RunMemory m = run_memory();
+  const RunMemory& m = *memory_;
   const int n = world_.size();
   const int64_t other = memory_plan_.total() - memory_plan_.model_states();  // activations and buffers
   fail(
@@ -70,28 +70,30 @@ void Engine::log_memory_peaks() {
     log::info("host memory peak per rank (bytes, measured/planned): {}total={}/{}; NVMe planned={}", host,
               h.total_peak, memory_plan_.host_total(), memory_plan_.nvme_total());
   }
-  if (master_ && plan_.optimizer_offload.device != OffloadDevice::none) {
+  if (zero_.master && plan_.optimizer_offload.device != OffloadDevice::none) {
     // Where the optimizer state went: with ratio < 1 the device keeps the resident sub-groups'.
     const auto o = static_cast<size_t>(MemCategory::optimizer_state);
-    const OffloadSplit& split = master_->split();
+    const OffloadSplit& split = zero_.master->split();
     log::info(
         "optimizer state per rank (bytes, measured/planned): device={}/{}, host={}/{}, nvme planned={}; {} of "
         "{} sub-groups offloaded",
         m.peak[o], memory_plan_.bytes[o], host_stats().peak[o], memory_plan_.host[o], memory_plan_.nvme[o],
         split.offloaded, split.offloaded + split.resident);
   }
-  if (!params_->home().all_on_device())
-    log::info("parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; planned device "
-              "params={}",
-              params_->home().host_bytes(), params_->home().nvme_bytes(), params_->home().swap_buffer_bytes(),
-              memory_plan_.bytes[static_cast<size_t>(MemCategory::params)]);
+  if (!zero_.params->home().all_on_device())
+    log::info(
+        "parameters off the device per rank (bytes): host={}, nvme={}, swap_buffers={}; planned device "
+        "params={}",
+        zero_.params->home().host_bytes(), zero_.params->home().nvme_bytes(), zero_.params->home().swap_buffer_bytes(),
+        memory_plan_.bytes[static_cast<size_t>(MemCategory::params)]);
 }
 
 MemoryStats Engine::host_stats() const {
   MemoryStats h = host_->stats();
-  const auto pool = master_ ? master_->swap_pool_bytes() : 0;  // allocated once, before training
+  const auto pool = zero_.master ? zero_.master->swap_pool_bytes() : 0;  // allocated once, before training
   h.peak[static_cast<size_t>(MemCategory::optimizer_state)] += pool;
-  const int64_t param_pool = params_ ? params_->home().swap_buffer_bytes() : 0;  // offload_param nvme, likewise
+  const int64_t param_pool =
+      zero_.params ? zero_.params->home().swap_buffer_bytes() : 0;  // offload_param nvme, likewise
   h.peak[static_cast<size_t>(MemCategory::buffers)] += param_pool;
   h.total_peak += pool + param_pool;
   return h;

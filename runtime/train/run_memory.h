@@ -45,6 +45,7 @@ class RunMemory {
   // `layers` and `plan` must outlive this object.
   RunMemory(const std::vector<LayerDecl>& layers, const TrainPlan& plan, RunMemoryFacts facts);
 
+  const RunMemoryFacts& facts() const { return facts_; }
   // The run's own setting: its stage, rank count and offloads (none for the optimizer when not training).
   MemorySetting setting(int world) const;
   // The optimizer offload the run applies (the plan's when training, none otherwise).
