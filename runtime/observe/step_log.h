@@ -7,6 +7,7 @@
 
 #include "collectives/communicator.h"
 #include "configs/ds_config.h"
+#include "configs/plans.h"
 #include "device/device.h"
 #include "runtime/observe/comms_log.h"
 #include "runtime/observe/train_log.h"
@@ -29,6 +30,11 @@ struct StepLogOptions {
   std::string config_file;        // for the comms logger's messages
   int64_t train_batch = 1;        // samples per optimizer step, all ranks
   int64_t tokens_per_sample = 0;  // 0: the model has no tokens
+
+  static StepLogOptions for_plan(const config::TrainPlan& plan, int64_t tokens_per_sample) {
+    return {plan.steps_per_print, plan.wall_clock_breakdown, plan.csv_monitor, plan.comms_logger,
+            plan.file_name,       plan.batch.train_batch,   tokens_per_sample};
+  }
 };
 
 // One optimizer step as the log sees it.

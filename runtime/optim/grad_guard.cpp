@@ -1,6 +1,7 @@
 #include "runtime/optim/grad_guard.h"
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "kernels/device_math.h"
 
@@ -9,6 +10,15 @@
 #include <cmath>
 
 namespace dscpp::runtime {
+
+GradGuardOptions GradGuardOptions::for_plan(const TrainPlan& plan) {
+  GradGuardOptions o;
+  o.clipping = plan.gradients.clipping;
+  o.check_bf16_overflow = plan.gradients.check_bf16_overflow;
+  o.max_nonfinite =
+      knob_int("DSCPP_MAX_NONFINITE_STEPS", 1, "a positive whole number (steps in a row)").value_or(o.max_nonfinite);
+  return o;
+}
 
 GradGuard::GradGuard(const LossScalePlan& scaling, GradGuardOptions options, comm::Communicator& world)
     : scaler_(scaling), options_(options), world_(world) {

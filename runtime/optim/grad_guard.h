@@ -30,6 +30,9 @@ struct GradGuardOptions {
   double clipping = 0;               // gradient_clipping; 0 = none
   bool check_bf16_overflow = false;  // bf16.check_grad_overflow: skip a step with inf/NaN, no scaling
   int64_t max_nonfinite = 3;         // non-finite steps in a row that stop the run (DSCPP_MAX_NONFINITE_STEPS)
+
+  // The plan's gradient_clipping and bf16.check_grad_overflow, and DSCPP_MAX_NONFINITE_STEPS.
+  static GradGuardOptions for_plan(const TrainPlan& plan);
 };
 
 struct GradVerdict {

@@ -42,22 +42,9 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
       options_(std::move(options)) {
   // The config's checks have run (configs/rules.cpp, unsupported_features) and the plan is
   // resolved: what is left here is building what it says.
-  StepLogOptions lo;
-  lo.steps_per_print = plan_.steps_per_print;
-  lo.wall_clock_breakdown = plan_.wall_clock_breakdown;
-  lo.csv_monitor = plan_.csv_monitor;
-  lo.comms_logger = plan_.comms_logger;
-  lo.config_file = plan_.file_name;
-  lo.train_batch = plan_.batch.train_batch;
-  lo.tokens_per_sample = plugin.data().tokens_per_sample;
-  log_ = std::make_unique<StepLog>(lo, world, device);
+  log_ = std::make_unique<StepLog>(StepLogOptions::for_plan(plan_, plugin.data().tokens_per_sample), world, device);
   check_fault_settings();
-  GradGuardOptions guard;
-  guard.clipping = plan_.gradients.clipping;
-  guard.check_bf16_overflow = plan_.gradients.check_bf16_overflow;
-  guard.max_nonfinite = knob_int("DSCPP_MAX_NONFINITE_STEPS", 1, "a positive whole number (steps in a row)")
-                            .value_or(guard.max_nonfinite);
-  guard_ = std::make_unique<GradGuard>(plan_.loss_scale, guard, world);
+  guard_ = std::make_unique<GradGuard>(plan_.loss_scale, GradGuardOptions::for_plan(plan_), world);
 
   if (!options_.steps)  // dscpp-runtime gives the steps; a caller may give epochs instead
     options_.steps = steps_for_epochs(options_.epochs.value_or(1.0), plugin.data().train_size, world.size(),
@@ -141,13 +128,8 @@ void Engine::allocate(const dscpp_ops& ops) {
   };
   if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
 
-  MasterOptions mo;
-  mo.sub_group_size = plan_.zero.sub_group_size;
-  mo.offload = plan_.optimizer_offload;
-  mo.host = host_;
-  mo.rank = world.rank();
-  mo.groups = plan_.groups;
-  zero_.master = std::make_unique<MasterWeights>(zero_.layout, *zero_.params, *zero_.optimizer, device, mo);
+  zero_.master = std::make_unique<MasterWeights>(zero_.layout, *zero_.params, *zero_.optimizer, device,
+                                                 MasterOptions::for_plan(plan_, host_, world.rank()));
 
   GradReduceOptions r = reduce_options_for(plan_, plan_.zero, device_.is_host(), options_.ranks_per_node,
                                           plan_.optimizer_offload.device != OffloadDevice::none ? host_ : nullptr);

@@ -64,6 +64,11 @@ struct MasterOptions {
   Device* host = nullptr;      // offload: host memory for the master, state and fp32 gradients
   int rank = 0;                // names the NVMe swap directory; this rank's slice of each group
   OptimizerGroupsPlan groups;  // the parameter roles weight decay skips
+
+  // As a run's plan says: its stage-3 sub-groups, optimizer offload and weight-decay groups.
+  static MasterOptions for_plan(const TrainPlan& plan, Device* host, int rank) {
+    return {plan.zero.sub_group_size, plan.optimizer_offload, host, rank, plan.groups};
+  }
 };
 
 class MasterWeights {
