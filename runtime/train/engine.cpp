@@ -3,7 +3,6 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/manifest.h"
 #include "core/error.h"
-#include "core/knobs.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host
