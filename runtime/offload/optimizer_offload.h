@@ -19,7 +19,6 @@
 
 #include "device/device.h"
 #include "offload/aio_options.h"
-#include "runtime/observe/memory_plan.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/plans.h"
 

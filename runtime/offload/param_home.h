@@ -23,7 +23,6 @@
 #include "core/dtype.h"
 #include "device/device.h"
 #include "offload/aio_options.h"
-#include "runtime/observe/memory_plan.h"
 #include "runtime/plans.h"
 #include "runtime/zero/flat_layout.h"
 

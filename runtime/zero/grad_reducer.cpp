@@ -1,8 +1,8 @@
 #include "runtime/zero/grad_reducer.h"
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "kernels/device_math.h"
-#include "runtime/observe/train_log.h"
 #include "runtime/zero/zeropp.h"
 
 #include <fmt/format.h>
