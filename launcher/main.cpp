@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
       "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n"
       "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n"
       "  dscpp export-hf CKPT OUT_DIR        a checkpoint → a Hugging Face model directory (config + safetensors)\n"
+      "  dscpp tokenize --tokenizer DIR ...  encode/decode with a Hugging Face tokenizer.json, as transformers does\n"
       "  dscpp gradcheck PLUGIN.so [-- ARGS] a plugin's backward against finite differences, with a verdict\n"
       "  dscpp generate PLUGIN.so --prompt T  sample a continuation, token by token with a KV cache\n"
       "  dscpp aio-bench --path DIR          sweep NVMe offload's aio settings on DIR: GB/s vs fio, best `aio` block\n",
@@ -228,6 +229,25 @@ int main(int argc, char** argv) {
   ehf_cmd->add_option("--progress_interval", ehf.progress_interval, "seconds between progress lines (default 2)");
   ehf_cmd->add_flag("-q,--quiet", ehf.quiet, "no progress lines");
 
+  dscpp::launcher::TokenizeArgs tokenize;
+  CLI::App* tok_cmd = app.add_subcommand(
+      "tokenize",
+      "Encode or decode text with a Hugging Face tokenizer directory (its tokenizer.json), giving the ids\n"
+      "transformers' AutoTokenizer gives. No Python needed.");
+  tok_cmd
+      ->add_option("--tokenizer", tokenize.tokenizer,
+                   "a directory with tokenizer.json (a model directory), or the file")
+      ->required();
+  tok_cmd->add_option("--encode", tokenize.encode, "text to encode: prints its ids as a JSON array");
+  tok_cmd->add_option("--decode", tokenize.decode, "ids to decode, 1,2,3 or [1,2,3]: prints the text");
+  tok_cmd->add_option("--encode_lines", tokenize.encode_lines,
+                      "a file of JSON string literals, one per line: prints one JSON array of ids per line");
+  tok_cmd->add_option("--decode_lines", tokenize.decode_lines,
+                      "a file of JSON arrays of ids, one per line: prints one JSON string per line");
+  tok_cmd->add_flag("--add_special_tokens", tokenize.add_special_tokens,
+                    "add what the post-processor adds (BOS/EOS, CLS/SEP), as encode(..., add_special_tokens=True)");
+  tok_cmd->add_flag("--skip_special_tokens", tokenize.skip_special_tokens, "leave special tokens out of decoded text");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -238,6 +258,7 @@ int main(int argc, char** argv) {
     if (*keys_cmd) return dscpp::launcher::run_config_keys();
     if (*report_cmd) return dscpp::launcher::run_report();
     if (*estimate_cmd) return dscpp::launcher::run_estimate(estimate);
+    if (*tok_cmd) return dscpp::launcher::run_tokenize(tokenize);
     if (*z2f_cmd) return dscpp::launcher::run_zero_to_fp32(z2f);
     if (*ehf_cmd) return dscpp::launcher::run_export_hf(ehf);
     launch.program = app.remaining();

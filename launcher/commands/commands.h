@@ -72,4 +72,17 @@ int run_config_keys();
 // Prints what this build contains and what this machine offers (`ds_report`'s role).
 int run_report();
 
+// `dscpp tokenize`: a Hugging Face tokenizer directory (tokenizer/tokenizer.h) on text given on
+// the command line or in files of JSON string literals, one per line.
+struct TokenizeArgs {
+  std::string tokenizer;                // a directory with tokenizer.json, or the file
+  std::optional<std::string> encode;    // text → a JSON array of ids
+  std::optional<std::string> decode;    // "1,2,3" or "[1, 2, 3]" → the text
+  std::string encode_lines;             // a file of JSON strings → one JSON array per line
+  std::string decode_lines;             // a file of JSON arrays → one JSON string per line
+  bool add_special_tokens = false;
+  bool skip_special_tokens = false;
+};
+int run_tokenize(const TokenizeArgs& args);
+
 }  // namespace dscpp::launcher

@@ -1,0 +1,152 @@
+// Normalizers: the Unicode normal forms (ICU's), Lowercase, Strip, Replace, Prepend and
+// Sequence. SentencePiece's Precompiled character map is refused by name.
+#include "core/error.h"
+#include "tokenizer/components.h"
+#include "tokenizer/regex.h"
+#include "tokenizer/text.h"
+
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
+#include <unicode/ustring.h>
+
+namespace dscpp::tok {
+
+namespace {
+
+class UnicodeForm final : public Normalizer {
+ public:
+  UnicodeForm(const std::string& form, const Where& w) {
+    UErrorCode status = U_ZERO_ERROR;
+    if (form == "NFC") n_ = icu::Normalizer2::getNFCInstance(status);
+    if (form == "NFD") n_ = icu::Normalizer2::getNFDInstance(status);
+    if (form == "NFKC") n_ = icu::Normalizer2::getNFKCInstance(status);
+    if (form == "NFKD") n_ = icu::Normalizer2::getNFKDInstance(status);
+    if (!n_ || U_FAILURE(status)) refuse(w, "ICU has no " + form + " normalizer (" + u_errorName(status) + ")");
+  }
+  std::string normalize(std::string_view text) const override {
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::UnicodeString out =
+        n_->normalize(icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size()))),
+                      status);
+    if (U_FAILURE(status)) fail("Unicode normalization failed ({})", u_errorName(status));
+    std::string s;
+    return out.toUTF8String(s);
+  }
+
+ private:
+  const icu::Normalizer2* n_ = nullptr;
+};
+
+// Rust's char::to_lowercase, one code point at a time: the full mapping without context.
+class Lowercase final : public Normalizer {
+ public:
+  std::string normalize(std::string_view text) const override {
+    std::string out;
+    for (size_t i = 0, n = 0; i < text.size(); i += n) {
+      const char32_t c = next_code_point(text, i, &n);
+      UChar in[2], lower[8];
+      int32_t len = 0;
+      U16_APPEND_UNSAFE(in, len, static_cast<UChar32>(c));
+      UErrorCode status = U_ZERO_ERROR;
+      const int32_t m = u_strToLower(lower, 8, in, len, "", &status);
+      for (int32_t k = 0; k < m;) {
+        UChar32 d;
+        U16_NEXT(lower, k, m, d);
+        append_utf8(out, static_cast<char32_t>(d));
+      }
+    }
+    return out;
+  }
+};
+
+class Strip final : public Normalizer {
+ public:
+  Strip(bool left, bool right) : left_(left), right_(right) {}
+  std::string normalize(std::string_view text) const override {
+    size_t b = 0, e = text.size(), n = 0;
+    while (left_ && b < e && is_whitespace(next_code_point(text, b, &n))) b += n;
+    while (right_ && e > b) {
+      size_t s = e - 1;
+      while (s > b && (static_cast<unsigned char>(text[s]) & 0xC0) == 0x80) --s;
+      if (!is_whitespace(next_code_point(text, s, &n))) break;
+      e = s;
+    }
+    return std::string(text.substr(b, e - b));
+  }
+
+ private:
+  bool left_, right_;
+};
+
+class Replace final : public Normalizer {
+ public:
+  Replace(const nlohmann::json& j, const Where& w) : content_(string_at(j, w, "content")) {
+    const auto& p = j.at("pattern");
+    if (p.contains("Regex"))
+      regex_ = std::make_unique<Regex>(p["Regex"].get<std::string>(), w.file + ": " + w.path);
+    else if (p.contains("String"))
+      regex_ = std::make_unique<Regex>(escape_regex(p["String"].get<std::string>()), w.file + ": " + w.path);
+    else
+      refuse(w / "pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
+  }
+  std::string normalize(std::string_view text) const override {
+    std::string out;
+    size_t at = 0;
+    for (auto [b, e] : regex_->find_all(text)) {
+      out.append(text.substr(at, b - at));
+      out += content_;
+      at = e;
+    }
+    return out.append(text.substr(at));
+  }
+
+ private:
+  std::string content_;
+  std::unique_ptr<Regex> regex_;
+};
+
+class Prepend final : public Normalizer {
+ public:
+  explicit Prepend(std::string p) : prepend_(std::move(p)) {}
+  std::string normalize(std::string_view text) const override {
+    return text.empty() ? std::string() : prepend_ + std::string(text);
+  }
+
+ private:
+  std::string prepend_;
+};
+
+class Sequence final : public Normalizer {
+ public:
+  Sequence(const nlohmann::json& j, const Where& w) {
+    const auto& list = j.at("normalizers");
+    for (size_t i = 0; i < list.size(); ++i)
+      if (auto n = make_normalizer(list[i], (w / "normalizers")[i])) steps_.push_back(std::move(n));
+  }
+  std::string normalize(std::string_view text) const override {
+    std::string s(text);
+    for (const auto& step : steps_) s = step->normalize(s);
+    return s;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Normalizer>> steps_;
+};
+
+}  // namespace
+
+std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const Where& w) {
+  if (j.is_null()) return nullptr;
+  const std::string type = string_at(j, w, "type");
+  if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") return std::make_unique<UnicodeForm>(type, w);
+  if (type == "Lowercase") return std::make_unique<Lowercase>();
+  if (type == "Strip") return std::make_unique<Strip>(bool_at(j, "strip_left", true), bool_at(j, "strip_right", true));
+  if (type == "Replace") return std::make_unique<Replace>(j, w);
+  if (type == "Prepend") return std::make_unique<Prepend>(string_at(j, w, "prepend"));
+  if (type == "Sequence") return std::make_unique<Sequence>(j, w);
+  if (type == "Precompiled")
+    refuse(w / "type", "the Precompiled normalizer (SentencePiece's character map) is not supported yet");
+  refuse(w / "type", "unknown normalizer \"" + type + "\"");
+}
+
+}  // namespace dscpp::tok
