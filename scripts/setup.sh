@@ -12,6 +12,7 @@ set -euo pipefail
 build="g++ cmake meson ninja-build pkg-config git
 libopenmpi-dev openmpi-bin libssh2-1-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
 catch2 libgloo-dev liburing-dev libaio-dev libopenblas-dev zlib1g-dev
+libpcre2-dev libicu-dev
 dataset-fashion-mnist fortunes"
 # The launcher's system tests: real sshd hosts in network namespaces, a real SLURM cluster
 # (tests/testbed/netns-hosts.sh, tests/testbed/slurm-local.sh; launch_ssh.sh also uses bc).

@@ -17,7 +17,9 @@ namespace {
 struct PairHash {
   size_t operator()(uint64_t k) const { return std::hash<uint64_t>()(k * 0x9E3779B97F4A7C15ull); }
 };
-uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 
 class Bpe final : public Model {
  public:
@@ -49,7 +51,8 @@ class Bpe final : public Model {
       if (merges[i].is_string()) {  // "a b" (tokenizers < 0.20)
         const std::string m = merges[i].get<std::string>();
         const size_t sp = m.find(' ');
-        if (sp == std::string::npos) refuse((w / "merges")[i], "expected two tokens separated by a space, found \"" + m + "\"");
+        if (sp == std::string::npos)
+          refuse((w / "merges")[i], "expected two tokens separated by a space, found \"" + m + "\"");
         a = m.substr(0, sp);
         b = m.substr(sp + 1);
       } else if (merges[i].is_array() && merges[i].size() == 2) {  // ["a", "b"]
@@ -60,7 +63,8 @@ class Bpe final : public Model {
       }
       const int32_t ia = id_of(a, (w / "merges")[i]), ib = id_of(b, (w / "merges")[i]);
       const std::string merged = a + (b.compare(0, prefix_.size(), prefix_) == 0 ? b.substr(prefix_.size()) : b);
-      merges_.emplace(pair_key(ia, ib), std::pair<int32_t, int32_t>{static_cast<int32_t>(i), id_of(merged, (w / "merges")[i])});
+      merges_.emplace(pair_key(ia, ib),
+                      std::pair<int32_t, int32_t>{static_cast<int32_t>(i), id_of(merged, (w / "merges")[i])});
     }
   }
 
@@ -120,7 +124,8 @@ class Bpe final : public Model {
     if (n < 2) return;
     std::vector<int> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n));
     std::vector<char> alive(static_cast<size_t>(n), 1);
-    for (int i = 0; i < n; ++i) prev[static_cast<size_t>(i)] = i - 1, next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
+    for (int i = 0; i < n; ++i)
+      prev[static_cast<size_t>(i)] = i - 1, next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
     struct Entry {
       int32_t rank;
       int pos;
@@ -131,7 +136,8 @@ class Bpe final : public Model {
     auto push = [&](int pos) {
       const int nx = next[static_cast<size_t>(pos)];
       if (nx < 0) return;
-      if (auto it = merges_.find(pair_key(sym[static_cast<size_t>(pos)], sym[static_cast<size_t>(nx)])); it != merges_.end())
+      if (auto it = merges_.find(pair_key(sym[static_cast<size_t>(pos)], sym[static_cast<size_t>(nx)]));
+          it != merges_.end())
         queue.push({it->second.first, pos, it->second.second});
     };
     for (int i = 0; i + 1 < n; ++i) push(i);
@@ -168,7 +174,8 @@ class Bpe final : public Model {
 std::unique_ptr<Model> make_model(const nlohmann::json& j, const Where& w) {
   const std::string type = j.value("type", std::string("BPE"));  // older files omit the BPE model's type
   if (type == "BPE") return std::make_unique<Bpe>(j, w);
-  refuse(w / "type", "the " + type + " model is not supported yet (supported: BPE)");
+  if (type == "Unigram") return make_unigram(j, w);
+  refuse(w / "type", "the " + type + " model is not supported yet (supported: BPE, Unigram)");
 }
 
 }  // namespace dscpp::tok

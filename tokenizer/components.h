@@ -37,6 +37,7 @@ class Normalizer {
 };
 // null JSON: none (nullptr).
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const Where& w);
+std::unique_ptr<Normalizer> make_precompiled(const nlohmann::json& j, const Where& w);  // precompiled.cpp
 
 // A pre-tokenizer refines a list of words: each word in, its parts out (in order).
 class PreTokenizer {
@@ -54,6 +55,7 @@ class Model {
   virtual const std::string* token(int32_t id) const = 0;  // null: not in the model's vocabulary
 };
 std::unique_ptr<Model> make_model(const nlohmann::json& j, const Where& w);
+std::unique_ptr<Model> make_unigram(const nlohmann::json& j, const Where& w);  // unigram.cpp
 
 // Decoders work on the list of token strings, as `tokenizers`' decode_chain does; the text is
 // their concatenation at the end.

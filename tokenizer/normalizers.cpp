@@ -1,5 +1,5 @@
 // Normalizers: the Unicode normal forms (ICU's), Lowercase, Strip, Replace, Prepend and
-// Sequence. SentencePiece's Precompiled character map is refused by name.
+// Sequence; SentencePiece's Precompiled character map is in precompiled.cpp.
 #include "core/error.h"
 #include "tokenizer/components.h"
 #include "tokenizer/regex.h"
@@ -144,8 +144,7 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const Where
   if (type == "Replace") return std::make_unique<Replace>(j, w);
   if (type == "Prepend") return std::make_unique<Prepend>(string_at(j, w, "prepend"));
   if (type == "Sequence") return std::make_unique<Sequence>(j, w);
-  if (type == "Precompiled")
-    refuse(w / "type", "the Precompiled normalizer (SentencePiece's character map) is not supported yet");
+  if (type == "Precompiled") return make_precompiled(j, w);
   refuse(w / "type", "unknown normalizer \"" + type + "\"");
 }
 

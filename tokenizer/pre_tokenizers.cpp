@@ -161,7 +161,8 @@ class Metaspace final : public PreTokenizer {
 };
 
 bool is_word_char(char32_t c) {
-  return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC) || u_charType(static_cast<UChar32>(c)) == U_DECIMAL_DIGIT_NUMBER ||
+  return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC) ||
+         u_charType(static_cast<UChar32>(c)) == U_DECIMAL_DIGIT_NUMBER ||
          (U_GET_GC_MASK(static_cast<UChar32>(c)) & (U_GC_M_MASK | U_GC_PC_MASK)) != 0 ||
          u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_JOIN_CONTROL);
 }
@@ -236,9 +237,13 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const 
   if (type == "Digits") {
     const Behavior b = bool_at(j, "individual_digits", false) ? Behavior::isolated : Behavior::contiguous;
     return std::make_unique<Predicate>([b](std::string_view word, std::vector<std::string>& out) {
-      split_at(word, char_matches(word, [](char32_t c) { return u_isdigit(static_cast<UChar32>(c)) != 0 ||
-                                                                 u_charType(static_cast<UChar32>(c)) == U_OTHER_NUMBER ||
-                                                                 u_charType(static_cast<UChar32>(c)) == U_LETTER_NUMBER; }),
+      split_at(word,
+               char_matches(word,
+                            [](char32_t c) {
+                              return u_isdigit(static_cast<UChar32>(c)) != 0 ||
+                                     u_charType(static_cast<UChar32>(c)) == U_OTHER_NUMBER ||
+                                     u_charType(static_cast<UChar32>(c)) == U_LETTER_NUMBER;
+                            }),
                b, false, out);
     });
   }

@@ -18,7 +18,8 @@ void refuse(const Where& w, std::string_view what) { fail("{}: {}: {}", w.file, 
 
 std::string string_at(const nlohmann::json& j, const Where& w, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_string())
-    refuse(w / key, "expected a string" + std::string(j.is_object() && j.contains(key) ? ", found " + j[key].dump() : ""));
+    refuse(w / key,
+           "expected a string" + std::string(j.is_object() && j.contains(key) ? ", found " + j[key].dump() : ""));
   return j[key].get<std::string>();
 }
 
