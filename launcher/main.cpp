@@ -247,6 +247,16 @@ int main(int argc, char** argv) {
   tok_cmd->add_flag("--add_special_tokens", tokenize.add_special_tokens,
                     "add what the post-processor adds (BOS/EOS, CLS/SEP), as encode(..., add_special_tokens=True)");
   tok_cmd->add_flag("--skip_special_tokens", tokenize.skip_special_tokens, "leave special tokens out of decoded text");
+  tok_cmd->add_option("--input", tokenize.input,
+                      "text files to turn into a token file (one document per file; .gz read too)");
+  tok_cmd->add_option("--output", tokenize.output, "PREFIX of the token file: PREFIX.bin (and PREFIX.idx)");
+  tok_cmd->add_option("--format", tokenize.format,
+                      "megatron (default: PREFIX.bin + PREFIX.idx, document boundaries kept) or llmc (llm.c's .bin)");
+  tok_cmd->add_flag("--lines", tokenize.lines, "one document per line instead of per file");
+  tok_cmd->add_option("--json_key", tokenize.json_key, "JSON lines input: each line's KEY string is a document");
+  tok_cmd->add_option("--eod", tokenize.eod,
+                      "the token appended to each document (default: the tokenizer's eos_token)");
+  tok_cmd->add_option("--threads", tokenize.threads, "encoding threads (default: all; the output is the same for any)");
 
   try {
     app.parse(argc, argv);

@@ -58,12 +58,15 @@ class Precompiled final : public Normalizer {
 
   std::string normalize(std::string_view text) const override {
     UErrorCode status = U_ZERO_ERROR;
-    std::unique_ptr<icu::BreakIterator> graphemes(icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(), status));
+    std::unique_ptr<icu::BreakIterator> graphemes(
+        icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(), status));
     if (U_FAILURE(status)) fail("ICU: no grapheme break iterator ({})", u_errorName(status));
-    const icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+    const icu::UnicodeString u =
+        icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
     graphemes->setText(u);
     std::string out;
-    for (int32_t b = graphemes->first(), e = graphemes->next(); e != icu::BreakIterator::DONE; b = e, e = graphemes->next()) {
+    for (int32_t b = graphemes->first(), e = graphemes->next(); e != icu::BreakIterator::DONE;
+         b = e, e = graphemes->next()) {
       std::string g;
       u.tempSubStringBetween(b, e).toUTF8String(g);
       if (g.size() < 6)

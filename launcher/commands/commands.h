@@ -82,6 +82,14 @@ struct TokenizeArgs {
   std::string decode_lines;             // a file of JSON arrays → one JSON string per line
   bool add_special_tokens = false;
   bool skip_special_tokens = false;
+  // Data preparation: documents from `input` into a token file at `output` (tokenize_data.cpp).
+  std::vector<std::string> input;  // plain text (one document per file, or per line with `lines`), .gz too
+  std::string output;              // PREFIX: PREFIX.bin (+ PREFIX.idx for megatron)
+  std::string format = "megatron";  // or llmc
+  bool lines = false;
+  std::string json_key;  // JSON lines: the documents are this key's strings
+  std::string eod;       // the end-of-document token; default the tokenizer's eos_token
+  int threads = 0;       // 0: every hardware thread
 };
 int run_tokenize(const TokenizeArgs& args);
 

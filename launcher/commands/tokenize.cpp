@@ -56,8 +56,14 @@ void each_line(const std::string& path, F&& f) {
 
 }  // namespace
 
+int run_tokenize_files(const TokenizeArgs& a, const tok::Tokenizer& t);  // tokenize_data.cpp
+
 int run_tokenize(const TokenizeArgs& a) {
   const tok::Tokenizer t = tok::Tokenizer::load(a.tokenizer);
+  if (!a.input.empty()) {
+    if (a.output.empty()) fail("dscpp tokenize --input: give --output PREFIX");
+    return run_tokenize_files(a, t);
+  }
   if (a.encode) std::cout << ids_json(t.encode(*a.encode, a.add_special_tokens)) << '\n';
   if (a.decode) std::cout << t.decode(parse_ids(*a.decode, "--decode"), a.skip_special_tokens) << '\n';
   if (!a.encode_lines.empty())
@@ -77,7 +83,8 @@ int run_tokenize(const TokenizeArgs& a) {
                 << '\n';
     });
   if (!a.encode && !a.decode && a.encode_lines.empty() && a.decode_lines.empty())
-    fail("dscpp tokenize: give --encode TEXT, --decode IDS, --encode_lines FILE or --decode_lines FILE");
+    fail("dscpp tokenize: give --encode TEXT, --decode IDS, --encode_lines FILE, --decode_lines FILE or --input FILES "
+         "--output PREFIX");
   return 0;
 }
 
