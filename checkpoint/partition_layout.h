@@ -1,7 +1,7 @@
 // The partition layout as a checkpoint records it, and the arithmetic that says where each
 // element of a parameter lives under it.
 //
-// This is the plugin-independent description of runtime/zero/flat_layout.h (the engine converts
+// This is the plugin-independent description of runtime/model/flat_layout.h (the engine converts
 // its FlatLayout into one; a checkpoint's manifest stores one):
 //
 //   every parameter p occupies flat elements [p.offset, p.offset + p.numel) and lies inside

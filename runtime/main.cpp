@@ -12,13 +12,13 @@
 #include "core/rank_discovery.h"
 #include "device/device_select.h"
 #include "kernels/cpu/ops/cpu_ops.h"
+#include "runtime/model/plugin.h"
 #include "runtime/observe/describe_model.h"
 #include "runtime/observe/generate.h"
 #include "runtime/observe/gradcheck.h"
 #include "runtime/rank_device.h"
 #include "runtime/train/engine.h"
 #include "runtime/train/fault_injection.h"
-#include "runtime/train/plugin.h"
 #include "runtime/train/sampler.h"
 
 #include <CLI/CLI.hpp>

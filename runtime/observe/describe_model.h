@@ -10,7 +10,7 @@
 #pragma once
 
 #include "core/zero_estimate.h"
-#include "runtime/train/plugin.h"
+#include "runtime/model/plugin.h"
 
 #include <string>
 #include <vector>

@@ -3,12 +3,12 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "device/device_select.h"
+#include "runtime/model/flat_layout.h"
+#include "runtime/model/init.h"
+#include "runtime/model/plugin.h"
 #include "runtime/observe/model_weights.h"
 #include "runtime/rank_device.h"
-#include "runtime/train/init.h"
 #include "runtime/train/layer_runner.h"
-#include "runtime/train/plugin.h"
-#include "runtime/zero/flat_layout.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -13,7 +13,7 @@
 // Bounded extras: stage-3 gathered groups (current layer, prefetch window, reuse and persistent
 // groups), reduction buffers (two groups' staging at stages 2–3, two slices at stage 1), the
 // fp32 views of one layer for 16-bit storage, activations of one micro-batch as
-// runtime/train/activation_checkpointing.h lays them out (device, and host with cpu_checkpointing).
+// runtime/model/activation_layout.h lays them out (device, and host with cpu_checkpointing).
 //
 // Each category is planned in three places: the training device, host memory and NVMe (swap
 // files). offload_optimizer cpu moves the optimizer row (K = state + an fp32 master, always
@@ -30,10 +30,10 @@
 
 #include "core/dtype.h"
 #include "device/device.h"
+#include "runtime/model/activation_layout.h"
+#include "runtime/model/flat_layout.h"
+#include "runtime/model/plugin.h"
 #include "runtime/plans.h"
-#include "runtime/train/activation_checkpointing.h"
-#include "runtime/train/plugin.h"
-#include "runtime/zero/flat_layout.h"
 
 #include <array>
 #include <string>

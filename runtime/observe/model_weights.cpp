@@ -4,7 +4,7 @@
 #include "checkpoint/zero_to_fp32.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "runtime/train/init.h"
+#include "runtime/model/init.h"
 
 #include <fmt/format.h>
 

@@ -2,8 +2,8 @@
 // host, in the flat layout's order.
 #pragma once
 
-#include "runtime/train/plugin.h"
-#include "runtime/zero/flat_layout.h"
+#include "runtime/model/flat_layout.h"
+#include "runtime/model/plugin.h"
 
 #include <cstdint>
 #include <string>

@@ -23,8 +23,8 @@
 #include "core/dtype.h"
 #include "device/device.h"
 #include "offload/aio_options.h"
+#include "runtime/model/flat_layout.h"
 #include "runtime/plans.h"
-#include "runtime/zero/flat_layout.h"
 
 #include <cstdint>
 #include <memory>

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "device/device.h"
-#include "runtime/train/plugin.h"
+#include "runtime/model/plugin.h"
 #include "runtime/train/sampler.h"
 
 #include <cstdint>

@@ -24,12 +24,12 @@
 
 #include "collectives/communicator.h"
 #include "device/device.h"
+#include "runtime/model/flat_layout.h"
 #include "runtime/optim/loss_scaler.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/plans.h"
 #include "runtime/train/data_fingerprint.h"
-#include "runtime/zero/flat_layout.h"
 #include "runtime/zero/master_weights.h"
 #include "runtime/zero/param_store.h"
 

@@ -5,7 +5,7 @@
 // to a save; hashing every sample would cost reading an epoch.
 #pragma once
 
-#include "runtime/train/plugin.h"
+#include "runtime/model/plugin.h"
 
 #include <nlohmann/json.hpp>
 

@@ -7,8 +7,8 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host
 #include "kernels/device_math.h"
+#include "runtime/model/init.h"
 #include "runtime/train/fault_injection.h"
-#include "runtime/train/init.h"
 #include "runtime/zero/local_partitions.h"
 
 #include <fmt/format.h>

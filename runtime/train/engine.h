@@ -5,7 +5,7 @@
 //   reduce gradients over the world → global-norm clip → optimizer step on the owned
 //   partition → publish updated parameters → schedule step
 // The ZeRO stage decides only where things live, through three parts that share one flat
-// layout (runtime/zero/flat_layout.h): ParamStore (whole or partitioned parameters, stage-3
+// layout (runtime/model/flat_layout.h): ParamStore (whole or partitioned parameters, stage-3
 // gathers), GradReducer (allreduce or reduce-scatter, when) and MasterWeights (the fp32
 // weights this rank updates and the optimizer over them; offload_optimizer moves them, or with
 // ratio < 1 the first sub-groups of them, to the host or NVMe: runtime/offload/optimizer_offload.h).
@@ -16,6 +16,7 @@
 
 #include "collectives/communicator.h"
 #include "device/device.h"
+#include "runtime/model/plugin.h"
 #include "runtime/observe/flops_profiler.h"
 #include "runtime/observe/memory_plan.h"
 #include "runtime/observe/step_log.h"
@@ -27,7 +28,6 @@
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/forward_passes.h"
 #include "runtime/train/layer_runner.h"
-#include "runtime/train/plugin.h"
 #include "runtime/train/run_memory.h"
 #include "runtime/zero/zero_state.h"
 

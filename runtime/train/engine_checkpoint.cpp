@@ -5,7 +5,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "runtime/train/init.h"
+#include "runtime/model/init.h"
 
 #include <algorithm>
 #include <chrono>

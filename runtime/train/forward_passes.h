@@ -6,8 +6,8 @@
 
 #include "collectives/communicator.h"
 #include "device/device.h"
+#include "runtime/model/plugin.h"
 #include "runtime/train/layer_runner.h"
-#include "runtime/train/plugin.h"
 #include "runtime/zero/param_store.h"
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // its input) plus the bytes each layer asked to save, one shared workspace, and two gradient
 // buffers that backward ping-pongs between. With activation checkpointing it keeps only the
 // segments' inputs and runs each segment's forward again in backward
-// (runtime/train/activation_checkpointing.h says where every activation byte lives). Where a
+// (runtime/model/activation_layout.h says where every activation byte lives). Where a
 // layer's parameters and gradients are is asked per call from a memory source (the engine's ZeRO
 // stage decides: whole arrays, partition-group staging buffers, gathered stage-3 buffers),
 // addressed by the flat layout.
@@ -23,9 +23,9 @@
 
 #include "core/dtype.h"
 #include "device/device.h"
+#include "runtime/model/flat_layout.h"
+#include "runtime/model/plugin.h"
 #include "runtime/train/activation_checkpointing.h"
-#include "runtime/train/plugin.h"
-#include "runtime/zero/flat_layout.h"
 
 #include <cstdint>
 #include <functional>

@@ -7,11 +7,11 @@
 
 #include "core/dtype.h"
 #include "device/device.h"
+#include "runtime/model/activation_layout.h"
+#include "runtime/model/flat_layout.h"
+#include "runtime/model/plugin.h"
 #include "runtime/observe/memory_plan.h"
 #include "runtime/plans.h"
-#include "runtime/train/activation_checkpointing.h"
-#include "runtime/train/plugin.h"
-#include "runtime/zero/flat_layout.h"
 
 #include <cstdint>
 #include <string>

@@ -29,8 +29,8 @@
 
 #include "collectives/communicator.h"
 #include "device/device.h"
+#include "runtime/model/flat_layout.h"
 #include "runtime/plans.h"
-#include "runtime/zero/flat_layout.h"
 
 #include <memory>
 #include <optional>

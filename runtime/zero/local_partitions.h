@@ -13,8 +13,8 @@
 #include "checkpoint/partition_layout.h"
 #include "checkpoint/tensor_source.h"
 #include "device/device.h"
+#include "runtime/model/flat_layout.h"
 #include "runtime/optim/optimizer.h"
-#include "runtime/zero/flat_layout.h"
 #include "runtime/zero/master_weights.h"
 #include "runtime/zero/param_store.h"
 

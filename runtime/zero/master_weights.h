@@ -26,9 +26,9 @@
 #pragma once
 
 #include "device/device.h"
+#include "runtime/model/flat_layout.h"
 #include "runtime/offload/optimizer_offload.h"
 #include "runtime/optim/optimizer.h"
-#include "runtime/zero/flat_layout.h"
 #include "runtime/zero/param_store.h"
 
 #include <functional>

@@ -35,9 +35,9 @@
 
 #include "collectives/communicator.h"
 #include "device/device.h"
+#include "runtime/model/flat_layout.h"
 #include "runtime/offload/param_home.h"
 #include "runtime/plans.h"
-#include "runtime/zero/flat_layout.h"
 
 #include <cstdint>
 #include <memory>

@@ -5,8 +5,8 @@
 // refers to the ones before it.
 #pragma once
 
+#include "runtime/model/flat_layout.h"
 #include "runtime/optim/optimizer.h"
-#include "runtime/zero/flat_layout.h"
 #include "runtime/zero/grad_reducer.h"
 #include "runtime/zero/master_weights.h"
 #include "runtime/zero/param_store.h"

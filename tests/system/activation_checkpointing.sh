@@ -8,7 +8,7 @@
 #     (every boundary; number_checkpoints 1 with cpu_checkpointing) and bf16 at stage 2 on 2 ranks;
 #  2. the activation peak the device measured (category activations) equals the plan the
 #     engine printed before allocating, and both equal a closed form written here from the gpt's
-#     declared sizes (runtime/train/activation_checkpointing.h's segment rule); with a checkpoint at
+#     declared sizes (runtime/model/activation_layout.h's segment rule); with a checkpoint at
 #     every layer boundary the peak is at most 0.40 of the peak without checkpointing (measured
 #     91392 / 233728 B = 0.391 for this 4-block gpt, micro-batch 2; number_checkpoints 2: 0.517,
 #     1: 0.643 — fewer checkpoints, larger segments to hold while one is recomputed; the block

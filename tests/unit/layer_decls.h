@@ -3,7 +3,7 @@
 // without parameters).
 #pragma once
 
-#include "runtime/train/plugin.h"
+#include "runtime/model/plugin.h"
 
 #include <cstdint>
 #include <string>

@@ -1,5 +1,5 @@
 // Partition layouts for the checkpoint tests, built the way the engine builds them
-// (runtime/zero/flat_layout.cpp): parameters 16-aligned, each group padded to a multiple of
+// (runtime/model/flat_layout.cpp): parameters 16-aligned, each group padded to a multiple of
 // parts·16, groups' slices concatenated in order.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Activation checkpointing's options and layout (runtime/train/activation_checkpointing.h): the
+// Activation checkpointing's options and layout (runtime/model/activation_layout.h): the
 // section's presence turns it on, number_checkpoints is checked against the model's layer
 // boundaries, segments follow the documented rule, and the bytes the layout names are what
 // ActivationMemory allocates on the device and on the host. Training parity and measured peaks
@@ -6,6 +6,7 @@
 #include "configs/load.h"
 #include "configs/plans.h"
 #include "device/device.h"
+#include "runtime/model/activation_layout.h"
 #include "runtime/train/activation_checkpointing.h"
 
 #include <catch2/catch.hpp>

@@ -19,8 +19,8 @@
 #include "core/error.h"
 #include "device/device.h"
 #include "kernels/cpu/ops/cpu_ops.h"
+#include "runtime/model/plugin.h"
 #include "runtime/train/engine.h"
-#include "runtime/train/plugin.h"
 #include "tests/unit/thread_ranks.h"
 
 #include <catch2/catch.hpp>

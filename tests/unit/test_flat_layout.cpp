@@ -1,6 +1,6 @@
 // The flat layout's partition arithmetic: groups tile the array, every rank's slice is equal
 // and 64-byte aligned, and the slices of all ranks reassemble every parameter exactly.
-#include "runtime/zero/flat_layout.h"
+#include "runtime/model/flat_layout.h"
 #include "tests/unit/layer_decls.h"
 
 #include <catch2/catch.hpp>

@@ -5,8 +5,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "device/device.h"
+#include "runtime/model/flat_layout.h"
 #include "runtime/offload/param_home.h"
-#include "runtime/zero/flat_layout.h"
 #include "tests/unit/offload_fixture.h"
 
 #include <catch2/catch.hpp>

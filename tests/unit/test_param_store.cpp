@@ -7,7 +7,7 @@
 #include "collectives/backend.h"
 #include "collectives/communicator.h"
 #include "device/device.h"
-#include "runtime/zero/flat_layout.h"
+#include "runtime/model/flat_layout.h"
 #include "runtime/zero/param_store.h"
 #include "tests/unit/layer_decls.h"
 #include "tests/unit/thread_ranks.h"

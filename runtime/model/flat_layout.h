@@ -17,8 +17,8 @@
 // parts, grouping), which the checkpoint manifest records, so another world size can reshard.
 #pragma once
 
+#include "runtime/model/plugin.h"
 #include "runtime/plans.h"
-#include "runtime/train/plugin.h"
 
 #include <cstdint>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "runtime/train/plugin.h"
+#include "runtime/model/plugin.h"
 
 #include "core/error.h"
 

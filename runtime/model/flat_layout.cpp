@@ -1,4 +1,4 @@
-#include "runtime/zero/flat_layout.h"
+#include "runtime/model/flat_layout.h"
 
 #include <algorithm>
 

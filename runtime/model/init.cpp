@@ -1,4 +1,4 @@
-#include "runtime/train/init.h"
+#include "runtime/model/init.h"
 
 #include "core/error.h"
 #include "core/thread_pool.h"
