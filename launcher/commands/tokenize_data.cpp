@@ -88,6 +88,8 @@ class TokenWriter {
       out_.write(reinterpret_cast<const char*>(header.data()), 1024);
     }
     idx_path_ = prefix + ".idx";
+    lengths_.open(idx_path_ + ".lengths.partial", std::ios::binary | std::ios::trunc);
+    if (!lengths_) fail("{}.lengths.partial: cannot write it", idx_path_);
   }
   void document(const std::vector<int32_t>& ids) {
     if (wide_) {
@@ -96,7 +98,10 @@ class TokenWriter {
       std::vector<uint16_t> narrow(ids.begin(), ids.end());
       out_.write(reinterpret_cast<const char*>(narrow.data()), static_cast<std::streamsize>(narrow.size() * 2));
     }
-    lengths_.push_back(static_cast<int32_t>(ids.size()));
+    // The lengths go to a side file, so that memory does not grow with the number of documents.
+    const auto n = static_cast<int32_t>(ids.size());
+    lengths_.write(reinterpret_cast<const char*>(&n), 4);
+    ++documents_;
     tokens_ += static_cast<int64_t>(ids.size());
   }
   // Writes the index (or header) and moves the files into place.
@@ -109,38 +114,55 @@ class TokenWriter {
     }
     out_.close();
     if (!out_) fail("{}.partial: write failed (disk full?)", bin_path_);
-    if (format_ == "megatron") {
-      std::ofstream idx(idx_path_ + ".partial", std::ios::binary | std::ios::trunc);
-      const uint64_t version = 1, sequences = lengths_.size(), documents = lengths_.size() + 1;
-      const uint8_t code = wide_ ? 4 : 8;  // int32, uint16 (Megatron's DType codes)
-      idx.write("MMIDIDX\0\0", 9);
-      idx.write(reinterpret_cast<const char*>(&version), 8);
-      idx.write(reinterpret_cast<const char*>(&code), 1);
-      idx.write(reinterpret_cast<const char*>(&sequences), 8);
-      idx.write(reinterpret_cast<const char*>(&documents), 8);
-      idx.write(reinterpret_cast<const char*>(lengths_.data()), static_cast<std::streamsize>(lengths_.size() * 4));
-      int64_t at = 0;
-      for (int32_t n : lengths_) {
-        idx.write(reinterpret_cast<const char*>(&at), 8);
-        at += static_cast<int64_t>(n) * (wide_ ? 4 : 2);
-      }
-      for (int64_t d = 0; d <= static_cast<int64_t>(lengths_.size()); ++d) idx.write(reinterpret_cast<const char*>(&d), 8);
-      idx.close();
-      if (!idx) fail("{}.partial: write failed (disk full?)", idx_path_);
-      fs::rename(idx_path_ + ".partial", idx_path_);
-    }
+    lengths_.close();
+    if (!lengths_) fail("{}.lengths.partial: write failed (disk full?)", idx_path_);
+    if (format_ == "megatron") write_index();
+    fs::remove(idx_path_ + ".lengths.partial");
     fs::rename(bin_path_ + ".partial", bin_path_);
   }
   int64_t tokens() const { return tokens_; }
+
+ private:
+  // MMIDIDX v1: header, the lengths (int32), their byte offsets (int64), the document starts
+  // (int64, one sequence per document), each list streamed from the side file.
+  void write_index() {
+    std::ofstream idx(idx_path_ + ".partial", std::ios::binary | std::ios::trunc);
+    const uint64_t version = 1, sequences = static_cast<uint64_t>(documents_), starts = sequences + 1;
+    const uint8_t code = wide_ ? 4 : 8;  // int32, uint16 (Megatron's DType codes)
+    idx.write("MMIDIDX\0\0", 9);
+    idx.write(reinterpret_cast<const char*>(&version), 8);
+    idx.write(reinterpret_cast<const char*>(&code), 1);
+    idx.write(reinterpret_cast<const char*>(&sequences), 8);
+    idx.write(reinterpret_cast<const char*>(&starts), 8);
+    std::vector<int32_t> chunk(1 << 16);
+    for (int pass = 0; pass < 2; ++pass) {  // the lengths, then the offsets they give
+      std::ifstream in(idx_path_ + ".lengths.partial", std::ios::binary);
+      int64_t at = 0;
+      while (in.read(reinterpret_cast<char*>(chunk.data()), static_cast<std::streamsize>(chunk.size() * 4)) ||
+             in.gcount() > 0) {
+        const auto n = static_cast<size_t>(in.gcount() / 4);
+        if (pass == 0) idx.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n * 4));
+        for (size_t i = 0; pass == 1 && i < n; ++i) {
+          idx.write(reinterpret_cast<const char*>(&at), 8);
+          at += static_cast<int64_t>(chunk[i]) * (wide_ ? 4 : 2);
+        }
+      }
+    }
+    for (int64_t d = 0; d <= documents_; ++d) idx.write(reinterpret_cast<const char*>(&d), 8);
+    idx.close();
+    if (!idx) fail("{}.partial: write failed (disk full?)", idx_path_);
+    fs::rename(idx_path_ + ".partial", idx_path_);
+  }
+
+ public:
   std::string files() const { return format_ == "megatron" ? bin_path_ + " and " + idx_path_ : bin_path_; }
 
  private:
   std::string format_;
   bool wide_;
   std::string bin_path_, idx_path_;
-  std::ofstream out_;
-  std::vector<int32_t> lengths_;
-  int64_t tokens_ = 0;
+  std::ofstream out_, lengths_;
+  int64_t documents_ = 0, tokens_ = 0;
 };
 
 }  // namespace
