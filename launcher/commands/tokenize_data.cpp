@@ -71,7 +71,8 @@ std::string eos_of(const std::string& dir) {
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_discarded() || !j.contains("eos_token")) continue;
     if (j["eos_token"].is_string()) return j["eos_token"].get<std::string>();
-    if (j["eos_token"].is_object() && j["eos_token"].contains("content")) return j["eos_token"]["content"].get<std::string>();
+    if (j["eos_token"].is_object() && j["eos_token"].contains("content"))
+      return j["eos_token"]["content"].get<std::string>();
   }
   return "";
 }
@@ -108,7 +109,8 @@ class TokenWriter {
   void finish() {
     if (format_ == "llmc") {
       const int32_t header[3] = {20240520, wide_ ? 2 : 1, static_cast<int32_t>(tokens_)};
-      if (tokens_ > INT32_MAX) fail("{}: {} tokens do not fit llm.c's int32 count; use --format megatron", bin_path_, tokens_);
+      if (tokens_ > INT32_MAX)
+        fail("{}: {} tokens do not fit llm.c's int32 count; use --format megatron", bin_path_, tokens_);
       out_.seekp(0);
       out_.write(reinterpret_cast<const char*>(header), sizeof(header));
     }
