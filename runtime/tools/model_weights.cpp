@@ -1,4 +1,4 @@
-#include "runtime/observe/model_weights.h"
+#include "runtime/tools/model_weights.h"
 
 #include "checkpoint/weight_files.h"
 #include "checkpoint/zero_to_fp32.h"

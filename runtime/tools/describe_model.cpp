@@ -1,4 +1,4 @@
-#include "runtime/observe/describe_model.h"
+#include "runtime/tools/describe_model.h"
 
 #include "configs/json.h"
 #include "core/log.h"

@@ -1,11 +1,11 @@
-#include "runtime/observe/generate.h"
+#include "runtime/tools/generate.h"
 
 #include "core/error.h"
 #include "device/device_select.h"
 #include "runtime/model/flat_layout.h"
 #include "runtime/model/plugin.h"
-#include "runtime/observe/model_weights.h"
 #include "runtime/rank_device.h"
+#include "runtime/tools/model_weights.h"
 #include "runtime/train/layer_runner.h"
 
 #include <fmt/format.h>

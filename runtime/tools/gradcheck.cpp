@@ -1,4 +1,4 @@
-#include "runtime/observe/gradcheck.h"
+#include "runtime/tools/gradcheck.h"
 
 #include "core/error.h"
 #include "core/log.h"
@@ -6,8 +6,8 @@
 #include "runtime/model/flat_layout.h"
 #include "runtime/model/init.h"
 #include "runtime/model/plugin.h"
-#include "runtime/observe/model_weights.h"
 #include "runtime/rank_device.h"
+#include "runtime/tools/model_weights.h"
 #include "runtime/train/layer_runner.h"
 
 #include <fmt/format.h>
