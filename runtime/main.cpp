@@ -49,7 +49,7 @@ struct Args {
   bool check_schedule = false;
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
   bool accept_data_change = false, gradcheck = false, generate = false, check_decode = false;
-  std::string prompt, prompt_ids;
+  std::string prompt, prompt_ids, prompts, tokenizer;
   int64_t max_new_tokens = 32, top_k = 0;
   double temperature = 0;
   std::vector<std::string> plugin_args;
@@ -234,7 +234,12 @@ int main(int argc, char** argv) {
                "sample a continuation of --prompt/--prompt_ids from the weights of --load_dir (or the plugin's "
                "init_from), one token at a time through the plugin's decode calls with their caches, print it and "
                "exit (needs no config; `dscpp generate` runs this)");
-  app.add_option("--prompt", a.prompt, "with --generate: a text, as byte tokens (a byte-level model)");
+  app.add_option("--prompt", a.prompt,
+                 "with --generate: a text, encoded by the model's tokenizer (tokenizer.json beside --from_hf's "
+                 "config.json, or --tokenizer), else as byte tokens (a byte-level model)");
+  app.add_option("--prompts", a.prompts, "with --generate: a file of prompts, one per line, each continued in turn");
+  app.add_option("--tokenizer", a.tokenizer,
+                 "with --generate: a Hugging Face tokenizer directory (default: the --from_hf directory's, if any)");
   app.add_option("--prompt_ids", a.prompt_ids, "with --generate: token ids, e.g. 128000,791,6864");
   app.add_option("--max_new_tokens", a.max_new_tokens, "with --generate: tokens to add (default 32)");
   app.add_option("--temperature", a.temperature,
@@ -324,6 +329,8 @@ int main(int argc, char** argv) {
       tool(g);
       g.load_dir = a.load_dir;
       g.prompt = a.prompt;
+      g.prompts_file = a.prompts;
+      g.tokenizer = a.tokenizer;
       for (size_t at = 0; at < a.prompt_ids.size();) {
         size_t end = a.prompt_ids.find(',', at);
         if (end == std::string::npos) end = a.prompt_ids.size();

@@ -249,7 +249,8 @@ layers::Env CausalLM::env(int64_t max_positions, int64_t window) {
 void CausalLM::data_from(int64_t vocab) {
   if (context_ == 0) fail(DSCPP_E_INTERNAL, family_ + ": data before the context is known");
   const std::string train = args_.text("--data");
-  if (train.empty()) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --data FILE (a token file) is required");
+  if (train.empty() && args_.has("--eval_data"))
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eval_data goes with --data FILE (the training tokens)");
   const auto bytes = static_cast<int>(args_.integer("--token_bytes", 2, 1));
   if (bytes != 1 && bytes != 2 && bytes != 4) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --token_bytes is 1, 2 or 4");
   docs_.mask_loss = args_.has("--eod_mask_loss");
@@ -267,17 +268,20 @@ void CausalLM::data_from(int64_t vocab) {
                                          "integer eos_token_id below the vocabulary (" + std::to_string(vocab) +
                                          ") in " + config_->path());
   }
-  data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_, docs_);
+  // Without --data the model still describes itself, generates and evaluates nothing: the
+  // runtime refuses to train a model with no training samples.
+  if (!train.empty())
+    data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_, docs_);
   args_.finish();
   data = dscpp_data_desc{};
-  data.train_size = data_->train_size();
-  data.eval_size = data_->eval_size();
+  data.train_size = data_ ? data_->train_size() : 0;
+  data.eval_size = data_ ? data_->eval_size() : 0;
   data.input_dtype = DSCPP_I32;
   data.input_numel = docs_.packed() ? 3 * context_ : context_;  // layers::Env::sample_ints()
   data.target_dtype = DSCPP_I32;
   data.target_numel = context_;
   data.tokens_per_sample = context_;
-  if (host.rank == 0) log(family_ + ": " + data_->summary());
+  if (host.rank == 0 && data_) log(family_ + ": " + data_->summary());
 }
 
 void CausalLM::load_sample(int32_t split, int64_t index, void* input, int32_t* target) const {

@@ -145,7 +145,8 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
   if (desc.num_layers < 1)
     fail("model plugin {}: describe says it has {} layers (need at least 1)", name(), desc.num_layers);
   data_ = desc.data;
-  if (data_.train_size <= 0) fail("model plugin {}: its train split is empty", name());
+  if (data_.train_size < 0 || data_.eval_size < 0)
+    fail("model plugin {}: describe gives {} train and {} eval samples", name(), data_.train_size, data_.eval_size);
   if (data_.input_dtype != DSCPP_F32 && data_.input_dtype != DSCPP_I32)
     fail("model plugin {}: input dtype must be DSCPP_F32 or DSCPP_I32", name());
   if (data_.target_dtype != DSCPP_I32) fail("model plugin {}: target dtype must be DSCPP_I32", name());

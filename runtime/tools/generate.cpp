@@ -7,15 +7,20 @@
 #include "runtime/rank_device.h"
 #include "runtime/tools/model_weights.h"
 #include "runtime/train/layer_runner.h"
+#include "tokenizer/tokenizer.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 
 namespace dscpp::runtime {
@@ -46,6 +51,28 @@ std::string printable(const std::vector<int32_t>& ids) {
   return s;
 }
 
+// The tokenizer to encode prompts with: --tokenizer, else the one beside the weights the plugin
+// starts from (a Hugging Face directory holds its tokenizer.json next to config.json).
+std::optional<tok::Tokenizer> find_tokenizer(const GenerateOptions& o, const Plugin& plugin) {
+  namespace fs = std::filesystem;
+  if (!o.tokenizer.empty()) return tok::Tokenizer::load(o.tokenizer);
+  const std::string dir = plugin.init_from();
+  if (!dir.empty() && fs::is_directory(dir) && fs::exists(fs::path(dir) / "tokenizer.json"))
+    return tok::Tokenizer::load(dir);
+  return std::nullopt;
+}
+
+// The eos token's id from the tokenizer's config, or -1.
+int32_t eos_id(const tok::Tokenizer& t) {
+  const auto config = std::filesystem::path(t.source()).parent_path() / "tokenizer_config.json";
+  std::ifstream in(config);
+  if (!in) return -1;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("eos_token")) return -1;
+  const auto& e = j["eos_token"];
+  return t.token_to_id(e.is_string() ? e.get<std::string>() : e.is_object() ? e.value("content", "") : "");
+}
+
 }  // namespace
 
 int run_generate(const GenerateOptions& o) {
@@ -61,11 +88,37 @@ int run_generate(const GenerateOptions& o) {
          plugin.name());
   const std::vector<LayerDecl>& layers = plugin.layers();
   const int64_t vocab = layers.back().decode_output_numel;
+  const std::optional<tok::Tokenizer> tokenizer = find_tokenizer(o, plugin);
+  const int32_t eos = tokenizer ? eos_id(*tokenizer) : -1;
+  std::vector<std::string> texts;
+  if (!o.prompts_file.empty()) {
+    std::ifstream in(o.prompts_file);
+    if (!in) fail("--prompts {}: cannot read it", o.prompts_file);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) texts.push_back(line);
+    if (texts.empty()) fail("--prompts {}: no prompt in it (one per line)", o.prompts_file);
+  } else if (!o.prompt.empty()) {
+    texts.push_back(o.prompt);
+  }
+  // A prompt's ids: through the tokenizer, else its bytes.
+  auto encode = [&](const std::string& text) {
+    std::vector<int32_t> ids;
+    if (tokenizer) ids = tokenizer->encode(text, true);
+    else
+      for (unsigned char ch : text) ids.push_back(ch);
+    return ids;
+  };
   std::vector<int32_t> tokens = o.prompt_ids;
-  for (unsigned char ch : o.prompt) tokens.push_back(ch);
-  if (tokens.empty()) fail("generate: give a prompt (--prompt TEXT or --prompt_ids 1,2,3)");
+  if (!texts.empty()) {
+    const std::vector<int32_t> first = encode(texts[0]);
+    tokens.insert(tokens.end(), first.begin(), first.end());
+  }
+  if (tokens.empty()) fail("generate: give a prompt (--prompt TEXT, --prompts FILE or --prompt_ids 1,2,3)");
   for (int32_t t : tokens)
     if (t < 0 || t >= vocab) fail("generate: prompt token {} is outside the vocabulary of {}", t, vocab);
+  if (tokenizer && tokenizer->vocab_size() > static_cast<size_t>(vocab))
+    fail("generate: the tokenizer {} has {} tokens, more than the model's vocabulary of {}", tokenizer->source(),
+         tokenizer->vocab_size(), vocab);
 
   const int64_t context = plugin.data().tokens_per_sample;
   if (plugin.data().input_dtype != DSCPP_I32 || context <= 0)
@@ -77,9 +130,6 @@ int run_generate(const GenerateOptions& o) {
          "{} tokens: positions and first keys for packed documents or a sliding window); leave out plugin arguments "
          "such as --reset_attention_mask, or --check_decode",
          plugin.name(), plugin.data().input_numel, context);
-  if (int64_t(tokens.size()) > context)
-    fail("generate: a prompt of {} tokens does not fit the model's context of {} (its --context)", tokens.size(),
-         context);
   const FlatLayout layout = make_flat_layout(layers);
   const std::vector<float> weights = model_weights(plugin, layout, o.seed, o.load_dir);
   DeviceBuffer params(device, static_cast<size_t>(layout.total) * 4, MemCategory::params);
@@ -152,35 +202,65 @@ int run_generate(const GenerateOptions& o) {
   };
 
   std::mt19937_64 rng(o.seed);
-  const size_t prompt = tokens.size();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (size_t p = 0; p < prompt; ++p) step(tokens[p], int64_t(p));
-  std::vector<int32_t> generated;
-  bool full = false;
-  for (int64_t n = 0; n < o.max_new_tokens; ++n) {
-    const int32_t next = sample(logits, o.temperature, o.top_k, rng);
-    generated.push_back(next);
-    tokens.push_back(next);
-    if (n + 1 == o.max_new_tokens) break;
-    if (int64_t(tokens.size()) >= context) {  // the caches hold `context` positions
-      full = true;
-      break;
+  // One prompt after another through the same caches: a position's cache entries are written
+  // before any later position reads them, so a new prompt needs no cleared cache.
+  for (size_t prompt_index = 0; prompt_index < std::max<size_t>(texts.size(), 1); ++prompt_index) {
+    if (prompt_index > 0) tokens = encode(texts[prompt_index]);
+    if (int64_t(tokens.size()) > context)
+      fail("generate: a prompt of {} tokens does not fit the model's context of {} (its --context)", tokens.size(),
+           context);
+    if (tokenizer)
+      std::printf("%s", fmt::format("prompt: {}\ncontinuation: ", texts.empty() ? tokenizer->decode(tokens)
+                                                                                : texts[prompt_index])
+                            .c_str());
+    std::fflush(stdout);
+    const size_t prompt = tokens.size();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t p = 0; p < prompt; ++p) step(tokens[p], int64_t(p));
+    std::vector<int32_t> generated;
+    std::string shown;  // the decoded continuation printed so far (streamed as it grows)
+    bool full = false, stopped = false;
+    for (int64_t n = 0; n < o.max_new_tokens; ++n) {
+      const int32_t next = sample(logits, o.temperature, o.top_k, rng);
+      generated.push_back(next);
+      tokens.push_back(next);
+      if (tokenizer) {
+        const std::string text = tokenizer->decode(generated, true);
+        // Print only once the text is whole: a token may end inside a multi-byte character.
+        if (text.size() >= shown.size() && text.compare(0, shown.size(), shown) == 0 &&
+            text.find("\uFFFD", shown.size()) == std::string::npos) {
+          std::fputs(text.substr(shown.size()).c_str(), stdout);
+          std::fflush(stdout);
+          shown = text;
+        }
+      }
+      if (next == eos) {
+        stopped = true;
+        break;
+      }
+      if (n + 1 == o.max_new_tokens) break;
+      if (int64_t(tokens.size()) >= context) {  // the caches hold `context` positions
+        full = true;
+        break;
+      }
+      step(next, int64_t(tokens.size()) - 1);
     }
-    step(next, int64_t(tokens.size()) - 1);
+    if (tokenizer) std::printf("%s\n", tokenizer->decode(generated, true).substr(shown.size()).c_str());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s",
+                fmt::format("generated {} tokens after a prompt of {} in {:.3f} s ({:.1f} tokens/s, {} on {}{}):\n"
+                            "ids: {}\n",
+                            generated.size(), prompt, secs, double(tokens.size() - 1) / std::max(secs, 1e-9),
+                            o.temperature > 0 ? fmt::format("temperature {}, top_k {}", o.temperature, o.top_k)
+                                              : std::string("greedy"),
+                            device.name(), stopped ? ", stopped at the eos token" : "", fmt::join(generated, ","))
+                    .c_str());
+    if (full)
+      std::printf("%s", fmt::format("stopped at the model's context of {} positions (--context sizes the caches)\n",
+                                    context)
+                            .c_str());
+    if (!tokenizer && !texts.empty()) std::printf("text: %s\n", printable(generated).c_str());
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s", fmt::format("generated {} tokens after a prompt of {} in {:.3f} s ({:.1f} tokens/s, {} on {}):\n"
-                                "ids: {}\n",
-                                generated.size(), prompt, secs, double(tokens.size() - 1) / std::max(secs, 1e-9),
-                                o.temperature > 0 ? fmt::format("temperature {}, top_k {}", o.temperature, o.top_k)
-                                                  : std::string("greedy"),
-                                device.name(), fmt::join(generated, ","))
-                        .c_str());
-  if (full)
-    std::printf("%s", fmt::format("stopped at the model's context of {} positions (--context sizes the caches)\n",
-                                  context)
-                          .c_str());
-  if (!o.prompt.empty()) std::printf("text: %s\n", printable(generated).c_str());
   if (o.check_decode) {
     const bool ok = worst <= 1e-4;
     std::printf("%s", fmt::format("check_decode: decode logits vs the training forward at every step: max difference "

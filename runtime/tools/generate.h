@@ -5,9 +5,12 @@
 // costs one pass over the new position instead of over the whole sequence.
 //
 // Weights: the checkpoint --load_dir names (any stage and world size), else the plugin's
-// init_from (--from_hf), else its init rule. Single rank, fp32. --prompt encodes the text as
-// bytes (a byte-level model: vocabulary ≥ 256) and prints the continuation as text too;
-// --prompt_ids takes token ids. Temperature 0 (the default) is greedy: the first largest logit.
+// init_from (--from_hf), else its init rule. Single rank, fp32. --prompt is encoded by the
+// model's tokenizer (--tokenizer, or the tokenizer.json of the --from_hf directory) with its
+// special tokens, as `tokenizer(text)` does, the continuation printed as text token by token
+// and stopped at the tokenizer's eos token, as transformers' generate stops; without a tokenizer
+// the text is bytes (a byte-level model: vocabulary ≥ 256). --prompts FILE continues each line
+// in turn; --prompt_ids takes token ids. Temperature 0 (the default) is greedy: the first largest logit.
 // --check_decode also runs the training forward on the sequence so far at every step (causal:
 // later positions do not matter) and fails unless its logits at the new position equal the
 // decode's within 1e-4 of their largest magnitude.
@@ -24,8 +27,10 @@ struct GenerateOptions {
   std::vector<std::string> plugin_args;
   std::string device = "cpu";
   std::string load_dir;
-  std::string prompt;                // as bytes
-  std::vector<int32_t> prompt_ids;   // or as ids
+  std::string prompt;                // text (through the tokenizer, else as bytes)
+  std::string prompts_file;          // or one prompt per line
+  std::vector<int32_t> prompt_ids;   // or ids
+  std::string tokenizer;             // a tokenizer directory; "" = the plugin's init_from directory's, if any
   int64_t max_new_tokens = 32;
   double temperature = 0;
   int64_t top_k = 0;                 // 0: the whole vocabulary

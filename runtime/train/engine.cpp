@@ -53,6 +53,9 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
   zero_.layout = make_flat_layout(plugin.layers(), grouping_for(plan_.zero, world.size()));
   if (!options_.eval_only) {
     if (!plan_.optimizer) fail("the config has no optimizer section");
+    if (plugin.data().train_size == 0)
+      fail("model {} has no training samples: give it its data (the model families take --data FILE after --)",
+           plugin.name());
     // Offloaded to the CPU, the optimizer's loops run on the host (MasterWeights places each
     // sub-group's state: on the host, or on the device for those a partial offload keeps there).
     zero_.optimizer =
