@@ -127,26 +127,11 @@ class Strip final : public Decoder {
 
 class Replace final : public Decoder {
  public:
-  Replace(const nlohmann::json& j, const Where& w) : content_(string_at(j, w, "content")) {
-    const auto& p = j.at("pattern");
-    if (p.contains("Regex"))
-      regex_ = std::make_unique<Regex>(p["Regex"].get<std::string>(), w.file + ": " + w.path);
-    else if (p.contains("String"))
-      regex_ = std::make_unique<Regex>(escape_regex(p["String"].get<std::string>()), w.file + ": " + w.path);
-    else
-      refuse(w / "pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
-  }
+  Replace(const nlohmann::json& j, const Where& w)
+      : content_(string_at(j, w, "content")),
+        regex_(pattern_regex(j.value("pattern", nlohmann::json()), w.file + ": " + (w / "pattern").path)) {}
   void decode(std::vector<std::string>& tokens) const override {
-    for (std::string& t : tokens) {
-      std::string out;
-      size_t at = 0;
-      for (auto [b, e] : regex_->find_all(t)) {
-        out.append(t, at, b - at);
-        out += content_;
-        at = e;
-      }
-      t = out.append(t, at);
-    }
+    for (std::string& t : tokens) t = replace_all(*regex_, t, content_);
   }
 
  private:

@@ -80,25 +80,10 @@ class Strip final : public Normalizer {
 
 class Replace final : public Normalizer {
  public:
-  Replace(const nlohmann::json& j, const Where& w) : content_(string_at(j, w, "content")) {
-    const auto& p = j.at("pattern");
-    if (p.contains("Regex"))
-      regex_ = std::make_unique<Regex>(p["Regex"].get<std::string>(), w.file + ": " + w.path);
-    else if (p.contains("String"))
-      regex_ = std::make_unique<Regex>(escape_regex(p["String"].get<std::string>()), w.file + ": " + w.path);
-    else
-      refuse(w / "pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
-  }
-  std::string normalize(std::string_view text) const override {
-    std::string out;
-    size_t at = 0;
-    for (auto [b, e] : regex_->find_all(text)) {
-      out.append(text.substr(at, b - at));
-      out += content_;
-      at = e;
-    }
-    return out.append(text.substr(at));
-  }
+  Replace(const nlohmann::json& j, const Where& w)
+      : content_(string_at(j, w, "content")),
+        regex_(pattern_regex(j.value("pattern", nlohmann::json()), w.file + ": " + (w / "pattern").path)) {}
+  std::string normalize(std::string_view text) const override { return replace_all(*regex_, text, content_); }
 
  private:
   std::string content_;

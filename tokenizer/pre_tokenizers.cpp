@@ -78,15 +78,10 @@ Ranges char_matches(std::string_view word, const std::function<bool(char32_t)>& 
 
 class Split final : public PreTokenizer {
  public:
-  Split(const nlohmann::json& j, const Where& w) : behavior_(behavior_of(j, w)), invert_(bool_at(j, "invert", false)) {
-    const auto& p = j.at("pattern");
-    if (p.contains("Regex"))
-      regex_ = std::make_unique<Regex>(p["Regex"].get<std::string>(), w.file + ": " + (w / "pattern.Regex").path);
-    else if (p.contains("String"))
-      regex_ = std::make_unique<Regex>(escape_regex(p["String"].get<std::string>()), w.file + ": " + w.path);
-    else
-      refuse(w / "pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
-  }
+  Split(const nlohmann::json& j, const Where& w)
+      : behavior_(behavior_of(j, w)),
+        invert_(bool_at(j, "invert", false)),
+        regex_(pattern_regex(j.value("pattern", nlohmann::json()), w.file + ": " + (w / "pattern").path)) {}
   void split(std::string_view word, std::vector<std::string>& out) const override {
     split_at(word, regex_->find_all(word), behavior_, invert_, out);
   }

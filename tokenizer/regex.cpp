@@ -67,4 +67,23 @@ std::string escape_regex(std::string_view literal) {
   return out + "\\E";
 }
 
+std::unique_ptr<Regex> pattern_regex(const nlohmann::json& pattern, const std::string& where) {
+  if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string())
+    return std::make_unique<Regex>(pattern["Regex"].get<std::string>(), where);
+  if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string())
+    return std::make_unique<Regex>(escape_regex(pattern["String"].get<std::string>()), where);
+  fail("{}: expected {{\"Regex\": ...}} or {{\"String\": ...}}, found {}", where, pattern.dump());
+}
+
+std::string replace_all(const Regex& re, std::string_view text, std::string_view content) {
+  std::string out;
+  size_t at = 0;
+  for (auto [b, e] : re.find_all(text)) {
+    out.append(text.substr(at, b - at));
+    out.append(content);
+    at = e;
+  }
+  return out.append(text.substr(at));
+}
+
 }  // namespace dscpp::tok

@@ -3,6 +3,8 @@
 // properties for \s, \w and \d, as the Oniguruma engine the `tokenizers` library uses reads them.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,5 +32,11 @@ class Regex {
 
 // A literal string as a pattern (Split's and Replace's {"String": ...}).
 std::string escape_regex(std::string_view literal);
+
+// The regex of a component's "pattern" member: {"Regex": "..."} or {"String": "..."} (a
+// literal); `where` names it in messages ("tokenizer.json: $.normalizer.pattern").
+std::unique_ptr<Regex> pattern_regex(const nlohmann::json& pattern, const std::string& where);
+// `text` with every match of `re` replaced by `content`.
+std::string replace_all(const Regex& re, std::string_view text, std::string_view content);
 
 }  // namespace dscpp::tok

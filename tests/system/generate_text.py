@@ -4,7 +4,6 @@ here on the fortunes; for each prompt, transformers' greedy `generate(**tokenize
 and dscpp's must give the same new ids and the same decoded text; a prompt file runs every
 prompt in one process; a model without its tokenizer still takes bytes.
 Usage: generate_text.py DSCPP LLAMA_SO"""
-import glob
 import os
 import re
 import shutil
@@ -13,8 +12,9 @@ import sys
 import tempfile
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+import fortunes_bpe
 
 dscpp, llama = sys.argv[1], sys.argv[2]
 PROMPTS = ["The computer", "Never trust a", "Q: Why did the chicken cross the road?\tA:", "Ünïcödé and 日本 text"]
@@ -24,15 +24,7 @@ NEW = 12
 def main():
     work = tempfile.mkdtemp(prefix="generate_text.")
     try:
-        texts = []
-        for f in sorted(glob.glob("/usr/share/games/fortunes/*"))[:8]:
-            if os.path.isfile(f) and "." not in os.path.basename(f):
-                texts += open(f, encoding="utf-8", errors="replace").read().split("\n%\n")
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=511, special_tokens=["<|endoftext|>"],
-                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tok = fortunes_bpe.train(511, fortunes_bpe.fortune_files(8))
         d = os.path.join(work, "model")
         hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
         torch.manual_seed(0)

@@ -6,7 +6,6 @@ document per line (and per file), through a byte-level BPE trained here. Checks 
   - the llm.c file holds the same token stream behind its 256-int32 header;
   - bad input is refused naming the file (a line that is not JSON, a missing --eod).
 Usage: tokenize_data.py DSCPP"""
-import glob
 import gzip
 import json
 import os
@@ -16,11 +15,11 @@ import sys
 import tempfile
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+import fortunes_bpe
+
 DSCPP = sys.argv[1]
-FORTUNES = "/usr/share/games/fortunes"
 
 
 def run(*args, ok=True):
@@ -49,21 +48,13 @@ def read_megatron(prefix):
 
 
 def main():
-    files = sorted(f for f in glob.glob(FORTUNES + "/*") if os.path.isfile(f) and "." not in os.path.basename(f))
+    files = fortunes_bpe.fortune_files(6)
     if not files:
-        print(f"tokenize_data: no fortunes under {FORTUNES} (Debian's fortunes package): skipping")
+        print(f"tokenize_data: no fortunes under {fortunes_bpe.FORTUNES} (Debian's fortunes package): skipping")
         sys.exit(77)
-    files = files[:6]
     work = tempfile.mkdtemp(prefix="tokenize_data.")
     try:
-        texts = []
-        for f in files:
-            texts += open(f, encoding="utf-8", errors="replace").read().split("\n%\n")
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=800, special_tokens=["<|endoftext|>"],
-                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tok = fortunes_bpe.train(800, files)
         d = os.path.join(work, "tok")
         PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(d)
         eos = tok.token_to_id("<|endoftext|>")
