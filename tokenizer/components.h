@@ -40,10 +40,12 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const Where
 std::unique_ptr<Normalizer> make_precompiled(const nlohmann::json& j, const Where& w);  // precompiled.cpp
 
 // A pre-tokenizer refines a list of words: each word in, its parts out (in order).
+// `at_start`: the word begins the encoded text (Metaspace's prepend_scheme "first" asks).
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  virtual void split(std::string_view word, std::vector<std::string>& out) const = 0;
+  virtual void split(std::string_view word, bool at_start, std::vector<std::string>& out) const = 0;
+  void split(std::string_view word, std::vector<std::string>& out) const { split(word, false, out); }
 };
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const Where& w);
 

@@ -82,7 +82,7 @@ class Split final : public PreTokenizer {
       : behavior_(behavior_of(j, w)),
         invert_(bool_at(j, "invert", false)),
         regex_(pattern_regex(j.value("pattern", nlohmann::json()), w.file + ": " + (w / "pattern").path)) {}
-  void split(std::string_view word, std::vector<std::string>& out) const override {
+  void split(std::string_view word, bool at_start, std::vector<std::string>& out) const override {
     split_at(word, regex_->find_all(word), behavior_, invert_, out);
   }
 
@@ -101,7 +101,7 @@ class ByteLevel final : public PreTokenizer {
       regex_ = std::make_unique<Regex>(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
                                        w.file + ": " + w.path);
   }
-  void split(std::string_view word, std::vector<std::string>& out) const override {
+  void split(std::string_view word, bool at_start, std::vector<std::string>& out) const override {
     std::string prefixed;
     if (add_prefix_space_ && !word.empty() && word[0] != ' ') {
       prefixed = " " + std::string(word);
@@ -131,15 +131,16 @@ class Metaspace final : public PreTokenizer {
       : replacement_(j.value("replacement", std::string("\u2581"))), split_(bool_at(j, "split", true)) {
     std::string scheme = j.value("prepend_scheme", std::string());
     if (scheme.empty()) scheme = bool_at(j, "add_prefix_space", true) ? "always" : "never";
-    if (scheme == "first") refuse(w / "prepend_scheme", "prepend_scheme \"first\" is not supported yet");
-    if (scheme != "always" && scheme != "never")
+    if (scheme != "always" && scheme != "first" && scheme != "never")
       refuse(w / "prepend_scheme", "expected always, first or never, found \"" + scheme + "\"");
     prepend_ = scheme == "always";
+    first_ = scheme == "first";
   }
-  void split(std::string_view word, std::vector<std::string>& out) const override {
+  void split(std::string_view word, bool at_start, std::vector<std::string>& out) const override {
     std::string s;
     for (char c : word) c == ' ' ? s += replacement_ : s += c;
-    if (prepend_ && !s.empty() && s.compare(0, replacement_.size(), replacement_) != 0) s = replacement_ + s;
+    if ((prepend_ || (first_ && at_start)) && !s.empty() && s.compare(0, replacement_.size(), replacement_) != 0)
+      s = replacement_ + s;
     if (!split_) {
       if (!s.empty()) out.push_back(std::move(s));
       return;
@@ -152,7 +153,7 @@ class Metaspace final : public PreTokenizer {
 
  private:
   std::string replacement_;
-  bool split_, prepend_ = true;
+  bool split_, prepend_ = true, first_ = false;
 };
 
 bool is_word_char(char32_t c) {
@@ -169,7 +170,7 @@ bool is_punctuation(char32_t c) {
 class Predicate final : public PreTokenizer {
  public:
   Predicate(std::function<void(std::string_view, std::vector<std::string>&)> f) : f_(std::move(f)) {}
-  void split(std::string_view word, std::vector<std::string>& out) const override { f_(word, out); }
+  void split(std::string_view word, bool, std::vector<std::string>& out) const override { f_(word, out); }
 
  private:
   std::function<void(std::string_view, std::vector<std::string>&)> f_;
@@ -181,11 +182,11 @@ class Sequence final : public PreTokenizer {
     const auto& list = j.at("pretokenizers");
     for (size_t i = 0; i < list.size(); ++i) steps_.push_back(make_pre_tokenizer(list[i], (w / "pretokenizers")[i]));
   }
-  void split(std::string_view word, std::vector<std::string>& out) const override {
+  void split(std::string_view word, bool at_start, std::vector<std::string>& out) const override {
     std::vector<std::string> words{std::string(word)};
     for (const auto& step : steps_) {
       std::vector<std::string> next;
-      for (const std::string& x : words) step->split(x, next);
+      for (size_t i = 0; i < words.size(); ++i) step->split(words[i], at_start && i == 0, next);
       words = std::move(next);
     }
     for (auto& x : words) out.push_back(std::move(x));

@@ -194,24 +194,29 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
     fail("the text is not valid UTF-8 (byte {}); tokenizers take Unicode text", i);
   }
   std::vector<int32_t> ids = add_special_tokens ? prefix_ : std::vector<int32_t>{};
+  // Pieces of text (id -1) and added tokens; a text piece at index 0 begins the text.
   std::vector<std::pair<std::string, int32_t>> raw, pieces;
   split_added(text, false, raw);
-  for (auto& [piece, id] : raw) {
+  bool first_at_start = false;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    auto& [piece, id] = raw[i];
     if (id >= 0) {
       pieces.emplace_back(std::string(), id);
       continue;
     }
-    const std::string normalized = normalizer_ ? normalizer_->normalize(piece) : piece;
-    split_added(normalized, true, pieces);
+    const size_t before = pieces.size();
+    split_added(normalizer_ ? normalizer_->normalize(piece) : piece, true, pieces);
+    if (i == 0 && pieces.size() > before && pieces[before].second < 0) first_at_start = true;
   }
   std::vector<std::string> words;
-  for (const auto& [piece, id] : pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& [piece, id] = pieces[i];
     if (id >= 0) {
       ids.push_back(id);
       continue;
     }
     words.clear();
-    if (pre_tokenizer_) pre_tokenizer_->split(piece, words);
+    if (pre_tokenizer_) pre_tokenizer_->split(piece, i == 0 && first_at_start, words);
     else if (!piece.empty()) words.push_back(piece);
     for (const std::string& w : words) model_->tokenize(w, ids);
   }

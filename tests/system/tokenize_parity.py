@@ -9,6 +9,7 @@ Four small tokenizers are trained here, offline and in seconds, on Debian's `for
   t5_unigram      a SentencePiece Unigram model converted by T5TokenizerFast (Precompiled
                   normalizer, Metaspace, </s> appended, <extra_id_N> tokens)
   llama2_spm_bpe  a SentencePiece BPE model with byte_fallback converted by LlamaTokenizerFast
+  llama2_spm_first  the same converted with legacy=False (Metaspace prepend_scheme "first")
                   (transformers 4.44.2's default legacy=True; the dummy prefix as Llama 2's
                   tokenizer.json has it: Prepend normalizer, Strip decoder)
 Every text of a list meant to break tokenizers (whitespace runs, combining marks, CJK, ZWJ
@@ -200,18 +201,20 @@ def train_t5(lines, work, out):
     save_converted(T5TokenizerFast, model, out)
 
 
-def train_llama2(lines, work, out):
-    model = train_spm(lines, os.path.join(work, "llama2"), model_type="bpe", vocab_size=1500,
+def train_llama2(lines, work, out, legacy=True):
+    model = train_spm(lines, os.path.join(work, "llama2" if legacy else "llama2_first"), model_type="bpe", vocab_size=1500,
                       unk_id=0, bos_id=1, eos_id=2, pad_id=-1, byte_fallback=True, split_digits=True,
                       allow_whitespace_only_pieces=True, normalization_rule_name="identity",
                       add_dummy_prefix=True, remove_extra_whitespaces=False, character_coverage=0.9995)
     # Converted with transformers' default legacy=True. Left at None, add_prefix_space reaches the
     # converter as None and drops the dummy prefix (no Prepend normalizer, no Strip decoder),
     # unlike the model itself and Llama 2's published tokenizer.json; True converts as those.
-    save_converted(LlamaTokenizerFast, model, out, add_prefix_space=True)
+    # legacy=False converts the dummy prefix as Metaspace(prepend_scheme="first"): a space only
+    # before the text's first piece, not after special tokens (Mistral's and later Llama 2 files).
+    save_converted(LlamaTokenizerFast, model, out, add_prefix_space=True, legacy=legacy)
 
 
-STYLES = ["gpt2_bpe", "llama3_bpe", "t5_unigram", "llama2_spm_bpe"]
+STYLES = ["gpt2_bpe", "llama3_bpe", "t5_unigram", "llama2_spm_bpe", "llama2_spm_first"]
 
 
 def make_tokenizers(root, work, docs, lines):
@@ -225,8 +228,10 @@ def make_tokenizers(root, work, docs, lines):
             train_llama3(docs, out)
         elif name == "t5_unigram":
             train_t5(lines, work, out)
-        else:
+        elif name == "llama2_spm_bpe":
             train_llama2(lines, work, out)
+        else:
+            train_llama2(lines, work, out, legacy=False)
         timings[name] = time.time() - t0
     return timings
 
