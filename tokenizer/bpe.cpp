@@ -175,7 +175,8 @@ std::unique_ptr<Model> make_model(const nlohmann::json& j, const Where& w) {
   const std::string type = j.value("type", std::string("BPE"));  // older files omit the BPE model's type
   if (type == "BPE") return std::make_unique<Bpe>(j, w);
   if (type == "Unigram") return make_unigram(j, w);
-  refuse(w / "type", "the " + type + " model is not supported yet (supported: BPE, Unigram)");
+  if (type == "WordPiece") return make_wordpiece(j, w);
+  refuse(w / "type", "the " + type + " model is not supported yet (supported: BPE, Unigram, WordPiece)");
 }
 
 }  // namespace dscpp::tok

@@ -57,7 +57,8 @@ class Model {
   virtual const std::string* token(int32_t id) const = 0;  // null: not in the model's vocabulary
 };
 std::unique_ptr<Model> make_model(const nlohmann::json& j, const Where& w);
-std::unique_ptr<Model> make_unigram(const nlohmann::json& j, const Where& w);  // unigram.cpp
+std::unique_ptr<Model> make_unigram(const nlohmann::json& j, const Where& w);    // unigram.cpp
+std::unique_ptr<Model> make_wordpiece(const nlohmann::json& j, const Where& w);  // wordpiece.cpp
 
 // Decoders work on the list of token strings, as `tokenizers`' decode_chain does; the text is
 // their concatenation at the end.

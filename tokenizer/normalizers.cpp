@@ -6,6 +6,7 @@
 #include "tokenizer/text.h"
 
 #include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
 #include <unicode/unistr.h>
 #include <unicode/ustring.h>
 
@@ -90,6 +91,47 @@ class Replace final : public Normalizer {
   std::unique_ptr<Regex> regex_;
 };
 
+// BERT's: control characters dropped and whitespace made spaces, CJK ideographs padded with
+// spaces, accents stripped (NFD without nonspacing marks; by default when lowercasing), lowercase.
+class Bert final : public Normalizer {
+ public:
+  explicit Bert(const nlohmann::json& j)
+      : clean_(bool_at(j, "clean_text", true)),
+        chinese_(bool_at(j, "handle_chinese_chars", true)),
+        lowercase_(bool_at(j, "lowercase", true)),
+        strip_(j.contains("strip_accents") && j["strip_accents"].is_boolean() ? j["strip_accents"].get<bool>()
+                                                                                : lowercase_),
+        nfd_("NFD", Where{}) {}
+  std::string normalize(std::string_view text) const override {
+    std::string s;
+    for (size_t i = 0, n = 0; i < text.size(); i += n) {
+      const char32_t c = next_code_point(text, i, &n);
+      const auto u = static_cast<UChar32>(c);
+      const bool tab_or_newline = c == '\t' || c == '\n' || c == '\r';
+      if (clean_ && (c == 0 || c == 0xFFFD || (!tab_or_newline && (U_GET_GC_MASK(u) & U_GC_C_MASK) != 0))) continue;
+      const bool cjk = (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+                       (c >= 0x2A700 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+                       (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+      if (clean_ && (tab_or_newline || is_whitespace(c))) s += ' ';
+      else if (chinese_ && cjk) (s += ' '), append_utf8(s, c), s += ' ';
+      else append_utf8(s, c);
+    }
+    if (strip_) {
+      const std::string d = nfd_.normalize(s);
+      s.clear();
+      for (size_t i = 0, n = 0; i < d.size(); i += n) {
+        const char32_t c = next_code_point(d, i, &n);
+        if (u_charType(static_cast<UChar32>(c)) != U_NON_SPACING_MARK) append_utf8(s, c);
+      }
+    }
+    return lowercase_ ? Lowercase().normalize(s) : s;
+  }
+
+ private:
+  bool clean_, chinese_, lowercase_, strip_;
+  UnicodeForm nfd_;
+};
+
 class Prepend final : public Normalizer {
  public:
   explicit Prepend(std::string p) : prepend_(std::move(p)) {}
@@ -128,6 +170,7 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const Where
   if (type == "Strip") return std::make_unique<Strip>(bool_at(j, "strip_left", true), bool_at(j, "strip_right", true));
   if (type == "Replace") return std::make_unique<Replace>(j, w);
   if (type == "Prepend") return std::make_unique<Prepend>(string_at(j, w, "prepend"));
+  if (type == "BertNormalizer") return std::make_unique<Bert>(j);
   if (type == "Sequence") return std::make_unique<Sequence>(j, w);
   if (type == "Precompiled") return make_precompiled(j, w);
   refuse(w / "type", "unknown normalizer \"" + type + "\"");

@@ -226,6 +226,12 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const 
       }
       split_at(word, m, Behavior::removed, true, out);
     });
+  if (type == "BertPreTokenizer")  // whitespace removed, then each punctuation character alone
+    return std::make_unique<Predicate>([](std::string_view word, std::vector<std::string>& out) {
+      std::vector<std::string> words;
+      split_at(word, char_matches(word, is_whitespace), Behavior::removed, false, words);
+      for (const std::string& x : words) split_at(x, char_matches(x, is_punctuation), Behavior::isolated, false, out);
+    });
   if (type == "WhitespaceSplit")
     return std::make_unique<Predicate>([](std::string_view word, std::vector<std::string>& out) {
       split_at(word, char_matches(word, is_whitespace), Behavior::removed, false, out);

@@ -10,6 +10,7 @@ Four small tokenizers are trained here, offline and in seconds, on Debian's `for
                   normalizer, Metaspace, </s> appended, <extra_id_N> tokens)
   llama2_spm_bpe  a SentencePiece BPE model with byte_fallback converted by LlamaTokenizerFast
   llama2_spm_first  the same converted with legacy=False (Metaspace prepend_scheme "first")
+  bert_wordpiece  a WordPiece with BertNormalizer (lowercase, accents stripped), BertPreTokenizer and [CLS]/[SEP]
                   (transformers 4.44.2's default legacy=True; the dummy prefix as Llama 2's
                   tokenizer.json has it: Prepend normalizer, Strip decoder)
 Every text of a list meant to break tokenizers (whitespace runs, combining marks, CJK, ZWJ
@@ -59,9 +60,9 @@ def skip(why):
 
 try:
     import transformers
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import (AutoTokenizer, GPT2TokenizerFast, LlamaTokenizerFast, PreTrainedTokenizerFast,
-                              T5TokenizerFast)
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import (AutoTokenizer, BertTokenizerFast, GPT2TokenizerFast, LlamaTokenizerFast,
+                              PreTrainedTokenizerFast, T5TokenizerFast)
 except ImportError as e:
     skip(f"{sys.executable} lacks transformers/tokenizers ({e}; scripts/setup.sh test installs them)")
 try:
@@ -157,6 +158,20 @@ def train_gpt2(docs, out):
                       eos_token="<|endoftext|>").save_pretrained(out)
 
 
+def train_bert(docs, out):
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(docs, trainers.WordPieceTrainer(vocab_size=1500, special_tokens=specials,
+                                                            show_progress=False))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    BertTokenizerFast(tokenizer_object=tok).save_pretrained(out)
+
+
 def train_llama3(docs, out):
     tok = Tokenizer(models.BPE(ignore_merges=True))
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -214,7 +229,7 @@ def train_llama2(lines, work, out, legacy=True):
     save_converted(LlamaTokenizerFast, model, out, add_prefix_space=True, legacy=legacy)
 
 
-STYLES = ["gpt2_bpe", "llama3_bpe", "t5_unigram", "llama2_spm_bpe", "llama2_spm_first"]
+STYLES = ["gpt2_bpe", "llama3_bpe", "t5_unigram", "llama2_spm_bpe", "llama2_spm_first", "bert_wordpiece"]
 
 
 def make_tokenizers(root, work, docs, lines):
@@ -230,6 +245,8 @@ def make_tokenizers(root, work, docs, lines):
             train_t5(lines, work, out)
         elif name == "llama2_spm_bpe":
             train_llama2(lines, work, out)
+        elif name == "bert_wordpiece":
+            train_bert(docs, out)
         else:
             train_llama2(lines, work, out, legacy=False)
         timings[name] = time.time() - t0
