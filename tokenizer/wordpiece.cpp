@@ -17,7 +17,8 @@ class WordPiece final : public Model {
         max_chars_(j.value("max_input_chars_per_word", int64_t{100})) {
     for (const auto& [token, id] : j.at("vocab").items()) {
       vocab_[token] = id.get<int32_t>();
-      if (static_cast<size_t>(id.get<int32_t>()) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id.get<int32_t>()) + 1);
+      if (static_cast<size_t>(id.get<int32_t>()) >= tokens_.size())
+        tokens_.resize(static_cast<size_t>(id.get<int32_t>()) + 1);
       tokens_[static_cast<size_t>(id.get<int32_t>())] = token;
     }
     const auto it = vocab_.find(unk_);
