@@ -22,4 +22,15 @@ inline bool ids_in_range(const int32_t* ids, int64_t n, int64_t vocab) {
   return true;
 }
 
+// T5's relative position bias (model.h ABI 8): a shape and a bucket table that
+// hd::relative_bucket maps into [0, num_buckets). Beyond the CPU table's rule (num_buckets ≥ 2,
+// max_distance ≥ 1) it needs an exact range of at least one bucket (e = num_buckets/2, halved
+// again when bidirectional) and max_distance > e: with e = 0 the logarithm's argument is 0/0, and
+// with max_distance ≤ e its divisor is ≤ 0, giving NaN or buckets below 0 (reads before the table).
+inline bool relative_bias_args_ok(int64_t heads, int64_t Tq, int64_t Tk, int32_t bidirectional, int32_t num_buckets,
+                                  int32_t max_distance) {
+  const int32_t exact = (bidirectional != 0 ? num_buckets / 2 : num_buckets) / 2;
+  return heads >= 0 && Tq >= 0 && Tk >= 0 && num_buckets >= 2 && exact >= 1 && max_distance > exact;
+}
+
 }  // namespace dscpp::kernels

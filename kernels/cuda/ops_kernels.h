@@ -133,6 +133,21 @@ Status flash_tiles_forward(Src qkv, float* lse, Dst out, const FlashShape& f, St
 Status flash_tiles_backward(Src qkv, Src out, const float* lse, Src dout, Dst dqkv, float* delta,
                             const FlashShape& f, Stream s);
 
+// ---- T5's relative position bias (ops_relative_bias.cu) ----
+struct RelativeBias {
+  int64_t heads, Tq, Tk, q0;
+  bool bidirectional;
+  int32_t num_buckets, max_distance;
+};
+// out[h, t, s] = table[bucket(s − q0 − t), h] (table [num_buckets, heads]).
+Status relative_bias_forward(Src table, Dst out, const RelativeBias& rb, Stream s);
+// Device scratch (floats) relative_bias_backward needs: one sum per (head, diagonal) and the
+// diagonals' buckets.
+int64_t relative_bias_scratch_floats(const RelativeBias& rb);
+// dtable[k, h] += Σ dout[h, t, s] over the (t, s) of bucket k: each diagonal s − t summed over t
+// in order, then each (bucket, head) sums its diagonals in order. No atomics.
+Status relative_bias_backward(Src dout, Dst dtable, const RelativeBias& rb, float* scratch, Stream s);
+
 // ---- row ops, one block per row (ops_rows.cu) ----
 Status layernorm_forward(Src x, Src gamma, Src beta, Dst y, float* mean, float* rstd,
                          int64_t rows, int64_t cols, float eps, Stream s);
@@ -149,6 +164,16 @@ Status rmsnorm_backward(Src dy, Src x, Src gamma, const float* rstd, Dst dx, Dst
 Status softmax_forward(Src x, Dst y, int64_t rows, int64_t cols, float scale, bool causal, Stream s);
 Status softmax_backward(Src y, Src dy, Dst dx, int64_t rows, int64_t cols, float scale,
                         bool causal, Stream s);
+// The shape and masks of model.h's masked_softmax_forward: key s visible to query t of sequence b
+// when s < key_len[b·key_len_ld] (device; null: every key) and, causal, s ≤ t + Tk − Tq.
+struct ScoreMasks {
+  const int32_t* key_len;
+  int64_t key_len_ld, batch, heads, Tq, Tk;
+  bool causal;
+};
+// probs = softmax(scores + bias) over each row's visible keys, 0 elsewhere (a row that sees none:
+// zeros); bias [heads, Tq, Tk] or null. probs may be scores.
+Status masked_softmax_forward(Src scores, Src bias, Dst probs, const ScoreMasks& m, Stream s);
 // probs = softmax(logits) per row; per row r with targets[r] ≥ 0: loss[r] = −log p[t] (from
 // log-sum-exp) and hit[r] = (first argmax == t); rows with targets < 0 get loss 0, hit 0.
 Status cross_entropy_forward(Src logits, const int32_t* targets, Dst probs, double* loss, int32_t* hit,

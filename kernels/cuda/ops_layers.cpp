@@ -21,6 +21,7 @@ namespace dscpp::DSCPP_CUDA_NS {
 
 using kernels::bad_ptr;
 using kernels::fits_int32;
+using kernels::relative_bias_args_ok;
 
 namespace {
 
@@ -408,6 +409,46 @@ int linear_backward(const dscpp_ops* o, const void* dy, const void* x, const voi
     if (gelu_pre == nullptr) return int(DSCPP_OK);
     return status(ops::gelu_backward(rd(o, gelu_pre), rd(o, dx), wr(o, dx), rows * in, c.stream));
   });
+}
+
+// ---- attention with an additive bias (ABI 8: T5) ----
+
+int relative_bias_forward(const dscpp_ops* o, const void* table, void* out, int64_t heads, int64_t Tq, int64_t Tk,
+                          int64_t q0, int32_t bidirectional, int32_t num_buckets, int32_t max_distance) {
+  if (int s = check_ops(o)) return s;
+  if (!relative_bias_args_ok(heads, Tq, Tk, bidirectional, num_buckets, max_distance) ||
+      bad_ptr(table, int64_t{num_buckets} * heads) || bad_ptr(out, heads * Tq * Tk))
+    return DSCPP_E_INVALID_ARGUMENT;
+  const ops::RelativeBias rb{heads, Tq, Tk, q0, bidirectional != 0, num_buckets, max_distance};
+  return status(ops::relative_bias_forward(rd(o, table), wr(o, out), rb, ctx(o).stream));
+}
+
+int relative_bias_backward(const dscpp_ops* o, const void* dout, void* dtable, int64_t heads, int64_t Tq, int64_t Tk,
+                           int64_t q0, int32_t bidirectional, int32_t num_buckets, int32_t max_distance) {
+  if (int s = check_ops(o)) return s;
+  if (!relative_bias_args_ok(heads, Tq, Tk, bidirectional, num_buckets, max_distance) ||
+      bad_ptr(dtable, int64_t{num_buckets} * heads) || bad_ptr(dout, heads * Tq * Tk))
+    return DSCPP_E_INVALID_ARGUMENT;
+  const ops::RelativeBias rb{heads, Tq, Tk, q0, bidirectional != 0, num_buckets, max_distance};
+  OpsContext& c = ctx(o);
+  return guarded([&] {
+    const int64_t n = ops::relative_bias_scratch_floats(rb);
+    float* scratch = n == 0 ? nullptr : c.scratch.get<float>(size_t(n), c.stream);
+    return status(ops::relative_bias_backward(rd(o, dout), wr(o, dtable), rb, scratch, c.stream));
+  });
+}
+
+int masked_softmax_forward(const dscpp_ops* o, const void* scores, const void* bias, const int32_t* key_len,
+                           int64_t key_len_ld, void* probs, int64_t batch, int64_t heads, int64_t Tq, int64_t Tk,
+                           int32_t causal) {
+  if (int s = check_ops(o)) return s;
+  const int64_t rows = batch * heads * Tq;
+  // bias and key_len are optional: null means none.
+  if (batch < 0 || heads < 0 || Tq < 0 || Tk < 0 || (causal != 0 && Tq > Tk) || bad_ptr(scores, rows * Tk) ||
+      bad_ptr(probs, rows * Tk) || (key_len != nullptr && key_len_ld < 1))
+    return DSCPP_E_INVALID_ARGUMENT;
+  const ops::ScoreMasks m{key_len, key_len_ld, batch, heads, Tq, Tk, causal != 0};
+  return status(ops::masked_softmax_forward(rd(o, scores), rd(o, bias), wr(o, probs), m, ctx(o).stream));
 }
 
 }  // namespace op

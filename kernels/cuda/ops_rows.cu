@@ -161,6 +161,48 @@ struct SoftmaxBwd {
   }
 };
 
+// Scores plus an additive bias as the softmax reads them: the sum in fp32, never stored, so a
+// 16-bit table rounds once (on the probabilities) as the CPU table's fp32 sum does.
+struct BiasedRow {
+  Src x, bias;  // bias null: none
+  DSCPP_HD float operator[](int64_t c) const { return bias == nullptr ? x[c] : x[c] + bias[c]; }
+};
+
+// Row r0 + block of batch·heads·Tq: query r mod Tq of sequence r / (heads·Tq), whose bias row is
+// r mod heads·Tq. Rounds and finish as SoftmaxFwd's at scale 1, over the row's visible keys.
+struct MaskedSoftmaxFwd {
+  static constexpr int kRounds = 2;
+  Src x, bias;
+  Dst y;
+  ScoreMasks m;
+  int64_t r0, cols;  // cols = m.Tk, the name launch_rows reads
+  // The keys row r sees: 0 … live − 1.
+  DSCPP_HD int64_t live(int64_t r) const {
+    int64_t n = m.Tk;
+    if (m.key_len != nullptr) {
+      const int64_t k = m.key_len[divmod(r, m.heads * m.Tq).quot * m.key_len_ld];
+      n = k < 0 ? 0 : (k < n ? k : n);
+    }
+    if (m.causal) {
+      const int64_t last = divmod(r, m.Tq).rem + m.Tk - m.Tq + 1;
+      n = last < n ? last : n;
+    }
+    return n;
+  }
+  DSCPP_HD BiasedRow row(int64_t r) const {
+    return {x + (r - r0) * m.Tk, bias == nullptr ? Src{} : bias + divmod(r, m.heads * m.Tq).rem * m.Tk};
+  }
+  DSCPP_HD double partial(const Thread& t, int round, const double* totals) const {
+    const int64_t r = r0 + t.block;
+    return softmax_partial(row(r), 0, live(r), 1.0f, t, round, totals);
+  }
+  DSCPP_HD static double combine(int r, double p, double q) { return softmax_combine(r, p, q); }
+  DSCPP_HD void finish(const Thread& t, const double* totals) const {
+    const int64_t r = r0 + t.block;
+    softmax_write(row(r), y + int64_t(t.block) * m.Tk, m.Tk, 0, live(r), 1.0f, totals, t);
+  }
+};
+
 // Rounds: max, Σ e^(x − max), the first index holding the max, x[target] (only the owning
 // thread contributes, so the sum is exact). Finish writes probs — which may be the logits,
 // hence x[target] is taken in a round, before anyone writes.
@@ -269,6 +311,15 @@ Status softmax_backward(Src y, Src dy, Dst dx, int64_t rows, int64_t cols, float
   if (cols == 0) return kOk;
   return per_row(rows, s, SoftmaxBwd{y, dy, dx, cols, scale, causal}, [](SoftmaxBwd b, int64_t r0) {
     b.y += r0 * b.cols, b.dy += r0 * b.cols, b.dx += r0 * b.cols;
+    return b;
+  });
+}
+
+Status masked_softmax_forward(Src scores, Src bias, Dst probs, const ScoreMasks& m, Stream s) {
+  if (m.Tk == 0) return kOk;
+  const MaskedSoftmaxFwd body{scores, bias, probs, m, 0, m.Tk};
+  return per_row(m.batch * m.heads * m.Tq, s, body, [](MaskedSoftmaxFwd b, int64_t r0) {
+    b.x += r0 * b.cols, b.y += r0 * b.cols, b.r0 = r0;
     return b;
   });
 }
