@@ -158,4 +158,29 @@ DSCPP_HD inline int64_t embedding_row(int32_t id, int64_t vocab, int64_t dim) {
   return id < 0 || id >= vocab ? -1 : int64_t{id} * dim;
 }
 
+// ---- T5's relative position buckets ---------------------------------------------------------
+
+// transformers' _relative_position_bucket of n = key position − query position. The logarithm is
+// taken in double and rounded to float, so the CPU and a CUDA thread agree, and then the
+// arithmetic is torch's fp32: (float)(d/e) → log → / (float)log(max_distance/e) → · (B − e) →
+// truncated. At the bucket edges (d/e an exact power) the quotient is exact either way.
+DSCPP_HD inline int32_t relative_bucket(int64_t n, bool bidirectional, int32_t num_buckets, int32_t max_distance) {
+  int32_t buckets = num_buckets, base = 0;
+  int64_t d = 0;
+  if (bidirectional) {
+    buckets /= 2;
+    if (n > 0) base = buckets;
+    d = n > 0 ? n : -n;
+  } else {
+    d = n < 0 ? -n : 0;
+  }
+  const int32_t exact = buckets / 2;
+  if (d < exact) return base + static_cast<int32_t>(d);
+  const float ratio = static_cast<float>(d) / static_cast<float>(exact);
+  const float scale = static_cast<float>(::log(static_cast<double>(max_distance) / exact));
+  const float v = static_cast<float>(::log(static_cast<double>(ratio))) / scale * static_cast<float>(buckets - exact);
+  const int64_t large = exact + static_cast<int64_t>(v);
+  return base + static_cast<int32_t>(large < buckets - 1 ? large : buckets - 1);
+}
+
 }  // namespace dscpp::hd

@@ -104,15 +104,20 @@ struct ParamSpec {
 class Layer;
 struct Call;
 
-// One decode call of a layer (model.h's dscpp_decode_ctx): one token of one sequence.
+// One decode call of a layer (model.h's dscpp_decode_ctx): one token of each of batch() sequences.
 struct DecodeCall {
   DecodeCall(const dscpp_decode_ctx& c, const Layer& l);
   const dscpp_decode_ctx& ctx;
   const Layer& layer;
-  dscpp_layer_ctx as_layer;  // the ops and parameters as a forward call sees them (batch 1)
+  dscpp_layer_ctx as_layer;  // the ops and parameters as a forward call sees them (batch = sequences)
   Call call() const;
-  void* cache(int slot) const;
+  int64_t batch() const { return as_layer.batch; }
+  // Sequence i's cache block (sequence-major: the runtime reorders whole blocks for beam search).
+  void* cache(int slot, int64_t i = 0) const;
+  // Scratch, tensor-major like a forward call's (slot's tensor for all sequences).
   void* work(int slot) const;
+  // Fails naming the layer unless the call decodes one sequence (layers that decode one at a time).
+  void one_sequence() const;
 };
 
 // One forward or backward call of a layer.
@@ -199,6 +204,10 @@ class Linear {
 
 enum class NormKind { rms, layer };
 
+// A feed-forward activation: SiLU (gated: SwiGLU), GELU's tanh form (gated: T5 v1.1's gated-gelu),
+// ReLU (T5 v1.0).
+enum class Activation { silu, gelu_tanh, relu };
+
 // RMSNorm (weight only) or LayerNorm (weight and bias) over the last dimension.
 class Norm {
  public:
@@ -260,13 +269,15 @@ class Attention {
 
 struct MlpSpec {
   int64_t hidden = 0, inner = 0;
-  bool gated = true;            // SwiGLU: down(silu(gate(x)) ⊙ up(x)); else proj(gelu_tanh(fc(x)))
+  bool gated = true;            // down(act(gate(x)) ⊙ up(x)); else proj(act(fc(x)))
+  Activation act = Activation::silu;
   Name gate, up, down;          // gated
   Name fc, fc_bias, proj, proj_bias;  // GELU
   bool file_transposed = false;
   Init init, out_init;
 };
 
+// Over the owner's Env::context rows per sample (one row per sequence in decode).
 class Mlp {
  public:
   Mlp(Layer& owner, const MlpSpec& spec);
@@ -275,11 +286,12 @@ class Mlp {
   void decode(const DecodeCall& d, const void* x, const void* residual, void* y) const;
 
  private:
+  void activate(const Call& c, const void* a, const void* b, void* act, int64_t rows) const;
   MlpSpec s_;
   const Env& env_;
   std::optional<Linear> gate_, up_, fc_, down_;
-  int sv_a_, sv_b_ = -1;  // gated: gate and up outputs; GELU: the pre-activation
-  int fw_act_, bw_act_, bw_dact_;
+  int sv_a_, sv_b_ = -1;  // gated: gate and up outputs; else the pre-activation
+  int fw_act_, bw_act_, bw_dact_, bw_tmp_ = -1;
   int dw_a_, dw_b_, dw_act_;
 };
 
@@ -327,6 +339,15 @@ class DecoderBlock final : public Layer {
   int sv_stats1_, sv_h_, sv_stats2_, fw_xn_, bw_xn_, bw_dxn_, bw_dh_, dw_xn_, dw_h_, dw_stats_;
 };
 
+// What an LmHead's input holds besides the positions it predicts from, and how they are scaled.
+struct HeadInput {
+  // Rows per sample that come first in the input and take no part (an encoder-decoder's memory,
+  // laid out before the decoder's rows: [batch·memory_rows | batch·context] × hidden).
+  int64_t memory_rows = 0;
+  // norm(x) is multiplied by this before the projection (T5's d_model^−0.5 with a tied head).
+  float scale = 1.0f;
+};
+
 // The loss layer: final norm, logits = norm(x)·Wᵀ (W its own [vocab, hidden] or tied to the
 // embedding table), and the mean cross-entropy over the positions whose target is ≥ 0. Its
 // output is the logits; in a training forward the softmax probabilities replace them in place
@@ -335,13 +356,15 @@ class LmHead final : public Layer {
  public:
   LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, NormKind norm, float eps,
          const Name& norm_weight, const Name& norm_bias, const Name& weight, Init init,
-         const std::string& tied_to = "");
+         const std::string& tied_to = "", const HeadInput& input = {});
   void forward(const Call& c) override;
   void backward(const Call& c) override;
   void decode(const DecodeCall& d) override;  // the next token's logits
 
  private:
+  const void* positions(const Call& c) const;  // the rows after the memory's
   int64_t hidden_, vocab_;
+  HeadInput in_;
   Norm norm_;
   Linear proj_;
   int sv_stats_, fw_xn_, bw_xn_, bw_dxn_, dw_xn_, dw_stats_;
@@ -370,6 +393,10 @@ class Model {
   dscpp_host_info host{};
   std::string init_from, export_config;  // model.h's dscpp_model_desc fields ("" = none)
   bool init_partial = false;
+  // An encoder-decoder's (model.h's dscpp_model_desc): 0 encoder layers for a decoder only.
+  int32_t encoder_layers = 0;
+  int64_t encoder_len = 0, encoder_width = 0;
+  int32_t decoder_start_id = -1, eos_id = -1, pad_id = -1;
 };
 
 // argv[0] is the plugin's path; the rest are its arguments.

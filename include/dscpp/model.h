@@ -39,12 +39,14 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 7u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
+#define DSCPP_MODEL_ABI_VERSION 8u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
                                     compute dtypes reach layers, layer 0's float input included; 5: the
                                     ops of Llama-style models (RMSNorm, RoPE, SiLU/SwiGLU, multiply,
                                     strided copies); 6: masked flash attention (documents packed in
                                     a window), every layer sees the data input; 7: parameter
-                                    roles */
+                                    roles; 8: encoder-decoder models (T5's relative position bias,
+                                    masked softmax with a bias, an encoder's output in decode calls,
+                                    several sequences per decode call) */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -254,6 +256,31 @@ struct dscpp_ops {
                                          int64_t first_key_ld, const void* out, const float* lse, const void* dout,
                                          void* dqkv, float* workspace, int64_t batch, int64_t T, int64_t heads,
                                          int64_t head_dim, float scale);
+
+  /* ---- ABI 8 ---- */
+  /* T5's relative position bias: out[h, t, s] = table[bucket(s − (q0 + t)), h] for heads × Tq × Tk
+   * (query t at position q0 + t, key s at position s; table [num_buckets, heads]). bucket(n) is
+   * Hugging Face's _relative_position_bucket: bidirectional, half the buckets for n > 0 (offset
+   * num_buckets/2) and half for n ≤ 0 taking |n|; causal, 0 for n > 0 and −n otherwise; then, with
+   * B the buckets left and e = B/2, a distance d < e is its own bucket and a larger one is
+   * min(B − 1, e + (int)(logf(d/e) / logf(max_distance/e) · (B − e))), in fp32 as torch computes it.
+   * Backward: dtable[bucket(…), h] += dout[h, t, s] (accumulates). */
+  int (*relative_bias_forward)(const dscpp_ops*, const void* table, void* out, int64_t heads, int64_t Tq, int64_t Tk,
+                               int64_t q0, int32_t bidirectional, int32_t num_buckets, int32_t max_distance);
+  int (*relative_bias_backward)(const dscpp_ops*, const void* dout, void* dtable, int64_t heads, int64_t Tq,
+                                int64_t Tk, int64_t q0, int32_t bidirectional, int32_t num_buckets,
+                                int32_t max_distance);
+  /* Softmax of `batch` × heads attention score matrices Tq × Tk with an additive bias and masks:
+   *   probs[b,h,t,s] = softmax over the visible s of scores[b,h,t,s] + bias[h,t,s], 0 elsewhere;
+   * bias [heads, Tq, Tk] shared by the batch (NULL: none); key s is visible to query t when
+   * s < key_len[b·key_len_ld] (device int32, one per sequence, e.g. each sample's source length
+   * in the data input; NULL: every key) and, with causal, when s ≤ t + Tk − Tq. A query that sees
+   * no key gets zeros. probs may alias scores. The backward is softmax_backward over the
+   * batch·heads·Tq rows (masked entries have probability 0), and the bias's gradient bias_grad
+   * over the batch rows of heads·Tq·Tk. */
+  int (*masked_softmax_forward)(const dscpp_ops*, const void* scores, const void* bias, const int32_t* key_len,
+                                int64_t key_len_ld, void* probs, int64_t batch, int64_t heads, int64_t Tq, int64_t Tk,
+                                int32_t causal);
 };
 
 /* ---- what a model declares ---------------------------------------------------------- */
@@ -348,6 +375,18 @@ typedef struct dscpp_model_desc {
    * checkpoint as config.json, so that `dscpp export-hf` can write a directory transformers loads.
    * NULL: none. */
   const char* export_config;
+  /* ---- ABI 8 ---- */
+  /* An encoder-decoder: layers 0 … encoder_layers−1 are its encoder, which reads a sample's first
+   * encoder_len + 1 ints of the data input, the source token ids padded to encoder_len and then
+   * the number of real ones; layer encoder_layers−1 outputs the encoder's final states,
+   * encoder_len × encoder_width per sample. Generation runs the encoder once per source and
+   * decodes from layer encoder_layers on with that output as each call's memory. 0: a decoder
+   * only (generation decodes from layer 0). */
+  int32_t encoder_layers;
+  int64_t encoder_len, encoder_width;
+  /* An encoder-decoder's token ids for generation (read when encoder_layers > 0; −1: none): the
+   * decoder's first input (T5's decoder_start_token_id), the end of a sequence, padding. */
+  int32_t decoder_start_id, eos_id, pad_id;
 } dscpp_model_desc;
 
 /* What the runtime tells the plugin at creation. */
@@ -393,17 +432,28 @@ typedef struct dscpp_layer_ctx {
                                  (layer 0's `input`), e.g. each token's position in its document */
 } dscpp_layer_ctx;
 
-/* One decode call of one layer (ABI 5): one new token of one sequence at `position`, its
- * earlier positions in `cache` (zeroed before position 0, then only the layer writes it). */
+/* One decode call of one layer (ABI 5): one new token of each of `batch` sequences (ABI 8; before,
+ * one) at `position`, their earlier positions in `cache` (zeroed before position 0, then only the
+ * layer writes it). Sequence i's input, output, cache and workspace are the i-th block of each.
+ * In an encoder-decoder (dscpp_model_desc::encoder_layers > 0) decoding starts at layer
+ * encoder_layers, and every call sees the encoder's output as `memory`. */
 typedef struct dscpp_decode_ctx {
   uint32_t struct_size;
   const dscpp_ops* ops;
   const void* const* params; /* [num_params] device, compute dtype (shared parameters included) */
   int64_t position;          /* 0-based; below the positions the layer sized its cache for */
-  const void* input;         /* layer 0: the token id (device int32); else the previous layer's output */
-  void* output;              /* decode_output_numel elements */
-  void* cache;               /* decode_cache_bytes */
-  void* workspace;           /* decode_workspace_bytes */
+  const void* input;         /* the first decoding layer: the token ids (device int32, one per sequence); else
+                                the previous layer's outputs */
+  void* output;              /* batch × decode_output_numel elements */
+  void* cache;               /* batch × decode_cache_bytes */
+  void* workspace;           /* batch × decode_workspace_bytes */
+  /* ---- ABI 8 ---- */
+  int64_t batch;             /* sequences in this call (≥ 1) */
+  const void* memory;        /* encoder-decoder: the encoder's output, batch × memory_len × its width
+                                (compute dtype), the same at every position; NULL otherwise */
+  int64_t memory_len;        /* source positions per sequence in memory */
+  const int32_t* memory_valid; /* device int32 per sequence: its source's real positions (the rest is
+                                  padding no attention may see); NULL: all */
 } dscpp_decode_ctx;
 
 /* When the plugin wants to look at predictions (e.g. print a generated text), the runtime

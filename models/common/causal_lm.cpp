@@ -227,15 +227,20 @@ CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& ar
                  "--reset_position_ids")),
       compute_(host.compute_dtype) {
   this->host = host;
-  const std::string dir = args_.text("--from_hf"), file = args_.text("--config");
+  config_ = model_source(family_, args_, *this);
+}
+
+std::unique_ptr<HfConfig> model_source(const std::string& family, Args& args, layers::Model& m) {
+  const std::string dir = args.text("--from_hf"), file = args.text("--config");
   if (dir.empty() == file.empty())
-    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": give the model as --from_hf DIR (config and weights) or --config "
-                                             "config.json (shape only, initial weights from the init rule)");
-  config_ = std::make_unique<HfConfig>(dir.empty() ? file : dir + "/config.json");
-  if (!dir.empty()) init_from = dir;
-  init_partial = args_.has("--init_partial");
-  if (init_partial && dir.empty()) fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --init_partial goes with --from_hf");
-  export_config = config_->text();
+    fail(DSCPP_E_INVALID_ARGUMENT, family + ": give the model as --from_hf DIR (config and weights) or --config "
+                                            "config.json (shape only, initial weights from the init rule)");
+  auto config = std::make_unique<HfConfig>(dir.empty() ? file : dir + "/config.json");
+  if (!dir.empty()) m.init_from = dir;
+  m.init_partial = args.has("--init_partial");
+  if (m.init_partial && dir.empty()) fail(DSCPP_E_INVALID_ARGUMENT, family + ": --init_partial goes with --from_hf");
+  m.export_config = config->text();
+  return config;
 }
 
 layers::Env CausalLM::env(int64_t max_positions, int64_t window) {

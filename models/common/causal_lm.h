@@ -76,6 +76,10 @@ class HfConfig {
   nlohmann::json json_;
 };
 
+// --from_hf DIR / --config FILE / --init_partial (the flag must be among the Args' flags): the
+// model's config.json, and the weights and export config `m` declares.
+std::unique_ptr<HfConfig> model_source(const std::string& family, Args& args, layers::Model& m);
+
 // How document boundaries (an end-of-document token, which belongs to the document it ends) shape
 // the windows.
 struct Documents {

@@ -38,7 +38,7 @@ std::unique_ptr<Model> make(const std::vector<std::string>& args, const dscpp_ho
   // GPT-2's residual projections start smaller: N(0, range/√(2·layers)).
   a.init = normal(range), a.out_init = normal(range / std::sqrt(2.0f * static_cast<float>(L)));
   MlpSpec& f = b.mlp;
-  f.hidden = C, f.inner = c.integer("n_inner", 4 * C), f.gated = false;
+  f.hidden = C, f.inner = c.integer("n_inner", 4 * C), f.gated = false, f.act = Activation::gelu_tanh;
   f.fc = "mlp.c_fc.weight", f.fc_bias = "mlp.c_fc.bias", f.proj = "mlp.c_proj.weight", f.proj_bias = "mlp.c_proj.bias";
   f.file_transposed = true;
   f.init = a.init, f.out_init = a.out_init;

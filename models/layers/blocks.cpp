@@ -43,6 +43,7 @@ void TokenEmbedding::forward(const Call& c) {
 }
 
 void TokenEmbedding::decode(const DecodeCall& d) {
+  d.one_sequence();
   const Call c = d.call();
   const auto* id = static_cast<const int32_t*>(d.ctx.input);
   DSCPP_CALL(c.ops(), embedding_forward, id, c.param(table), d.ctx.output, int64_t{1}, vocab, hidden);
@@ -95,6 +96,7 @@ DecoderBlock::DecoderBlock(const Env& env, std::string name, const BlockSpec& s)
 }
 
 void DecoderBlock::decode(const DecodeCall& d) {
+  d.one_sequence();
   const Call c = d.call();
   void* xn = d.work(dw_xn_);
   void* h = d.work(dw_h_);
@@ -146,10 +148,11 @@ void DecoderBlock::backward(const Call& c) {
 
 LmHead::LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, NormKind norm, float eps,
                const Name& norm_weight, const Name& norm_bias, const Name& weight, Init init,
-               const std::string& tied_to)
+               const std::string& tied_to, const HeadInput& input)
     : Layer(env, std::move(name), env.context * vocab),
       hidden_(hidden),
       vocab_(vocab),
+      in_(input),
       norm_(*this, norm, norm_weight, norm_bias, hidden, eps),
       proj_(*this, weight, hidden, vocab, init, {}, false, tied_to) {
   const int64_t T = env.context, TC = T * hidden * static_cast<int64_t>(env.elem);
@@ -164,15 +167,22 @@ LmHead::LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, 
 
 void LmHead::decode(const DecodeCall& d) {
   const Call c = d.call();
+  const int64_t rows = d.batch();
   void* xn = d.work(dw_xn_);
-  norm_.forward(c, d.ctx.input, xn, static_cast<float*>(d.work(dw_stats_)), 1);
-  proj_.forward(c, xn, d.ctx.output, 1);
+  norm_.forward(c, d.ctx.input, xn, static_cast<float*>(d.work(dw_stats_)), rows);
+  if (in_.scale != 1.0f) DSCPP_CALL(c.ops(), scale, in_.scale, xn, rows * hidden_);
+  proj_.forward(c, xn, d.ctx.output, rows);
+}
+
+const void* LmHead::positions(const Call& c) const {
+  return at(c.ctx.input, c.batch() * in_.memory_rows * hidden_, env());
 }
 
 void LmHead::forward(const Call& c) {
   const int64_t rows = c.batch() * env().context;
   void* xn = c.fwd_work(fw_xn_);
-  norm_.forward(c, c.ctx.input, xn, static_cast<float*>(c.saved(sv_stats_)), rows);
+  norm_.forward(c, positions(c), xn, static_cast<float*>(c.saved(sv_stats_)), rows);
+  if (in_.scale != 1.0f) DSCPP_CALL(c.ops(), scale, in_.scale, xn, rows * hidden_);
   proj_.forward(c, xn, c.ctx.output, rows);
   if (c.ctx.target == nullptr) return;  // predicting: the output keeps the logits
   double loss_sum = 0;
@@ -198,9 +208,15 @@ void LmHead::backward(const Call& c) {
   void* xn = c.bwd_work(bw_xn_);
   void* dxn = c.bwd_work(bw_dxn_);
   auto* stats = static_cast<float*>(c.saved(sv_stats_));
-  norm_.forward(c, c.ctx.input, xn, stats, rows);
+  const void* x = positions(c);
+  norm_.forward(c, x, xn, stats, rows);
+  if (in_.scale != 1.0f) DSCPP_CALL(c.ops(), scale, in_.scale, xn, rows * hidden_);
   proj_.backward(c, dlogits, vocab_, xn, dxn, false, rows);
-  norm_.backward(c, dxn, c.ctx.input, stats, c.ctx.grad_input, rows);
+  if (in_.scale != 1.0f) DSCPP_CALL(c.ops(), scale, in_.scale, dxn, rows * hidden_);
+  // The memory's rows take no part: their gradient is zero.
+  const int64_t skipped = c.batch() * in_.memory_rows * hidden_;
+  if (skipped > 0) DSCPP_CALL(c.ops(), fill, c.ctx.grad_input, 0.0f, skipped);
+  norm_.backward(c, dxn, x, stats, at(c.ctx.grad_input, skipped, env()), rows);
 }
 
 }  // namespace dscpp::layers

@@ -42,12 +42,19 @@ const int32_t* Call::tokens(TokenPart part) const {
 DecodeCall::DecodeCall(const dscpp_decode_ctx& c, const Layer& l) : ctx(c), layer(l), as_layer{} {
   as_layer.struct_size = sizeof(dscpp_layer_ctx);
   as_layer.ops = c.ops;
-  as_layer.batch = 1;
+  as_layer.batch = c.batch > 0 ? c.batch : 1;
   as_layer.params = c.params;
 }
 Call DecodeCall::call() const { return Call{as_layer, layer}; }
-void* DecodeCall::cache(int slot) const { return layer.decode_cache.at(ctx.cache, slot, 1); }
-void* DecodeCall::work(int slot) const { return layer.decode_work.at(ctx.workspace, slot, 1); }
+void* DecodeCall::cache(int slot, int64_t i) const {
+  return layer.decode_cache.at(static_cast<char*>(ctx.cache) + i * layer.decode_cache.bytes(), slot, 1);
+}
+void* DecodeCall::work(int slot) const { return layer.decode_work.at(ctx.workspace, slot, as_layer.batch); }
+void DecodeCall::one_sequence() const {
+  if (as_layer.batch != 1)
+    fail(DSCPP_E_UNSUPPORTED, "layer " + layer.name() + " decodes one sequence per call, not " +
+                                  std::to_string(as_layer.batch));
+}
 
 void Layer::decode(const DecodeCall&) {
   fail(DSCPP_E_UNSUPPORTED, "layer " + name_ + " cannot decode one token at a time");
@@ -165,6 +172,12 @@ int api_describe(void* model, dscpp_model_desc* out, dscpp_error* err) {
     out->init_from = m.init_from.empty() ? nullptr : m.init_from.c_str();
     out->init_partial = m.init_partial ? 1 : 0;
     out->export_config = m.export_config.empty() ? nullptr : m.export_config.c_str();
+    out->encoder_layers = m.encoder_layers;
+    out->encoder_len = m.encoder_len;
+    out->encoder_width = m.encoder_width;
+    out->decoder_start_id = m.decoder_start_id;
+    out->eos_id = m.eos_id;
+    out->pad_id = m.pad_id;
   });
 }
 

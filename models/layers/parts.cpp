@@ -265,6 +265,9 @@ void Attention::backward(const Call& c, const void* dy, const void* x, void* dx)
 // ---- Mlp --------------------------------------------------------------------------------------
 
 Mlp::Mlp(Layer& owner, const MlpSpec& s) : s_(s), env_(owner.env()) {
+  if ((s.gated && s.act == Activation::relu) || (!s.gated && s.act == Activation::silu))
+    fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + (s.gated ? ": a gated MLP takes SiLU or GELU"
+                                                                      : ": an ungated MLP takes GELU or ReLU"));
   if (s.gated) {
     gate_.emplace(owner, s.gate, s.hidden, s.inner, s.init, Name{}, s.file_transposed);
     up_.emplace(owner, s.up, s.hidden, s.inner, s.init, Name{}, s.file_transposed);
@@ -279,25 +282,41 @@ Mlp::Mlp(Layer& owner, const MlpSpec& s) : s_(s), env_(owner.env()) {
   fw_act_ = owner.fwd_work.add(TI);
   bw_act_ = owner.bwd_work.add(TI);
   bw_dact_ = owner.bwd_work.add(TI);
+  if (s.gated && s.act != Activation::silu) bw_tmp_ = owner.bwd_work.add(TI);
   const int64_t I = s.inner * static_cast<int64_t>(env_.elem);
   dw_a_ = owner.decode_work.add(I);
   dw_b_ = owner.decode_work.add(I);
   dw_act_ = owner.decode_work.add(I);
 }
 
+// act = act(a) ⊙ b (gated) or act(a); a is the pre-activation (the GELU's is written by the fused
+// linear, so this only finishes the other forms).
+void Mlp::activate(const Call& c, const void* a, const void* b, void* act, int64_t rows) const {
+  const int64_t n = rows * s_.inner;
+  if (s_.gated && s_.act == Activation::silu) {
+    DSCPP_CALL(c.ops(), swiglu_forward, a, b, act, n);
+  } else if (s_.gated) {
+    DSCPP_CALL(c.ops(), gelu_forward, a, act, n);
+    DSCPP_CALL(c.ops(), mul, act, b, act, n);
+  } else if (s_.act == Activation::relu) {
+    DSCPP_CALL(c.ops(), relu_forward, a, act, n);
+  }
+}
+
 void Mlp::decode(const DecodeCall& d, const void* x, const void* residual, void* y) const {
   const Call c = d.call();
+  const int64_t rows = d.batch();
   void* a = d.work(dw_a_);
   void* act = d.work(dw_act_);
   if (s_.gated) {
-    gate_->forward(c, x, a, 1);
-    up_->forward(c, x, d.work(dw_b_), 1);
-    DSCPP_CALL(c.ops(), swiglu_forward, a, d.work(dw_b_), act, s_.inner);
+    gate_->forward(c, x, a, rows);
+    up_->forward(c, x, d.work(dw_b_), rows);
   } else {
     DSCPP_CALL(c.ops(), linear_forward, x, c.param(fc_->weight), fc_->bias >= 0 ? c.param(fc_->bias) : nullptr, nullptr,
-               a, act, int64_t{1}, s_.hidden, s_.inner);
+               a, s_.act == Activation::gelu_tanh ? act : nullptr, rows, s_.hidden, s_.inner);
   }
-  down_->forward(c, act, y, 1, residual);
+  activate(c, a, d.work(dw_b_), act, rows);
+  down_->forward(c, act, y, rows, residual);
 }
 
 void Mlp::forward(const Call& c, const void* x, const void* residual, void* y) const {
@@ -306,11 +325,11 @@ void Mlp::forward(const Call& c, const void* x, const void* residual, void* y) c
   if (s_.gated) {
     gate_->forward(c, x, c.saved(sv_a_), rows);
     up_->forward(c, x, c.saved(sv_b_), rows);
-    DSCPP_CALL(c.ops(), swiglu_forward, c.saved(sv_a_), c.saved(sv_b_), act, rows * s_.inner);
   } else {
     DSCPP_CALL(c.ops(), linear_forward, x, c.param(fc_->weight), fc_->bias >= 0 ? c.param(fc_->bias) : nullptr, nullptr,
-               c.saved(sv_a_), act, rows, s_.hidden, s_.inner);
+               c.saved(sv_a_), s_.act == Activation::gelu_tanh ? act : nullptr, rows, s_.hidden, s_.inner);
   }
+  activate(c, c.saved(sv_a_), s_.gated ? c.saved(sv_b_) : nullptr, act, rows);
   down_->forward(c, act, y, rows, residual);
 }
 
@@ -321,12 +340,27 @@ void Mlp::backward(const Call& c, const void* dy, const void* x, void* dx) const
   if (s_.gated) {
     void* gate = c.saved(sv_a_);
     void* up = c.saved(sv_b_);
-    DSCPP_CALL(c.ops(), swiglu_forward, gate, up, act, n);
+    activate(c, gate, up, act, rows);
     down_->backward(c, dy, s_.hidden, act, dact, false, rows);
     // The gradients overwrite gate and up: backward is their last reader.
-    DSCPP_CALL(c.ops(), swiglu_backward, gate, up, dact, gate, up, n);
+    if (s_.act == Activation::silu) {
+      DSCPP_CALL(c.ops(), swiglu_backward, gate, up, dact, gate, up, n);
+    } else {
+      // d up = dact ⊙ gelu(gate); d gate = gelu'(gate) ⊙ dact ⊙ up.
+      void* tmp = c.bwd_work(bw_tmp_);
+      DSCPP_CALL(c.ops(), mul, dact, up, tmp, n);
+      DSCPP_CALL(c.ops(), gelu_forward, gate, act, n);
+      DSCPP_CALL(c.ops(), mul, dact, act, up, n);
+      DSCPP_CALL(c.ops(), gelu_backward, gate, tmp, gate, n);
+    }
     gate_->backward(c, gate, s_.inner, x, dx, false, rows);
     up_->backward(c, up, s_.inner, x, dx, true, rows);
+  } else if (s_.act == Activation::relu) {
+    void* pre = c.saved(sv_a_);
+    DSCPP_CALL(c.ops(), relu_forward, pre, act, n);
+    down_->backward(c, dy, s_.hidden, act, dact, false, rows);
+    DSCPP_CALL(c.ops(), relu_backward, pre, dact, dact, n);
+    fc_->backward(c, dact, s_.inner, x, dx, false, rows);
   } else {
     const void* pre = c.saved(sv_a_);
     DSCPP_CALL(c.ops(), gelu_forward, pre, act, n);

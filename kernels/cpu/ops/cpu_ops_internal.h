@@ -54,7 +54,8 @@ void gelu_backward_rows(const float* x, const float* dy, float* dx, int64_t n);
 // (copies to and from the host), elementwise.cpp (fill … relu, bias, SiLU, SwiGLU, copy_2d),
 // norm_rope.cpp (RMSNorm, rotary embeddings), row_ops.cpp (layer norm,
 // softmaxes, embedding, cross-entropy), attention.cpp (fused causal attention), linear.cpp
-// (linear layers with fused epilogues). Each checks the table's dtype first.
+// (linear layers with fused epilogues), biased_attention.cpp (relative position bias, masked softmax). Each checks
+// the table's dtype first.
 namespace op {
 DSCPP_DECLARE_OPS
 }  // namespace op
