@@ -1,9 +1,9 @@
 // The composite ops of the CUDA table: causal attention as per-sequence batched GEMMs over the
 // heads around the causal softmax kernels (ABI 2), attention without T² scores (ABI 3: cuDNN,
-// or blocks of queries on the same GEMMs with ops_attention.cu's row kernels), and linear
-// layers as one GEMM plus the fused bias/residual/GELU epilogue. The CPU table fuses more (it
-// skips the masked half of the attention GEMMs); the results agree to fp32 rounding, not bit
-// for bit.
+// or blocks of queries on the same GEMMs with ops_attention.cu's row kernels), T5's relative
+// position bias and masked softmax (ABI 8), and linear layers as one GEMM plus the fused
+// bias/residual/GELU epilogue. The CPU table fuses more (it skips the masked half of the
+// attention GEMMs); the results agree to fp32 rounding, not bit for bit.
 #include "core/error.h"
 #include "kernels/cuda/compute_type.h"
 #include "kernels/cuda/ops_kernels.h"

@@ -109,7 +109,7 @@ inline Src rd(const dscpp_ops* o, const void* p) { return {p, storage_of(o->dtyp
 inline Dst wr(const dscpp_ops* o, void* p) { return {p, storage_of(o->dtype)}; }
 
 // The table's entries (kernels/ops_list.h): ops_table.cpp defines the GEMMs, elementwise, row
-// ops and copies, ops_layers.cpp attention and the linear layers.
+// ops and copies, ops_layers.cpp attention (T5's biased attention included) and the linear layers.
 namespace op {
 DSCPP_DECLARE_OPS
 }  // namespace op

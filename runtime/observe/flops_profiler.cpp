@@ -95,6 +95,15 @@ struct Wrappers {
     prof(o).count(d(groups) * d(T) * d(T));
     return real(o)->causal_softmax_forward(real(o), scores, probs, groups, T, s);
   }
+  // As transformers' T5 computes it, counted as DeepSpeed counts that: scores + bias one add per
+  // score, the softmax one per score over the whole row (torch's masks are part of the bias).
+  static int masked_softmax_forward(const dscpp_ops* o, const void* scores, const void* bias, const int32_t* key_len,
+                                    int64_t key_len_ld, void* probs, int64_t batch, int64_t heads, int64_t Tq,
+                                    int64_t Tk, int32_t causal) {
+    prof(o).count((bias != nullptr ? 2 : 1) * d(batch) * d(heads) * d(Tq) * d(Tk));
+    return real(o)->masked_softmax_forward(real(o), scores, bias, key_len, key_len_ld, probs, batch, heads, Tq, Tk,
+                                           causal);
+  }
   static int cross_entropy_forward(const dscpp_ops* o, const void* logits, const int32_t* targets, void* probs,
                                    int64_t rows, int64_t cols, double* loss_sum, int64_t* counted, int64_t* correct) {
     prof(o).count(d(rows) * d(cols));  // the softmax; the log and the pick are per row
@@ -170,6 +179,9 @@ FlopsProfiler::FlopsProfiler(const dscpp_ops& real, std::vector<std::string> lay
   wrap(t.layernorm_forward, &Wrappers::layernorm_forward);
   wrap(t.softmax_forward, &Wrappers::softmax_forward);
   wrap(t.causal_softmax_forward, &Wrappers::causal_softmax_forward);
+  wrap(t.masked_softmax_forward, &Wrappers::masked_softmax_forward);
+  // relative_bias_forward is an embedding lookup (T5's nn.Embedding of buckets), which counts
+  // none, as embedding_forward; relative_bias_backward is a backward op.
   wrap(t.cross_entropy_forward, &Wrappers::cross_entropy_forward);
   wrap(t.causal_attention_forward, &Wrappers::causal_attention_forward);
   wrap(t.flash_attention_forward, &Wrappers::flash_attention_forward);

@@ -270,6 +270,30 @@ TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {
   REQUIRE(c.causal_attention_forward(&c, qkv.data(), probs.data(), ao.data(), B, T, H, D, 0.35f) == DSCPP_OK);
   require_close(dprobs.get(), probs, 1e-5f);
   require_close(dao.get(), ao, 1e-5f);
+
+  // T5's attention (ABI 8) at a 512-token training shape, encoder (bidirectional, key lengths) and
+  // decoder (causal): the bias a gather (same bits), its gradient and the softmax differently summed.
+  const int64_t TB = 4, TH = 8, TT = 512, TN = TH * TT * TT, NB = 32;
+  const auto table = randoms(NB * TH, 70), gbias = randoms(TN, 71), scores = randoms(TB * TN, 72, -4.0f, 4.0f);
+  const std::vector<int32_t> lens = {512, 300, 1, 0};
+  On<float> drt(table), drel(zeros(TN)), dgbias(gbias);
+  On<int32_t> dlens(lens);
+  for (int32_t bidirectional : {1, 0}) {
+    CAPTURE(bidirectional);
+    std::vector<float> bias(TN), dt(NB * TH), p(scores.size());
+    On<float> ddt(dt), dp(scores);
+    REQUIRE(g.relative_bias_forward(&g, drt.p(), drel.p(), TH, TT, TT, 0, bidirectional, NB, 128) == DSCPP_OK);
+    REQUIRE(c.relative_bias_forward(&c, table.data(), bias.data(), TH, TT, TT, 0, bidirectional, NB, 128) == DSCPP_OK);
+    CHECK(same_bits(drel.get(), bias));
+    REQUIRE(g.relative_bias_backward(&g, dgbias.p(), ddt.p(), TH, TT, TT, 0, bidirectional, NB, 128) == DSCPP_OK);
+    REQUIRE(c.relative_bias_backward(&c, gbias.data(), dt.data(), TH, TT, TT, 0, bidirectional, NB, 128) == DSCPP_OK);
+    CHECK(ops_check::normwise(ddt.get(), dt) <= ops_check::sum_tol(TT * TT));
+    const int32_t* dl = bidirectional ? dlens.p() : nullptr;  // in place on the device
+    REQUIRE(g.masked_softmax_forward(&g, dp.p(), drel.p(), dl, 1, dp.p(), TB, TH, TT, TT, !bidirectional) == DSCPP_OK);
+    REQUIRE(c.masked_softmax_forward(&c, scores.data(), bias.data(), bidirectional ? lens.data() : nullptr, 1, p.data(),
+                                     TB, TH, TT, TT, !bidirectional) == DSCPP_OK);
+    CHECK(ops_check::normwise(dp.get(), p) <= ops_check::sum_tol(TT));
+  }
 }
 
 using ops_check::normwise;
