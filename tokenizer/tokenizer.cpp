@@ -138,6 +138,12 @@ Tokenizer Tokenizer::load(const std::string& path) {
   if (fs::exists(config)) {
     const nlohmann::json c = read_json(config);
     t.clean_up_spaces_ = bool_at(c, "clean_up_tokenization_spaces", true);
+    if (c.is_object() && c.contains("truncation_side")) {
+      const std::string side = string_at(c, Where{config.string()}, "truncation_side");
+      if (side != "left" && side != "right")
+        refuse(Where{config.string()} / "truncation_side", "expected \"left\" or \"right\", found \"" + side + "\"");
+      t.truncate_left_ = side == "left";
+    }
   }
   return t;
 }

@@ -35,6 +35,14 @@ class Tokenizer {
   // cleaned up (" ." → ".", ...) when tokenizer_config.json asks for it (its default: yes).
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
+  // What the post-processor puts before and after a single sequence when add_special_tokens is
+  // set. transformers' truncation cuts only the text's ids between them, so a caller cutting to a
+  // maximum length needs them apart from the text's.
+  const std::vector<int32_t>& special_prefix() const { return prefix_; }
+  const std::vector<int32_t>& special_suffix() const { return suffix_; }
+  // tokenizer_config.json's truncation_side is "left": truncation keeps a text's last ids.
+  bool truncates_left() const { return truncate_left_; }
+
   int32_t token_to_id(std::string_view token) const;  // -1 when unknown
   std::string id_to_token(int32_t id) const;          // "" when unknown
   size_t vocab_size() const;                          // the model's vocabulary and the added tokens
@@ -53,6 +61,7 @@ class Tokenizer {
   std::vector<AddedToken> added_;      // longest content first (leftmost-longest matching)
   std::vector<int32_t> prefix_, suffix_;  // what the post-processor adds around a single sequence
   bool clean_up_spaces_ = true;
+  bool truncate_left_ = false;
 };
 
 }  // namespace dscpp::tok
