@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -50,7 +51,10 @@ struct Args {
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
   bool accept_data_change = false, gradcheck = false, generate = false, check_decode = false;
   std::string prompt, prompt_ids, prompts, tokenizer;
-  int64_t max_new_tokens = 32, top_k = 0;
+  int64_t max_new_tokens = 32, top_k = 0, gen_batch_size = 8;
+  int num_beams = 1;
+  double length_penalty = 1.0;
+  bool early_stopping = false;
   double temperature = 0;
   std::vector<std::string> plugin_args;
 };
@@ -240,13 +244,24 @@ int main(int argc, char** argv) {
   app.add_option("--prompts", a.prompts, "with --generate: a file of prompts, one per line, each continued in turn");
   app.add_option("--tokenizer", a.tokenizer,
                  "with --generate: a Hugging Face tokenizer directory (default: the --from_hf directory's, if any)");
-  app.add_option("--prompt_ids", a.prompt_ids, "with --generate: token ids, e.g. 128000,791,6864");
+  app.add_option("--prompt_ids", a.prompt_ids,
+                 "with --generate: token ids, e.g. 128000,791,6864; an encoder-decoder takes several sources, "
+                 "separated by ';'");
   app.add_option("--max_new_tokens", a.max_new_tokens, "with --generate: tokens to add (default 32)");
   app.add_option("--temperature", a.temperature,
                  "with --generate: 0 = greedy (default), else sample softmax(logits/T)");
   app.add_option("--top_k", a.top_k, "with --generate and a temperature: sample among the k likeliest (0 = all)");
   app.add_flag("--check_decode", a.check_decode,
                "with --generate: also run the training forward at every step and fail unless its logits match");
+  app.add_option("--num_beams", a.num_beams,
+                 "with --generate, an encoder-decoder: beam search with this many beams (default 1: greedy), as "
+                 "transformers' generate runs it");
+  app.add_option("--length_penalty", a.length_penalty,
+                 "with --num_beams: a hypothesis scores its log-probability over length^this (default 1)");
+  app.add_flag("--early_stopping", a.early_stopping,
+               "with --num_beams: stop a prompt once it has num_beams finished hypotheses");
+  app.add_option("--batch_size", a.gen_batch_size,
+                 "with --generate, an encoder-decoder: prompts decoded together (default 8)");
   app.add_flag("--deepspeed", a.deepspeed, "accepted for DeepSpeed compatibility (no effect)");
   auto* steps = app.add_option("--steps", a.steps, "train until this many optimizer steps (global_steps)");
   app.add_option("--epochs", a.epochs, "train for this many passes over the train split (default 1)")->excludes(steps);
@@ -331,21 +346,29 @@ int main(int argc, char** argv) {
       g.prompt = a.prompt;
       g.prompts_file = a.prompts;
       g.tokenizer = a.tokenizer;
+      // "1,2,3" or, for an encoder-decoder, several sources "1,2;3,4".
+      std::vector<int32_t>* ids = &g.prompt_ids;
       for (size_t at = 0; at < a.prompt_ids.size();) {
-        size_t end = a.prompt_ids.find(',', at);
-        if (end == std::string::npos) end = a.prompt_ids.size();
-        const std::string id = a.prompt_ids.substr(at, end - at);
+        const size_t end = std::min(a.prompt_ids.find(',', at), a.prompt_ids.find(';', at));
+        const std::string id = a.prompt_ids.substr(at, end == std::string::npos ? std::string::npos : end - at);
         char* stop = nullptr;
         const long v = std::strtol(id.c_str(), &stop, 10);
         if (id.empty() || *stop != '\0' || v < 0 || v > INT32_MAX)
-          fail("--prompt_ids {}: '{}' is not a token id (comma-separated whole numbers)", a.prompt_ids, id);
-        g.prompt_ids.push_back(static_cast<int32_t>(v));
+          fail("--prompt_ids {}: '{}' is not a token id (comma-separated whole numbers, ';' between prompts)",
+               a.prompt_ids, id);
+        ids->push_back(static_cast<int32_t>(v));
+        if (end != std::string::npos && a.prompt_ids[end] == ';') ids = &g.more_prompt_ids.emplace_back();
+        if (end == std::string::npos) break;
         at = end + 1;
       }
       g.max_new_tokens = a.max_new_tokens;
       g.temperature = a.temperature;
       g.top_k = a.top_k;
       g.check_decode = a.check_decode;
+      g.num_beams = a.num_beams;
+      g.length_penalty = a.length_penalty;
+      g.early_stopping = a.early_stopping;
+      g.batch_size = a.gen_batch_size;
       return runtime::run_generate(g);
     }
     return run(a);

@@ -154,6 +154,16 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
   if (desc.init_from != nullptr) init_from_ = desc.init_from;
   init_partial_ = desc.init_partial != 0;
   if (desc.export_config != nullptr) export_config_ = desc.export_config;
+  encoder_ = EncoderDecl{desc.encoder_layers, desc.encoder_len, desc.encoder_width, desc.decoder_start_id,
+                         desc.eos_id, desc.pad_id};
+  if (encoder_.layers < 0 || encoder_.layers >= desc.num_layers)
+    fail("model plugin {}: describe says {} of its {} layers are an encoder", name(), encoder_.layers,
+         desc.num_layers);
+  if (encoder_.layers > 0 && (encoder_.len <= 0 || encoder_.width <= 0 || data_.input_dtype != DSCPP_I32 ||
+                              data_.input_numel < encoder_.len + 1 || encoder_.decoder_start_id < 0))
+    fail("model plugin {}: an encoder-decoder needs a source length and width, a decoder start id, and int32 samples "
+         "of at least source length + 1 ints (it says {} × {}, start id {}, {} ints)",
+         name(), encoder_.len, encoder_.width, encoder_.decoder_start_id, data_.input_numel);
 
   std::set<std::string> layer_names, param_names;
   struct Owner {
@@ -252,8 +262,8 @@ void Plugin::backward(int layer, const dscpp_layer_ctx& ctx) const {
 
 bool Plugin::can_decode() const {
   if (api_->decode == nullptr) return false;
-  for (const LayerDecl& l : layers_)
-    if (l.decode_output_numel <= 0) return false;
+  for (size_t l = size_t(encoder_.layers); l < layers_.size(); ++l)
+    if (layers_[l].decode_output_numel <= 0) return false;
   return true;
 }
 

@@ -55,6 +55,14 @@ struct LayerDecl {
   int64_t decode_cache_bytes = 0, decode_workspace_bytes = 0, decode_output_numel = 0;  // generation
 };
 
+// An encoder-decoder's description (model.h's dscpp_model_desc, ABI 8): layers [0, layers) are its
+// encoder, whose last output is `len` × `width` per sample.
+struct EncoderDecl {
+  int layers = 0;  // 0: a decoder only
+  int64_t len = 0, width = 0;
+  int32_t decoder_start_id = -1, eos_id = -1, pad_id = -1;
+};
+
 class Plugin {
  public:
   // dlopen + entry point + ABI checks; throws dscpp::Error naming the file and the mismatch.
@@ -75,6 +83,7 @@ class Plugin {
   const std::string& init_from() const { return init_from_; }
   bool init_partial() const { return init_partial_; }
   const std::string& export_config() const { return export_config_; }
+  const EncoderDecl& encoder() const { return encoder_; }
   // The parameters weight files hold transposed (ParamDecl::file_transposed), by full name.
   const std::set<std::string>& file_transposed() const { return file_transposed_; }
   // A shared parameter's other names → its owner's full name (lm_head.weight → the embedding's).
@@ -84,7 +93,7 @@ class Plugin {
   void forward(int layer, const dscpp_layer_ctx& ctx) const;
   void backward(int layer, const dscpp_layer_ctx& ctx) const;
   void load_sample(int split, int64_t index, void* input, int32_t* target) const;
-  // Generation (model.h's decode): whether every layer decodes, and one layer's call.
+  // Generation (model.h's decode): whether every layer after the encoder decodes, and one layer's call.
   bool can_decode() const;
   void decode(int layer, const dscpp_decode_ctx& ctx) const;
   void report(const dscpp_infer& infer) const;
@@ -101,6 +110,7 @@ class Plugin {
   std::string init_from_, export_config_;
   std::set<std::string> file_transposed_;
   bool init_partial_ = false;
+  EncoderDecl encoder_;
 };
 
 const char* status_name(int code);

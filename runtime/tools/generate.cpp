@@ -5,7 +5,9 @@
 #include "runtime/model/flat_layout.h"
 #include "runtime/model/plugin.h"
 #include "runtime/rank_device.h"
+#include "runtime/tools/decoder.h"
 #include "runtime/tools/model_weights.h"
+#include "runtime/tools/search.h"
 #include "runtime/train/layer_runner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -73,6 +75,58 @@ int32_t eos_id(const tok::Tokenizer& t) {
   return t.token_to_id(e.is_string() ? e.get<std::string>() : e.is_object() ? e.value("content", "") : "");
 }
 
+// An encoder-decoder: every prompt is a source, encoded once; the decoder starts from the model's
+// decoder start token and the prompts are decoded together, --batch_size at a time.
+int generate_seq2seq(const GenerateOptions& o, const Plugin& plugin, Device& device, const dscpp_ops& ops,
+                     const FlatLayout& layout, const void* params, const std::vector<std::vector<int32_t>>& sources,
+                     const std::vector<std::string>& texts, const tok::Tokenizer* tokenizer) {
+  if (o.check_decode) fail("generate: --check_decode is for decoders (model plugin {} is an encoder-decoder)",
+                           plugin.name());
+  if (o.temperature > 0) fail("generate: an encoder-decoder decodes greedily or with --num_beams, not by sampling");
+  const EncoderDecl& enc = plugin.encoder();
+  const int64_t beams = std::max(1, o.num_beams), batch = std::max<int64_t>(1, o.batch_size);
+  Decoder decoder(plugin, device, ops, layout, params, batch * beams);
+  SearchOptions so;
+  so.max_new_tokens = std::min(o.max_new_tokens, decoder.positions());
+  so.num_beams = int(beams);
+  so.length_penalty = o.length_penalty;
+  so.early_stopping = o.early_stopping;
+  so.eos = enc.eos_id;
+  so.pad = enc.pad_id >= 0 ? enc.pad_id : 0;
+  if (so.max_new_tokens < o.max_new_tokens)
+    std::printf("%s", fmt::format("--max_new_tokens {}: the decoder holds {} positions (the plugin's "
+                                  "--max_target_length); generating at most that many\n",
+                                  o.max_new_tokens, decoder.positions())
+                          .c_str());
+  SearchModel model;
+  model.vocab = decoder.vocab();
+  model.step = [&](const std::vector<int32_t>& t, int64_t pos, std::vector<float>& l) { decoder.step(t, pos, l); };
+  model.reorder = [&](const std::vector<int64_t>& from) { decoder.reorder(from); };
+  for (size_t first = 0; first < sources.size(); first += size_t(batch)) {
+    const size_t count = std::min(sources.size() - first, size_t(batch));
+    const std::vector<std::vector<int32_t>> chunk(sources.begin() + std::ptrdiff_t(first),
+                                                  sources.begin() + std::ptrdiff_t(first + count));
+    const auto t0 = std::chrono::steady_clock::now();
+    decoder.encode(chunk, beams);
+    const std::vector<std::vector<int32_t>> out = search(model, int64_t(count), enc.decoder_start_id, so);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    size_t made = 0;
+    for (size_t i = 0; i < count; ++i) {
+      made += out[i].size();
+      const std::string in = first + i < texts.size() ? texts[first + i] : fmt::format("{}", fmt::join(chunk[i], ","));
+      std::printf("%s", fmt::format("prompt: {}\n", in).c_str());
+      if (tokenizer) std::printf("%s", fmt::format("output: {}\n", tokenizer->decode(out[i], true)).c_str());
+      std::printf("%s", fmt::format("ids: {}\n", fmt::join(out[i], ",")).c_str());
+    }
+    std::printf("%s", fmt::format("generated {} tokens for {} prompt(s) in {:.3f} s ({:.1f} tokens/s, {} on {})\n",
+                                  made, count, secs, double(made) / std::max(secs, 1e-9),
+                                  beams > 1 ? fmt::format("{} beams", beams) : std::string("greedy"), device.name())
+                          .c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_generate(const GenerateOptions& o) {
@@ -125,7 +179,7 @@ int run_generate(const GenerateOptions& o) {
     fail("generate: model plugin {} does not take token ids (its samples are {} {} for {} tokens)", plugin.name(),
          plugin.data().input_numel, plugin.data().input_dtype == DSCPP_I32 ? "int32" : "floats", context);
   // --check_decode runs the training forward on the prompt as a sample of ids alone.
-  if (o.check_decode && plugin.data().input_numel != context)
+  if (o.check_decode && plugin.encoder().layers == 0 && plugin.data().input_numel != context)
     fail("generate: --check_decode needs samples of token ids alone, but model plugin {}'s carry more ({} int32 for "
          "{} tokens: positions and first keys for packed documents or a sliding window); leave out plugin arguments "
          "such as --reset_attention_mask, or --check_decode",
@@ -134,27 +188,25 @@ int run_generate(const GenerateOptions& o) {
   const std::vector<float> weights = model_weights(plugin, layout, o.seed, o.load_dir);
   DeviceBuffer params(device, static_cast<size_t>(layout.total) * 4, MemCategory::params);
   device.copy_from_host(params.data(), weights.data(), weights.size() * 4);
-  // Each layer's parameter pointers, shared parameters pointing at their owner's.
-  std::vector<std::vector<const void*>> ptrs(layers.size());
-  for (size_t l = 0; l < layers.size(); ++l) ptrs[l].assign(size_t(layers[l].num_slots), nullptr);
-  for (const ParamSlot& s : layout.params)
-    ptrs[size_t(s.layer)][size_t(s.index)] = static_cast<const float*>(params.data()) + s.offset;
-  for (size_t l = 0; l < layers.size(); ++l)
-    for (const TiedParam& t : layers[l].tied)
-      ptrs[l][size_t(t.slot)] =
-          ptrs[size_t(t.owner_layer)][size_t(layers[size_t(t.owner_layer)].params[size_t(t.owner_param)].slot)];
-
-  std::vector<DeviceBuffer> caches;
-  int64_t work = 0, widest = 0;
-  for (const LayerDecl& l : layers) {
-    caches.emplace_back(device, size_t(std::max<int64_t>(l.decode_cache_bytes, 1)), MemCategory::activations, true);
-    work = std::max(work, l.decode_workspace_bytes);
-    widest = std::max(widest, l.decode_output_numel);
+  if (plugin.encoder().layers > 0) {
+    // Each text is a source; --prompt_ids one more, first.
+    std::vector<std::vector<int32_t>> sources;
+    std::vector<std::string> shown;
+    if (!o.prompt_ids.empty()) {
+      sources.push_back(o.prompt_ids);
+      sources.insert(sources.end(), o.more_prompt_ids.begin(), o.more_prompt_ids.end());
+      for (const std::vector<int32_t>& ids : sources) shown.push_back(fmt::format("{}", fmt::join(ids, ",")));
+    }
+    for (const std::string& t : texts) sources.push_back(encode(t)), shown.push_back(t);
+    return generate_seq2seq(o, plugin, device, rd.ops, layout, params.data(), sources, shown,
+                            tokenizer ? &*tokenizer : nullptr);
   }
-  DeviceBuffer workspace(device, size_t(std::max<int64_t>(work, 1)), MemCategory::buffers);
-  DeviceBuffer act[2] = {DeviceBuffer(device, size_t(widest) * 4, MemCategory::activations),
-                         DeviceBuffer(device, size_t(widest) * 4, MemCategory::activations)};
-  DeviceBuffer token(device, 4, MemCategory::buffers);
+  if (!o.more_prompt_ids.empty())
+    fail("generate: model plugin {} decodes one prompt of ids (';' separates an encoder-decoder's sources)",
+         plugin.name());
+  if (o.num_beams > 1) fail("generate: --num_beams is for encoder-decoders; model plugin {} decodes one sequence",
+                            plugin.name());
+  Decoder decoder(plugin, device, rd.ops, layout, params.data(), 1);
 
   // The training forward, for --check_decode: one sequence of the model's context.
   std::unique_ptr<LayerRunner> runner;
@@ -169,22 +221,7 @@ int run_generate(const GenerateOptions& o) {
   // Logits of the token at `position` (the last layer's decode output), on the host.
   std::vector<float> logits(static_cast<size_t>(vocab));
   auto step = [&](int32_t id, int64_t position) {
-    device.copy_from_host(token.data(), &id, 4);
-    const void* in = token.data();
-    for (size_t l = 0; l < layers.size(); ++l) {
-      dscpp_decode_ctx c{};
-      c.struct_size = sizeof(c);
-      c.ops = &rd.ops;
-      c.params = ptrs[l].data();
-      c.position = position;
-      c.input = in;
-      c.output = act[l % 2].data();
-      c.cache = caches[l].data();
-      c.workspace = workspace.data();
-      plugin.decode(int(l), c);
-      in = c.output;
-    }
-    device.copy_to_host(logits.data(), in, logits.size() * 4);
+    decoder.step({id}, position, logits);
     if (!runner) return;
     std::vector<int32_t> ids(static_cast<size_t>(context), 0);
     std::copy_n(tokens.begin(), std::min<size_t>(tokens.size(), size_t(context)), ids.begin());

@@ -30,12 +30,19 @@ struct GenerateOptions {
   std::string prompt;                // text (through the tokenizer, else as bytes)
   std::string prompts_file;          // or one prompt per line
   std::vector<int32_t> prompt_ids;   // or ids
+  std::vector<std::vector<int32_t>> more_prompt_ids;  // an encoder-decoder's further sources
   std::string tokenizer;             // a tokenizer directory; "" = the plugin's init_from directory's, if any
   int64_t max_new_tokens = 32;
   double temperature = 0;
   int64_t top_k = 0;                 // 0: the whole vocabulary
   uint64_t seed = 42;
   bool check_decode = false;
+  // Encoder-decoders: beam search (transformers' num_beams, length_penalty, early_stopping), and the
+  // prompts decoded together.
+  int num_beams = 1;
+  double length_penalty = 1.0;
+  bool early_stopping = false;
+  int64_t batch_size = 8;
 };
 
 int run_generate(const GenerateOptions& options);

@@ -197,7 +197,7 @@ dscpp_layer_ctx LayerRunner::context(int layer) const {
 }
 
 dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int64_t batch, bool training,
-                                   uint64_t rng_seed) {
+                                   uint64_t rng_seed, int layers) {
   DSCPP_CHECK(batch > 0 && batch <= max_batch_);
   if (input_cast_.data() != nullptr) {  // float data in the compute dtype, once per micro-batch
     kernels::math_of(device_).convert_into(input_cast_.data(), compute_, input, DType::f32,
@@ -210,7 +210,9 @@ dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int
   training_ = training;
   rng_seed_ = rng_seed;
   metrics_ = {};
-  for (int s = 0; s < act_layout_.segments(); ++s) forward_segment(s, false);
+  const int stop = layers > 0 ? layers : static_cast<int>(plugin_.layers().size());
+  for (int s = 0; s < act_layout_.segments() && act_layout_.segment_begin[static_cast<size_t>(s)] < stop; ++s)
+    forward_segment(s, false, stop);
   if (guard_passes_ > 0) --guard_passes_;
   return metrics_;
 }
@@ -224,9 +226,9 @@ size_t LayerRunner::checkpoint_bytes(int segment) const {
 // The segment's layers forward, in the arena: in the forward pass after keeping the segment's
 // input as its checkpoint, or in backward (recompute) from that checkpoint, with the same
 // contexts — so the same values, bit for bit.
-void LayerRunner::forward_segment(int segment, bool recompute) {
+void LayerRunner::forward_segment(int segment, bool recompute, int stop) {
   const int begin = act_layout_.segment_begin[static_cast<size_t>(segment)];
-  const int end = act_layout_.segment_begin[static_cast<size_t>(segment) + 1];
+  const int end = std::min(stop, act_layout_.segment_begin[static_cast<size_t>(segment) + 1]);
   const int n = static_cast<int>(plugin_.layers().size());
   if (ckpt_.synchronize) device_.synchronize();
   const auto t0 = std::chrono::steady_clock::now();
@@ -264,7 +266,7 @@ void LayerRunner::backward(float loss_grad, const std::function<void(int)>& laye
     const int segment = act_layout_.segment_of[static_cast<size_t>(l)];
     // Entering a segment other than the last from above: its activations are gone, run it again.
     if (segment + 1 < act_layout_.segments() && l == act_layout_.segment_begin[static_cast<size_t>(segment) + 1] - 1)
-      forward_segment(segment, true);
+      forward_segment(segment, true, static_cast<int>(plugin_.layers().size()));
     LayerMemory mem = source_(l, LayerPass::backward);
     point_at(l, mem, true);
     dscpp_layer_ctx ctx = context(l);

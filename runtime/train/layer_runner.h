@@ -63,8 +63,12 @@ class LayerRunner {
   // forward (backward = false), except for a segment's last layer, whose backward comes next.
   std::function<void(int layer, bool backward)> after_layer;
 
-  // Forward over all layers. `target` (device, batch × target_numel) may be null (predict).
-  dscpp_metrics forward(const void* input, const int32_t* target, int64_t batch, bool training, uint64_t rng_seed);
+  // Forward over all layers, or the first `layers` (an encoder-decoder's encoder) when > 0.
+  // `target` (device, batch × target_numel) may be null (predict).
+  dscpp_metrics forward(const void* input, const int32_t* target, int64_t batch, bool training, uint64_t rng_seed,
+                        int layers = 0);
+  // Layer l's output of the last forward (compute dtype, batch × its output_numel).
+  const void* output(int layer) const { return acts_->output(layer); }
   // Backward from the loss layer; `layer_done(i)` runs after layer i, when its gradients for
   // this micro-step are complete.
   void backward(float loss_grad, const std::function<void(int)>& layer_done = {});
@@ -81,7 +85,7 @@ class LayerRunner {
  private:
   dscpp_layer_ctx context(int layer) const;
   void point_at(int layer, const LayerMemory& m, bool backward);
-  void forward_segment(int segment, bool recompute);
+  void forward_segment(int segment, bool recompute, int stop);
   size_t checkpoint_bytes(int segment) const;
 
   const Plugin& plugin_;

@@ -10,10 +10,6 @@
 namespace dscpp::kernels::cpu {
 namespace {
 
-bool bad_shape(int64_t heads, int64_t Tq, int64_t Tk, int32_t num_buckets, int32_t max_distance) {
-  return heads < 0 || Tq < 0 || Tk < 0 || num_buckets < 2 || max_distance < 1;
-}
-
 // The bucket of every (t, s): they depend on the shape alone, not on the head.
 std::vector<int32_t> buckets(int64_t Tq, int64_t Tk, int64_t q0, int32_t bidirectional, int32_t num_buckets,
                              int32_t max_distance) {
@@ -31,7 +27,8 @@ namespace op {
 int relative_bias_forward(const dscpp_ops* o, const void* table, void* out, int64_t heads, int64_t Tq, int64_t Tk,
                           int64_t q0, int32_t bidirectional, int32_t num_buckets, int32_t max_distance) {
   if (int s = check_table(o)) return s;
-  if (bad_shape(heads, Tq, Tk, num_buckets, max_distance) || bad_ptr(table, num_buckets * heads) ||
+  if (!relative_bias_args_ok(heads, Tq, Tk, bidirectional, num_buckets, max_distance) ||
+      bad_ptr(table, num_buckets * heads) ||
       bad_ptr(out, heads * Tq * Tk))
     return DSCPP_E_INVALID_ARGUMENT;
   const std::vector<int32_t> b = buckets(Tq, Tk, q0, bidirectional, num_buckets, max_distance);
@@ -48,7 +45,8 @@ int relative_bias_forward(const dscpp_ops* o, const void* table, void* out, int6
 int relative_bias_backward(const dscpp_ops* o, const void* dout, void* dtable, int64_t heads, int64_t Tq, int64_t Tk,
                            int64_t q0, int32_t bidirectional, int32_t num_buckets, int32_t max_distance) {
   if (int s = check_table(o)) return s;
-  if (bad_shape(heads, Tq, Tk, num_buckets, max_distance) || bad_ptr(dtable, num_buckets * heads) ||
+  if (!relative_bias_args_ok(heads, Tq, Tk, bidirectional, num_buckets, max_distance) ||
+      bad_ptr(dtable, num_buckets * heads) ||
       bad_ptr(dout, heads * Tq * Tk))
     return DSCPP_E_INVALID_ARGUMENT;
   const std::vector<int32_t> b = buckets(Tq, Tk, q0, bidirectional, num_buckets, max_distance);
@@ -72,8 +70,7 @@ int masked_softmax_forward(const dscpp_ops* o, const void* scores, const void* b
   if (int s = check_table(o)) return s;
   const int64_t rows = batch * heads * Tq;
   if (batch < 0 || heads < 0 || Tq < 0 || Tk < 0 || (causal != 0 && Tq > Tk) || bad_ptr(scores, rows * Tk) ||
-      bad_ptr(probs, rows * Tk) || (bias != nullptr && bad_ptr(bias, heads * Tq * Tk)) ||
-      (key_len != nullptr && (key_len_ld < 1 || bad_ptr(key_len, batch))))
+      bad_ptr(probs, rows * Tk) || (key_len != nullptr && key_len_ld < 1))
     return DSCPP_E_INVALID_ARGUMENT;
   const auto* x = static_cast<const float*>(scores);
   const auto* bs = static_cast<const float*>(bias);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate (or --check) the Hugging Face parity reference data in this directory.
 #
-# It builds five tiny random models with Hugging Face transformers (Llama with
+# It builds five tiny random causal models (make_parity.py) and two T5s (make_t5.py: v1.0 and
+# v1.1, with 4 pre-tokenized pairs and transformers' generate outputs) with Hugging Face transformers (Llama with
 # GQA, Llama 3 with tied embeddings and llama3 RoPE scaling, GPT-2, Qwen2 with
 # q/k/v biases, Mistral with a sliding window shorter than the context), saves them with save_pretrained (config.json +
 # model.safetensors), a llm.c-format tokens.bin, and reference.safetensors
@@ -30,6 +31,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 models=(llama_gqa llama3_tied gpt2 qwen2 mistral_swa)
+seq2seq_models=(t5_v10 t5_v11)  # made by make_t5.py
 
 check=0
 venv=""
@@ -86,12 +88,13 @@ fi
 
 if [[ "$check" == 0 ]]; then
   "$venv/bin/python" "$here/make_parity.py" "$here"
+  "$venv/bin/python" "$here/make_t5.py" "$here"
   exit 0
 fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/dscpp-hf-check.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-"$venv/bin/python" "$here/make_parity.py" "$tmp" >"$tmp.log" 2>&1 || {
+{ "$venv/bin/python" "$here/make_parity.py" "$tmp" && "$venv/bin/python" "$here/make_t5.py" "$tmp"; } >"$tmp.log" 2>&1 || {
   cat "$tmp.log" >&2; rm -f "$tmp.log"; exit 1; }
 rm -f "$tmp.log"
 
@@ -99,7 +102,7 @@ status=0
 nfiles=0
 rounded=0
 out=""
-for m in "${models[@]}"; do
+for m in "${models[@]}" "${seq2seq_models[@]}"; do
   # Files generated now: each must exist in the committed tree and be identical.
   while IFS= read -r -d '' f; do
     rel="${f#"$tmp"/}"
