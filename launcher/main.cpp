@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
       "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n"
       "  dscpp export-hf CKPT OUT_DIR        a checkpoint → a Hugging Face model directory (config + safetensors)\n"
       "  dscpp tokenize --tokenizer DIR ...  encode/decode with a Hugging Face tokenizer.json, as transformers does\n"
+      "  dscpp bleu REF... [-i HYP]          corpus BLEU (and chrF) of hypotheses, one a line, as sacrebleu scores it\n"
       "  dscpp gradcheck PLUGIN.so [-- ARGS] a plugin's backward against finite differences, with a verdict\n"
       "  dscpp generate PLUGIN.so --prompt T  sample a continuation, token by token with a KV cache\n"
       "  dscpp aio-bench --path DIR          sweep NVMe offload's aio settings on DIR: GB/s vs fio, best `aio` block\n",
@@ -258,6 +259,31 @@ int main(int argc, char** argv) {
                       "the token appended to each document (default: the tokenizer's eos_token)");
   tok_cmd->add_option("--threads", tokenize.threads, "encoding threads (default: all; the output is the same for any)");
 
+  dscpp::launcher::BleuArgs bleu;
+  CLI::App* bleu_cmd = app.add_subcommand(
+      "bleu",
+      "Score hypotheses (one per line) against references as the sacrebleu command does (sacreBLEU 2.x's defaults:\n"
+      "13a tokenization, exp smoothing, mixed case) and print its line, e.g.\n"
+      "BLEU = 34.21 65.1/40.2/28.3/20.0 (BP = 0.950 ratio = 0.951 hyp_len = 1234 ref_len = 1298).\n"
+      "Several reference files give several references per segment. Files may be gzip-compressed.");
+  bleu_cmd->add_option("REF_FILE", bleu.references, "reference files, one segment per line, as many lines as HYP")
+      ->required();
+  bleu_cmd->add_option("-i,--input", bleu.input, "the hypotheses, one per line (default: stdin)")->type_name("HYP");
+  bleu_cmd->add_option("-m,--metrics", bleu.metrics, "bleu (default), chrf, or both")->expected(1, 2);
+  bleu_cmd->add_flag("--lowercase", bleu.lowercase, "case-insensitive BLEU (Python's str.lower() on both sides)");
+  bleu_cmd->add_option("--tokenize", bleu.tokenize, "13a (default: mteval-v13a's) or none (split at whitespace)");
+  bleu_cmd->add_option("-s,--smooth-method", bleu.smooth_method, "exp (default), none, floor or add-k");
+  bleu_cmd->add_option("--smooth-value", bleu.smooth_value, "the value of floor (default 0.1) or add-k (default 1)");
+  bleu_cmd->add_option("--chrf-word-order", bleu.chrf_word_order, "word n-gram order of chrF (2: chrF++; default 0)");
+  bleu_cmd->add_flag("--chrf-lowercase", bleu.chrf_lowercase, "case-insensitive chrF");
+  bleu_cmd->add_flag("-b,--score-only", bleu.score_only, "print only the score");
+  bleu_cmd->add_option("-w,--width", bleu.width, "decimals of the score (default 2)")->check(CLI::Range(0, 17));
+  bleu_cmd->add_flag("--sentence-level", bleu.sentence_level,
+                     "a score per segment instead of the corpus's (BLEU over the n-gram orders each reaches)");
+  bleu_cmd->add_flag("--json", bleu.json,
+                     "one JSON object per score: the score, precisions, BP, ratio, lengths and n-gram counts at full "
+                     "precision, and the line");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -269,6 +295,7 @@ int main(int argc, char** argv) {
     if (*report_cmd) return dscpp::launcher::run_report();
     if (*estimate_cmd) return dscpp::launcher::run_estimate(estimate);
     if (*tok_cmd) return dscpp::launcher::run_tokenize(tokenize);
+    if (*bleu_cmd) return dscpp::launcher::run_bleu(bleu);
     if (*z2f_cmd) return dscpp::launcher::run_zero_to_fp32(z2f);
     if (*ehf_cmd) return dscpp::launcher::run_export_hf(ehf);
     launch.program = app.remaining();

@@ -93,4 +93,23 @@ struct TokenizeArgs {
 };
 int run_tokenize(const TokenizeArgs& args);
 
+// `dscpp bleu REF... [-i HYP]`: corpus BLEU (and chrF) of one hypothesis per line against one or
+// more reference files, read and scored as the sacrebleu command does (metrics/).
+struct BleuArgs {
+  std::vector<std::string> references;  // one file per reference; all as long as the hypotheses
+  std::string input;                    // the hypotheses; empty: stdin
+  std::vector<std::string> metrics{"bleu"};  // bleu, chrf
+  bool lowercase = false;
+  std::string tokenize = "13a";  // or none
+  std::string smooth_method = "exp";
+  std::optional<double> smooth_value;
+  int chrf_word_order = 0;
+  bool chrf_lowercase = false;
+  bool score_only = false;
+  int width = 2;                // decimals of the score
+  bool sentence_level = false;  // a score per segment (BLEU over the orders each reaches)
+  bool json = false;            // every number at full precision, one JSON object per score
+};
+int run_bleu(const BleuArgs& args);
+
 }  // namespace dscpp::launcher
