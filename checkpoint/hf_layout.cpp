@@ -68,10 +68,17 @@ TensorToWrite transposed_for_file(TensorToWrite t) {
 
 void TransposedReader::read(const SafetensorsFile& f, const std::string& key, int64_t rows, int64_t cols,
                             int64_t first, int64_t count, float* dst) {
-  if (file_ != &f || key_ != key) {
+  read(&f, key, rows, cols, first, count, dst,
+       [&](float* whole) { f.read(key, 0, rows * cols, whole, DType::f32); });
+}
+
+void TransposedReader::read(const void* file, const std::string& key, int64_t rows, int64_t cols, int64_t first,
+                            int64_t count, float* dst, const std::function<void(float* whole)>& whole) {
+  if (file_ != file || key_ != key) {
+    file_ = nullptr;  // a read that throws leaves no half-filled cache behind
     cache_.assign(static_cast<size_t>(rows * cols), 0.0f);
-    f.read(key, 0, rows * cols, cache_.data(), DType::f32);
-    file_ = &f;
+    whole(cache_.data());
+    file_ = file;
     key_ = key;
   }
   // Element (r, c) of memory's [rows, cols] is the file's (c, r).

@@ -12,6 +12,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -45,9 +46,13 @@ class TransposedReader {
  public:
   void read(const SafetensorsFile& f, const std::string& key, int64_t rows, int64_t cols, int64_t first, int64_t count,
             float* dst);
+  // The same for a file of any format: `whole` reads the file's [cols, rows] tensor as fp32;
+  // `file` and `key` say which tensor the cache holds.
+  void read(const void* file, const std::string& key, int64_t rows, int64_t cols, int64_t first, int64_t count,
+            float* dst, const std::function<void(float* whole)>& whole);
 
  private:
-  const SafetensorsFile* file_ = nullptr;
+  const void* file_ = nullptr;
   std::string key_;  // with file_: the tensor cache_ holds
   std::vector<float> cache_;
 };

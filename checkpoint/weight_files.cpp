@@ -1,6 +1,8 @@
 #include "checkpoint/weight_files.h"
 
 #include "checkpoint/hf_layout.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/torch_file.h"
 #include "core/error.h"
 
 #include <nlohmann/json.hpp>
@@ -55,6 +57,64 @@ std::vector<std::string> shards_of(const std::string& index_path) {
   return shards;
 }
 
+struct Entry {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+};
+
+}  // namespace
+
+class WeightFiles::Shard {
+ public:
+  virtual ~Shard() = default;
+  virtual std::vector<Entry> entries() const = 0;
+  virtual void read(const std::string& key, int64_t first, int64_t count, float* dst) = 0;
+  // Whether an older dscpp wrote it, in its own unsaid layout.
+  virtual bool old_dscpp() const { return false; }
+};
+
+namespace {
+
+class SafetensorsShard final : public WeightFiles::Shard {
+ public:
+  explicit SafetensorsShard(const std::string& path) : file_(path) {}
+  std::vector<Entry> entries() const override {
+    std::vector<Entry> out;
+    for (const TensorInfo& t : file_.tensors()) out.push_back(Entry{t.name, t.shape, t.numel});
+    return out;
+  }
+  void read(const std::string& key, int64_t first, int64_t count, float* dst) override {
+    file_.read(key, first, count, dst, DType::f32);
+  }
+  bool old_dscpp() const override { return written_by_old_dscpp(file_); }
+
+ private:
+  SafetensorsFile file_;
+};
+
+// transformers writes pytorch_model.bin in its own layout, as it writes safetensors.
+class TorchShard final : public WeightFiles::Shard {
+ public:
+  explicit TorchShard(const std::string& path) : file_(path) {}
+  std::vector<Entry> entries() const override {
+    std::vector<Entry> out;
+    for (const TorchFile::Tensor& t : file_.tensors()) out.push_back(Entry{t.name, t.shape, t.numel});
+    return out;
+  }
+  void read(const std::string& key, int64_t first, int64_t count, float* dst) override {
+    file_.read(key, first, count, dst);
+  }
+
+ private:
+  TorchFile file_;
+};
+
+std::unique_ptr<WeightFiles::Shard> open_shard(const std::string& path) {
+  if (is_torch_file(path)) return std::make_unique<TorchShard>(path);
+  return std::make_unique<SafetensorsShard>(path);
+}
+
 }  // namespace
 
 WeightFiles::WeightFiles(const std::string& path, std::set<std::string> transposed,
@@ -64,9 +124,16 @@ WeightFiles::WeightFiles(const std::string& path, std::set<std::string> transpos
     if (transposed_.count(owner)) transposed_.insert(alias);  // one tensor, one orientation
   std::string index;
   if (is_dir(path)) {
+    // Safetensors first, as transformers prefers it; of two safetensors forms, the index, as
+    // dscpp has always read them.
     if (is_file(path + "/model.safetensors.index.json")) index = path + "/model.safetensors.index.json";
     else if (is_file(path + "/model.safetensors")) file_paths_.push_back(path + "/model.safetensors");
-    else fail("{}: a weights directory needs model.safetensors or model.safetensors.index.json; it has neither", path);
+    else if (is_file(path + "/pytorch_model.bin")) file_paths_.push_back(path + "/pytorch_model.bin");
+    else if (is_file(path + "/pytorch_model.bin.index.json")) index = path + "/pytorch_model.bin.index.json";
+    else
+      fail("{}: a weights directory needs model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+           "pytorch_model.bin.index.json; it has none of them",
+           path);
   } else if (ends_with(path, ".json")) {
     index = path;
   } else {
@@ -76,9 +143,9 @@ WeightFiles::WeightFiles(const std::string& path, std::set<std::string> transpos
     for (const std::string& shard : shards_of(index)) file_paths_.push_back(dir_of(index) + "/" + shard);
   std::map<std::string, size_t> seen;  // tensor name → index into params_
   for (const std::string& f : file_paths_) {
-    files_.push_back(std::make_unique<SafetensorsFile>(f));
-    const bool old_layout = written_by_old_dscpp(*files_.back());
-    for (const TensorInfo& t : files_.back()->tensors()) {
+    files_.push_back(open_shard(f));
+    const bool old_layout = files_.back()->old_dscpp();
+    for (const Entry& t : files_.back()->entries()) {
       if (auto it = seen.find(t.name); it != seen.end())
         fail("{}: tensor '{}' is in two shards, {} and {}", path, t.name, file_paths_[file_of_[it->second]], f);
       if (old_layout && transposed_.count(t.name))
@@ -111,8 +178,8 @@ WeightFiles::WeightFiles(const std::string& path, std::set<std::string> transpos
     for (int64_t first = 0; first < pa.numel; first += kChunk) {
       const int64_t n = std::min(kChunk, pa.numel - first);
       va.resize(static_cast<size_t>(n)), vo.resize(static_cast<size_t>(n));
-      files_[file_of_[a->second]]->read(alias, first, n, va.data(), DType::f32);
-      files_[file_of_[o->second]]->read(owner, first, n, vo.data(), DType::f32);
+      files_[file_of_[a->second]]->read(alias, first, n, va.data());
+      files_[file_of_[o->second]]->read(owner, first, n, vo.data());
       for (int64_t e = 0; e < n; ++e)
         if (va[static_cast<size_t>(e)] != vo[static_cast<size_t>(e)])
           fail("{}: '{}' and '{}' are one shared parameter of the model, but the file holds different values under "
@@ -135,10 +202,11 @@ WeightFiles::~WeightFiles() = default;
 void WeightFiles::read(size_t param, const std::string& what, int64_t first, int64_t count, float* dst) {
   if (what != kMasterWeights) fail("{}: holds weights only, no optimizer state '{}'", path_, what);
   const ParamDesc& p = params_.at(param);
-  const SafetensorsFile& file = *files_[file_of_[param]];
+  Shard& file = *files_[file_of_[param]];
   const std::string& key = key_[param];
-  if (!transposed_.count(p.name)) return file.read(key, first, count, dst, DType::f32);
-  transposed_reader_.read(file, key, p.shape[0], p.shape[1], first, count, dst);
+  if (!transposed_.count(p.name)) return file.read(key, first, count, dst);
+  transposed_reader_.read(&file, key, p.shape[0], p.shape[1], first, count, dst,
+                          [&](float* whole) { file.read(key, 0, p.numel, whole); });
 }
 
 }  // namespace dscpp::ckpt
