@@ -17,6 +17,7 @@
 #include "runtime/tools/describe_model.h"
 #include "runtime/tools/generate.h"
 #include "runtime/tools/gradcheck.h"
+#include "runtime/tools/zero_generate.h"
 #include "runtime/train/engine.h"
 #include "runtime/train/fault_injection.h"
 #include "runtime/train/sampler.h"
@@ -77,6 +78,42 @@ std::string non_default_rows(const std::string& table) {
     pos = end + 1;
   }
   return out + fmt::format("({} more keys at DeepSpeed's defaults; `dscpp config check FILE` lists them)", defaults);
+}
+
+// --generate's options from the command line (the single-rank tool and ZeRO-Inference share them).
+runtime::GenerateOptions generate_options(const Args& a) {
+  runtime::GenerateOptions g;
+  g.load_dir = a.load_dir;
+  g.prompt = a.prompt;
+  g.prompts_file = a.prompts;
+  g.tokenizer = a.tokenizer;
+  // "1,2,3" or, for an encoder-decoder, several sources "1,2;3,4".
+  std::vector<int32_t>* ids = &g.prompt_ids;
+  for (size_t at = 0; at < a.prompt_ids.size();) {
+    const size_t end = std::min(a.prompt_ids.find(',', at), a.prompt_ids.find(';', at));
+    const std::string id = a.prompt_ids.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    char* stop = nullptr;
+    const long v = std::strtol(id.c_str(), &stop, 10);
+    if (id.empty() || *stop != '\0' || v < 0 || v > INT32_MAX)
+      fail("--prompt_ids {}: '{}' is not a token id (comma-separated whole numbers, ';' between prompts)",
+           a.prompt_ids, id);
+    ids->push_back(static_cast<int32_t>(v));
+    if (end != std::string::npos && a.prompt_ids[end] == ';') ids = &g.more_prompt_ids.emplace_back();
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  g.max_new_tokens = a.max_new_tokens;
+  g.temperature = a.temperature;
+  g.top_k = a.top_k;
+  g.check_decode = a.check_decode;
+  g.num_beams = a.num_beams;
+  g.length_penalty = a.length_penalty;
+  g.early_stopping = a.early_stopping;
+  g.batch_size = a.gen_batch_size;
+  g.model = a.model;
+  g.plugin_args = a.plugin_args;
+  g.seed = a.seed;
+  return g;
 }
 
 int run(const Args& a) {
@@ -204,10 +241,15 @@ int run(const Args& a) {
   o.seed = a.seed;
   o.init_from = a.init_from;
   o.shuffle = !a.no_shuffle;
-  o.eval_only = a.eval_only;
+  o.eval_only = a.eval_only || a.generate;  // ZeRO-Inference: forward only
   if (world.node_count * world.local_size == id.world_size) o.ranks_per_node = world.local_size;
   if (const char* r = knob("DSCPP_RESTART_COUNT")) o.resume_from_save_dir = std::atoi(r) > 0;
   runtime::Engine engine(plugin, std::move(plan), *world.world, device, ops, o, rank_device.host.get());
+  if (a.generate) {
+    const int rc = runtime::run_zero_generate(generate_options(a), plugin, device, engine.prepare_inference());
+    engine.finish_inference();
+    return rc;
+  }
   engine.run();
   if (id.rank == 0 && rank_device.ops_scratch_peak)
     log::info("ops table scratch peak per rank (bytes): {} (device memory outside the peak above: GEMM operands cast "
@@ -339,36 +381,9 @@ int main(int argc, char** argv) {
       tool(g);
       return runtime::run_gradcheck(g);
     }
-    if (a.generate) {
-      runtime::GenerateOptions g;
+    if (a.generate && a.config.empty()) {
+      runtime::GenerateOptions g = generate_options(a);
       tool(g);
-      g.load_dir = a.load_dir;
-      g.prompt = a.prompt;
-      g.prompts_file = a.prompts;
-      g.tokenizer = a.tokenizer;
-      // "1,2,3" or, for an encoder-decoder, several sources "1,2;3,4".
-      std::vector<int32_t>* ids = &g.prompt_ids;
-      for (size_t at = 0; at < a.prompt_ids.size();) {
-        const size_t end = std::min(a.prompt_ids.find(',', at), a.prompt_ids.find(';', at));
-        const std::string id = a.prompt_ids.substr(at, end == std::string::npos ? std::string::npos : end - at);
-        char* stop = nullptr;
-        const long v = std::strtol(id.c_str(), &stop, 10);
-        if (id.empty() || *stop != '\0' || v < 0 || v > INT32_MAX)
-          fail("--prompt_ids {}: '{}' is not a token id (comma-separated whole numbers, ';' between prompts)",
-               a.prompt_ids, id);
-        ids->push_back(static_cast<int32_t>(v));
-        if (end != std::string::npos && a.prompt_ids[end] == ';') ids = &g.more_prompt_ids.emplace_back();
-        if (end == std::string::npos) break;
-        at = end + 1;
-      }
-      g.max_new_tokens = a.max_new_tokens;
-      g.temperature = a.temperature;
-      g.top_k = a.top_k;
-      g.check_decode = a.check_decode;
-      g.num_beams = a.num_beams;
-      g.length_penalty = a.length_penalty;
-      g.early_stopping = a.early_stopping;
-      g.batch_size = a.gen_batch_size;
       return runtime::run_generate(g);
     }
     return run(a);

@@ -6,22 +6,13 @@
 
 namespace dscpp::runtime {
 
-Decoder::Decoder(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-                 const void* params, int64_t sequences)
-    : plugin_(plugin), device_(device), ops_(ops), layout_(layout), params_(params), first_(plugin.encoder().layers),
+Decoder::Decoder(const Plugin& plugin, Device& device, LayerRunner& runner, int64_t sequences)
+    : plugin_(plugin), device_(device), runner_(runner), first_(plugin.encoder().layers),
       capacity_(std::max<int64_t>(sequences, 1)) {
   const std::vector<LayerDecl>& layers = plugin.layers();
   vocab_ = layers.back().decode_output_numel;
   const EncoderDecl& enc = plugin.encoder();
   positions_ = enc.layers > 0 ? plugin.data().target_numel : plugin.data().tokens_per_sample;
-  ptrs_.resize(layers.size());
-  for (size_t l = 0; l < layers.size(); ++l) ptrs_[l].assign(size_t(layers[l].num_slots), nullptr);
-  for (const ParamSlot& s : layout.params)
-    ptrs_[size_t(s.layer)][size_t(s.index)] = static_cast<const float*>(params) + s.offset;
-  for (size_t l = 0; l < layers.size(); ++l)
-    for (const TiedParam& t : layers[l].tied)
-      ptrs_[l][size_t(t.slot)] =
-          ptrs_[size_t(t.owner_layer)][size_t(layers[size_t(t.owner_layer)].params[size_t(t.owner_param)].slot)];
   int64_t work = 0, widest = 0, cache = 1;
   caches_.resize(layers.size());
   for (size_t l = size_t(first_); l < layers.size(); ++l) {
@@ -31,8 +22,9 @@ Decoder::Decoder(const Plugin& plugin, Device& device, const dscpp_ops& ops, con
     widest = std::max(widest, layers[l].decode_output_numel);
     cache = std::max(cache, layers[l].decode_cache_bytes);
   }
+  const size_t elem = dtype_size(runner.compute_dtype());
   workspace_ = DeviceBuffer(device, size_t(std::max<int64_t>(work * capacity_, 1)), MemCategory::buffers);
-  for (DeviceBuffer& a : act_) a = DeviceBuffer(device, size_t(widest * capacity_) * 4, MemCategory::activations);
+  for (DeviceBuffer& a : act_) a = DeviceBuffer(device, size_t(widest * capacity_) * elem, MemCategory::activations);
   tokens_ = DeviceBuffer(device, size_t(capacity_) * 4, MemCategory::buffers);
   reorder_scratch_ = DeviceBuffer(device, size_t(cache * capacity_), MemCategory::buffers);
   if (enc.layers == 0) return;
@@ -40,15 +32,17 @@ Decoder::Decoder(const Plugin& plugin, Device& device, const dscpp_ops& ops, con
   if (out != enc.len * enc.width)
     fail("model plugin {}: its encoder's last layer '{}' outputs {} elements per sample, not {} × {}", plugin.name(),
          layers[size_t(enc.layers - 1)].name, out, enc.len, enc.width);
-  memory_ = DeviceBuffer(device, size_t(capacity_ * out) * 4, MemCategory::activations);
+  memory_ = DeviceBuffer(device, size_t(capacity_ * out) * elem, MemCategory::activations);
   valid_ = DeviceBuffer(device, size_t(capacity_) * 4, MemCategory::buffers);
+  input_ = DeviceBuffer(device, size_t(capacity_ * plugin.data().input_numel) * 4, MemCategory::buffers);
 }
 
 void Decoder::encode(const std::vector<std::vector<int32_t>>& sources, int64_t group) {
   const EncoderDecl& enc = plugin_.encoder();
   const int64_t b = static_cast<int64_t>(sources.size());
   if (enc.layers == 0) fail("generate: model plugin {} has no encoder", plugin_.name());
-  if (b * group > capacity_) fail("generate: {} sources × {} exceed {} sequences", b, group, capacity_);
+  if (b < 1 || b * group > capacity_ || b > runner_.max_batch())
+    fail("generate: {} sources × {} for a decoder of {} sequences", b, group, capacity_);
   const int64_t ints = plugin_.data().input_numel;
   std::vector<int32_t> samples(size_t(b * ints), 0), valid;
   for (int64_t i = 0; i < b; ++i) {
@@ -62,15 +56,10 @@ void Decoder::encode(const std::vector<std::vector<int32_t>>& sources, int64_t g
     row[enc.len] = static_cast<int32_t>(s.size());
     for (int64_t g = 0; g < group; ++g) valid.push_back(static_cast<int32_t>(s.size()));
   }
-  if (!encoder_) {
-    encoder_ = std::make_unique<LayerRunner>(plugin_, device_, ops_, layout_, capacity_);
-    encoder_->bind(const_cast<void*>(params_), nullptr);
-  }
-  DeviceBuffer input(device_, samples.size() * 4, MemCategory::buffers);
-  device_.copy_from_host(input.data(), samples.data(), samples.size() * 4);
-  encoder_->forward(input.data(), nullptr, b, false, 0, enc.layers);
-  const size_t per = size_t(enc.len * enc.width) * 4;
-  const auto* out = static_cast<const char*>(encoder_->output(enc.layers - 1));
+  device_.copy_from_host(input_.data(), samples.data(), samples.size() * 4);
+  runner_.forward(input_.data(), nullptr, b, false, 0, enc.layers);
+  const size_t per = size_t(enc.len * enc.width) * dtype_size(runner_.compute_dtype());
+  const auto* out = static_cast<const char*>(runner_.output(enc.layers - 1));
   for (int64_t i = 0; i < b * group; ++i)
     device_.copy(static_cast<char*>(memory_.data()) + size_t(i) * per, out + size_t(i / group) * per, per);
   device_.copy_from_host(valid_.data(), valid.data(), valid.size() * 4);
@@ -89,8 +78,6 @@ void Decoder::step(const std::vector<int32_t>& tokens, int64_t position, std::ve
   for (size_t l = size_t(first_); l < layers.size(); ++l) {
     dscpp_decode_ctx c{};
     c.struct_size = sizeof(c);
-    c.ops = &ops_;
-    c.params = ptrs_[l].data();
     c.position = position;
     c.input = in;
     c.output = act_[l % 2].data();
@@ -102,11 +89,17 @@ void Decoder::step(const std::vector<int32_t>& tokens, int64_t position, std::ve
       c.memory_len = plugin_.encoder().len;
       c.memory_valid = static_cast<const int32_t*>(valid_.data());
     }
-    plugin_.decode(int(l), c);
+    runner_.decode(int(l), c);
     in = c.output;
   }
   logits.resize(size_t(n * vocab_));
-  device_.copy_to_host(logits.data(), in, logits.size() * 4);
+  if (runner_.compute_dtype() == DType::f32) {
+    device_.copy_to_host(logits.data(), in, logits.size() * 4);
+  } else {
+    std::vector<char> raw(logits.size() * dtype_size(runner_.compute_dtype()));
+    device_.copy_to_host(raw.data(), in, raw.size());
+    convert(raw.data(), runner_.compute_dtype(), logits.data(), DType::f32, logits.size());
+  }
 }
 
 void Decoder::reorder(const std::vector<int64_t>& from) {
@@ -121,8 +114,43 @@ void Decoder::reorder(const std::vector<int64_t>& from) {
     auto* cache = static_cast<char*>(caches_[l].data());
     auto* scratch = static_cast<char*>(reorder_scratch_.data());
     device_.copy(scratch, cache, bytes * size_t(n));
-    for (int64_t i = 0; i < n; ++i) device_.copy(cache + size_t(i) * bytes, scratch + size_t(from[size_t(i)]) * bytes, bytes);
+    for (int64_t i = 0; i < n; ++i)
+      device_.copy(cache + size_t(i) * bytes, scratch + size_t(from[size_t(i)]) * bytes, bytes);
   }
+}
+
+std::vector<std::vector<int32_t>> continue_prompts(Decoder& decoder, const Plugin& plugin,
+                                                   const std::vector<std::vector<int32_t>>& prompts,
+                                                   const SearchOptions& options,
+                                                   const std::function<void()>& before_step) {
+  SearchModel model;
+  model.vocab = decoder.vocab();
+  model.step = [&](const std::vector<int32_t>& t, int64_t pos, std::vector<float>& l) {
+    if (before_step) before_step();
+    decoder.step(t, pos, l);
+  };
+  model.reorder = [&](const std::vector<int64_t>& from) { decoder.reorder(from); };
+  const EncoderDecl& enc = plugin.encoder();
+  if (enc.layers > 0) {
+    decoder.encode(prompts, options.num_beams);
+    return search(model, int64_t(prompts.size()), enc.decoder_start_id, options);
+  }
+  if (options.num_beams > 1)
+    fail("generate: --num_beams is for encoder-decoders; model plugin {} decodes one sequence at a time",
+         plugin.name());
+  std::vector<std::vector<int32_t>> out;
+  std::vector<float> logits;
+  for (const std::vector<int32_t>& p : prompts) {
+    if (p.empty() || int64_t(p.size()) >= decoder.positions())
+      fail("generate: a prompt of {} tokens; the model's context holds {} (its --context)", p.size(),
+           decoder.positions());
+    for (size_t i = 0; i + 1 < p.size(); ++i) model.step({p[i]}, int64_t(i), logits);
+    SearchOptions o = options;
+    o.first_position = int64_t(p.size()) - 1;
+    o.max_new_tokens = std::min(o.max_new_tokens, decoder.positions() - o.first_position);
+    out.push_back(search(model, 1, p.back(), o)[0]);
+  }
+  return out;
 }
 
 }  // namespace dscpp::runtime

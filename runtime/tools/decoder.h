@@ -1,26 +1,25 @@
 // A model's layers as a token-at-a-time decoder for up to `sequences` sequences at once: each
 // layer's decode call (model.h) with its per-sequence caches, and for an encoder-decoder the
 // encoder run once over the sources (the layer runner's forward over the encoder's layers) whose
-// output every decode call sees as its memory. Beam search reorders the caches between steps.
-// Weights: one fp32 flat array on the device (the single-rank tools).
+// output every decode call sees as its memory. Parameters come from the layer runner's memory
+// source, so one decoder serves a single rank (a bound flat array) and ZeRO-Inference (stage-3
+// gathers, which make every encode and step a collective). Beam search reorders the caches.
 #pragma once
 
 #include "device/device.h"
-#include "dscpp/model.h"
-#include "runtime/model/flat_layout.h"
 #include "runtime/model/plugin.h"
+#include "runtime/tools/search.h"
 #include "runtime/train/layer_runner.h"
 
 #include <cstdint>
-#include <memory>
+#include <functional>
 #include <vector>
 
 namespace dscpp::runtime {
 
 class Decoder {
  public:
-  Decoder(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout, const void* params,
-          int64_t sequences);
+  Decoder(const Plugin& plugin, Device& device, LayerRunner& runner, int64_t sequences);
   int64_t vocab() const { return vocab_; }
   int64_t capacity() const { return capacity_; }
   // The positions the caches hold (an encoder-decoder's decoder length; a decoder's context).
@@ -36,16 +35,21 @@ class Decoder {
  private:
   const Plugin& plugin_;
   Device& device_;
-  const dscpp_ops& ops_;
-  const FlatLayout& layout_;
-  const void* params_;
+  LayerRunner& runner_;
   int first_;  // the first decoding layer (after the encoder)
   int64_t capacity_, vocab_, positions_;
-  std::vector<std::vector<const void*>> ptrs_;  // per layer, shared parameters pointing at their owner's
   std::vector<DeviceBuffer> caches_;
-  DeviceBuffer workspace_, act_[2], tokens_, memory_, valid_, reorder_scratch_;
-  std::unique_ptr<LayerRunner> encoder_;
+  DeviceBuffer workspace_, act_[2], tokens_, memory_, valid_, reorder_scratch_, input_;
   int64_t memory_rows_ = 0;  // sequences the memory holds
 };
+
+// Continues `prompts` (ids) with `options`: an encoder-decoder encodes them together (up to the
+// decoder's capacity) and searches from its decoder start token; a decoder feeds each prompt's
+// tokens and searches greedily from its last. `before_step` runs before every decode step (ZeRO
+// Inference's synchronisation). Returns each prompt's generated tokens.
+std::vector<std::vector<int32_t>> continue_prompts(Decoder& decoder, const Plugin& plugin,
+                                                   const std::vector<std::vector<int32_t>>& prompts,
+                                                   const SearchOptions& options,
+                                                   const std::function<void()>& before_step = {});
 
 }  // namespace dscpp::runtime

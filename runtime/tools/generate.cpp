@@ -1,6 +1,7 @@
 #include "runtime/tools/generate.h"
 
 #include "core/error.h"
+#include "core/log.h"
 #include "device/device_select.h"
 #include "runtime/model/flat_layout.h"
 #include "runtime/model/plugin.h"
@@ -53,6 +54,8 @@ std::string printable(const std::vector<int32_t>& ids) {
   return s;
 }
 
+}  // namespace
+
 // The tokenizer to encode prompts with: --tokenizer, else the one beside the weights the plugin
 // starts from (a Hugging Face directory holds its tokenizer.json next to config.json).
 std::optional<tok::Tokenizer> find_tokenizer(const GenerateOptions& o, const Plugin& plugin) {
@@ -65,7 +68,7 @@ std::optional<tok::Tokenizer> find_tokenizer(const GenerateOptions& o, const Plu
 }
 
 // The eos token's id from the tokenizer's config, or -1.
-int32_t eos_id(const tok::Tokenizer& t) {
+int32_t tokenizer_eos(const tok::Tokenizer& t) {
   const auto config = std::filesystem::path(t.source()).parent_path() / "tokenizer_config.json";
   std::ifstream in(config);
   if (!in) return -1;
@@ -75,46 +78,75 @@ int32_t eos_id(const tok::Tokenizer& t) {
   return t.token_to_id(e.is_string() ? e.get<std::string>() : e.is_object() ? e.value("content", "") : "");
 }
 
+std::vector<Prompt> read_prompts(const GenerateOptions& o, const tok::Tokenizer* tokenizer) {
+  std::vector<Prompt> out;
+  if (!o.prompt_ids.empty()) {
+    out.push_back({fmt::format("{}", fmt::join(o.prompt_ids, ",")), o.prompt_ids});
+    for (const std::vector<int32_t>& ids : o.more_prompt_ids)
+      out.push_back({fmt::format("{}", fmt::join(ids, ",")), ids});
+  }
+  std::vector<std::string> texts;
+  if (!o.prompts_file.empty()) {
+    std::ifstream in(o.prompts_file);
+    if (!in) fail("--prompts {}: cannot read it", o.prompts_file);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) texts.push_back(line);
+    if (texts.empty()) fail("--prompts {}: no prompt in it (one per line)", o.prompts_file);
+  } else if (!o.prompt.empty()) {
+    texts.push_back(o.prompt);
+  }
+  for (const std::string& t : texts) {
+    Prompt p{t, {}};
+    if (tokenizer) p.ids = tokenizer->encode(t, true);
+    else
+      for (unsigned char ch : t) p.ids.push_back(ch);
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) fail("generate: give a prompt (--prompt TEXT, --prompts FILE or --prompt_ids 1,2,3)");
+  return out;
+}
+
+SearchOptions search_options(const GenerateOptions& o, const Plugin& plugin, const Decoder& decoder) {
+  const EncoderDecl& enc = plugin.encoder();
+  SearchOptions so;
+  so.max_new_tokens = o.max_new_tokens;
+  so.num_beams = std::max(1, o.num_beams);
+  so.length_penalty = o.length_penalty;
+  so.early_stopping = o.early_stopping;
+  so.eos = enc.layers > 0 ? enc.eos_id : o.eos;
+  so.pad = enc.pad_id >= 0 ? enc.pad_id : 0;
+  if (enc.layers > 0 && so.max_new_tokens > decoder.positions()) {
+    log::info("--max_new_tokens {}: the decoder holds {} positions (the plugin's --max_target_length); generating at "
+              "most that many",
+              o.max_new_tokens, decoder.positions());
+    so.max_new_tokens = decoder.positions();
+  }
+  return so;
+}
+
+namespace {
+
 // An encoder-decoder: every prompt is a source, encoded once; the decoder starts from the model's
 // decoder start token and the prompts are decoded together, --batch_size at a time.
-int generate_seq2seq(const GenerateOptions& o, const Plugin& plugin, Device& device, const dscpp_ops& ops,
-                     const FlatLayout& layout, const void* params, const std::vector<std::vector<int32_t>>& sources,
-                     const std::vector<std::string>& texts, const tok::Tokenizer* tokenizer) {
+int generate_seq2seq(const GenerateOptions& o, const Plugin& plugin, Device& device, LayerRunner& runner,
+                     const std::vector<Prompt>& prompts, const tok::Tokenizer* tokenizer) {
   if (o.check_decode) fail("generate: --check_decode is for decoders (model plugin {} is an encoder-decoder)",
                            plugin.name());
   if (o.temperature > 0) fail("generate: an encoder-decoder decodes greedily or with --num_beams, not by sampling");
-  const EncoderDecl& enc = plugin.encoder();
   const int64_t beams = std::max(1, o.num_beams), batch = std::max<int64_t>(1, o.batch_size);
-  Decoder decoder(plugin, device, ops, layout, params, batch * beams);
-  SearchOptions so;
-  so.max_new_tokens = std::min(o.max_new_tokens, decoder.positions());
-  so.num_beams = int(beams);
-  so.length_penalty = o.length_penalty;
-  so.early_stopping = o.early_stopping;
-  so.eos = enc.eos_id;
-  so.pad = enc.pad_id >= 0 ? enc.pad_id : 0;
-  if (so.max_new_tokens < o.max_new_tokens)
-    std::printf("%s", fmt::format("--max_new_tokens {}: the decoder holds {} positions (the plugin's "
-                                  "--max_target_length); generating at most that many\n",
-                                  o.max_new_tokens, decoder.positions())
-                          .c_str());
-  SearchModel model;
-  model.vocab = decoder.vocab();
-  model.step = [&](const std::vector<int32_t>& t, int64_t pos, std::vector<float>& l) { decoder.step(t, pos, l); };
-  model.reorder = [&](const std::vector<int64_t>& from) { decoder.reorder(from); };
-  for (size_t first = 0; first < sources.size(); first += size_t(batch)) {
-    const size_t count = std::min(sources.size() - first, size_t(batch));
-    const std::vector<std::vector<int32_t>> chunk(sources.begin() + std::ptrdiff_t(first),
-                                                  sources.begin() + std::ptrdiff_t(first + count));
+  Decoder decoder(plugin, device, runner, batch * beams);
+  const SearchOptions so = search_options(o, plugin, decoder);
+  for (size_t first = 0; first < prompts.size(); first += size_t(batch)) {
+    const size_t count = std::min(prompts.size() - first, size_t(batch));
+    std::vector<std::vector<int32_t>> chunk;
+    for (size_t i = first; i < first + count; ++i) chunk.push_back(prompts[i].ids);
     const auto t0 = std::chrono::steady_clock::now();
-    decoder.encode(chunk, beams);
-    const std::vector<std::vector<int32_t>> out = search(model, int64_t(count), enc.decoder_start_id, so);
+    const std::vector<std::vector<int32_t>> out = continue_prompts(decoder, plugin, chunk, so);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     size_t made = 0;
     for (size_t i = 0; i < count; ++i) {
       made += out[i].size();
-      const std::string in = first + i < texts.size() ? texts[first + i] : fmt::format("{}", fmt::join(chunk[i], ","));
-      std::printf("%s", fmt::format("prompt: {}\n", in).c_str());
+      std::printf("%s", fmt::format("prompt: {}\n", prompts[first + i].shown).c_str());
       if (tokenizer) std::printf("%s", fmt::format("output: {}\n", tokenizer->decode(out[i], true)).c_str());
       std::printf("%s", fmt::format("ids: {}\n", fmt::join(out[i], ",")).c_str());
     }
@@ -143,7 +175,7 @@ int run_generate(const GenerateOptions& o) {
   const std::vector<LayerDecl>& layers = plugin.layers();
   const int64_t vocab = layers.back().decode_output_numel;
   const std::optional<tok::Tokenizer> tokenizer = find_tokenizer(o, plugin);
-  const int32_t eos = tokenizer ? eos_id(*tokenizer) : -1;
+  const int32_t eos = tokenizer ? tokenizer_eos(*tokenizer) : -1;
   std::vector<std::string> texts;
   if (!o.prompts_file.empty()) {
     std::ifstream in(o.prompts_file);
@@ -189,16 +221,9 @@ int run_generate(const GenerateOptions& o) {
   DeviceBuffer params(device, static_cast<size_t>(layout.total) * 4, MemCategory::params);
   device.copy_from_host(params.data(), weights.data(), weights.size() * 4);
   if (plugin.encoder().layers > 0) {
-    // Each text is a source; --prompt_ids one more, first.
-    std::vector<std::vector<int32_t>> sources;
-    std::vector<std::string> shown;
-    if (!o.prompt_ids.empty()) {
-      sources.push_back(o.prompt_ids);
-      sources.insert(sources.end(), o.more_prompt_ids.begin(), o.more_prompt_ids.end());
-      for (const std::vector<int32_t>& ids : sources) shown.push_back(fmt::format("{}", fmt::join(ids, ",")));
-    }
-    for (const std::string& t : texts) sources.push_back(encode(t)), shown.push_back(t);
-    return generate_seq2seq(o, plugin, device, rd.ops, layout, params.data(), sources, shown,
+    LayerRunner runner(plugin, device, rd.ops, layout, std::max<int64_t>(1, o.batch_size));
+    runner.bind(params.data(), nullptr);
+    return generate_seq2seq(o, plugin, device, runner, read_prompts(o, tokenizer ? &*tokenizer : nullptr),
                             tokenizer ? &*tokenizer : nullptr);
   }
   if (!o.more_prompt_ids.empty())
@@ -206,29 +231,25 @@ int run_generate(const GenerateOptions& o) {
          plugin.name());
   if (o.num_beams > 1) fail("generate: --num_beams is for encoder-decoders; model plugin {} decodes one sequence",
                             plugin.name());
-  Decoder decoder(plugin, device, rd.ops, layout, params.data(), 1);
-
-  // The training forward, for --check_decode: one sequence of the model's context.
-  std::unique_ptr<LayerRunner> runner;
+  // The decoder's parameters, and the training forward for --check_decode (one sequence of the context).
+  LayerRunner runner(plugin, device, rd.ops, layout, 1);
+  runner.bind(params.data(), nullptr);
+  Decoder decoder(plugin, device, runner, 1);
   DeviceBuffer window;
-  if (o.check_decode) {
-    runner = std::make_unique<LayerRunner>(plugin, device, rd.ops, layout, 1);
-    runner->bind(params.data(), nullptr);
-    window = DeviceBuffer(device, size_t(context) * 4, MemCategory::buffers);
-  }
+  if (o.check_decode) window = DeviceBuffer(device, size_t(context) * 4, MemCategory::buffers);
   double worst = 0;
 
   // Logits of the token at `position` (the last layer's decode output), on the host.
   std::vector<float> logits(static_cast<size_t>(vocab));
   auto step = [&](int32_t id, int64_t position) {
     decoder.step({id}, position, logits);
-    if (!runner) return;
+    if (!o.check_decode) return;
     std::vector<int32_t> ids(static_cast<size_t>(context), 0);
     std::copy_n(tokens.begin(), std::min<size_t>(tokens.size(), size_t(context)), ids.begin());
     device.copy_from_host(window.data(), ids.data(), ids.size() * 4);
-    runner->forward(window.data(), nullptr, 1, false, o.seed);
+    runner.forward(window.data(), nullptr, 1, false, o.seed);
     std::vector<float> full(static_cast<size_t>(vocab));
-    device.copy_to_host(full.data(), static_cast<const float*>(runner->last_output()) + position * vocab,
+    device.copy_to_host(full.data(), static_cast<const float*>(runner.last_output()) + position * vocab,
                         full.size() * 4);
     double diff = 0, scale = 0;
     for (size_t i = 0; i < full.size(); ++i) {

@@ -16,7 +16,10 @@
 // decode's within 1e-4 of their largest magnitude.
 #pragma once
 
+#include "tokenizer/tokenizer.h"
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,8 +46,26 @@ struct GenerateOptions {
   double length_penalty = 1.0;
   bool early_stopping = false;
   int64_t batch_size = 8;
+  int32_t eos = -1;  // a decoder's end token (from its tokenizer; an encoder-decoder's comes from the model)
 };
 
 int run_generate(const GenerateOptions& options);
+
+class Decoder;
+class Plugin;
+struct SearchOptions;
+// The tokenizer prompts go through: --tokenizer, else the one beside the plugin's init_from weights.
+std::optional<tok::Tokenizer> find_tokenizer(const GenerateOptions& options, const Plugin& plugin);
+// The end token tokenizer_config.json names, or −1.
+int32_t tokenizer_eos(const tok::Tokenizer& tokenizer);
+// The prompts the options give: --prompt_ids (and the sources after its ';'), then --prompt or each
+// line of --prompts through the tokenizer with its special tokens (without one, as bytes).
+struct Prompt {
+  std::string shown;  // as the user gave it
+  std::vector<int32_t> ids;
+};
+std::vector<Prompt> read_prompts(const GenerateOptions& options, const tok::Tokenizer* tokenizer);
+// The search the options ask for, within what the decoder holds.
+SearchOptions search_options(const GenerateOptions& options, const Plugin& plugin, const Decoder& decoder);
 
 }  // namespace dscpp::runtime

@@ -15,7 +15,7 @@ std::vector<std::vector<int32_t>> greedy(const SearchModel& m, int64_t batch, in
   std::vector<bool> finished(static_cast<size_t>(batch), false);
   std::vector<float> logits;
   for (int64_t pos = 0; pos < o.max_new_tokens; ++pos) {
-    m.step(tokens, pos, logits);
+    m.step(tokens, o.first_position + pos, logits);
     bool all = true;
     for (size_t i = 0; i < size_t(batch); ++i) {
       const float* row = logits.data() + i * size_t(m.vocab);
@@ -83,13 +83,14 @@ std::vector<std::vector<int32_t>> beam(const SearchModel& m, int64_t batch, int3
   for (int64_t i = 0; i < n; ++i)
     if (i % K != 0) scores[size_t(i)] = -1e9f;  // the first step's candidates come from beam 0 alone
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(n));
-  std::vector<Hypotheses> hyps(static_cast<size_t>(batch), Hypotheses{int(K), o.length_penalty, o.early_stopping, {}, 1e9, false});
+  std::vector<Hypotheses> hyps(static_cast<size_t>(batch),
+                               Hypotheses{int(K), o.length_penalty, o.early_stopping, {}, 1e9, false});
   std::vector<int32_t> tokens(static_cast<size_t>(n), start);
   std::vector<float> logits, logp(static_cast<size_t>(V)), cand(static_cast<size_t>(K * V));
   std::vector<int64_t> idx(static_cast<size_t>(K * V));
   int64_t length = 1;  // the decoder's input so far, start included (transformers' cur_len before the step)
   while (length < 1 + o.max_new_tokens) {
-    m.step(tokens, length - 1, logits);
+    m.step(tokens, o.first_position + length - 1, logits);
     std::vector<float> next_scores(static_cast<size_t>(n));
     std::vector<int32_t> next_tokens(static_cast<size_t>(n));
     std::vector<int64_t> from(static_cast<size_t>(n));

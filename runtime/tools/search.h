@@ -19,6 +19,7 @@ struct SearchOptions {
   bool early_stopping = false;  // beams: stop once num_beams hypotheses are finished
   int32_t eos = -1;             // -1: none
   int32_t pad = 0;              // fed to finished sequences
+  int64_t first_position = 0;   // the start token's position (a decoder's prompt before it is in the caches)
 };
 
 struct SearchModel {
@@ -31,7 +32,7 @@ struct SearchModel {
 };
 
 // `batch` sequences (greedy) or batch × num_beams (beams, each batch's beams consecutive), all
-// starting from `start` at position 0. Returns each batch entry's generated tokens after `start`,
+// starting from `start` at options.first_position. Returns each batch entry's generated tokens after `start`,
 // ending with eos when the sequence ended so (beam search appends it as transformers does when the
 // best hypothesis is shorter than the limit).
 std::vector<std::vector<int32_t>> search(const SearchModel& model, int64_t batch, int32_t start,

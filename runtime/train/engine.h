@@ -78,6 +78,18 @@ class Engine {
   // From <load_dir>/<load_tag> ("" = the tag `latest` names), taking `parts` of it.
   void load(const std::string& load_dir, const std::string& load_tag = "", const ResumeParts& parts = {});
 
+  // ZeRO-Inference beside evaluation (an engine made with eval_only): the weights loaded as
+  // --eval_only loads them, then the parts a generation loop drives; finish releases the
+  // gathered layers and prints the memory peaks.
+  struct Inference {
+    LayerRunner& runner;
+    ParamStore& params;
+    comm::Communicator& world;
+    int64_t micro_batch;
+  };
+  Inference prepare_inference();
+  void finish_inference();
+
   int64_t total_steps() const { return *options_.steps; }
   const TrainCounters& counters() const { return counters_; }
   const FlatLayout& layout() const { return zero_.layout; }
@@ -87,6 +99,7 @@ class Engine {
   void allocate(const dscpp_ops& ops);
   RunMemoryFacts memory_facts(const dscpp_ops& ops) const;  // engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
+  std::string load_inference_weights();  // engine_eval.cpp: the weights' source, for the log
   // The run's initial weights: --init_from, or the plugin's init_from (not both); path "" = none.
   InitialWeights initial_weights() const;
   [[noreturn]] void out_of_memory(const OutOfDeviceMemory& e);  // engine_memory.cpp, as the reports below

@@ -14,8 +14,7 @@
 
 namespace dscpp::runtime {
 
-void Engine::run_eval_only() {
-  const auto t0 = std::chrono::steady_clock::now();
+std::string Engine::load_inference_weights() {
   if (!options_.load_dir.empty() && !options_.init_from.empty())
     fail("--eval_only: give the weights once, with --load_dir ({}) or --init_from ({}), not both", options_.load_dir,
          options_.init_from);
@@ -31,6 +30,26 @@ void Engine::run_eval_only() {
   } else {
     load_checkpoint(ckpt::tag_dir_to_load(options_.load_dir, options_.load_tag), world_, checkpoint_view());
   }
+  return !options_.load_dir.empty() ? options_.load_dir : !init.path.empty() ? init.path : "initialisation";
+}
+
+Engine::Inference Engine::prepare_inference() {
+  const std::string from = load_inference_weights();
+  if (world_.rank() == 0) log::info("generating with ZeRO stage {} on {} rank(s), weights from {}", plan_.zero.stage,
+                                    world_.size(), from);
+  zero_.params->begin_pass(false, false);
+  return Inference{*runner_, *zero_.params, world_, plan_.batch.micro};
+}
+
+void Engine::finish_inference() {
+  zero_.params->release_all();
+  zero_.params->home().flush();
+  log_memory_peaks();
+}
+
+void Engine::run_eval_only() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string from = load_inference_weights();
   if (plugin_.data().eval_size == 0) fail("--eval_only: model {} has no eval split", plugin_.name());
   EvalResult r;
   try {
@@ -41,8 +60,7 @@ void Engine::run_eval_only() {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (world_.rank() == 0)
     log::info("eval only: {} in {:.2f} s, weights from {}", format_eval(r, plugin_.data().tokens_per_sample, 6), secs,
-              !options_.load_dir.empty() ? options_.load_dir
-                                         : !init.path.empty() ? init.path : "initialisation");
+              from);
   zero_.params->home().flush();
   log_memory_peaks();
 }

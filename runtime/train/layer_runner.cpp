@@ -217,6 +217,14 @@ dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int
   return metrics_;
 }
 
+void LayerRunner::decode(int layer, dscpp_decode_ctx& ctx) {
+  point_at(layer, source_(layer, LayerPass::forward), false);
+  ctx.ops = &ops_;
+  ctx.params = param_ptrs_[static_cast<size_t>(layer)].data();
+  plugin_.decode(layer, ctx);
+  if (after_layer) after_layer(layer, false);
+}
+
 size_t LayerRunner::checkpoint_bytes(int segment) const {
   const int before = act_layout_.segment_begin[static_cast<size_t>(segment)] - 1;
   return static_cast<size_t>(batch_ * plugin_.layers()[static_cast<size_t>(before)].output_numel) *

@@ -69,6 +69,11 @@ class LayerRunner {
                         int layers = 0);
   // Layer l's output of the last forward (compute dtype, batch × its output_numel).
   const void* output(int layer) const { return acts_->output(layer); }
+  // One decode call of a layer (generation): its parameters from the memory source as a forward
+  // call gets them (gathered at stage 3, shared ones from their owner's last call), then
+  // after_layer. `ctx.params` is filled in.
+  void decode(int layer, dscpp_decode_ctx& ctx);
+  const dscpp_ops& ops() const { return ops_; }
   // Backward from the loss layer; `layer_done(i)` runs after layer i, when its gradients for
   // this micro-step are complete.
   void backward(float loss_grad, const std::function<void(int)>& layer_done = {});

@@ -267,10 +267,10 @@ void ParamStore::layer_done(int layer, bool backward) {
   release(group);
 }
 
-void ParamStore::follow_forward() {
+void ParamStore::follow_forward(int first, int end) {
   if (!partitioned_) return;
   begin_pass(false, false);
-  for (int l = 0; l < static_cast<int>(layout_.layer_range.size()); ++l) {
+  for (int l = first; l < (end < 0 ? static_cast<int>(layout_.layer_range.size()) : end); ++l) {
     layer_params(l, false);
     layer_done(l, false);
   }

@@ -86,9 +86,10 @@ class ParamStore {
   const void* layer_params(int layer, bool backward, bool prefetch = true);
   // After the layer ran (stage 3: release or keep).
   void layer_done(int layer, bool backward);
-  // Issues exactly the collectives of a forward pass without computing (stage 3), for a rank that
-  // has no batch of its own while the others run one (evaluation tails, rank 0's report).
-  void follow_forward();
+  // Issues exactly the collectives of a forward pass over layers [first, end) (end −1: all) without
+  // computing (stage 3), for a rank that has no batch of its own while the others run one
+  // (evaluation tails, rank 0's report, generation's encoder passes and decode steps).
+  void follow_forward(int first = 0, int end = -1);
   // Releases every non-persistent gathered group (end of a pass that was cut short, or of eval).
   void release_all();
   // After the owned slices changed (optimizer step, checkpoint load): stage 1/2 allgather every
