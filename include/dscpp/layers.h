@@ -397,6 +397,13 @@ class Model {
   int32_t encoder_layers = 0;
   int64_t encoder_len = 0, encoder_width = 0;
   int32_t decoder_start_id = -1, eos_id = -1, pad_id = -1;
+  // Other names weight files may hold a parameter under: {alias, owner's full name}.
+  std::vector<std::pair<std::string, std::string>> weight_aliases;
+  // The ABI's description (pointers into this model, valid while it lives).
+  void describe(dscpp_model_desc* out);
+
+ private:
+  std::vector<const char*> alias_ptrs_;  // the ABI's view of weight_aliases
 };
 
 // argv[0] is the plugin's path; the rest are its arguments.

@@ -387,6 +387,10 @@ typedef struct dscpp_model_desc {
   /* An encoder-decoder's token ids for generation (read when encoder_layers > 0; −1: none): the
    * decoder's first input (T5's decoder_start_token_id), the end of a sequence, padding. */
   int32_t decoder_start_id, eos_id, pad_id;
+  /* Other names weight files may hold a parameter under, as [alias, owner's full name] pairs ending
+   * with a NULL alias (T5's encoder.embed_tokens.weight for shared.weight); reading weights treats
+   * them as a shared parameter's names. NULL: none. */
+  const char* const* weight_aliases;
 } dscpp_model_desc;
 
 /* What the runtime tells the plugin at creation. */

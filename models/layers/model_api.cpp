@@ -56,6 +56,27 @@ void DecodeCall::one_sequence() const {
                                   std::to_string(as_layer.batch));
 }
 
+void Model::describe(dscpp_model_desc* out) {
+  *out = dscpp_model_desc{};
+  out->num_layers = static_cast<int32_t>(layers.size());
+  out->data = data;
+  out->init_from = init_from.empty() ? nullptr : init_from.c_str();
+  out->init_partial = init_partial ? 1 : 0;
+  out->export_config = export_config.empty() ? nullptr : export_config.c_str();
+  out->encoder_layers = encoder_layers;
+  out->encoder_len = encoder_len;
+  out->encoder_width = encoder_width;
+  out->decoder_start_id = decoder_start_id;
+  out->eos_id = eos_id;
+  out->pad_id = pad_id;
+  if (weight_aliases.empty()) return;
+  alias_ptrs_.clear();
+  for (const auto& [alias, owner] : weight_aliases)
+    alias_ptrs_.push_back(alias.c_str()), alias_ptrs_.push_back(owner.c_str());
+  alias_ptrs_.push_back(nullptr);
+  out->weight_aliases = alias_ptrs_.data();
+}
+
 void Layer::decode(const DecodeCall&) {
   fail(DSCPP_E_UNSUPPORTED, "layer " + name_ + " cannot decode one token at a time");
 }
@@ -164,21 +185,7 @@ int api_create(int argc, const char* const* argv, const dscpp_host_info* host, v
 void api_destroy(void* model) { delete static_cast<Model*>(model); }
 
 int api_describe(void* model, dscpp_model_desc* out, dscpp_error* err) {
-  return guarded(err, [&] {
-    const Model& m = model_of(model);
-    *out = dscpp_model_desc{};
-    out->num_layers = static_cast<int32_t>(m.layers.size());
-    out->data = m.data;
-    out->init_from = m.init_from.empty() ? nullptr : m.init_from.c_str();
-    out->init_partial = m.init_partial ? 1 : 0;
-    out->export_config = m.export_config.empty() ? nullptr : m.export_config.c_str();
-    out->encoder_layers = m.encoder_layers;
-    out->encoder_len = m.encoder_len;
-    out->encoder_width = m.encoder_width;
-    out->decoder_start_id = m.decoder_start_id;
-    out->eos_id = m.eos_id;
-    out->pad_id = m.pad_id;
-  });
+  return guarded(err, [&] { static_cast<Model*>(model)->describe(out); });
 }
 
 int api_layer(void* model, int32_t index, dscpp_layer_desc* out, dscpp_error* err) {

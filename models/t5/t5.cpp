@@ -158,6 +158,8 @@ class T5 final : public Model {
     const std::string enc_bias = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight";
     const std::string dec_bias = "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight";
     add<SourceEmbedding>(shape_, "shared", vocab_, d, Name("weight"), normal(f));
+    // transformers' pytorch_model.bin files also hold the encoder's view of the shared embedding.
+    weight_aliases.emplace_back("encoder.embed_tokens.weight", "shared.weight");
     for (int64_t i = 0; i < Le; ++i) {
       T5BlockSpec b = block(a, m, eps, "layer.1.DenseReluDense.");
       b.norm2 = "layer.1.layer_norm.weight";

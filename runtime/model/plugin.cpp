@@ -154,6 +154,10 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
   if (desc.init_from != nullptr) init_from_ = desc.init_from;
   init_partial_ = desc.init_partial != 0;
   if (desc.export_config != nullptr) export_config_ = desc.export_config;
+  for (const char* const* a = desc.weight_aliases; a != nullptr && a[0] != nullptr; a += 2) {
+    if (a[1] == nullptr) fail("model plugin {}: weight alias '{}' names no parameter", name(), a[0]);
+    aliases_[a[0]] = a[1];
+  }
   encoder_ = EncoderDecl{desc.encoder_layers, desc.encoder_len, desc.encoder_width, desc.decoder_start_id,
                          desc.eos_id, desc.pad_id};
   if (encoder_.layers < 0 || encoder_.layers >= desc.num_layers)
@@ -241,7 +245,7 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
 }
 
 std::map<std::string, std::string> Plugin::tied_names() const {
-  std::map<std::string, std::string> tied;
+  std::map<std::string, std::string> tied = aliases_;
   for (const LayerDecl& l : layers_)
     for (const TiedParam& t : l.tied)
       tied[t.name] = layers_.at(static_cast<size_t>(t.owner_layer)).params.at(static_cast<size_t>(t.owner_param)).name;

@@ -87,6 +87,7 @@ class Plugin {
   // The parameters weight files hold transposed (ParamDecl::file_transposed), by full name.
   const std::set<std::string>& file_transposed() const { return file_transposed_; }
   // A shared parameter's other names → its owner's full name (lm_head.weight → the embedding's).
+  // With the model's weight aliases (model.h's weight_aliases), which files may hold instead.
   std::map<std::string, std::string> tied_names() const;
   bool has_report() const { return api_->report != nullptr; }
 
@@ -111,6 +112,7 @@ class Plugin {
   std::set<std::string> file_transposed_;
   bool init_partial_ = false;
   EncoderDecl encoder_;
+  std::map<std::string, std::string> aliases_;  // alias → owner's full name
 };
 
 const char* status_name(int code);
