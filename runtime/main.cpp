@@ -55,7 +55,9 @@ struct Args {
   int64_t max_new_tokens = 32, top_k = 0, gen_batch_size = 8;
   int num_beams = 1;
   double length_penalty = 1.0;
-  bool early_stopping = false;
+  bool early_stopping = false, predict_with_generate = false;
+  int generation_num_beams = 1;
+  int64_t generation_max_length = 0;
   double temperature = 0;
   std::vector<std::string> plugin_args;
 };
@@ -237,6 +239,10 @@ int run(const Args& a) {
   o.resume.module_only = a.load_module_only;
   o.eval_interval = a.eval_interval;
   o.eval = !a.no_eval;
+  o.generation.enabled = a.predict_with_generate;
+  o.generation.num_beams = a.generation_num_beams;
+  o.generation.max_new_tokens = a.generation_max_length;
+  o.generation.tokenizer = a.tokenizer;
   o.accept_data_change = a.accept_data_change;
   o.seed = a.seed;
   o.init_from = a.init_from;
@@ -327,6 +333,14 @@ int main(int argc, char** argv) {
   app.add_option("--eval_interval", a.eval_interval,
                  "steps between evaluations on the eval split (0: only at the end)");
   auto* no_eval = app.add_flag("--no_eval", a.no_eval, "skip the final evaluation");
+  app.add_flag("--predict_with_generate", a.predict_with_generate,
+               "an encoder-decoder's evaluations also generate for every eval source and print the corpus BLEU of "
+               "the outputs against the labels (sacreBLEU's, both decoded by --tokenizer or the --from_hf directory's "
+               "tokenizer) and their mean length, as run_translation's predict_with_generate");
+  app.add_option("--generation_num_beams", a.generation_num_beams, "with --predict_with_generate: beams (default 1)");
+  app.add_option(
+      "--generation_max_length", a.generation_max_length,
+      "with --predict_with_generate: tokens to generate at most (default: the plugin's --max_target_length)");
   app.add_flag("--eval_only", a.eval_only,
                "ZeRO-Inference: evaluate the eval split forward-only with the weights from --load_dir or --init_from "
                "and exit; no gradients or optimizer state are allocated (the config needs no optimizer). With "

@@ -6,10 +6,11 @@
 #include "runtime/model/flat_layout.h"
 #include "runtime/model/plugin.h"
 #include "runtime/rank_device.h"
-#include "runtime/tools/decoder.h"
 #include "runtime/tools/model_weights.h"
-#include "runtime/tools/search.h"
+#include "runtime/train/decoder.h"
+#include "runtime/train/generation.h"
 #include "runtime/train/layer_runner.h"
+#include "runtime/train/search.h"
 #include "tokenizer/tokenizer.h"
 
 #include <fmt/format.h>
@@ -55,28 +56,6 @@ std::string printable(const std::vector<int32_t>& ids) {
 }
 
 }  // namespace
-
-// The tokenizer to encode prompts with: --tokenizer, else the one beside the weights the plugin
-// starts from (a Hugging Face directory holds its tokenizer.json next to config.json).
-std::optional<tok::Tokenizer> find_tokenizer(const GenerateOptions& o, const Plugin& plugin) {
-  namespace fs = std::filesystem;
-  if (!o.tokenizer.empty()) return tok::Tokenizer::load(o.tokenizer);
-  const std::string dir = plugin.init_from();
-  if (!dir.empty() && fs::is_directory(dir) && fs::exists(fs::path(dir) / "tokenizer.json"))
-    return tok::Tokenizer::load(dir);
-  return std::nullopt;
-}
-
-// The eos token's id from the tokenizer's config, or -1.
-int32_t tokenizer_eos(const tok::Tokenizer& t) {
-  const auto config = std::filesystem::path(t.source()).parent_path() / "tokenizer_config.json";
-  std::ifstream in(config);
-  if (!in) return -1;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("eos_token")) return -1;
-  const auto& e = j["eos_token"];
-  return t.token_to_id(e.is_string() ? e.get<std::string>() : e.is_object() ? e.value("content", "") : "");
-}
 
 std::vector<Prompt> read_prompts(const GenerateOptions& o, const tok::Tokenizer* tokenizer) {
   std::vector<Prompt> out;
@@ -174,7 +153,7 @@ int run_generate(const GenerateOptions& o) {
          plugin.name());
   const std::vector<LayerDecl>& layers = plugin.layers();
   const int64_t vocab = layers.back().decode_output_numel;
-  const std::optional<tok::Tokenizer> tokenizer = find_tokenizer(o, plugin);
+  const std::optional<tok::Tokenizer> tokenizer = find_tokenizer(o.tokenizer, plugin);
   const int32_t eos = tokenizer ? tokenizer_eos(*tokenizer) : -1;
   std::vector<std::string> texts;
   if (!o.prompts_file.empty()) {

@@ -54,10 +54,6 @@ int run_generate(const GenerateOptions& options);
 class Decoder;
 class Plugin;
 struct SearchOptions;
-// The tokenizer prompts go through: --tokenizer, else the one beside the plugin's init_from weights.
-std::optional<tok::Tokenizer> find_tokenizer(const GenerateOptions& options, const Plugin& plugin);
-// The end token tokenizer_config.json names, or −1.
-int32_t tokenizer_eos(const tok::Tokenizer& tokenizer);
 // The prompts the options give: --prompt_ids (and the sources after its ';'), then --prompt or each
 // line of --prompts through the tokenizer with its special tokens (without one, as bytes).
 struct Prompt {

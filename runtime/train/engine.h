@@ -27,6 +27,7 @@
 #include "runtime/train/batch_loader.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/forward_passes.h"
+#include "runtime/train/generation.h"
 #include "runtime/train/layer_runner.h"
 #include "runtime/train/run_memory.h"
 #include "runtime/zero/zero_state.h"
@@ -58,6 +59,8 @@ struct TrainOptions {
   int ranks_per_node = 0;
   // Resume even though the data differs from the checkpoint's (data_fingerprint.h).
   bool accept_data_change = false;
+  // Evaluations also generate and score BLEU (Seq2SeqTrainer's predict_with_generate).
+  GenerationEval generation;
 };
 
 class Engine {

@@ -82,7 +82,11 @@ void Engine::eval_out_of_memory(const OutOfDeviceMemory& e) {
             "device");
 }
 
-EvalResult Engine::evaluate() { return runtime::evaluate(forward_passes()); }
+EvalResult Engine::evaluate() {
+  EvalResult r = runtime::evaluate(forward_passes());
+  if (options_.generation.enabled) evaluate_generation(forward_passes(), options_.generation, r);
+  return r;
+}
 
 void Engine::report() { run_plugin_report(forward_passes()); }
 

@@ -14,9 +14,10 @@ namespace dscpp::runtime {
 std::string format_eval(const EvalResult& r, int64_t tokens_per_sample, int loss_digits) {
   // A language model's loss is the mean cross-entropy per token: exp of it is the perplexity.
   // What the loss layer counted: predicted positions of a language model, else samples.
-  return fmt::format("loss {:.{}f}, accuracy {:.2f}%{} ({} {})", r.loss, loss_digits, 100 * r.accuracy,
+  return fmt::format("loss {:.{}f}, accuracy {:.2f}%{} ({} {}){}", r.loss, loss_digits, 100 * r.accuracy,
                      tokens_per_sample > 0 ? fmt::format(", perplexity {:.4f}", std::exp(r.loss)) : std::string(),
-                     r.counted, tokens_per_sample > 0 ? "tokens" : "samples");
+                     r.counted, tokens_per_sample > 0 ? "tokens" : "samples",
+                     r.bleu ? fmt::format(", bleu {:.2f}, gen_len {:.2f}", *r.bleu, r.gen_len.value_or(0)) : "");
 }
 
 EvalResult evaluate(const ForwardPasses& f) {

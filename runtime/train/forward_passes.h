@@ -11,6 +11,7 @@
 #include "runtime/zero/param_store.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dscpp::runtime {
@@ -19,6 +20,7 @@ struct EvalResult {
   double loss = 0;
   double accuracy = 0;  // correct / counted
   int64_t counted = 0;
+  std::optional<double> bleu, gen_len;  // with generation (generation.h)
 };
 
 // What a forward pass runs through.

@@ -12,7 +12,8 @@
 #   4. export round trip: a step-0 checkpoint exported is the HF file again, names, shapes and
 #      values, and config.json;
 #   5. refusals: a malformed line and an over-long example name file and line;
-#   6. generation: greedy and beam search (3 beams) of all sources at once equal transformers' generate.
+#   6. generation: greedy and beam search (3 beams) of all sources at once equal transformers' generate;
+#   7. --predict_with_generate: the eval line's BLEU and gen_len are sacreBLEU's for transformers' outputs.
 # Tolerances as tests/system/hf_parity.sh's: losses 2e-6 (printed with 6 decimals), the losses after
 # AdamW steps 1e-6 + 4e-7 of the loss (v1.1's untied head starts at 14.5; measured ≤ 2.3e-6 at 6.2),
 # gradients normwise 1e-5 of the tensor's largest (measured ≤ 1.4e-6 absolute).
@@ -123,6 +124,26 @@ for m in t5_v10 t5_v11; do
     done
     if [ -z "$bad" ]; then pass "$m $what generation of 4 sources together: ${got[*]}"
     else fail "$m $what generation:$bad"; tail -3 "$WORK/$m.$what.err"; fi
+  done
+done
+
+# 7. evaluation with generation (--predict_with_generate): BLEU and mean length of the greedy
+#    outputs against the labels as sacreBLEU scores them, on 1 rank and on 2 ranks at ZeRO 3 (each
+#    rank generating for its share of the eval sources).
+config "$WORK/eval2.json" 3 2 "$SGD"
+for m in t5_v10 t5_v11; do
+  want=$(ref "$m" bleu_greedy) wlen=$(ref "$m" gen_len_greedy)
+  for ranks in 1 2; do
+    cfg=$WORK/eval.json
+    [ "$ranks" = 2 ] && cfg=$WORK/eval2.json
+    line=""
+    run "$m" "$ranks" "$cfg" "$WORK/$m.pwg$ranks.log" --eval_only --predict_with_generate --generation_max_length 8 &&
+      line=$(grep -m1 -o 'bleu [0-9.]*, gen_len [0-9.]*' "$WORK/$m.pwg$ranks.log")
+    got=$(echo "$line" | sed 's/bleu \([0-9.]*\),.*/\1/') glen=${line##* }
+    if [ -n "$line" ] && close "$got" "$want" 0.006 && close "$glen" "$wlen" 0.006; then
+      pass "$m predict_with_generate on $ranks rank(s): $line; sacreBLEU $want, gen_len $wlen"
+    else fail "$m predict_with_generate on $ranks rank(s): '$line', sacreBLEU $want, gen_len $wlen"
+      tail -3 "$WORK/$m.pwg$ranks.log"; fi
   done
 done
 

@@ -18,7 +18,9 @@ Writes OUT_DIR/{t5_v10,t5_v11}/ with
                                    deals them unshuffled: rank r gets pairs r and r + 2); loss_step.* and
                                    after3.* of 3 AdamW steps on that two-rank loss; greedy.i and
                                    beam3.i, transformers' generate(max_new_tokens=8) for each source
-                                   (ids as float32)
+                                   (ids as float32); bleu_greedy and gen_len_greedy: sacreBLEU's corpus
+                                   BLEU of the greedy outputs against the labels, ids as words, and their
+                                   mean length (run_translation's compute_metrics with predict_with_generate)
 Relative-position buckets: 8 buckets, max_distance 12, sources up to 20 tokens, so the log buckets
 saturate within the test lengths.
 
@@ -31,6 +33,7 @@ import os
 import shutil
 import sys
 
+import sacrebleu
 import torch
 import transformers
 from torch.utils.data import DistributedSampler
@@ -144,6 +147,11 @@ def make_one(out_root, name, seed):
         beam = model.generate(src, max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=3)
         ref[f"greedy.{i}"] = greedy[0].to(torch.float32)
         ref[f"beam3.{i}"] = beam[0].to(torch.float32)
+    preds = [ref[f"greedy.{i}"][1:].int().tolist() for i in range(len(examples))]
+    words = lambda ids: " ".join(map(str, ids))  # noqa: E731
+    bleu = sacrebleu.corpus_bleu([words(p) for p in preds], [[words(t) for _, t in examples]])
+    ref["bleu_greedy"] = torch.tensor([bleu.score], dtype=torch.float32)
+    ref["gen_len_greedy"] = torch.tensor([sum(sum(1 for x in p if x != 0) for p in preds) / len(preds)])
 
     model.train()
     opt = torch.optim.AdamW([p for _, p in params], lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,

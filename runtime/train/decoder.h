@@ -8,8 +8,8 @@
 
 #include "device/device.h"
 #include "runtime/model/plugin.h"
-#include "runtime/tools/search.h"
 #include "runtime/train/layer_runner.h"
+#include "runtime/train/search.h"
 
 #include <cstdint>
 #include <functional>

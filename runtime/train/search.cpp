@@ -1,4 +1,4 @@
-#include "runtime/tools/search.h"
+#include "runtime/train/search.h"
 
 #include "core/error.h"
 

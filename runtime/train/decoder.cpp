@@ -1,4 +1,4 @@
-#include "runtime/tools/decoder.h"
+#include "runtime/train/decoder.h"
 
 #include "core/error.h"
 
