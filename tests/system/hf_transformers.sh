@@ -8,10 +8,12 @@
 #      reference logits (1e-5), after 3 AdamW steps at ZeRO 3 on 2 ranks the loss transformers
 #      gets by applying its own 3 steps (1e-5);
 #   3. `dscpp generate` (token by token with KV caches) continues a prompt greedily with the same
-#      12 tokens as transformers' generate.
-# Usage: hf_transformers.sh DSCPP LLAMA_SO GPT2_SO SOURCE_ROOT
+#      12 tokens as transformers' generate;
+#   4. the T5s' exports from a step-0 checkpoint at ZeRO 3 on 2 ranks load in transformers and give
+#      the reference loss (1e-6), and their pytorch_model.bin saves train from the same first loss.
+# Usage: hf_transformers.sh DSCPP LLAMA_SO GPT2_SO SOURCE_ROOT T5_SO
 set -u
-DSCPP=$1 LLAMA=$2 GPT2=$3 SRC=$4
+DSCPP=$1 LLAMA=$2 GPT2=$3 SRC=$4 T5=$5
 VENV=${DSCPP_HF_VENV:-/opt/dscpp-hf-venv}
 DATA=$SRC/tests/data/hf
 if ! "$VENV/bin/python" -c "import transformers, safetensors" 2> /dev/null; then
@@ -57,5 +59,26 @@ PY
 )
   if [ -n "$ours" ] && [ "$ours" = "$theirs" ]; then echo "ok: $m greedy generation, as transformers: $ours"
   else echo "FAIL: $m greedy generation: dscpp '$ours', transformers '$theirs'"; FAILED=1; fi
+done
+for m in t5_v10 t5_v11; do
+  if ! "$DSCPP" --num_procs 2 --master_port "$(port)" "$T5" --deepspeed_config "$WORK/adamw.json" --steps 0 --no_eval \
+    --save_dir "$WORK/$m" -- --from_hf "$DATA/$m" --data "$DATA/$m/train.jsonl" > "$WORK/$m.log" 2>&1 ||
+    ! "$DSCPP" export-hf -q "$WORK/$m" "$WORK/$m.hf" > /dev/null; then
+    echo "FAIL: $m: run or export"; tail -20 "$WORK/$m.log"; FAILED=1; continue
+  fi
+  if out=$("$VENV/bin/python" "$DATA/make_t5.py" --load-export "$m" "$WORK/$m.hf" 2>&1); then echo "ok: ${out##*$'\n'}"
+  else echo "FAIL: $out"; FAILED=1; fi
+  # transformers' own pytorch_model.bin (every tied name saved) starts from the same loss
+  "$VENV/bin/python" -c "import sys; from transformers import T5ForConditionalGeneration as T
+T.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[2], safe_serialization=False)" "$DATA/$m" "$WORK/$m.bin" \
+    2> /dev/null
+  got=$("$DSCPP" --num_procs 1 --master_port "$(port)" "$T5" --deepspeed_config "$WORK/adamw.json" --eval_only -- \
+    --from_hf "$WORK/$m.bin" --data "$DATA/$m/train.jsonl" --eval_data "$DATA/$m/train.jsonl" 2>&1 |
+    sed -n 's/.*eval only: loss \([0-9.]*\),.*/\1/p')
+  want=$("$VENV/bin/python" -c "import sys; from safetensors.torch import load_file
+print('%.7f' % float(load_file(sys.argv[1])['loss']))" "$DATA/$m/reference.safetensors" 2> /dev/null)
+  if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d <= 2e-6 && d >= -2e-6) }'; then
+    echo "ok: $m from pytorch_model.bin: loss $got, transformers $want"
+  else echo "FAIL: $m from pytorch_model.bin: loss '$got', reference $want"; FAILED=1; fi
 done
 exit $FAILED
