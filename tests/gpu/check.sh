@@ -383,6 +383,32 @@ JSON
   else fail "$m packed documents on $DEVICE: $(why "$WORK/docs.log" $rc) $out"; fi
 fi
 
+# ---- 6c. T5 (encoder-decoder: relative position bias, masked softmax, cross-attention) --------
+T5=${T5:-$BUILD/models/t5/libt5.so}
+if [ ! -e "$T5" ] || [ ! -e "$HF/t5_v11/reference.safetensors" ]; then
+  fail "t5: $T5 or $HF/t5_v11/reference.safetensors is missing"
+else
+  m=t5_v11
+  T5A=(-- --from_hf "$HF/$m" --data "$HF/$m/train.jsonl" --eval_data "$HF/$m/train.jsonl")
+  timed $T_RUN "$WORK/t5.log" "$DSCPP" --num_procs 1 --master_port "$(port)" "$T5" --deepspeed_config "$WORK/fam.json" \
+    --device "$DEVICE" --steps 1 --no_eval --save_dir "$WORK/t5" "${T5A[@]}"
+  rc=$?
+  out=""
+  if [ $rc = 0 ] && "$DSCPP" export-hf -q "$WORK/t5" "$WORK/t5.hf" > /dev/null 2>&1 &&
+    out=$("$COMPARE" "$WORK/t5.hf/model.safetensors" "$HF/$m/reference.safetensors" --b_prefix grad. \
+      --minus_from "$HF/$m/model.safetensors" --normwise 1 --rtol 1e-4 --complete 1 2>&1); then
+    pass "$m on $DEVICE: gradients vs transformers: ${out##*compared }"
+  else fail "$m on $DEVICE: $(why "$WORK/t5.log" $rc) $out"; fi
+  src=$(sed -e 's/.*"input_ids": \[\([0-9, ]*\)\].*/\1/' -e 's/ //g' "$HF/$m/train.jsonl" | paste -sd';')
+  timed $T_RUN "$WORK/t5gen.log" "$DSCPP" generate "$T5" --device "$DEVICE" --prompt_ids "$src" --max_new_tokens 8 \
+    --num_beams 3 --batch_size 4 -- --from_hf "$HF/$m"
+  got=$(sed -n 's/^ids: //p' "$WORK/t5gen.log" | paste -sd' ')
+  want=$(for i in 0 1 2 3; do "$COMPARE" --print "$HF/$m/reference.safetensors" "beam3.$i" | tail -n +2 | paste -sd,; done |
+    paste -sd' ')
+  if [ -n "$got" ] && [ "$got" = "$want" ]; then pass "$m on $DEVICE: 3-beam generation as transformers: $got"
+  else fail "$m on $DEVICE: 3-beam generation '$got', transformers '$want'"; fi
+fi
+
 # ---- 7. the gpt example at GPT-2 small's shape -----------------------------------------------
 # As a user runs it: bf16 on the tensor cores, fp32 exact.
 unset DSCPP_GEMM_MATH DSCPP_COMPUTE_DTYPE
