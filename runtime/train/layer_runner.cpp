@@ -124,13 +124,18 @@ void LayerRunner::check_op(const char* what, int status) const {
 // A shared parameter: the owner's forward leaves a copy of its values for the user, whose
 // gradient goes to a zeroed buffer that the owner's backward (always later: the owner is an
 // earlier layer) adds into the owner's gradient before the owner adds its own.
-void LayerRunner::point_ties(int layer, bool backward) {
+void LayerRunner::point_ties(int layer, bool backward, bool decoding) {
   const auto l = static_cast<size_t>(layer);
+  if (tie_fresh_.size() != ties_.size()) tie_fresh_.assign(ties_.size(), false);
   for (size_t k : owned_ties_[l]) {
     Tie& t = ties_[k];
     const auto slot = static_cast<size_t>(t.owner_slot);
-    if (!backward) check_op("copy", ops_.copy(&ops_, param_ptrs_[l][slot], t.value.data(), t.numel));
-    else check_op("axpy", ops_.axpy(&ops_, 1.0f, t.grad.data(), grad_ptrs_[l][slot], t.numel));
+    // Generation decodes token after token with the same parameters: one copy serves them all.
+    if (!backward && !(decoding && tie_fresh_[k]))
+      check_op("copy", ops_.copy(&ops_, param_ptrs_[l][slot], t.value.data(), t.numel));
+    else if (backward)
+      check_op("axpy", ops_.axpy(&ops_, 1.0f, t.grad.data(), grad_ptrs_[l][slot], t.numel));
+    tie_fresh_[k] = decoding;
   }
   for (Tie& t : ties_) {
     if (t.layer != layer) continue;
@@ -149,7 +154,7 @@ void LayerRunner::bind(void* params, void* grads) {
   };
 }
 
-void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward) {
+void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward, bool decoding) {
   auto [first, end] = layout_.layer_range[static_cast<size_t>(layer)];
   const void* params = m.params;
   void* grads = m.grads;
@@ -171,7 +176,7 @@ void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward) {
     grad_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
         backward ? static_cast<char*>(grads) + (s.offset - first) * ce : nullptr;
   }
-  if (!ties_.empty()) point_ties(layer, backward);
+  if (!ties_.empty()) point_ties(layer, backward, decoding);
 }
 
 dscpp_layer_ctx LayerRunner::context(int layer) const {
@@ -218,7 +223,7 @@ dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int
 }
 
 void LayerRunner::decode(int layer, dscpp_decode_ctx& ctx) {
-  point_at(layer, source_(layer, LayerPass::forward), false);
+  point_at(layer, source_(layer, LayerPass::forward), false, true);
   ctx.ops = &ops_;
   ctx.params = param_ptrs_[static_cast<size_t>(layer)].data();
   plugin_.decode(layer, ctx);

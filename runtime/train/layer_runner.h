@@ -89,7 +89,7 @@ class LayerRunner {
 
  private:
   dscpp_layer_ctx context(int layer) const;
-  void point_at(int layer, const LayerMemory& m, bool backward);
+  void point_at(int layer, const LayerMemory& m, bool backward, bool decoding = false);
   void forward_segment(int segment, bool recompute, int stop);
   size_t checkpoint_bytes(int segment) const;
 
@@ -126,10 +126,13 @@ class LayerRunner {
   std::vector<Guard> arm_guards(int layer, const dscpp_layer_ctx& ctx, bool backward);
   void check_guards(int layer, const std::vector<Guard>& guards, bool backward) const;
   int guard_passes_ = -1;  // passes (forward or backward) still checked; -1: all
-  void point_ties(int layer, bool backward);
+  void point_ties(int layer, bool backward, bool decoding);
   void check_op(const char* what, int status) const;
   std::vector<Tie> ties_;
   std::vector<std::vector<size_t>> owned_ties_;  // per layer: the ties_ it owns
+  // Per tie: its value was copied by a decode call and no forward or backward ran since (the
+  // parameters cannot have changed), so the next decode calls need not copy it again.
+  std::vector<bool> tie_fresh_;
   std::vector<std::vector<const void*>> param_ptrs_;
   std::vector<std::vector<void*>> grad_ptrs_;
   // The micro-batch in flight.
