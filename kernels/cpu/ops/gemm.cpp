@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 namespace dscpp::kernels {
 namespace cpu {
@@ -145,9 +146,61 @@ GemmArgs sub_gemm(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t
   return s;
 }
 
+// A GEMM with a few rows of op(A) (decoding: a linear layer on the newest token of 1–8
+// sequences) reads B once, straight from where it is: each element of C a dot product of an A
+// row with a row of B (B transposed, a weight stored [out, in]) or each row of C a combination
+// of B's rows. Packing B for the tiled kernel would cost several times the product itself.
+constexpr int64_t kSkinnyRows = 8;
+
+bool skinny(const GemmArgs& g) {
+  return g.M > 0 && g.M <= kSkinnyRows && g.N > 0 && g.K > 0 && !g.trans_a && g.a_row_sums == nullptr &&
+         g.alpha != 0.0f;
+}
+
+DSCPP_SIMD float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+DSCPP_SIMD void add_scaled(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// Columns [j0, j1) of C.
+void skinny_columns(const GemmArgs& g, int64_t j0, int64_t j1) {
+  const int64_t w = j1 - j0;
+  std::vector<float> acc(static_cast<size_t>(g.M * w), 0.0f);
+  if (g.trans_b) {
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t i = 0; i < g.M; ++i) acc[size_t(i * w + j - j0)] = dot(g.A + i * g.lda, g.B + j * g.ldb, g.K);
+  } else {
+    for (int64_t k = 0; k < g.K; ++k)
+      for (int64_t i = 0; i < g.M; ++i) add_scaled(g.A[i * g.lda + k], g.B + k * g.ldb + j0, &acc[size_t(i * w)], w);
+  }
+  const float* src = g.c_in != nullptr ? g.c_in : g.C;
+  for (int64_t i = 0; i < g.M; ++i)
+    for (int64_t j = j0; j < j1; ++j) {
+      float v = g.alpha * acc[size_t(i * w + j - j0)];
+      if (g.beta != 0.0f) v += g.beta * src[i * g.ldc + j];
+      g.C[i * g.ldc + j] = g.bias != nullptr ? v + g.bias[j] : v;
+    }
+}
+
+void gemm_skinny(const GemmArgs& g) {
+  // Columns per chunk: about 64 KiB of B each, so a chunk is worth a worker's wake-up.
+  const int64_t chunk = std::max<int64_t>(16, (int64_t{1} << 14) / std::max<int64_t>(1, g.K));
+  dscpp::parallel_for((g.N + chunk - 1) / chunk, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) skinny_columns(g, c * chunk, std::min(g.N, (c + 1) * chunk));
+  });
+  apply_act(g);
+}
+
 }  // namespace
 
 void gemm_f32(const GemmArgs& g) {
+  if (skinny(g)) return gemm_skinny(g);
   const GemmBackend backend = active_backend();
   const int threads = dscpp::num_threads();
   const double flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
