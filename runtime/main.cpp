@@ -293,8 +293,7 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", a.tokenizer,
                  "with --generate: a Hugging Face tokenizer directory (default: the --from_hf directory's, if any)");
   app.add_option("--prompt_ids", a.prompt_ids,
-                 "with --generate: token ids, e.g. 128000,791,6864; an encoder-decoder takes several sources, "
-                 "separated by ';'");
+                 "with --generate: token ids, e.g. 128000,791,6864; several prompts separated by ';'");
   app.add_option("--max_new_tokens", a.max_new_tokens, "with --generate: tokens to add (default 32)");
   app.add_option("--temperature", a.temperature,
                  "with --generate: 0 = greedy (default), else sample softmax(logits/T)");

@@ -222,6 +222,18 @@ class Norm {
   int weight = -1, bias = -1;
 };
 
+// The backward of a pre-norm residual sublayer y = x + f(norm(x)), every block's unit: the norm's
+// output is made again into xn (the same bits as forward), f_backward(dy, xn, scratch) writes the
+// gradient of f's input into scratch, and dx = norm's backward of it + dy. dx may be scratch, not dy.
+template <class FBackward>
+void residual_backward(const Call& c, const Norm& norm, const void* x, float* stats, const void* dy, void* xn,
+                       void* scratch, void* dx, int64_t rows, FBackward&& f_backward) {
+  norm.forward(c, x, xn, stats, rows);
+  f_backward(dy, static_cast<const void*>(xn), scratch);
+  norm.backward(c, scratch, x, stats, dx, rows);
+  DSCPP_CALL(c.ops(), axpy, 1.0f, dy, dx, rows * norm.dim);
+}
+
 struct AttentionSpec {
   int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
   // One packed projection [(heads + 2·kv_heads)·head_dim, hidden] (GPT-2's c_attn), or three.

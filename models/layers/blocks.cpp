@@ -121,27 +121,22 @@ void DecoderBlock::forward(const Call& c) {
 
 void DecoderBlock::backward(const Call& c) {
   const int64_t rows = c.batch() * env().context;
-  const void* dy = c.ctx.grad_output;
   const void* h = c.saved(sv_h_);
   auto* stats1 = static_cast<float*>(c.saved(sv_stats1_));
-  auto* stats2 = static_cast<float*>(c.saved(sv_stats2_));
   void* xn = c.bwd_work(bw_xn_);
   void* dxn = c.bwd_work(bw_dxn_);
   void* dh = c.bwd_work(bw_dh_);
-  // y = h + mlp(norm2(h))
-  norm2_.forward(c, h, xn, stats2, rows);
-  mlp_.backward(c, dy, xn, dxn);
-  norm2_.backward(c, dxn, h, stats2, dh, rows);
-  DSCPP_CALL(c.ops(), axpy, 1.0f, dy, dh, rows * hidden_);
-  // h = x + attention(norm1(x))
-  norm1_.forward(c, c.ctx.input, xn, stats1, rows);
-  attn_.backward(c, dh, xn, dxn);
+  auto mlp = [&](const void* dy, const void* in, void* dx) { mlp_.backward(c, dy, in, dx); };
+  auto attention = [&](const void* dy, const void* in, void* dx) { attn_.backward(c, dy, in, dx); };
+  residual_backward(c, norm2_, h, static_cast<float*>(c.saved(sv_stats2_)), c.ctx.grad_output, xn, dxn, dh, rows, mlp);
   if (c.ctx.grad_input != nullptr) {
-    norm1_.backward(c, dxn, c.ctx.input, stats1, c.ctx.grad_input, rows);
-    DSCPP_CALL(c.ops(), axpy, 1.0f, dh, c.ctx.grad_input, rows * hidden_);
-  } else {
-    norm1_.backward(c, dxn, c.ctx.input, stats1, dxn, rows);  // the first layer: only the norm's own gradients
+    residual_backward(c, norm1_, c.ctx.input, stats1, dh, xn, dxn, c.ctx.grad_input, rows, attention);
+    return;
   }
+  // The first layer: only the norm's own gradients.
+  norm1_.forward(c, c.ctx.input, xn, stats1, rows);
+  attention(dh, xn, dxn);
+  norm1_.backward(c, dxn, c.ctx.input, stats1, dxn, rows);
 }
 
 // ---- LmHead -------------------------------------------------------------------------------------

@@ -73,24 +73,17 @@ void EncoderBlock::forward(const Call& c) {
   mlp_.forward(c, xn, h, c.ctx.output);
 }
 
-// The norms' outputs are made again from the same inputs (the same bits) rather than kept.
 void EncoderBlock::backward(const Call& c) {
   const int64_t rows = c.batch() * shape_.source_len();
-  const void* dy = c.ctx.grad_output;
-  const void* h = c.saved(sv_h_);
-  auto* stats1 = static_cast<float*>(c.saved(sv_stats1_));
-  auto* stats2 = static_cast<float*>(c.saved(sv_stats2_));
   void* xn = c.bwd_work(bw_xn_);
   void* dxn = c.bwd_work(bw_dxn_);
   void* dh = c.bwd_work(bw_dh_);
-  norm2_.forward(c, h, xn, stats2, rows);
-  mlp_.backward(c, dy, xn, dxn);
-  norm2_.backward(c, dxn, h, stats2, dh, rows);
-  DSCPP_CALL(c.ops(), axpy, 1.0f, dy, dh, rows * hidden_);
-  norm1_.forward(c, c.ctx.input, xn, stats1, rows);
-  attn_.backward(c, dh, xn, nullptr, keys(c), dxn, nullptr);
-  norm1_.backward(c, dxn, c.ctx.input, stats1, c.ctx.grad_input, rows);
-  DSCPP_CALL(c.ops(), axpy, 1.0f, dh, c.ctx.grad_input, rows * hidden_);
+  residual_backward(c, norm2_, c.saved(sv_h_), static_cast<float*>(c.saved(sv_stats2_)), c.ctx.grad_output, xn, dxn,
+                    dh, rows, [&](const void* dy, const void* in, void* dx) { mlp_.backward(c, dy, in, dx); });
+  residual_backward(c, norm1_, c.ctx.input, static_cast<float*>(c.saved(sv_stats1_)), dh, xn, dxn, c.ctx.grad_input,
+                    rows, [&](const void* dy, const void* in, void* dx) {
+                      attn_.backward(c, dy, in, nullptr, keys(c), dx, nullptr);
+                    });
 }
 
 // ---- FinalNorm ----------------------------------------------------------------------------------
@@ -195,7 +188,6 @@ void CrossDecoderBlock::forward(const Call& c) {
 
 void CrossDecoderBlock::backward(const Call& c) {
   const int64_t B = c.batch(), memory = B * shape_.source_len() * hidden_, rows = B * shape_.target_len();
-  const int64_t n = rows * hidden_;
   const void* x = at(c.ctx.input, memory, env());
   const void* dy = at(c.ctx.grad_output, memory, env());
   void* dx = at(c.ctx.grad_input, memory, env());
@@ -209,21 +201,16 @@ void CrossDecoderBlock::backward(const Call& c) {
   void* dh = c.bwd_work(bw_dh_);
   // The memory's gradient: what later layers sent back, plus this block's cross-attention's.
   DSCPP_CALL(c.ops(), copy, c.ctx.grad_output, c.ctx.grad_input, memory);
-  // y = h2 + mlp(norm3(h2)): dh = dL/dh2
-  norm3_.forward(c, h2, xn, stats3, rows);
-  mlp_.backward(c, dy, xn, dxn);
-  norm3_.backward(c, dxn, h2, stats3, dh, rows);
-  DSCPP_CALL(c.ops(), axpy, 1.0f, dy, dh, n);
-  // h2 = h1 + cross(norm2(h1), memory): dxn = dL/dh1
-  norm2_.forward(c, h1, xn, stats2, rows);
-  cross_.backward(c, dh, xn, c.ctx.input, keys(c), dxn, c.ctx.grad_input);
-  norm2_.backward(c, dxn, h1, stats2, dxn, rows);
-  DSCPP_CALL(c.ops(), axpy, 1.0f, dh, dxn, n);
-  // h1 = x + self(norm1(x))
-  norm1_.forward(c, x, xn, stats1, rows);
-  self_.backward(c, dxn, xn, nullptr, {}, dh, nullptr);
-  norm1_.backward(c, dh, x, stats1, dx, rows);
-  DSCPP_CALL(c.ops(), axpy, 1.0f, dxn, dx, n);
+  // y = h2 + mlp(norm3(h2)) → dh = dL/dh2; h2 = h1 + cross(norm2(h1), memory) → dxn = dL/dh1;
+  // h1 = x + self(norm1(x)) → dx.
+  residual_backward(c, norm3_, h2, stats3, dy, xn, dxn, dh, rows,
+                    [&](const void* d, const void* in, void* out) { mlp_.backward(c, d, in, out); });
+  residual_backward(c, norm2_, h1, stats2, dh, xn, dxn, dxn, rows, [&](const void* d, const void* in, void* out) {
+    cross_.backward(c, d, in, c.ctx.input, keys(c), out, c.ctx.grad_input);
+  });
+  residual_backward(c, norm1_, x, stats1, dxn, xn, dh, dx, rows, [&](const void* d, const void* in, void* out) {
+    self_.backward(c, d, in, nullptr, {}, out, nullptr);
+  });
 }
 
 void CrossDecoderBlock::decode(const DecodeCall& d) {

@@ -75,7 +75,7 @@ std::vector<Prompt> read_prompts(const GenerateOptions& o, const tok::Tokenizer*
     texts.push_back(o.prompt);
   }
   for (const std::string& t : texts) {
-    Prompt p{t, {}};
+    Prompt p{t, {}, true};
     if (tokenizer) p.ids = tokenizer->encode(t, true);
     else
       for (unsigned char ch : t) p.ids.push_back(ch);
@@ -155,32 +155,10 @@ int run_generate(const GenerateOptions& o) {
   const int64_t vocab = layers.back().decode_output_numel;
   const std::optional<tok::Tokenizer> tokenizer = find_tokenizer(o.tokenizer, plugin);
   const int32_t eos = tokenizer ? tokenizer_eos(*tokenizer) : -1;
-  std::vector<std::string> texts;
-  if (!o.prompts_file.empty()) {
-    std::ifstream in(o.prompts_file);
-    if (!in) fail("--prompts {}: cannot read it", o.prompts_file);
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) texts.push_back(line);
-    if (texts.empty()) fail("--prompts {}: no prompt in it (one per line)", o.prompts_file);
-  } else if (!o.prompt.empty()) {
-    texts.push_back(o.prompt);
-  }
-  // A prompt's ids: through the tokenizer, else its bytes.
-  auto encode = [&](const std::string& text) {
-    std::vector<int32_t> ids;
-    if (tokenizer) ids = tokenizer->encode(text, true);
-    else
-      for (unsigned char ch : text) ids.push_back(ch);
-    return ids;
-  };
-  std::vector<int32_t> tokens = o.prompt_ids;
-  if (!texts.empty()) {
-    const std::vector<int32_t> first = encode(texts[0]);
-    tokens.insert(tokens.end(), first.begin(), first.end());
-  }
-  if (tokens.empty()) fail("generate: give a prompt (--prompt TEXT, --prompts FILE or --prompt_ids 1,2,3)");
-  for (int32_t t : tokens)
-    if (t < 0 || t >= vocab) fail("generate: prompt token {} is outside the vocabulary of {}", t, vocab);
+  const std::vector<Prompt> prompts = read_prompts(o, tokenizer ? &*tokenizer : nullptr);
+  for (const Prompt& p : prompts)
+    for (int32_t t : p.ids)
+      if (t < 0 || t >= vocab) fail("generate: prompt token {} is outside the vocabulary of {}", t, vocab);
   if (tokenizer && tokenizer->vocab_size() > static_cast<size_t>(vocab))
     fail("generate: the tokenizer {} has {} tokens, more than the model's vocabulary of {}", tokenizer->source(),
          tokenizer->vocab_size(), vocab);
@@ -202,12 +180,8 @@ int run_generate(const GenerateOptions& o) {
   if (plugin.encoder().layers > 0) {
     LayerRunner runner(plugin, device, rd.ops, layout, std::max<int64_t>(1, o.batch_size));
     runner.bind(params.data(), nullptr);
-    return generate_seq2seq(o, plugin, device, runner, read_prompts(o, tokenizer ? &*tokenizer : nullptr),
-                            tokenizer ? &*tokenizer : nullptr);
+    return generate_seq2seq(o, plugin, device, runner, prompts, tokenizer ? &*tokenizer : nullptr);
   }
-  if (!o.more_prompt_ids.empty())
-    fail("generate: model plugin {} decodes one prompt of ids (';' separates an encoder-decoder's sources)",
-         plugin.name());
   if (o.num_beams > 1) fail("generate: --num_beams is for encoder-decoders; model plugin {} decodes one sequence",
                             plugin.name());
   // The decoder's parameters, and the training forward for --check_decode (one sequence of the context).
@@ -220,6 +194,7 @@ int run_generate(const GenerateOptions& o) {
 
   // Logits of the token at `position` (the last layer's decode output), on the host.
   std::vector<float> logits(static_cast<size_t>(vocab));
+  std::vector<int32_t> tokens;  // the sequence so far
   auto step = [&](int32_t id, int64_t position) {
     decoder.step({id}, position, logits);
     if (!o.check_decode) return;
@@ -241,14 +216,14 @@ int run_generate(const GenerateOptions& o) {
   std::mt19937_64 rng(o.seed);
   // One prompt after another through the same caches: a position's cache entries are written
   // before any later position reads them, so a new prompt needs no cleared cache.
-  for (size_t prompt_index = 0; prompt_index < std::max<size_t>(texts.size(), 1); ++prompt_index) {
-    if (prompt_index > 0) tokens = encode(texts[prompt_index]);
+  for (const Prompt& pr : prompts) {
+    tokens = pr.ids;
+    if (tokens.empty()) fail("generate: an empty prompt");
     if (int64_t(tokens.size()) > context)
       fail("generate: a prompt of {} tokens does not fit the model's context of {} (its --context)", tokens.size(),
            context);
     if (tokenizer)
-      std::printf("%s", fmt::format("prompt: {}\ncontinuation: ", texts.empty() ? tokenizer->decode(tokens)
-                                                                                : texts[prompt_index])
+      std::printf("%s", fmt::format("prompt: {}\ncontinuation: ", pr.text ? pr.shown : tokenizer->decode(tokens))
                             .c_str());
     std::fflush(stdout);
     const size_t prompt = tokens.size();
@@ -296,7 +271,7 @@ int run_generate(const GenerateOptions& o) {
       std::printf("%s", fmt::format("stopped at the model's context of {} positions (--context sizes the caches)\n",
                                     context)
                             .c_str());
-    if (!tokenizer && !texts.empty()) std::printf("text: %s\n", printable(generated).c_str());
+    if (!tokenizer && pr.text) std::printf("text: %s\n", printable(generated).c_str());
   }
   if (o.check_decode) {
     const bool ok = worst <= 1e-4;

@@ -54,11 +54,13 @@ int run_generate(const GenerateOptions& options);
 class Decoder;
 class Plugin;
 struct SearchOptions;
-// The prompts the options give: --prompt_ids (and the sources after its ';'), then --prompt or each
-// line of --prompts through the tokenizer with its special tokens (without one, as bytes).
+// The prompts the options give, each continued on its own: --prompt_ids (and the prompts after its
+// ';'), then --prompt or each line of --prompts through the tokenizer with its special tokens
+// (without one, as bytes).
 struct Prompt {
   std::string shown;  // as the user gave it
   std::vector<int32_t> ids;
+  bool text = false;  // a text (else ids)
 };
 std::vector<Prompt> read_prompts(const GenerateOptions& options, const tok::Tokenizer* tokenizer);
 // The search the options ask for, within what the decoder holds.
