@@ -13,7 +13,7 @@ build="g++ cmake meson ninja-build pkg-config git
 libopenmpi-dev openmpi-bin libssh2-1-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
 catch2 libgloo-dev liburing-dev libaio-dev libopenblas-dev zlib1g-dev
 libpcre2-dev libicu-dev
-dataset-fashion-mnist fortunes"
+dataset-fashion-mnist fortunes dict-freedict-eng-deu"
 # The launcher's system tests: real sshd hosts in network namespaces, a real SLURM cluster
 # (tests/testbed/netns-hosts.sh, tests/testbed/slurm-local.sh; launch_ssh.sh also uses bc).
 test_extra="python3 openssh-server openssh-client iproute2 util-linux mount procps bc
