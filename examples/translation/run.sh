@@ -84,7 +84,8 @@ sed "s/^/$prefix/" "$work/eval.src" > "$work/eval.prompts"
 "$dscpp" generate "$plugin" --load_dir "$work/ckpt" --prompts "$work/eval.prompts" --tokenizer "$work/tokenizer" \
   --max_new_tokens "$MAX_TARGET_LENGTH" -- --config "$here/t5-tiny-config.json" --tokenizer "$work/tokenizer" \
   > "$work/generate.log"
-grep '^output:' "$work/generate.log" | sed 's/^output: \{0,1\}//' > "$work/eval.dscpp.txt"
+# One line each, whitespace runs folded and the ends stripped, as translate_hf.py writes its outputs.
+grep '^output:' "$work/generate.log" | sed 's/^output://' | awk '{ $1 = $1; print }' > "$work/eval.dscpp.txt"
 awk '/^generated / { t += $2; p += $5; s += $8 }
      END { printf "run.sh: dscpp generate: %d tokens for %d prompts in %.1f s\n", t, p, s }' "$work/generate.log"
 same=$(paste -d '\t' "$work/eval.hf.txt" "$work/eval.dscpp.txt" | awk -F '\t' '$1 == $2' | wc -l)
