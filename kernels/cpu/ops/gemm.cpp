@@ -172,7 +172,9 @@ DSCPP_SIMD void add_scaled(float a, const float* x, float* y, int64_t n) {
 void skinny_columns(const GemmArgs& g, int64_t j0, int64_t j1) {
   const int64_t w = j1 - j0;
   std::vector<float> acc(static_cast<size_t>(g.M * w), 0.0f);
-  if (g.trans_b) {
+  if (g.trans_b && gemm_avx512_available()) {
+    gemm_avx512_skinny_dots(g, j0, j1, acc.data(), w);
+  } else if (g.trans_b) {
     for (int64_t j = j0; j < j1; ++j)
       for (int64_t i = 0; i < g.M; ++i) acc[size_t(i * w + j - j0)] = dot(g.A + i * g.lda, g.B + j * g.ldb, g.K);
   } else {

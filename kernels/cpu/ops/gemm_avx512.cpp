@@ -133,7 +133,87 @@ DSCPP_AVX512 void gemm_avx512_serial(const GemmArgs& g) {
 
 int64_t gemm_avx512_depth_block(const GemmArgs& g) { return std::min(max_depth_block(g), g.K); }
 
-bool gemm_avx512_available() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"); }
+namespace {
+
+// (_mm512_reduce_add_ps's pass-through operand: see gemm_avx512_kernels.h.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// M (≤ 8) rows of A against two rows of B at a time: 2·M sums of 16 lanes each, independent, so
+// the FMAs overlap, and every B vector loaded serves M rows (B streams from memory once).
+template <int M>
+DSCPP_AVX512 void skinny_dots(const GemmArgs& g, int64_t j0, int64_t j1, float* acc, int64_t w) {
+  const int64_t K = g.K, body = K & ~int64_t{15};
+  const __mmask16 tail = static_cast<__mmask16>((1u << (K - body)) - 1u);
+  for (int64_t j = j0; j < j1; j += 2) {
+    const bool two = j + 1 < j1;
+    const float* b0 = g.B + j * g.ldb;
+    const float* b1 = two ? b0 + g.ldb : b0;
+    __m512 s0[M], s1[M];
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) s0[i] = s1[i] = _mm512_setzero_ps();
+    // Ask for the rows four pairs on: the hardware prefetcher alone left the LM head's shape
+    // (32128 × 512, M = 8, two threads) at 9.6 GB/s; 12.4 with this.
+    const float* ahead = g.B + std::min(j + 8, j1 - 1) * g.ldb;
+    for (int64_t k = 0; k < body; k += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + g.ldb + k), _MM_HINT_T0);
+      const __m512 x0 = _mm512_loadu_ps(b0 + k), x1 = _mm512_loadu_ps(b1 + k);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) {
+        const __m512 a = _mm512_loadu_ps(g.A + i * g.lda + k);
+        s0[i] = _mm512_fmadd_ps(a, x0, s0[i]);
+        s1[i] = _mm512_fmadd_ps(a, x1, s1[i]);
+      }
+    }
+    if (tail != 0) {
+      const __m512 x0 = _mm512_maskz_loadu_ps(tail, b0 + body), x1 = _mm512_maskz_loadu_ps(tail, b1 + body);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) {
+        const __m512 a = _mm512_maskz_loadu_ps(tail, g.A + i * g.lda + body);
+        s0[i] = _mm512_fmadd_ps(a, x0, s0[i]);
+        s1[i] = _mm512_fmadd_ps(a, x1, s1[i]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      acc[i * w + j - j0] = _mm512_reduce_add_ps(s0[i]);
+      if (two) acc[i * w + j + 1 - j0] = _mm512_reduce_add_ps(s1[i]);
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+}  // namespace
+
+void gemm_avx512_skinny_dots(const GemmArgs& g, int64_t j0, int64_t j1, float* acc, int64_t w) {
+  switch (g.M) {
+    case 1:
+      return skinny_dots<1>(g, j0, j1, acc, w);
+    case 2:
+      return skinny_dots<2>(g, j0, j1, acc, w);
+    case 3:
+      return skinny_dots<3>(g, j0, j1, acc, w);
+    case 4:
+      return skinny_dots<4>(g, j0, j1, acc, w);
+    case 5:
+      return skinny_dots<5>(g, j0, j1, acc, w);
+    case 6:
+      return skinny_dots<6>(g, j0, j1, acc, w);
+    case 7:
+      return skinny_dots<7>(g, j0, j1, acc, w);
+    case 8:
+      return skinny_dots<8>(g, j0, j1, acc, w);
+    default:
+      break;
+  }
+}
+
+bool gemm_avx512_available() {
+  static const bool available = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+  return available;
+}
 
 }  // namespace dscpp::kernels::cpu
