@@ -10,9 +10,8 @@
 #       4 sources one at a time) and batch 8 (dscpp --batch_size 8; transformers one batch padded
 #       with an attention mask);
 #   (b) the tiny Llama (models/llama/tiny-config.json, random weights), 8 prompts of 16 random
-#       byte ids, 64 new tokens each, no eos on either side: batch 1 on both; dscpp's decoder-only
-#       generation decodes one sequence at a time, so its 8 prompts run one after another, against
-#       transformers with the 8 in one batch.
+#       byte ids, 64 new tokens each, no eos on either side: batch 1 (dscpp streams one prompt
+#       after another) and batch 8 (dscpp --batch_size 8, transformers one batch).
 # Tokens/s counts generated tokens (not the prompt) over the wall time of the generation alone:
 # for dscpp the time it prints per batch (per prompt for a decoder, prompt feeding included; model
 # loading excluded), for transformers the time of generate() after one warm-up call; dscpp gets a
@@ -71,6 +70,8 @@ write("t5_b1.txt", t5[:4])
 write("llama.txt", llama)
 with open(f"{work}/llama.bytes", "w") as f:  # the first again: dscpp's warm-up
     f.writelines("".join(map(chr, p)) + "\n" for p in [llama[0]] + llama)
+with open(f"{work}/llama8.bytes", "w") as f:  # all 8 twice: a warm-up batch, then the measured one
+    f.writelines("".join(map(chr, p)) + "\n" for p in llama + llama)
 PY
 T5_ARGS=(-- --from_hf "$WORK/t5" --max_source_length 64 --max_target_length 64)
 LLAMA_ARGS=(-- --from_hf "$WORK/llama" --context 128)
@@ -117,11 +118,15 @@ for r in $(seq 1 "$ROUNDS"); do
   "$RUNTIME" --model "$LLAMA" --generate --prompts "$WORK/llama.bytes" --max_new_tokens $LLAMA_NEW --threads 2 \
     "${LLAMA_ARGS[@]}" > "$WORK/d_llama.log" 2>&1 || { echo "FAIL: dscpp Llama"; tail -5 "$WORK/d_llama.log"; exit 1; }
   sed -n 's/^ids: //p' "$WORK/d_llama.log" | tail -n +2 > "$WORK/d_llama.log.ids"
+  "$RUNTIME" --model "$LLAMA" --generate --prompts "$WORK/llama8.bytes" --batch_size 8 --max_new_tokens $LLAMA_NEW \
+    --threads 2 "${LLAMA_ARGS[@]}" > "$WORK/d_llama_8.log" 2>&1 ||
+    { echo "FAIL: dscpp Llama batch 8"; tail -5 "$WORK/d_llama_8.log"; exit 1; }
+  sed -n 's/^ids: //p' "$WORK/d_llama_8.log" | tail -n +9 > "$WORK/d_llama_8.log.ids"
   torch_run "$WORK/llama" "$WORK/llama.txt" $LLAMA_NEW 1 "$WORK/t_llama_1.log"
   torch_run "$WORK/llama" "$WORK/llama.txt" $LLAMA_NEW 8 "$WORK/t_llama_8.log"
   line="round $r:"
   for c in t5_1:d_t5_1:t_t5_1:$T5_NEW t5_8:d_t5_8:t_t5_8:$T5_NEW llama_1:d_llama:t_llama_1:$LLAMA_NEW \
-    llama_8:d_llama:t_llama_8:$LLAMA_NEW; do
+    llama_8:d_llama_8:t_llama_8:$LLAMA_NEW; do
     IFS=: read -r name d t new <<< "$c"
     dr=$(dscpp_rate "$WORK/$d.log") tr=$(torch_rate "$WORK/$t.log")
     [ -n "$dr" ] && [ -n "$tr" ] || { echo "FAIL: no rate for $name (dscpp '$dr', transformers '$tr')"; exit 1; }
@@ -144,7 +149,7 @@ echo "greedy generation, dscpp vs transformers + PyTorch (CPU, fp32, 1 process x
 summary t5_1 "  T5 (t5-small shape), batch 1, 4 sources, $T5_NEW new tokens"
 summary t5_8 "  T5 (t5-small shape), batch 8, 8 sources, $T5_NEW new tokens"
 summary llama_1 "  tiny Llama, batch 1, 8 prompts of 16, $LLAMA_NEW new tokens"
-summary llama_8 "  tiny Llama, 8 prompts: dscpp one after another (its decoder-only path does not batch), transformers batch 8"
+summary llama_8 "  tiny Llama, batch 8, 8 prompts of 16, $LLAMA_NEW new tokens"
 
 # ZeRO-Inference on 2 ranks: parameters partitioned (stage 3) and offloaded to host memory.
 zero3() {  # FILE [MAX_LIVE]

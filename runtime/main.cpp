@@ -52,7 +52,7 @@ struct Args {
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
   bool accept_data_change = false, gradcheck = false, generate = false, check_decode = false;
   std::string prompt, prompt_ids, prompts, tokenizer;
-  int64_t max_new_tokens = 32, top_k = 0, gen_batch_size = 8;
+  int64_t max_new_tokens = 32, top_k = 0, gen_batch_size = 0;
   int num_beams = 1;
   double length_penalty = 1.0;
   bool early_stopping = false, predict_with_generate = false;
@@ -308,7 +308,8 @@ int main(int argc, char** argv) {
   app.add_flag("--early_stopping", a.early_stopping,
                "with --num_beams: stop a prompt once it has num_beams finished hypotheses");
   app.add_option("--batch_size", a.gen_batch_size,
-                 "with --generate, an encoder-decoder: prompts decoded together (default 8)");
+                 "with --generate: prompts decoded together (default: 8 for an encoder-decoder and with a config; "
+                 "a decoder without one streams each prompt alone; above 1 a decoder decodes greedily)");
   app.add_flag("--deepspeed", a.deepspeed, "accepted for DeepSpeed compatibility (no effect)");
   auto* steps = app.add_option("--steps", a.steps, "train until this many optimizer steps (global_steps)");
   app.add_option("--epochs", a.epochs, "train for this many passes over the train split (default 1)")->excludes(steps);
@@ -384,6 +385,7 @@ int main(int argc, char** argv) {
     // The single-rank tools: what they share from the command line (auto device: the CPU).
     auto tool = [&](auto& g) {
       log::init_logging(-1);
+      if (a.threads > 0) kernels::set_cpu_threads(a.threads);
       g.model = a.model;
       g.plugin_args = a.plugin_args;
       g.device = a.device == "auto" ? "cpu" : a.device;

@@ -116,8 +116,6 @@ struct DecodeCall {
   void* cache(int slot, int64_t i = 0) const;
   // Scratch, tensor-major like a forward call's (slot's tensor for all sequences).
   void* work(int slot) const;
-  // Fails naming the layer unless the call decodes one sequence (layers that decode one at a time).
-  void one_sequence() const;
 };
 
 // One forward or backward call of a layer.

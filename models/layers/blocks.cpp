@@ -43,15 +43,16 @@ void TokenEmbedding::forward(const Call& c) {
 }
 
 void TokenEmbedding::decode(const DecodeCall& d) {
-  d.one_sequence();
   const Call c = d.call();
+  const int64_t n = d.batch();
   const auto* id = static_cast<const int32_t*>(d.ctx.input);
-  DSCPP_CALL(c.ops(), embedding_forward, id, c.param(table), d.ctx.output, int64_t{1}, vocab, hidden);
+  DSCPP_CALL(c.ops(), embedding_forward, id, c.param(table), d.ctx.output, n, vocab, hidden);
   if (positions < 0) return;
   if (d.ctx.position < 0 || d.ctx.position >= max_positions)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + name() + ": position " + std::to_string(d.ctx.position) +
                                        " has no learned embedding (there are " + std::to_string(max_positions) + ")");
-  DSCPP_CALL(c.ops(), add, d.ctx.output, at(c.param(positions), d.ctx.position * hidden, env()), d.ctx.output, hidden);
+  // Every sequence is at the same position: its embedding is added to each row.
+  DSCPP_CALL(c.ops(), bias_add, d.ctx.output, at(c.param(positions), d.ctx.position * hidden, env()), n, hidden);
 }
 
 void TokenEmbedding::backward(const Call& c) {
@@ -96,14 +97,14 @@ DecoderBlock::DecoderBlock(const Env& env, std::string name, const BlockSpec& s)
 }
 
 void DecoderBlock::decode(const DecodeCall& d) {
-  d.one_sequence();
   const Call c = d.call();
+  const int64_t n = d.batch();
   void* xn = d.work(dw_xn_);
   void* h = d.work(dw_h_);
   auto* stats = static_cast<float*>(d.work(dw_stats_));
-  norm1_.forward(c, d.ctx.input, xn, stats, 1);
+  norm1_.forward(c, d.ctx.input, xn, stats, n);
   attn_.decode(d, xn, d.ctx.input, h);
-  norm2_.forward(c, h, xn, stats, 1);
+  norm2_.forward(c, h, xn, stats, n);
   mlp_.decode(d, xn, h, d.ctx.output);
 }
 

@@ -49,13 +49,9 @@ Call DecodeCall::call() const { return Call{as_layer, layer}; }
 void* DecodeCall::cache(int slot, int64_t i) const {
   return layer.decode_cache.at(static_cast<char*>(ctx.cache) + i * layer.decode_cache.bytes(), slot, 1);
 }
-void* DecodeCall::work(int slot) const { return layer.decode_work.at(ctx.workspace, slot, as_layer.batch); }
-void DecodeCall::one_sequence() const {
-  if (as_layer.batch != 1)
-    fail(DSCPP_E_UNSUPPORTED, "layer " + layer.name() + " decodes one sequence per call, not " +
-                                  std::to_string(as_layer.batch));
+void* DecodeCall::work(int slot) const {
+  return layer.decode_work.at(ctx.workspace, slot, as_layer.batch);
 }
-
 void Model::describe(dscpp_model_desc* out) {
   *out = dscpp_model_desc{};
   out->num_layers = static_cast<int32_t>(layers.size());

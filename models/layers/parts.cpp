@@ -126,42 +126,46 @@ Attention::Attention(Layer& owner, const AttentionSpec& s)
 
 void Attention::decode(const DecodeCall& d, const void* x, const void* residual, void* y) const {
   const Call c = d.call();
-  const int64_t D = s_.head_dim, Q = s_.heads * D, kv = s_.kv_heads * D, G = s_.heads / s_.kv_heads;
+  const int64_t n = d.batch(), D = s_.head_dim, Q = s_.heads * D, kv = s_.kv_heads * D, G = s_.heads / s_.kv_heads;
   const int64_t p = d.ctx.position, first = s_.window > 0 ? std::max<int64_t>(0, p - s_.window + 1) : 0;
   const int64_t len = p + 1 - first;
   if (p < 0 || p >= env_.context)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + c.layer.name() + ": position " + std::to_string(p) +
                                        " is outside its cache of " + std::to_string(env_.context) + " positions");
-  void* qkv = d.work(dw_qkv_);
+  void* qkv = d.work(dw_qkv_);  // n rows of [q | k | v]
   if (qkv_) {
-    qkv_->forward(c, x, qkv, 1);
+    qkv_->forward(c, x, qkv, n);
   } else {
     void* ones = d.work(dw_ones_);
-    DSCPP_CALL(c.ops(), fill, ones, 1.0f, int64_t{1});
-    q_->forward_strided(c, x, qkv, width_, 1, ones);
-    k_->forward_strided(c, x, at(qkv, Q, env_), width_, 1, ones);
-    v_->forward_strided(c, x, at(qkv, Q + kv, env_), width_, 1, ones);
+    DSCPP_CALL(c.ops(), fill, ones, 1.0f, n);
+    q_->forward_strided(c, x, qkv, width_, n, ones);
+    k_->forward_strided(c, x, at(qkv, Q, env_), width_, n, ones);
+    v_->forward_strided(c, x, at(qkv, Q + kv, env_), width_, n, ones);
   }
   if (s_.rope)
-    DSCPP_CALL(c.ops(), rope_forward, qkv, int64_t{1}, int64_t{1}, width_, s_.heads + s_.kv_heads, D, nullptr, p,
-               &*s_.rope);
-  void* K = d.cache(dc_k_);
-  void* V = d.cache(dc_v_);
-  DSCPP_CALL(c.ops(), copy_2d, at(qkv, Q, env_), kv, at(K, p * kv, env_), kv, int64_t{1}, kv, 0);
-  DSCPP_CALL(c.ops(), copy_2d, at(qkv, Q + kv, env_), kv, at(V, p * kv, env_), kv, int64_t{1}, kv, 0);
-  K = at(K, first * kv, env_);  // the positions the query sees: first … p
-  V = at(V, first * kv, env_);
-  // Per kv head j, its G query heads against its keys: scores [G × len] = (q/√D)·Kⱼᵀ; the
-  // cache's rows are positions of kv·D elements, head j at column j·D.
-  DSCPP_CALL(c.ops(), scale, 1.0f / std::sqrt(static_cast<float>(D)), qkv, Q);
-  void* scores = d.work(dw_scores_);
-  DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_TRANS, G, len, D, 1.0f, qkv, D, G * D, K, kv, D, 0.0f,
-             scores, len, G * len, s_.kv_heads);
-  DSCPP_CALL(c.ops(), softmax_forward, scores, scores, s_.heads, len);
-  void* att = d.work(dw_att_);
-  DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_NO_TRANS, G, D, len, 1.0f, scores, len, G * len, V,
-             kv, D, 0.0f, att, D, G * D, s_.kv_heads);
-  out_->forward(c, att, y, 1, residual);
+    DSCPP_CALL(c.ops(), rope_forward, qkv, n, int64_t{1}, width_, s_.heads + s_.kv_heads, D, nullptr, p, &*s_.rope);
+  for (int64_t i = 0; i < n; ++i) {
+    const void* row = at(qkv, i * width_, env_);
+    DSCPP_CALL(c.ops(), copy_2d, at(row, Q, env_), kv, at(d.cache(dc_k_, i), p * kv, env_), kv, int64_t{1}, kv, 0);
+    DSCPP_CALL(c.ops(), copy_2d, at(row, Q + kv, env_), kv, at(d.cache(dc_v_, i), p * kv, env_), kv, int64_t{1}, kv, 0);
+  }
+  // The keys and values are in the caches: scaling every row scales the queries.
+  DSCPP_CALL(c.ops(), scale, 1.0f / std::sqrt(static_cast<float>(D)), qkv, n * width_);
+  // Per sequence and kv head j, its G query heads against its keys: scores [G × len] = (q/√D)·Kⱼᵀ
+  // over the positions the query sees (first … p); the cache's rows are positions of kv·D
+  // elements, head j at column j·D.
+  void* scores = d.work(dw_scores_);  // n × heads × len
+  for (int64_t i = 0; i < n; ++i)
+    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_TRANS, G, len, D, 1.0f, at(qkv, i * width_, env_),
+               D, G * D, at(d.cache(dc_k_, i), first * kv, env_), kv, D, 0.0f, at(scores, i * s_.heads * len, env_),
+               len, G * len, s_.kv_heads);
+  DSCPP_CALL(c.ops(), softmax_forward, scores, scores, n * s_.heads, len);
+  void* att = d.work(dw_att_);  // n × Q
+  for (int64_t i = 0; i < n; ++i)
+    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_NO_TRANS, G, D, len, 1.0f,
+               at(scores, i * s_.heads * len, env_), len, G * len, at(d.cache(dc_v_, i), first * kv, env_), kv, D, 0.0f,
+               at(att, i * Q, env_), D, G * D, s_.kv_heads);
+  out_->forward(c, att, y, n, residual);
 }
 
 // [q | k (kv heads) | v (kv heads)] → [q | k | v] with every kv head repeated for its group.

@@ -103,16 +103,27 @@ SearchOptions search_options(const GenerateOptions& o, const Plugin& plugin, con
   return so;
 }
 
+int64_t gen_batch(const GenerateOptions& o, const Plugin& plugin) {
+  if (o.batch_size > 0) return o.batch_size;
+  return plugin.encoder().layers > 0 ? 8 : 1;
+}
+
 namespace {
 
-// An encoder-decoder: every prompt is a source, encoded once; the decoder starts from the model's
-// decoder start token and the prompts are decoded together, --batch_size at a time.
-int generate_seq2seq(const GenerateOptions& o, const Plugin& plugin, Device& device, LayerRunner& runner,
-                     const std::vector<Prompt>& prompts, const tok::Tokenizer* tokenizer) {
-  if (o.check_decode) fail("generate: --check_decode is for decoders (model plugin {} is an encoder-decoder)",
-                           plugin.name());
-  if (o.temperature > 0) fail("generate: an encoder-decoder decodes greedily or with --num_beams, not by sampling");
-  const int64_t beams = std::max(1, o.num_beams), batch = std::max<int64_t>(1, o.batch_size);
+// Prompts decoded together, --batch_size at a time, printed per batch: an encoder-decoder's (each
+// prompt a source, encoded once, decoded from the model's decoder start token, greedy or beams),
+// and a decoder's with --batch_size above 1 (greedy).
+int generate_together(const GenerateOptions& o, const Plugin& plugin, Device& device, LayerRunner& runner,
+                      const std::vector<Prompt>& prompts, const tok::Tokenizer* tokenizer) {
+  const bool seq2seq = plugin.encoder().layers > 0;
+  if (o.check_decode)
+    fail(
+        "generate: --check_decode follows one sequence of a decoder{}",
+        seq2seq ? fmt::format(" (model plugin {} is an encoder-decoder)", plugin.name()) : " (leave out --batch_size)");
+  if (o.temperature > 0)
+    fail("generate: {} decodes greedily or with --num_beams, not by sampling",
+         seq2seq ? "an encoder-decoder" : "--batch_size above 1");
+  const int64_t beams = std::max(1, o.num_beams), batch = gen_batch(o, plugin);
   Decoder decoder(plugin, device, runner, batch * beams);
   const SearchOptions so = search_options(o, plugin, decoder);
   for (size_t first = 0; first < prompts.size(); first += size_t(batch)) {
@@ -177,10 +188,10 @@ int run_generate(const GenerateOptions& o) {
   const std::vector<float> weights = model_weights(plugin, layout, o.seed, o.load_dir);
   DeviceBuffer params(device, static_cast<size_t>(layout.total) * 4, MemCategory::params);
   device.copy_from_host(params.data(), weights.data(), weights.size() * 4);
-  if (plugin.encoder().layers > 0) {
-    LayerRunner runner(plugin, device, rd.ops, layout, std::max<int64_t>(1, o.batch_size));
+  if (plugin.encoder().layers > 0 || o.batch_size > 1) {
+    LayerRunner runner(plugin, device, rd.ops, layout, gen_batch(o, plugin));
     runner.bind(params.data(), nullptr);
-    return generate_seq2seq(o, plugin, device, runner, prompts, tokenizer ? &*tokenizer : nullptr);
+    return generate_together(o, plugin, device, runner, prompts, tokenizer ? &*tokenizer : nullptr);
   }
   if (o.num_beams > 1) fail("generate: --num_beams is for encoder-decoders; model plugin {} decodes one sequence",
                             plugin.name());
@@ -251,7 +262,7 @@ int run_generate(const GenerateOptions& o) {
         break;
       }
       if (n + 1 == o.max_new_tokens) break;
-      if (int64_t(tokens.size()) >= context) {  // the caches hold `context` positions
+      if (int64_t(tokens.size()) > context) {  // the new token's position would be past the caches' `context`
         full = true;
         break;
       }

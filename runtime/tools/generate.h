@@ -40,12 +40,12 @@ struct GenerateOptions {
   int64_t top_k = 0;                 // 0: the whole vocabulary
   uint64_t seed = 42;
   bool check_decode = false;
-  // Encoder-decoders: beam search (transformers' num_beams, length_penalty, early_stopping), and the
-  // prompts decoded together.
+  // Encoder-decoders: beam search (transformers' num_beams, length_penalty, early_stopping).
   int num_beams = 1;
   double length_penalty = 1.0;
   bool early_stopping = false;
-  int64_t batch_size = 8;
+  // Prompts decoded together (0: an encoder-decoder's 8; a decoder's one at a time, streamed).
+  int64_t batch_size = 0;
   int32_t eos = -1;  // a decoder's end token (from its tokenizer; an encoder-decoder's comes from the model)
 };
 
@@ -63,6 +63,8 @@ struct Prompt {
   bool text = false;  // a text (else ids)
 };
 std::vector<Prompt> read_prompts(const GenerateOptions& options, const tok::Tokenizer* tokenizer);
+// The prompts decoded together: --batch_size, else the family's default.
+int64_t gen_batch(const GenerateOptions& options, const Plugin& plugin);
 // The search the options ask for, within what the decoder holds.
 SearchOptions search_options(const GenerateOptions& options, const Plugin& plugin, const Decoder& decoder);
 

@@ -29,8 +29,9 @@ int run_zero_generate(const GenerateOptions& o, const Plugin& plugin, Device& de
   for (size_t i = size_t(rank); i < prompts.size(); i += size_t(ranks)) mine.push_back(&prompts[i]);
   const EncoderDecl& enc = plugin.encoder();
   const bool seq2seq = enc.layers > 0;
-  // A decoder continues one prompt after another; an encoder-decoder a batch at a time.
-  const int64_t batch = seq2seq ? std::max<int64_t>(1, std::min(o.batch_size, inf.micro_batch)) : 1;
+  // Prompts decoded together: an encoder-decoder's sources also go through the encoder together,
+  // which the runner sized for a micro-batch.
+  const int64_t want = o.batch_size > 0 ? o.batch_size : 8, batch = seq2seq ? std::min(want, inf.micro_batch) : want;
   const int64_t beams = std::max(1, o.num_beams);
   Decoder decoder(plugin, device, inf.runner, batch * beams);
   GenerateOptions eos_from_tokenizer = o;

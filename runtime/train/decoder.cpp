@@ -135,22 +135,16 @@ std::vector<std::vector<int32_t>> continue_prompts(Decoder& decoder, const Plugi
     decoder.encode(prompts, options.num_beams);
     return search(model, int64_t(prompts.size()), enc.decoder_start_id, options);
   }
-  if (options.num_beams > 1)
-    fail("generate: --num_beams is for encoder-decoders; model plugin {} decodes one sequence at a time",
-         plugin.name());
-  std::vector<std::vector<int32_t>> out;
-  std::vector<float> logits;
-  for (const std::vector<int32_t>& p : prompts) {
+  if (int64_t(prompts.size()) > decoder.capacity())
+    fail("generate: {} prompts for a decoder of {} sequences", prompts.size(), decoder.capacity());
+  for (const std::vector<int32_t>& p : prompts)
     if (p.empty() || int64_t(p.size()) >= decoder.positions())
       fail("generate: a prompt of {} tokens; the model's context holds {} (its --context)", p.size(),
            decoder.positions());
-    for (size_t i = 0; i + 1 < p.size(); ++i) model.step({p[i]}, int64_t(i), logits);
-    SearchOptions o = options;
-    o.first_position = int64_t(p.size()) - 1;
-    o.max_new_tokens = std::min(o.max_new_tokens, decoder.positions() - o.first_position);
-    out.push_back(search(model, 1, p.back(), o)[0]);
-  }
-  return out;
+  SearchOptions o = options;
+  o.first_position = 0;
+  o.positions = decoder.positions();
+  return search_prompts(model, prompts, o);
 }
 
 }  // namespace dscpp::runtime

@@ -43,9 +43,9 @@ class Decoder {
   int64_t memory_rows_ = 0;  // sequences the memory holds
 };
 
-// Continues `prompts` (ids) with `options`: an encoder-decoder encodes them together (up to the
-// decoder's capacity) and searches from its decoder start token; a decoder feeds each prompt's
-// tokens and searches greedily from its last. `before_step` runs before every decode step (ZeRO
+// Continues `prompts` (ids, together, up to the decoder's capacity) with `options`: an
+// encoder-decoder encodes them and searches from its decoder start token; a decoder reads each
+// prompt a token a step and continues it greedily once past it. `before_step` runs before every decode step (ZeRO
 // Inference's synchronisation). Returns each prompt's generated tokens.
 std::vector<std::vector<int32_t>> continue_prompts(Decoder& decoder, const Plugin& plugin,
                                                    const std::vector<std::vector<int32_t>>& prompts,

@@ -48,13 +48,12 @@ SyncedGeneration generate_synced(Decoder& decoder, const Plugin& plugin, ParamSt
                                  int64_t batch, const SearchOptions& options) {
   const EncoderDecl& enc = plugin.encoder();
   const bool seq2seq = enc.layers > 0;
-  if (!seq2seq) batch = 1;
   int64_t most = static_cast<int64_t>(prompts.size());
   if (world.size() > 1) world.allreduce(&most, 1, DType::i64, comm::ReduceOp::max);
   const int layers = static_cast<int>(plugin.layers().size());
   SyncedGeneration g;
-  for (int64_t first = 0; first < most; first += seq2seq ? batch : most) {
-    const int64_t end = std::min<int64_t>(static_cast<int64_t>(prompts.size()), seq2seq ? first + batch : most);
+  for (int64_t first = 0; first < most; first += batch) {
+    const int64_t end = std::min<int64_t>(static_cast<int64_t>(prompts.size()), first + batch);
     std::vector<std::vector<int32_t>> chunk;
     for (int64_t i = first; i < end; ++i) chunk.push_back(prompts[size_t(i)]);
     if (!chunk.empty()) {

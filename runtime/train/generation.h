@@ -32,8 +32,8 @@ struct SyncedGeneration {
   int64_t steps = 0;                          // decode steps this rank computed
 };
 
-// Collective: continues this rank's `prompts`, `batch` at a time for an encoder-decoder (one at a
-// time for a decoder), every rank running as many batches as the rank with the most.
+// Collective: continues this rank's `prompts`, `batch` at a time, every rank running as many
+// batches as the rank with the most.
 SyncedGeneration generate_synced(Decoder& decoder, const Plugin& plugin, ParamStore& params,
                                  comm::Communicator& world, const std::vector<std::vector<int32_t>>& prompts,
                                  int64_t batch, const SearchOptions& options);

@@ -9,19 +9,37 @@
 namespace dscpp::runtime {
 namespace {
 
-std::vector<std::vector<int32_t>> greedy(const SearchModel& m, int64_t batch, int32_t start, const SearchOptions& o) {
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(batch));
-  std::vector<int32_t> tokens(static_cast<size_t>(batch), start);
-  std::vector<bool> finished(static_cast<size_t>(batch), false);
+// Every sequence reads its prompt a token a step, then its own choices: a shorter prompt starts
+// choosing while a longer one is still read, all at the same position (one decode call a step).
+std::vector<std::vector<int32_t>> greedy(const SearchModel& m, const std::vector<std::vector<int32_t>>& prompts,
+                                         const SearchOptions& o) {
+  const size_t n = prompts.size();
+  std::vector<std::vector<int32_t>> out(n);
+  if (o.max_new_tokens <= 0) return out;
+  std::vector<int32_t> tokens(n);
+  std::vector<bool> finished(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (prompts[i].empty()) fail("generate: an empty prompt");
+    tokens[i] = prompts[i][0];
+  }
   std::vector<float> logits;
-  for (int64_t pos = 0; pos < o.max_new_tokens; ++pos) {
-    m.step(tokens, o.first_position + pos, logits);
+  for (int64_t step = 0;; ++step) {
+    const int64_t pos = o.first_position + step;
+    m.step(tokens, pos, logits);
     bool all = true;
-    for (size_t i = 0; i < size_t(batch); ++i) {
+    for (size_t i = 0; i < n; ++i) {
+      if (size_t(step) + 1 < prompts[i].size()) {
+        tokens[i] = prompts[i][size_t(step) + 1];
+        all = false;
+        continue;
+      }
       const float* row = logits.data() + i * size_t(m.vocab);
       const int32_t next = finished[i] ? o.pad : static_cast<int32_t>(std::max_element(row, row + m.vocab) - row);
-      if (!finished[i]) out[i].push_back(next);
-      if (next == o.eos) finished[i] = true;
+      if (!finished[i]) {
+        out[i].push_back(next);
+        finished[i] =
+            next == o.eos || int64_t(out[i].size()) == o.max_new_tokens || (o.positions > 0 && pos + 1 >= o.positions);
+      }
       tokens[i] = next;
       all = all && finished[i];
     }
@@ -156,8 +174,19 @@ std::vector<std::vector<int32_t>> beam(const SearchModel& m, int64_t batch, int3
 std::vector<std::vector<int32_t>> search(const SearchModel& model, int64_t batch, int32_t start,
                                          const SearchOptions& options) {
   if (options.num_beams < 1) fail("generate: --num_beams must be at least 1, not {}", options.num_beams);
-  if (options.num_beams == 1) return greedy(model, batch, start, options);
+  if (options.num_beams == 1) return greedy(model, std::vector<std::vector<int32_t>>(size_t(batch), {start}), options);
   return beam(model, batch, start, options);
+}
+
+std::vector<std::vector<int32_t>> search_prompts(const SearchModel& model,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 const SearchOptions& options) {
+  if (options.num_beams != 1)
+    fail(
+        "generate: --num_beams {}: beam search starts every sequence from one token (an encoder-decoder's decoder "
+        "start); a decoder's prompts are continued greedily",
+        options.num_beams);
+  return greedy(model, prompts, options);
 }
 
 }  // namespace dscpp::runtime

@@ -19,7 +19,8 @@ struct SearchOptions {
   bool early_stopping = false;  // beams: stop once num_beams hypotheses are finished
   int32_t eos = -1;             // -1: none
   int32_t pad = 0;              // fed to finished sequences
-  int64_t first_position = 0;   // the start token's position (a decoder's prompt before it is in the caches)
+  int64_t first_position = 0;   // the first token's position
+  int64_t positions = 0;        // > 0: the decoder holds positions 0 … positions−1 (no step beyond)
 };
 
 struct SearchModel {
@@ -37,5 +38,11 @@ struct SearchModel {
 // best hypothesis is shorter than the limit).
 std::vector<std::vector<int32_t>> search(const SearchModel& model, int64_t batch, int32_t start,
                                          const SearchOptions& options);
+// Greedy continuations of prompts of any lengths (≥ 1) decoded together from first_position: each
+// sequence is fed its prompt, then its own choices, one decode step for all; each gets up to
+// max_new_tokens after its prompt, as if decoded alone (a decoder's batched generation).
+std::vector<std::vector<int32_t>> search_prompts(const SearchModel& model,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 const SearchOptions& options);
 
 }  // namespace dscpp::runtime

@@ -2,7 +2,8 @@
 # `dscpp generate`: every family decodes token by token with its caches and, at every step,
 # gives the logits the training forward gives at that position (--check_decode, within 1e-4 of
 # the largest; measured: equal bits on the CPU); sampling is reproducible from the seed, top_k 1
-# is greedy; a prompt token outside the vocabulary and a plugin that cannot decode are refused.
+# is greedy; prompts decoded together equal each decoded alone; a prompt token outside the
+# vocabulary and a plugin that cannot decode are refused.
 # Usage: generate.sh DSCPP LLAMA_SO GPT2_SO GPT_SO SOURCE_ROOT
 set -u
 DSCPP=$1 LLAMA=$2 GPT2=$3 GPT=$4 SRC=$5
@@ -30,6 +31,20 @@ gen swa_check mistral_swa --prompt_ids 5,17,3 --max_new_tokens 12 --check_decode
 if [ "$(ids swa)" = "5,5,4,83,58,4,4,4,35,66,56,56" ] && grep -q "check_decode needs samples of token ids alone" "$WORK/swa_check.log"; then
   echo "ok: sliding window: ids $(ids swa); --check_decode refused"
 else echo "FAIL: sliding window: ids '$(ids swa)'; $(tail -1 "$WORK/swa_check.log")"; FAILED=1; fi
+# Prompts of different lengths decoded together (--batch_size 3: a batch of 3 and one of 1, on the
+# CPU and cuda-sim) give each prompt's ids decoded alone, every family, with the sliding window
+# and GPT-2's learned positions reaching the context's last position.
+P="5,17,3,9;40,2;7,7,7,7,7,1,2;11"
+for m in llama_gqa mistral_swa qwen2 gpt2; do
+  gen "$m.alone" "$m" --prompt_ids "$P" --max_new_tokens 12
+  gen "$m.batch" "$m" --prompt_ids "$P" --max_new_tokens 12 --batch_size 3
+  gen "$m.sim" "$m" --prompt_ids "$P" --max_new_tokens 12 --batch_size 3 --device cuda-sim
+  if [ "$(ids "$m.alone" | wc -l)" = 4 ] && [ "$(ids "$m.alone")" = "$(ids "$m.batch")" ] &&
+    [ "$(ids "$m.alone")" = "$(ids "$m.sim")" ]; then
+    echo "ok: $m: 4 prompts decoded 3 at a time equal each alone: $(ids "$m.batch" | paste -sd' ')"
+  else echo "FAIL: $m batched: '$(ids "$m.batch" | paste -sd' ')' cuda-sim '$(ids "$m.sim" | paste -sd' ')' vs alone" \
+    "'$(ids "$m.alone" | paste -sd' ')' $(tail -2 "$WORK/$m.batch.log")"; FAILED=1; fi
+done
 gen t1 llama_gqa --prompt_ids 5,17,3 --max_new_tokens 12 --temperature 0.8 --seed 7
 gen t2 llama_gqa --prompt_ids 5,17,3 --max_new_tokens 12 --temperature 0.8 --seed 7
 gen t3 llama_gqa --prompt_ids 5,17,3 --max_new_tokens 12 --temperature 0.8 --seed 8

@@ -116,3 +116,42 @@ TEST_CASE("batch entries are searched independently") {
     for (const auto& s : three) CHECK(s == one[0]);
   }
 }
+
+TEST_CASE("prompts of different lengths decoded together continue as each would alone") {
+  // The toy's next token depends on the last token only, so a prompt's continuation is known; the
+  // positions the steps see show that the prompts are read in lockstep.
+  Toy toy;
+  toy.next[kStart] = {0.05, 0.05, 0.5, 0.3, 0.1};
+  toy.next[2] = {0.05, 0.1, 0.05, 0.2, 0.6};
+  toy.next[3] = {0.05, 0.05, 0.1, 0.7, 0.1};
+  toy.next[4] = {0.1, 0.5, 0.1, 0.2, 0.1};
+  const std::vector<std::vector<int32_t>> prompts = {{3}, {4, 4, 2}, {2, 3}};
+  SearchOptions o;
+  o.max_new_tokens = 3;
+  o.eos = kEos;
+  o.pad = kStart;
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) alone.push_back(dscpp::runtime::search_prompts(toy.model(), {p}, o)[0]);
+  CHECK(alone[0] == std::vector<int32_t>{3, 3, 3});
+  CHECK(alone[1] == std::vector<int32_t>{4, 1});
+  CHECK(alone[2] == std::vector<int32_t>{3, 3, 3});
+  SearchModel m = toy.model();
+  std::vector<int64_t> positions;
+  std::vector<std::vector<int32_t>> fed;
+  const auto step = m.step;
+  m.step = [&](const std::vector<int32_t>& t, int64_t p, std::vector<float>& l) {
+    positions.push_back(p);
+    fed.push_back(t);
+    step(t, p, l);
+  };
+  CHECK(dscpp::runtime::search_prompts(m, prompts, o) == alone);
+  // The longest prompt ends at position 2; its last choice comes from position 3 (eos there).
+  CHECK(positions == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(fed[1] == std::vector<int32_t>{3, 4, 3});  // the first prompt's choice beside the others' prompts
+  // A decoder of 3 positions: nothing is decoded beyond position 2.
+  o.positions = 3;
+  o.max_new_tokens = 10;
+  CHECK(dscpp::runtime::search_prompts(toy.model(), {{3}}, o)[0] == std::vector<int32_t>{3, 3, 3});
+  o.num_beams = 2;
+  CHECK_THROWS_WITH(dscpp::runtime::search_prompts(toy.model(), prompts, o), Catch::Contains("continued greedily"));
+}
