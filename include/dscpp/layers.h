@@ -80,6 +80,7 @@ struct Init {
 inline Init zeros() { return {DSCPP_INIT_ZEROS, 0}; }
 inline Init ones() { return {DSCPP_INIT_ONES, 0}; }
 inline Init normal(float std) { return {DSCPP_INIT_NORMAL, std}; }
+inline Init constant(float value) { return {DSCPP_INIT_CONSTANT, value}; }
 
 // A parameter's names: `local` within its layer (the full name is "<layer>.<local>") unless
 // `full` is given. An empty local name means "no such parameter" (e.g. no bias).
@@ -209,7 +210,8 @@ enum class Activation { silu, gelu_tanh, relu };
 // RMSNorm (weight only) or LayerNorm (weight and bias) over the last dimension.
 class Norm {
  public:
-  Norm(Layer& owner, NormKind kind, const Name& weight, const Name& bias, int64_t dim, float eps);
+  Norm(Layer& owner, NormKind kind, const Name& weight, const Name& bias, int64_t dim, float eps,
+       Init weight_init = ones());
   int64_t stats_floats(int64_t rows) const { return kind == NormKind::rms ? rows : 2 * rows; }
   void forward(const Call& c, const void* x, void* y, float* stats, int64_t rows) const;
   // dx (may be dy) from dy; the weight (and bias) gradients accumulate.
@@ -356,6 +358,7 @@ struct HeadInput {
   int64_t memory_rows = 0;
   // norm(x) is multiplied by this before the projection (T5's d_model^−0.5 with a tied head).
   float scale = 1.0f;
+  Init norm_init = ones();  // the final norm's weight (T5: initializer_factor)
 };
 
 // The loss layer: final norm, logits = norm(x)·Wᵀ (W its own [vocab, hidden] or tied to the

@@ -94,6 +94,7 @@ class SourceEmbedding final : public Layer {
 struct T5BlockSpec {
   float eps = 1e-6f;
   Name norm1, norm2, norm3;       // before self-attention, cross-attention (decoder), feed-forward
+  Init norm_init = ones();
   BiasedAttentionSpec self, cross;  // cross: the decoder's
   MlpSpec mlp;
 };
@@ -120,7 +121,7 @@ class EncoderBlock final : public Layer {
 // A stack's final RMS norm as a layer of its own (the encoder's output is its output).
 class FinalNorm final : public Layer {
  public:
-  FinalNorm(const Env& env, std::string name, int64_t hidden, float eps, const Name& weight);
+  FinalNorm(const Env& env, std::string name, int64_t hidden, float eps, const Name& weight, Init init = ones());
   void forward(const Call& c) override;
   void backward(const Call& c) override;
 

@@ -149,7 +149,7 @@ LmHead::LmHead(const Env& env, std::string name, int64_t hidden, int64_t vocab, 
       hidden_(hidden),
       vocab_(vocab),
       in_(input),
-      norm_(*this, norm, norm_weight, norm_bias, hidden, eps),
+      norm_(*this, norm, norm_weight, norm_bias, hidden, eps, input.norm_init),
       proj_(*this, weight, hidden, vocab, init, {}, false, tied_to) {
   const int64_t T = env.context, TC = T * hidden * static_cast<int64_t>(env.elem);
   sv_stats_ = saved.add(norm_.stats_floats(T) * 4);

@@ -56,8 +56,9 @@ void Linear::backward(const Call& c, const void* dy, int64_t ld, const void* x, 
 
 // ---- Norm -------------------------------------------------------------------------------------
 
-Norm::Norm(Layer& owner, NormKind k, const Name& w, const Name& b, int64_t d, float e) : kind(k), dim(d), eps(e) {
-  weight = owner.add_param({w, {dim}, ones(), "", false, DSCPP_ROLE_NORM});
+Norm::Norm(Layer& owner, NormKind k, const Name& w, const Name& b, int64_t d, float e, Init weight_init)
+    : kind(k), dim(d), eps(e) {
+  weight = owner.add_param({w, {dim}, weight_init, "", false, DSCPP_ROLE_NORM});
   if (kind == NormKind::layer) {
     if (b.empty()) fail(DSCPP_E_INTERNAL, "layer " + owner.name() + ": a LayerNorm needs a bias name");
     bias = owner.add_param({b, {dim}, zeros(), "", false, DSCPP_ROLE_NORM});

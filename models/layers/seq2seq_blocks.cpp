@@ -47,9 +47,9 @@ EncoderBlock::EncoderBlock(const Seq2SeqShape& shape, std::string name, const T5
     : Layer(shape.encoder, std::move(name), shape.source_len() * s.self.hidden),
       shape_(shape),
       hidden_(s.self.hidden),
-      norm1_(*this, NormKind::rms, s.norm1, {}, hidden_, s.eps),
+      norm1_(*this, NormKind::rms, s.norm1, {}, hidden_, s.eps, s.norm_init),
       attn_(*this, s.self, shape.source_len(), shape.source_len()),
-      norm2_(*this, NormKind::rms, s.norm2, {}, hidden_, s.eps),
+      norm2_(*this, NormKind::rms, s.norm2, {}, hidden_, s.eps, s.norm_init),
       mlp_(*this, s.mlp) {
   const int64_t S = shape.source_len(), TC = S * hidden_ * static_cast<int64_t>(env().elem);
   sv_stats1_ = saved.add(S * 4);
@@ -88,9 +88,9 @@ void EncoderBlock::backward(const Call& c) {
 
 // ---- FinalNorm ----------------------------------------------------------------------------------
 
-FinalNorm::FinalNorm(const Env& env, std::string name, int64_t hidden, float eps, const Name& weight)
+FinalNorm::FinalNorm(const Env& env, std::string name, int64_t hidden, float eps, const Name& weight, Init init)
     : Layer(env, std::move(name), env.context * hidden), hidden_(hidden),
-      norm_(*this, NormKind::rms, weight, {}, hidden, eps) {
+      norm_(*this, NormKind::rms, weight, {}, hidden, eps, init) {
   sv_stats_ = saved.add(env.context * 4);
 }
 
@@ -145,11 +145,11 @@ CrossDecoderBlock::CrossDecoderBlock(const Seq2SeqShape& shape, std::string name
     : Layer(shape.decoder, std::move(name), (shape.source_len() + shape.target_len()) * s.self.hidden),
       shape_(shape),
       hidden_(s.self.hidden),
-      norm1_(*this, NormKind::rms, s.norm1, {}, hidden_, s.eps),
+      norm1_(*this, NormKind::rms, s.norm1, {}, hidden_, s.eps, s.norm_init),
       self_(*this, s.self, shape.target_len(), shape.target_len()),
-      norm2_(*this, NormKind::rms, s.norm2, {}, hidden_, s.eps),
+      norm2_(*this, NormKind::rms, s.norm2, {}, hidden_, s.eps, s.norm_init),
       cross_(*this, s.cross, shape.target_len(), shape.source_len()),
-      norm3_(*this, NormKind::rms, s.norm3, {}, hidden_, s.eps),
+      norm3_(*this, NormKind::rms, s.norm3, {}, hidden_, s.eps, s.norm_init),
       mlp_(*this, s.mlp) {
   const int64_t T = shape.target_len(), e = static_cast<int64_t>(env().elem), TC = T * hidden_ * e;
   sv_stats1_ = saved.add(T * 4);

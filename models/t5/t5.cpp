@@ -103,8 +103,9 @@ class T5 final : public Model {
       tok_dir = init_from;
     std::unique_ptr<dscpp::tok::Tokenizer> tokenizer;
     if (!tok_dir.empty()) tokenizer = std::make_unique<dscpp::tok::Tokenizer>(dscpp::tok::Tokenizer::load(tok_dir));
-    if (!train.empty()) train_ = dscpp::models::read_seq2seq(train, o, tokenizer.get());
-    if (!eval.empty()) eval_ = dscpp::models::read_seq2seq(eval, o, tokenizer.get());
+    dscpp::models::Seq2SeqCounts train_counts, eval_counts;
+    if (!train.empty()) train_ = dscpp::models::read_seq2seq(train, o, tokenizer.get(), &train_counts);
+    if (!eval.empty()) eval_ = dscpp::models::read_seq2seq(eval, o, tokenizer.get(), &eval_counts);
     if (train.empty() && !eval.empty()) fail(DSCPP_E_INVALID_ARGUMENT, "t5: --eval_data needs --data");
     int64_t S = 1, T = 1;
     for (const auto* set : {&train_, &eval_})
@@ -128,6 +129,15 @@ class T5 final : public Model {
       log("t5: " + std::to_string(train_.size()) + " train / " + std::to_string(eval_.size()) +
           " eval pairs; samples hold " + std::to_string(S) + " source and " + std::to_string(T) +
           " target positions (" + (pad_to_max ? "--pad_to_max_length" : "the longest in the data") + ")");
+    // What --truncation cut, and what a summarization file skipped, said once per file.
+    for (const auto& [what, n] : {std::pair{"train", train_counts}, std::pair{"eval", eval_counts}}) {
+      if (n.truncated_sources + n.truncated_targets > 0)
+        log("t5: --truncation cut " + std::to_string(n.truncated_sources) + " " + what + " sources to " +
+            std::to_string(o.max_source_length) + " tokens and " + std::to_string(n.truncated_targets) +
+            " targets to " + std::to_string(o.max_target_length));
+      if (n.skipped > 0)
+        log("t5: skipped " + std::to_string(n.skipped) + " " + what + " pairs with an empty text or summary");
+    }
   }
 
   void build() {
@@ -155,6 +165,7 @@ class T5 final : public Model {
     m.out_init = normal(f * inv_sqrt(double(dff)));
 
     const float eps = static_cast<float>(c.number("layer_norm_epsilon", 1e-6));
+    const Init norm_init = constant(f);  // transformers fills T5's layer norms with the factor
     const std::string enc_bias = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight";
     const std::string dec_bias = "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight";
     add<SourceEmbedding>(shape_, "shared", vocab_, d, Name("weight"), normal(f));
@@ -162,18 +173,20 @@ class T5 final : public Model {
     weight_aliases.emplace_back("encoder.embed_tokens.weight", "shared.weight");
     for (int64_t i = 0; i < Le; ++i) {
       T5BlockSpec b = block(a, m, eps, "layer.1.DenseReluDense.");
+      b.norm_init = norm_init;
       b.norm2 = "layer.1.layer_norm.weight";
       b.self.bias = rb;
       b.self.bias->bidirectional = true;
       b.self.bias->tied_to = i == 0 ? "" : enc_bias;
       add<EncoderBlock>(shape_, "encoder.block." + std::to_string(i), b);
     }
-    add<FinalNorm>(shape_.encoder, "encoder.final_layer_norm", d, eps, Name("weight"));
+    add<FinalNorm>(shape_.encoder, "encoder.final_layer_norm", d, eps, Name("weight"), norm_init);
     encoder_layers = static_cast<int32_t>(layers.size());
     encoder_len = shape_.source_len(), encoder_width = d;
     add<DecoderEmbedding>(shape_, "decoder.embed_tokens", vocab_, d, Name("weight"), "shared.weight");
     for (int64_t i = 0; i < Ld; ++i) {
       T5BlockSpec b = block(a, m, eps, "layer.2.DenseReluDense.");
+      b.norm_init = norm_init;
       b.norm2 = "layer.1.layer_norm.weight";
       b.norm3 = "layer.2.layer_norm.weight";
       b.self.causal = true;
@@ -189,6 +202,7 @@ class T5 final : public Model {
     HeadInput in;
     in.memory_rows = shape_.source_len();
     if (tied) in.scale = inv_sqrt(double(d));
+    in.norm_init = norm_init;
     add<LmHead>(shape_.decoder, "lm_head", d, vocab_, NormKind::rms, eps,
                 Name("final_layer_norm.weight", "decoder.final_layer_norm.weight"), Name{}, Name("weight"), normal(f),
                 tied ? "shared.weight" : "", in);
