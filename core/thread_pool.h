@@ -1,9 +1,11 @@
 // One process-wide pool of worker threads for CPU kernels (elementwise ops, optimizer steps).
 //
 // Why our own and not OpenMP: OpenBLAS runs its own pthread pool for GEMM, and two pools that
-// spin-wait on 2 cores steal each other's time. These workers block on a futex-backed condition
-// as soon as a parallel_for ends, so the only spinning pool is OpenBLAS's, and the runtime sets
-// both pools to the same thread count (`set_num_threads`, `openblas_set_num_threads`).
+// spin-wait on 2 cores steal each other's time. These workers spin for at most 50 µs after a
+// parallel_for ends, then block on a futex-backed condition: long enough to catch the next job
+// of a run of small ones (decoding issues hundreds a token, and a futex wake-up under a
+// hypervisor costs tens of microseconds), too short to hold a core OpenBLAS's threads need. The
+// runtime sets both pools to the same thread count (`set_num_threads`, `openblas_set_num_threads`).
 //
 // parallel_for is not re-entrant: a body must not call parallel_for (it runs serially if it does).
 #pragma once

@@ -4,8 +4,9 @@
 // nvme), each rank continues its own share of the prompts (prompt i goes to rank i mod N), and
 // since at stage 3 every layer's gather is a collective, every rank joins every encoder pass and
 // decode step until the last rank's last prompt is done: a rank whose prompts are finished
-// follows the others' gathers without computing. An encoder-decoder decodes
-// train_micro_batch_size_per_gpu prompts (at most --batch_size) together. Each rank prints its
+// follows the others' gathers without computing. Up to --batch_size prompts (default 8) are
+// decoded together; an encoder-decoder's at most train_micro_batch_size_per_gpu, the batch its
+// encoder's runner holds. Each rank prints its
 // prompts and outputs as `rank R:` / `   in=…` / `  out=…`.
 #pragma once
 
