@@ -19,6 +19,7 @@
 
 #include "dscpp/model.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -65,11 +66,12 @@ enum class TokenPart { ids = 0, positions = 1, first_key = 2 };
 // the layout of the data input every layer sees (dscpp_layer_ctx::data_input).
 struct Env {
   size_t elem = 4;
-  int64_t context = 0;
+  int64_t context = 0;  // the most positions per sample; a micro-batch may use fewer (Call::positions)
   // Documents packed in a window: a sample is [ids | positions | first keys] (TokenPart), token t's
   // position within its document and its document's first token, before which its attention
   // does not look. Otherwise a sample is its ids, positions are 0 … context−1 and attention causal.
   bool documents = false;
+  int stream = 0;  // which of dscpp_layer_ctx::stream_len is this env's (an encoder-decoder's decoder: 1)
   int64_t sample_ints() const { return documents ? 3 * context : context; }
 };
 
@@ -132,6 +134,11 @@ struct Call {
   void* bwd_work(int slot) const;
   // Part of sample 0's token arrays in the data input (device); sample b's is Env::sample_ints() later.
   const int32_t* tokens(TokenPart part) const;
+  // The positions per sample of env's stream this micro-batch uses (its rows: batch() times that).
+  int64_t positions(const Env& env) const {
+    const int64_t n = ctx.stream_len[env.stream];
+    return n > 0 && n < env.context ? n : env.context;
+  }
 };
 
 // Element offset into a tensor of the compute dtype.
@@ -353,9 +360,10 @@ class DecoderBlock final : public Layer {
 
 // What an LmHead's input holds besides the positions it predicts from, and how they are scaled.
 struct HeadInput {
-  // Rows per sample that come first in the input and take no part (an encoder-decoder's memory,
-  // laid out before the decoder's rows: [batch·memory_rows | batch·context] × hidden).
-  int64_t memory_rows = 0;
+  // The stream whose rows come first in the input and take no part (an encoder-decoder's memory,
+  // laid out before the decoder's rows: [batch·memory positions | batch·positions] × hidden);
+  // null: none. It must outlive the layer.
+  const Env* memory = nullptr;
   // norm(x) is multiplied by this before the projection (T5's d_model^−0.5 with a tied head).
   float scale = 1.0f;
   Init norm_init = ones();  // the final norm's weight (T5: initializer_factor)
@@ -376,6 +384,10 @@ class LmHead final : public Layer {
 
  private:
   const void* positions(const Call& c) const;  // the rows after the memory's
+  int64_t memory_rows(const Call& c) const;
+  // rows(first row, its targets, rows): the loss's rows, in one run or one per sample.
+  template <class Rows>
+  void per_sample(const Call& c, Rows&& rows) const;
   int64_t hidden_, vocab_;
   HeadInput in_;
   Norm norm_;
@@ -391,6 +403,12 @@ class Model {
   virtual ~Model() = default;
   // One sample of a split (0 train, 1 eval) into host buffers (model.h's load_sample).
   virtual void load_sample(int32_t split, int64_t index, void* input, int32_t* target) const = 0;
+  // The positions of each stream a micro-batch of host samples needs (model.h's batch_lengths);
+  // {0, 0}: all (every sample padded to the maxima).
+  virtual std::array<int64_t, 2> batch_lengths(const void* inputs, const int32_t* targets, int64_t batch) const {
+    (void)inputs, (void)targets, (void)batch;
+    return {0, 0};
+  }
 
   template <class L, class... Args>
   L& add(Args&&... args) {

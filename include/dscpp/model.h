@@ -39,14 +39,16 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION 8u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit
-                                    compute dtypes reach layers, layer 0's float input included; 5: the
-                                    ops of Llama-style models (RMSNorm, RoPE, SiLU/SwiGLU, multiply,
-                                    strided copies); 6: masked flash attention (documents packed in
-                                    a window), every layer sees the data input; 7: parameter
-                                    roles; 8: encoder-decoder models (T5's relative position bias,
-                                    masked softmax with a bias, an encoder's output in decode calls,
-                                    several sequences per decode call) */
+#define DSCPP_MODEL_ABI_VERSION                                              \
+  9u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit \
+      compute dtypes reach layers, layer 0's float input included; 5: the    \
+      ops of Llama-style models (RMSNorm, RoPE, SiLU/SwiGLU, multiply,       \
+      strided copies); 6: masked flash attention (documents packed in        \
+      a window), every layer sees the data input; 7: parameter               \
+      roles; 8: encoder-decoder models (T5's relative position bias,         \
+      masked softmax with a bias, an encoder's output in decode calls,       \
+      several sequences per decode call); 9: micro-batches padded to         \
+      their own longest sample (batch_lengths, stream_len) */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -434,6 +436,12 @@ typedef struct dscpp_layer_ctx {
   /* ---- ABI 6 ---- */
   const void* data_input;     /* every layer, forward and backward: the micro-batch's data input
                                  (layer 0's `input`), e.g. each token's position in its document */
+  /* ---- ABI 9 ---- */
+  int64_t stream_len[2]; /* the positions per sample this micro-batch uses of each stream (an
+                            encoder-decoder's source and target; a decoder's tokens in [0]), as
+                            the model's batch_lengths said; 0: all the layer was sized for.
+                            Rows are laid out for these lengths (batch·stream_len rows, tensor-
+                            major); the data input and targets keep their full per-sample size. */
 } dscpp_layer_ctx;
 
 /* One decode call of one layer (ABI 5): one new token of each of `batch` sequences (ABI 8; before,
@@ -455,7 +463,8 @@ typedef struct dscpp_decode_ctx {
   int64_t batch;             /* sequences in this call (≥ 1) */
   const void* memory;        /* encoder-decoder: the encoder's output, batch × memory_len × its width
                                 (compute dtype), the same at every position; NULL otherwise */
-  int64_t memory_len;        /* source positions per sequence in memory */
+  int64_t memory_len;        /* source positions per sequence in memory (ABI 9: at most the encoder's
+                                length; the encoder ran with that stream_len) */
   const int32_t* memory_valid; /* device int32 per sequence: its source's real positions (the rest is
                                   padding no attention may see); NULL: all */
 } dscpp_decode_ctx;
@@ -494,6 +503,13 @@ typedef struct dscpp_model_api {
   /* ---- ABI 5 ---- Optional (may be NULL): one layer's decode call (dscpp_decode_ctx), for
    * `dscpp generate`. */
   int (*decode)(void* model, int32_t layer, const dscpp_decode_ctx* ctx, dscpp_error* err);
+
+  /* ---- ABI 9 ---- Optional (may be NULL): the positions of each stream a micro-batch of `batch`
+   * samples (host, as load_sample wrote them) needs, written to lengths[0..1] (0: all), so every
+   * layer of its passes computes only those (stream_len) — transformers' padding to the longest
+   * sample of each batch. */
+  int (*batch_lengths)(void* model, const void* inputs, const int32_t* targets, int64_t batch, int64_t* lengths,
+                       dscpp_error* err);
 } dscpp_model_api;
 
 #define DSCPP_MODEL_ENTRY_SYMBOL "dscpp_model_entry"

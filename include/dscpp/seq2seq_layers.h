@@ -19,10 +19,13 @@ namespace dscpp::layers {
 // The two stacks' shapes: each stack's layers are made with its own Env (context = its rows per
 // sample), and every layer knows where the data input keeps what.
 struct Seq2SeqShape {
-  Env encoder, decoder;  // context: source_len, target_len
+  Env encoder, decoder;  // context: source_len, target_len (the maxima); stream 0 and 1
   int64_t source_len() const { return encoder.context; }
   int64_t target_len() const { return decoder.context; }
   int64_t sample_ints() const { return source_len() + 1 + target_len(); }
+  // The positions this micro-batch uses (its longest source and target: Call::positions).
+  int64_t source_len(const Call& c) const { return c.positions(encoder); }
+  int64_t target_len(const Call& c) const { return c.positions(decoder); }
 };
 
 // T5's relative position bias: a [num_buckets, heads] table (transformers' relative_attention_bias),
@@ -51,11 +54,12 @@ struct KeyLimit {
 };
 
 // Attention without the 1/√d scale whose scores take an additive bias (T5's): softmax(q·kᵀ +
-// bias + mask)·v with separate q, k, v, o projections, over Tq query rows and Tk key rows per
-// sample; the probabilities are kept for backward.
+// bias + mask)·v with separate q, k, v, o projections, over the owner's rows per sample as queries
+// and the rows of `keys` (the owner's own env, or the encoder's for a cross-attention) as keys,
+// as many as the micro-batch uses of each; the probabilities are kept for backward.
 class BiasedAttention {
  public:
-  BiasedAttention(Layer& owner, const BiasedAttentionSpec& spec, int64_t Tq, int64_t Tk);
+  BiasedAttention(Layer& owner, const BiasedAttentionSpec& spec, const Env& keys);
   // y = residual + out(attention(x)) (residual may be y); keys and values from x, or from memory (cross).
   void forward(const Call& c, const void* x, const void* memory, KeyLimit keys, const void* residual, void* y) const;
   // dx (overwritten) from dy; a cross-attention adds the memory's gradient into dmemory.
@@ -69,7 +73,8 @@ class BiasedAttention {
   void bias(const Call& c, void* out, int64_t Tq, int64_t Tk, int64_t q0) const;
   BiasedAttentionSpec s_;
   const Env& env_;
-  int64_t Tq_, Tk_, inner_;
+  const Env& keys_;
+  int64_t Tq_, Tk_, inner_;  // the most positions
   std::optional<Linear> q_, k_, v_, out_;
   int table_ = -1;
   int sv_q_, sv_k_, sv_v_, sv_probs_, sv_att_, fw_bias_ = -1;

@@ -6,8 +6,9 @@
 
 namespace dscpp::layers {
 
-BiasedAttention::BiasedAttention(Layer& owner, const BiasedAttentionSpec& s, int64_t Tq, int64_t Tk)
-    : s_(s), env_(owner.env()), Tq_(Tq), Tk_(Tk), inner_(s.heads * s.head_dim) {
+BiasedAttention::BiasedAttention(Layer& owner, const BiasedAttentionSpec& s, const Env& keys)
+    : s_(s), env_(owner.env()), keys_(keys), Tq_(env_.context), Tk_(keys.context), inner_(s.heads * s.head_dim) {
+  const int64_t Tq = Tq_, Tk = Tk_;
   if (s.heads <= 0 || s.head_dim <= 0 || s.hidden <= 0)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": an attention needs heads, a head size and a width");
   if (s.cross && (s.causal || s.bias))
@@ -57,37 +58,39 @@ void BiasedAttention::bias(const Call& c, void* out, int64_t Tq, int64_t Tk, int
 
 void BiasedAttention::forward(const Call& c, const void* x, const void* memory, KeyLimit keys, const void* residual,
                               void* y) const {
-  const int64_t B = c.batch(), H = s_.heads, D = s_.head_dim, P = H * Tq_ * Tk_;
+  const int64_t B = c.batch(), Tq = c.positions(env_), Tk = c.positions(keys_);
+  const int64_t H = s_.heads, D = s_.head_dim, P = H * Tq * Tk;
   const void* source = s_.cross ? memory : x;
   void* q = c.saved(sv_q_);
   void* k = c.saved(sv_k_);
   void* v = c.saved(sv_v_);
   void* probs = c.saved(sv_probs_);
   void* att = c.saved(sv_att_);
-  q_->forward(c, x, q, B * Tq_);
-  k_->forward(c, source, k, B * Tk_);
-  v_->forward(c, source, v, B * Tk_);
+  q_->forward(c, x, q, B * Tq);
+  k_->forward(c, source, k, B * Tk);
+  v_->forward(c, source, v, B * Tk);
   for (int64_t b = 0; b < B; ++b)
-    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_TRANS, Tq_, Tk_, D, 1.0f,
-               at(q, b * Tq_ * inner_, env_), inner_, D, at(k, b * Tk_ * inner_, env_), inner_, D, 0.0f,
-               at(probs, b * P, env_), Tk_, Tq_ * Tk_, H);
+    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_TRANS, Tq, Tk, D, 1.0f,
+               at(q, b * Tq * inner_, env_), inner_, D, at(k, b * Tk * inner_, env_), inner_, D, 0.0f,
+               at(probs, b * P, env_), Tk, Tq * Tk, H);
   void* bias_rows = nullptr;
   if (table_ >= 0) {
     bias_rows = c.fwd_work(fw_bias_);
-    bias(c, bias_rows, Tq_, Tk_, 0);
+    bias(c, bias_rows, Tq, Tk, 0);
   }
-  DSCPP_CALL(c.ops(), masked_softmax_forward, probs, bias_rows, keys.len, keys.ld, probs, B, H, Tq_, Tk_,
+  DSCPP_CALL(c.ops(), masked_softmax_forward, probs, bias_rows, keys.len, keys.ld, probs, B, H, Tq, Tk,
              s_.causal ? 1 : 0);
   for (int64_t b = 0; b < B; ++b)
-    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_NO_TRANS, Tq_, D, Tk_, 1.0f,
-               at(probs, b * P, env_), Tk_, Tq_ * Tk_, at(v, b * Tk_ * inner_, env_), inner_, D, 0.0f,
-               at(att, b * Tq_ * inner_, env_), inner_, D, H);
-  out_->forward(c, att, y, B * Tq_, residual);
+    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_NO_TRANS, Tq, D, Tk, 1.0f, at(probs, b * P, env_),
+               Tk, Tq * Tk, at(v, b * Tk * inner_, env_), inner_, D, 0.0f, at(att, b * Tq * inner_, env_), inner_, D,
+               H);
+  out_->forward(c, att, y, B * Tq, residual);
 }
 
 void BiasedAttention::backward(const Call& c, const void* dy, const void* x, const void* memory, KeyLimit,
                                void* dx, void* dmemory) const {
-  const int64_t B = c.batch(), H = s_.heads, D = s_.head_dim, P = H * Tq_ * Tk_;
+  const int64_t B = c.batch(), Tq = c.positions(env_), Tk = c.positions(keys_);
+  const int64_t H = s_.heads, D = s_.head_dim, P = H * Tq * Tk;
   const void* q = c.saved(sv_q_);
   const void* k = c.saved(sv_k_);
   const void* v = c.saved(sv_v_);
@@ -97,40 +100,40 @@ void BiasedAttention::backward(const Call& c, const void* dy, const void* x, con
   void* dq = c.bwd_work(bw_dq_);
   void* dk = c.bwd_work(bw_dk_);
   void* dv = c.bwd_work(bw_dv_);
-  out_->backward(c, dy, s_.hidden, c.saved(sv_att_), datt, false, B * Tq_);
+  out_->backward(c, dy, s_.hidden, c.saved(sv_att_), datt, false, B * Tq);
   for (int64_t b = 0; b < B; ++b) {
-    const void* datt_b = at(datt, b * Tq_ * inner_, env_);
+    const void* datt_b = at(datt, b * Tq * inner_, env_);
     // dprobs = datt·vᵀ;  dv = probsᵀ·datt
-    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_TRANS, Tq_, Tk_, D, 1.0f, datt_b, inner_, D,
-               at(v, b * Tk_ * inner_, env_), inner_, D, 0.0f, at(ds, b * P, env_), Tk_, Tq_ * Tk_, H);
-    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_TRANS, DSCPP_NO_TRANS, Tk_, D, Tq_, 1.0f, at(probs, b * P, env_),
-               Tk_, Tq_ * Tk_, datt_b, inner_, D, 0.0f, at(dv, b * Tk_ * inner_, env_), inner_, D, H);
+    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_TRANS, Tq, Tk, D, 1.0f, datt_b, inner_, D,
+               at(v, b * Tk * inner_, env_), inner_, D, 0.0f, at(ds, b * P, env_), Tk, Tq * Tk, H);
+    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_TRANS, DSCPP_NO_TRANS, Tk, D, Tq, 1.0f, at(probs, b * P, env_), Tk,
+               Tq * Tk, datt_b, inner_, D, 0.0f, at(dv, b * Tk * inner_, env_), inner_, D, H);
   }
   // Masked entries have probability 0, so their score gradient is 0 too.
-  DSCPP_CALL(c.ops(), softmax_backward, probs, ds, ds, B * H * Tq_, Tk_);
+  DSCPP_CALL(c.ops(), softmax_backward, probs, ds, ds, B * H * Tq, Tk);
   if (table_ >= 0) {
     void* dbias = c.bwd_work(bw_dbias_);
     DSCPP_CALL(c.ops(), fill, dbias, 0.0f, P);
     DSCPP_CALL(c.ops(), bias_grad, ds, dbias, B, P);
     const RelativeBiasSpec& rb = *s_.bias;
-    DSCPP_CALL(c.ops(), relative_bias_backward, dbias, c.grad(table_), H, Tq_, Tk_, int64_t{0},
-               rb.bidirectional ? 1 : 0, rb.num_buckets, rb.max_distance);
+    DSCPP_CALL(c.ops(), relative_bias_backward, dbias, c.grad(table_), H, Tq, Tk, int64_t{0}, rb.bidirectional ? 1 : 0,
+               rb.num_buckets, rb.max_distance);
   }
   for (int64_t b = 0; b < B; ++b) {
     const void* ds_b = at(ds, b * P, env_);
     // dq = dscores·k;  dk = dscoresᵀ·q
-    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_NO_TRANS, Tq_, D, Tk_, 1.0f, ds_b, Tk_, Tq_ * Tk_,
-               at(k, b * Tk_ * inner_, env_), inner_, D, 0.0f, at(dq, b * Tq_ * inner_, env_), inner_, D, H);
-    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_TRANS, DSCPP_NO_TRANS, Tk_, D, Tq_, 1.0f, ds_b, Tk_, Tq_ * Tk_,
-               at(q, b * Tq_ * inner_, env_), inner_, D, 0.0f, at(dk, b * Tk_ * inner_, env_), inner_, D, H);
+    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_NO_TRANS, DSCPP_NO_TRANS, Tq, D, Tk, 1.0f, ds_b, Tk, Tq * Tk,
+               at(k, b * Tk * inner_, env_), inner_, D, 0.0f, at(dq, b * Tq * inner_, env_), inner_, D, H);
+    DSCPP_CALL(c.ops(), gemm_strided_batched, DSCPP_TRANS, DSCPP_NO_TRANS, Tk, D, Tq, 1.0f, ds_b, Tk, Tq * Tk,
+               at(q, b * Tq * inner_, env_), inner_, D, 0.0f, at(dk, b * Tk * inner_, env_), inner_, D, H);
   }
-  q_->backward(c, dq, inner_, x, dx, false, B * Tq_);
+  q_->backward(c, dq, inner_, x, dx, false, B * Tq);
   if (s_.cross) {
-    k_->backward(c, dk, inner_, memory, dmemory, true, B * Tk_);
-    v_->backward(c, dv, inner_, memory, dmemory, true, B * Tk_);
+    k_->backward(c, dk, inner_, memory, dmemory, true, B * Tk);
+    v_->backward(c, dv, inner_, memory, dmemory, true, B * Tk);
   } else {
-    k_->backward(c, dk, inner_, x, dx, true, B * Tq_);
-    v_->backward(c, dv, inner_, x, dx, true, B * Tq_);
+    k_->backward(c, dk, inner_, x, dx, true, B * Tq);
+    v_->backward(c, dv, inner_, x, dx, true, B * Tq);
   }
 }
 
@@ -142,15 +145,16 @@ void BiasedAttention::decode(const DecodeCall& d, const void* x, const void* res
   int64_t len = Tk_;
   KeyLimit keys;
   if (s_.cross) {
-    if (d.ctx.memory == nullptr || d.ctx.memory_len != Tk_)
-      fail(DSCPP_E_INVALID_ARGUMENT, "layer " + c.layer.name() + ": decoding needs the encoder's output of " +
+    if (d.ctx.memory == nullptr || d.ctx.memory_len < 1 || d.ctx.memory_len > Tk_)
+      fail(DSCPP_E_INVALID_ARGUMENT, "layer " + c.layer.name() + ": decoding needs the encoder's output of 1 to " +
                                          std::to_string(Tk_) + " positions per sequence");
+    len = d.ctx.memory_len;
     // The memory's keys and values are the same at every position: made once, at the first.
     if (p == 0)
       for (int64_t i = 0; i < n; ++i) {
-        const void* m = at(d.ctx.memory, i * Tk_ * s_.hidden, env_);
-        k_->forward(c, m, d.cache(dc_k_, i), Tk_);
-        v_->forward(c, m, d.cache(dc_v_, i), Tk_);
+        const void* m = at(d.ctx.memory, i * len * s_.hidden, env_);
+        k_->forward(c, m, d.cache(dc_k_, i), len);
+        v_->forward(c, m, d.cache(dc_v_, i), len);
       }
     keys.len = d.ctx.memory_valid;
   } else {

@@ -170,12 +170,25 @@ void LmHead::decode(const DecodeCall& d) {
   proj_.forward(c, xn, d.ctx.output, rows);
 }
 
+int64_t LmHead::memory_rows(const Call& c) const {
+  return in_.memory ? c.batch() * c.positions(*in_.memory) : 0;
+}
+
 const void* LmHead::positions(const Call& c) const {
-  return at(c.ctx.input, c.batch() * in_.memory_rows * hidden_, env());
+  return at(c.ctx.input, memory_rows(c) * hidden_, env());
+}
+
+// The targets are [batch × context] whatever positions the micro-batch uses: with fewer, each
+// sample's rows take their first targets.
+template <class Rows>
+void LmHead::per_sample(const Call& c, Rows&& rows) const {
+  const int64_t T = c.positions(env()), B = c.batch();
+  if (T == env().context) return rows(int64_t{0}, c.ctx.target, B * T);
+  for (int64_t b = 0; b < B; ++b) rows(b * T, c.ctx.target + b * env().context, T);
 }
 
 void LmHead::forward(const Call& c) {
-  const int64_t rows = c.batch() * env().context;
+  const int64_t rows = c.batch() * c.positions(env());
   void* xn = c.fwd_work(fw_xn_);
   norm_.forward(c, positions(c), xn, static_cast<float*>(c.saved(sv_stats_)), rows);
   if (in_.scale != 1.0f) DSCPP_CALL(c.ops(), scale, in_.scale, xn, rows * hidden_);
@@ -183,8 +196,13 @@ void LmHead::forward(const Call& c) {
   if (c.ctx.target == nullptr) return;  // predicting: the output keeps the logits
   double loss_sum = 0;
   int64_t counted = 0, correct = 0;
-  DSCPP_CALL(c.ops(), cross_entropy_forward, c.ctx.output, c.ctx.target, c.ctx.output, rows, vocab_, &loss_sum,
-             &counted, &correct);
+  per_sample(c, [&](int64_t first, const int32_t* target, int64_t n) {
+    double l = 0;
+    int64_t k = 0, hit = 0;
+    void* logits = at(c.ctx.output, first * vocab_, env());
+    DSCPP_CALL(c.ops(), cross_entropy_forward, logits, target, logits, n, vocab_, &l, &k, &hit);
+    loss_sum += l, counted += k, correct += hit;
+  });
   counted_ = counted;
   if (c.ctx.metrics != nullptr) {
     c.ctx.metrics->loss_sum += loss_sum;
@@ -194,13 +212,16 @@ void LmHead::forward(const Call& c) {
 }
 
 void LmHead::backward(const Call& c) {
-  const int64_t rows = c.batch() * env().context;
+  const int64_t rows = c.batch() * c.positions(env());
   if (c.ctx.target == nullptr || c.ctx.grad_input == nullptr)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + name() + ": backward needs targets and a layer before it");
   // The objective is the mean over the counted positions: d/dlogits = loss_grad/counted·(p − onehot).
   const float scale = counted_ > 0 ? c.ctx.loss_grad / static_cast<float>(counted_) : 0.0f;
   void* dlogits = c.ctx.output;  // the probabilities, turned into their gradient in place
-  DSCPP_CALL(c.ops(), cross_entropy_backward, c.ctx.output, c.ctx.target, dlogits, rows, vocab_, scale);
+  per_sample(c, [&](int64_t first, const int32_t* target, int64_t n) {
+    void* d = at(dlogits, first * vocab_, env());
+    DSCPP_CALL(c.ops(), cross_entropy_backward, d, target, d, n, vocab_, scale);
+  });
   void* xn = c.bwd_work(bw_xn_);
   void* dxn = c.bwd_work(bw_dxn_);
   auto* stats = static_cast<float*>(c.saved(sv_stats_));
@@ -210,7 +231,7 @@ void LmHead::backward(const Call& c) {
   proj_.backward(c, dlogits, vocab_, xn, dxn, false, rows);
   if (in_.scale != 1.0f) DSCPP_CALL(c.ops(), scale, in_.scale, dxn, rows * hidden_);
   // The memory's rows take no part: their gradient is zero.
-  const int64_t skipped = c.batch() * in_.memory_rows * hidden_;
+  const int64_t skipped = memory_rows(c) * hidden_;
   if (skipped > 0) DSCPP_CALL(c.ops(), fill, c.ctx.grad_input, 0.0f, skipped);
   norm_.backward(c, dxn, x, stats, at(c.ctx.grad_input, skipped, env()), rows);
 }

@@ -2,6 +2,7 @@
 // Model is exported through, with every exception turned into a status and its message.
 #include "dscpp/layers.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -213,6 +214,14 @@ int api_load_sample(void* model, int32_t split, int64_t index, void* input, int3
   return guarded(err, [&] { model_of(model).load_sample(split, index, input, target); });
 }
 
+int api_batch_lengths(void* model, const void* inputs, const int32_t* targets, int64_t batch, int64_t* lengths,
+                      dscpp_error* err) {
+  return guarded(err, [&] {
+    const std::array<int64_t, 2> n = model_of(model).batch_lengths(inputs, targets, batch);
+    std::copy(n.begin(), n.end(), lengths);
+  });
+}
+
 }  // namespace
 
 const dscpp_model_api* model_api(const char* name, ModelFactory factory) {
@@ -228,6 +237,7 @@ const dscpp_model_api* model_api(const char* name, ModelFactory factory) {
     g_api.load_sample = api_load_sample;
     g_api.report = nullptr;
     g_api.decode = api_decode;
+    g_api.batch_lengths = api_batch_lengths;
     dscpp_model_api_stamp(&g_api);
   }
   return &g_api;

@@ -8,7 +8,9 @@
 namespace dscpp::layers {
 namespace {
 
-int64_t rows_of(const Call& c, const Env& env) { return c.batch() * env.context; }
+int64_t rows_of(const Call& c, const Env& env) {
+  return c.batch() * c.positions(env);
+}
 
 }  // namespace
 

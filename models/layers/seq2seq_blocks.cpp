@@ -28,14 +28,14 @@ SourceEmbedding::SourceEmbedding(const Seq2SeqShape& shape, std::string name, in
 }
 
 void SourceEmbedding::forward(const Call& c) {
-  const int64_t S = shape_.source_len();
+  const int64_t S = shape_.source_len(c);
   for (int64_t b = 0; b < c.batch(); ++b)
     DSCPP_CALL(c.ops(), embedding_forward, data_ints(c) + b * shape_.sample_ints(), c.param(table_),
                at(c.ctx.output, b * S * hidden_, env()), S, vocab_, hidden_);
 }
 
 void SourceEmbedding::backward(const Call& c) {
-  const int64_t S = shape_.source_len();
+  const int64_t S = shape_.source_len(c);
   for (int64_t b = 0; b < c.batch(); ++b)
     DSCPP_CALL(c.ops(), embedding_backward, data_ints(c) + b * shape_.sample_ints(),
                at(c.ctx.grad_output, b * S * hidden_, env()), c.grad(table_), S, vocab_, hidden_);
@@ -48,7 +48,7 @@ EncoderBlock::EncoderBlock(const Seq2SeqShape& shape, std::string name, const T5
       shape_(shape),
       hidden_(s.self.hidden),
       norm1_(*this, NormKind::rms, s.norm1, {}, hidden_, s.eps, s.norm_init),
-      attn_(*this, s.self, shape.source_len(), shape.source_len()),
+      attn_(*this, s.self, shape_.encoder),
       norm2_(*this, NormKind::rms, s.norm2, {}, hidden_, s.eps, s.norm_init),
       mlp_(*this, s.mlp) {
   const int64_t S = shape.source_len(), TC = S * hidden_ * static_cast<int64_t>(env().elem);
@@ -64,7 +64,7 @@ EncoderBlock::EncoderBlock(const Seq2SeqShape& shape, std::string name, const T5
 KeyLimit EncoderBlock::keys(const Call& c) const { return source_keys(c, shape_); }
 
 void EncoderBlock::forward(const Call& c) {
-  const int64_t rows = c.batch() * shape_.source_len();
+  const int64_t rows = c.batch() * shape_.source_len(c);
   void* xn = c.fwd_work(fw_xn_);
   void* h = c.saved(sv_h_);
   norm1_.forward(c, c.ctx.input, xn, static_cast<float*>(c.saved(sv_stats1_)), rows);
@@ -74,7 +74,7 @@ void EncoderBlock::forward(const Call& c) {
 }
 
 void EncoderBlock::backward(const Call& c) {
-  const int64_t rows = c.batch() * shape_.source_len();
+  const int64_t rows = c.batch() * shape_.source_len(c);
   void* xn = c.bwd_work(bw_xn_);
   void* dxn = c.bwd_work(bw_dxn_);
   void* dh = c.bwd_work(bw_dh_);
@@ -95,12 +95,12 @@ FinalNorm::FinalNorm(const Env& env, std::string name, int64_t hidden, float eps
 }
 
 void FinalNorm::forward(const Call& c) {
-  norm_.forward(c, c.ctx.input, c.ctx.output, static_cast<float*>(c.saved(sv_stats_)), c.batch() * env().context);
+  norm_.forward(c, c.ctx.input, c.ctx.output, static_cast<float*>(c.saved(sv_stats_)), c.batch() * c.positions(env()));
 }
 
 void FinalNorm::backward(const Call& c) {
   norm_.backward(c, c.ctx.grad_output, c.ctx.input, static_cast<float*>(c.saved(sv_stats_)), c.ctx.grad_input,
-                 c.batch() * env().context);
+                 c.batch() * c.positions(env()));
 }
 
 // ---- DecoderEmbedding ---------------------------------------------------------------------------
@@ -116,18 +116,18 @@ DecoderEmbedding::DecoderEmbedding(const Seq2SeqShape& shape, std::string name, 
 }
 
 void DecoderEmbedding::forward(const Call& c) {
-  const int64_t B = c.batch(), S = shape_.source_len(), T = shape_.target_len();
+  const int64_t B = c.batch(), S = shape_.source_len(c), T = shape_.target_len(c);
   DSCPP_CALL(c.ops(), copy, c.ctx.input, c.ctx.output, B * S * hidden_);
-  const int32_t* ids = data_ints(c) + S + 1;
+  const int32_t* ids = data_ints(c) + shape_.source_len() + 1;  // the data keeps the longest source
   for (int64_t b = 0; b < B; ++b)
     DSCPP_CALL(c.ops(), embedding_forward, ids + b * shape_.sample_ints(), c.param(table_),
                at(c.ctx.output, (B * S + b * T) * hidden_, env()), T, vocab_, hidden_);
 }
 
 void DecoderEmbedding::backward(const Call& c) {
-  const int64_t B = c.batch(), S = shape_.source_len(), T = shape_.target_len();
+  const int64_t B = c.batch(), S = shape_.source_len(c), T = shape_.target_len(c);
   DSCPP_CALL(c.ops(), copy, c.ctx.grad_output, c.ctx.grad_input, B * S * hidden_);
-  const int32_t* ids = data_ints(c) + S + 1;
+  const int32_t* ids = data_ints(c) + shape_.source_len() + 1;  // the data keeps the longest source
   for (int64_t b = 0; b < B; ++b)
     DSCPP_CALL(c.ops(), embedding_backward, ids + b * shape_.sample_ints(),
                at(c.ctx.grad_output, (B * S + b * T) * hidden_, env()), c.grad(table_), T, vocab_, hidden_);
@@ -146,9 +146,9 @@ CrossDecoderBlock::CrossDecoderBlock(const Seq2SeqShape& shape, std::string name
       shape_(shape),
       hidden_(s.self.hidden),
       norm1_(*this, NormKind::rms, s.norm1, {}, hidden_, s.eps, s.norm_init),
-      self_(*this, s.self, shape.target_len(), shape.target_len()),
+      self_(*this, s.self, shape_.decoder),
       norm2_(*this, NormKind::rms, s.norm2, {}, hidden_, s.eps, s.norm_init),
-      cross_(*this, s.cross, shape.target_len(), shape.source_len()),
+      cross_(*this, s.cross, shape_.encoder),
       norm3_(*this, NormKind::rms, s.norm3, {}, hidden_, s.eps, s.norm_init),
       mlp_(*this, s.mlp) {
   const int64_t T = shape.target_len(), e = static_cast<int64_t>(env().elem), TC = T * hidden_ * e;
@@ -171,7 +171,7 @@ CrossDecoderBlock::CrossDecoderBlock(const Seq2SeqShape& shape, std::string name
 KeyLimit CrossDecoderBlock::keys(const Call& c) const { return source_keys(c, shape_); }
 
 void CrossDecoderBlock::forward(const Call& c) {
-  const int64_t B = c.batch(), memory = B * shape_.source_len() * hidden_, rows = B * shape_.target_len();
+  const int64_t B = c.batch(), memory = B * shape_.source_len(c) * hidden_, rows = B * shape_.target_len(c);
   const void* x = at(c.ctx.input, memory, env());
   void* y = at(c.ctx.output, memory, env());
   void* xn = c.fwd_work(fw_xn_);
@@ -187,7 +187,7 @@ void CrossDecoderBlock::forward(const Call& c) {
 }
 
 void CrossDecoderBlock::backward(const Call& c) {
-  const int64_t B = c.batch(), memory = B * shape_.source_len() * hidden_, rows = B * shape_.target_len();
+  const int64_t B = c.batch(), memory = B * shape_.source_len(c) * hidden_, rows = B * shape_.target_len(c);
   const void* x = at(c.ctx.input, memory, env());
   const void* dy = at(c.ctx.grad_output, memory, env());
   void* dx = at(c.ctx.grad_input, memory, env());

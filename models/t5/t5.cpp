@@ -10,9 +10,10 @@
 //   --max_source_length N (1024) --max_target_length N (128) --truncation --pad_to_max_length
 // A sample holds its source padded to the longest source in the data (every source with
 // --pad_to_max_length, or without --data), then its decoder inputs, the labels shifted right after
-// decoder_start_token_id, padded likewise. Padding changes no number: attention never sees a padded
-// key and padded labels take no loss, so this is what transformers computes with a batch padded to
-// its longest example.
+// decoder_start_token_id, padded likewise. Each micro-batch is computed over its own longest source
+// and target only (batch_lengths), as transformers' DataCollatorForSeq2Seq pads a batch; with
+// --pad_to_max_length over the maxima. Padding changes no number: attention never sees a padded key
+// and padded labels take no loss.
 #include "causal_lm.h"
 #include "dscpp/seq2seq_layers.h"
 #include "seq2seq_data.h"
@@ -84,6 +85,24 @@ class T5 final : public Model {
     for (size_t t = 0; t < e.labels.size(); ++t) target[t] = e.labels[t] < 0 ? -1 : e.labels[t];
   }
 
+  // The micro-batch's longest source (its length follows the source ids) and the last labelled
+  // target position: later decoder rows see nothing earlier rows need (causal) and take no loss.
+  std::array<int64_t, 2> batch_lengths(const void* inputs, const int32_t* targets, int64_t batch) const override {
+    if (pad_to_max_) return {0, 0};
+    const auto* in = static_cast<const int32_t*>(inputs);
+    const int64_t S = shape_.source_len(), T = shape_.target_len();
+    int64_t s = 1, t = 1;
+    for (int64_t b = 0; b < batch; ++b) {
+      s = std::max<int64_t>(s, std::clamp<int64_t>(in[b * shape_.sample_ints() + S], 1, S));
+      for (int64_t i = T; i > t; --i)
+        if (targets[b * T + i - 1] >= 0) {
+          t = i;
+          break;
+        }
+    }
+    return {s, t};
+  }
+
  private:
   void read_data() {
     Seq2SeqOptions o;
@@ -97,6 +116,7 @@ class T5 final : public Model {
     o.truncation = args_.has("--truncation");
     o.vocab_size = vocab_;
     const bool pad_to_max = args_.has("--pad_to_max_length");
+    pad_to_max_ = pad_to_max;
     const std::string train = args_.text("--data"), eval = args_.text("--eval_data");
     std::string tok_dir = args_.text("--tokenizer");
     if (tok_dir.empty() && !init_from.empty() && std::filesystem::exists(init_from + "/tokenizer.json"))
@@ -124,6 +144,7 @@ class T5 final : public Model {
     e.elem = dtype_bytes(host.compute_dtype);
     shape_.encoder = shape_.decoder = e;
     shape_.encoder.context = S;
+    shape_.decoder.stream = 1;
     shape_.decoder.context = T;
     if (!train.empty())
       log("t5: " + std::to_string(train_.size()) + " train / " + std::to_string(eval_.size()) +
@@ -200,7 +221,7 @@ class T5 final : public Model {
       add<CrossDecoderBlock>(shape_, "decoder.block." + std::to_string(i), b);
     }
     HeadInput in;
-    in.memory_rows = shape_.source_len();
+    in.memory = &shape_.encoder;
     if (tied) in.scale = inv_sqrt(double(d));
     in.norm_init = norm_init;
     add<LmHead>(shape_.decoder, "lm_head", d, vocab_, NormKind::rms, eps,
@@ -234,6 +255,7 @@ class T5 final : public Model {
   std::unique_ptr<HfConfig> config_;
   int64_t vocab_ = 0;
   Seq2SeqShape shape_;
+  bool pad_to_max_ = false;
   std::vector<Seq2SeqExample> train_, eval_;
 };
 

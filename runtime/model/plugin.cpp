@@ -284,6 +284,17 @@ void Plugin::load_sample(int split, int64_t index, void* input, int32_t* target)
   if (rc != DSCPP_OK) failed(fmt::format("load_sample({} split, index {})", split ? "eval" : "train", index), rc, err);
 }
 
+StreamLengths Plugin::batch_lengths(const void* inputs, const int32_t* targets, int64_t batch) const {
+  StreamLengths n{};
+  if (!api_->batch_lengths) return n;
+  dscpp_error err{};
+  int rc = api_->batch_lengths(model_, inputs, targets, batch, n.data(), &err);
+  if (rc != DSCPP_OK) failed(fmt::format("batch_lengths of {} samples", batch), rc, err);
+  for (int64_t v : n)
+    if (v < 0) fail("model plugin {}: batch_lengths gave {} positions", name(), v);
+  return n;
+}
+
 void Plugin::report(const dscpp_infer& infer) const {
   if (!api_->report) return;
   dscpp_error err{};

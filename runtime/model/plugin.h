@@ -5,6 +5,7 @@
 #include "core/dtype.h"
 #include "dscpp/model.h"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -12,6 +13,9 @@
 #include <vector>
 
 namespace dscpp::runtime {
+
+// dscpp_layer_ctx::stream_len: positions per sample of each stream a micro-batch uses (0: all).
+using StreamLengths = std::array<int64_t, 2>;
 
 // The ABI's floating dtypes as the runtime's (DSCPP_I32 → i32).
 DType dtype_of(dscpp_dtype d);
@@ -94,6 +98,9 @@ class Plugin {
   void forward(int layer, const dscpp_layer_ctx& ctx) const;
   void backward(int layer, const dscpp_layer_ctx& ctx) const;
   void load_sample(int split, int64_t index, void* input, int32_t* target) const;
+  // The positions of each stream a micro-batch of host samples needs (model.h's batch_lengths),
+  // checked against the maxima; {0, 0} (all) for a model without the entry.
+  StreamLengths batch_lengths(const void* inputs, const int32_t* targets, int64_t batch) const;
   // Generation (model.h's decode): whether every layer after the encoder decodes, and one layer's call.
   bool can_decode() const;
   void decode(int layer, const dscpp_decode_ctx& ctx) const;

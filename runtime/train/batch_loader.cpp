@@ -42,7 +42,8 @@ MicroBatch BatchLoader::next() {
   device_.copy_from_host(input_.data(), host_input_.data(), static_cast<size_t>(size * input_bytes_));
   device_.copy_from_host(target_.data(), host_target_.data(), static_cast<size_t>(size * d.target_numel) * 4);
   ++produced_;
-  return MicroBatch{input_.data(), target_.as<int32_t>(), size, epoch};
+  return MicroBatch{input_.data(), target_.as<int32_t>(), size, epoch,
+                    plugin_.batch_lengths(host_input_.data(), host_target_.data(), size)};
 }
 
 }  // namespace dscpp::runtime

@@ -21,6 +21,7 @@ struct MicroBatch {
   const int32_t* target = nullptr;  // device
   int64_t size = 0;
   int64_t epoch = 0;
+  StreamLengths lengths{};  // what the model computes of each sample (Plugin::batch_lengths)
 };
 
 class BatchLoader {

@@ -57,8 +57,12 @@ void Decoder::encode(const std::vector<std::vector<int32_t>>& sources, int64_t g
     for (int64_t g = 0; g < group; ++g) valid.push_back(static_cast<int32_t>(s.size()));
   }
   device_.copy_from_host(input_.data(), samples.data(), samples.size() * 4);
-  runner_.forward(input_.data(), nullptr, b, false, 0, enc.layers);
-  const size_t per = size_t(enc.len * enc.width) * dtype_size(runner_.compute_dtype());
+  // The encoder computes the sources' longest length only; every decode call sees that many.
+  const std::vector<int32_t> no_targets(size_t(b * plugin_.data().target_numel), -1);
+  const StreamLengths lengths = plugin_.batch_lengths(samples.data(), no_targets.data(), b);
+  memory_len_ = lengths[0] > 0 && lengths[0] < enc.len ? lengths[0] : enc.len;
+  runner_.forward(input_.data(), nullptr, b, false, 0, enc.layers, lengths);
+  const size_t per = size_t(memory_len_ * enc.width) * dtype_size(runner_.compute_dtype());
   const auto* out = static_cast<const char*>(runner_.output(enc.layers - 1));
   for (int64_t i = 0; i < b * group; ++i)
     device_.copy(static_cast<char*>(memory_.data()) + size_t(i) * per, out + size_t(i / group) * per, per);
@@ -86,7 +90,7 @@ void Decoder::step(const std::vector<int32_t>& tokens, int64_t position, std::ve
     c.batch = n;
     if (first_ > 0) {
       c.memory = memory_.data();
-      c.memory_len = plugin_.encoder().len;
+      c.memory_len = memory_len_;
       c.memory_valid = static_cast<const int32_t*>(valid_.data());
     }
     runner_.decode(int(l), c);

@@ -41,6 +41,7 @@ class Decoder {
   std::vector<DeviceBuffer> caches_;
   DeviceBuffer workspace_, act_[2], tokens_, memory_, valid_, reorder_scratch_, input_;
   int64_t memory_rows_ = 0;  // sequences the memory holds
+  int64_t memory_len_ = 0;   // positions per sequence in the memory (the longest source encoded)
 };
 
 // Continues `prompts` (ids, together, up to the decoder's capacity) with `options`: an

@@ -227,6 +227,21 @@ void Engine::run() {
   if (const std::string comms = log_->comms_summary(); !comms.empty() && world_.rank() == 0) log::info("{}", comms);
 }
 
+void Engine::say_lengths(const MicroBatch& mb) {
+  if (said_lengths_ || world_.rank() != 0 || (mb.lengths[0] == 0 && mb.lengths[1] == 0)) return;
+  said_lengths_ = true;
+  const EncoderDecl& enc = plugin_.encoder();
+  const int64_t most[2] = {enc.layers > 0 ? enc.len : plugin_.data().tokens_per_sample,
+                           enc.layers > 0 ? plugin_.data().target_numel : 0};
+  std::string what;
+  for (int s = 0; s < 2; ++s)
+    if (mb.lengths[size_t(s)] > 0)
+      what += fmt::format("{}{} of {} {} positions", what.empty() ? "" : " and ", mb.lengths[size_t(s)], most[s],
+                          enc.layers > 0 ? (s == 0 ? "source" : "target") : "token");
+  log::info("micro-batches are padded to their own longest sample (the model's batch_lengths): the first computes {}",
+            what);
+}
+
 void Engine::train_step() {
   double loss_sum = 0;  // Σ over micro-batches of the micro-batch mean loss
   GradVerdict verdict;
@@ -247,11 +262,13 @@ void Engine::train_step() {
       Timers::Scope t(log_->timers(), "data");
       mb = loader_->next();
     }
+    say_lengths(mb);
     dscpp_metrics m;
     {
       Timers::Scope t(log_->timers(), "fwd");
       zero_.params->begin_pass(false, true);
-      m = runner_->forward(mb.input, mb.target, mb.size, true, static_cast<uint64_t>(counters_.micro_steps));
+      m = runner_->forward(mb.input, mb.target, mb.size, true, static_cast<uint64_t>(counters_.micro_steps), 0,
+                           mb.lengths);
     }
     loss_sum += m.counted ? m.loss_sum / static_cast<double>(m.counted) : 0.0;
     inject_fault(FaultPoint::loss_nan, counters_.global_steps + 1, world_.rank(), world_.size(),

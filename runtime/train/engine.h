@@ -100,6 +100,9 @@ class Engine {
 
  private:
   void allocate(const dscpp_ops& ops);
+  // Rank 0 says once, at the first micro-batch a model computes in part, what its batch_lengths gave.
+  void say_lengths(const MicroBatch& mb);
+  bool said_lengths_ = false;
   RunMemoryFacts memory_facts(const dscpp_ops& ops) const;  // engine_memory.cpp
   void run_eval_only();  // engine_eval.cpp
   std::string load_inference_weights();  // engine_eval.cpp: the weights' source, for the log

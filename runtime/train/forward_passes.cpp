@@ -46,7 +46,8 @@ EvalResult evaluate(const ForwardPasses& f) {
     f.device.copy_from_host(dinput.data(), input.data(), static_cast<size_t>(n * d.input_numel * 4));
     f.device.copy_from_host(dtarget.data(), target.data(), static_cast<size_t>(n * d.target_numel) * 4);
     f.params.begin_pass(false, false);
-    dscpp_metrics m = f.runner.forward(dinput.data(), dtarget.as<int32_t>(), n, false, 0);
+    const StreamLengths lengths = f.plugin.batch_lengths(input.data(), target.data(), n);
+    dscpp_metrics m = f.runner.forward(dinput.data(), dtarget.as<int32_t>(), n, false, 0, 0, lengths);
     totals[0] += m.loss_sum;
     totals[1] += static_cast<double>(m.counted);
     totals[2] += static_cast<double>(m.correct);

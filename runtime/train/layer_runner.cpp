@@ -195,6 +195,8 @@ dscpp_layer_ctx LayerRunner::context(int layer) const {
                   ? segment_input_[static_cast<size_t>(segment)]
                   : acts_->output(layer - 1);
   ctx.data_input = input_;
+  ctx.stream_len[0] = lengths_[0];
+  ctx.stream_len[1] = lengths_[1];
   ctx.output = acts_->output(layer);
   ctx.saved = acts_->saved(layer);
   ctx.workspace = workspace_.data();
@@ -202,7 +204,7 @@ dscpp_layer_ctx LayerRunner::context(int layer) const {
 }
 
 dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int64_t batch, bool training,
-                                   uint64_t rng_seed, int layers) {
+                                   uint64_t rng_seed, int layers, StreamLengths lengths) {
   DSCPP_CHECK(batch > 0 && batch <= max_batch_);
   if (input_cast_.data() != nullptr) {  // float data in the compute dtype, once per micro-batch
     kernels::math_of(device_).convert_into(input_cast_.data(), compute_, input, DType::f32,
@@ -214,6 +216,7 @@ dscpp_metrics LayerRunner::forward(const void* input, const int32_t* target, int
   batch_ = batch;
   training_ = training;
   rng_seed_ = rng_seed;
+  lengths_ = lengths;
   metrics_ = {};
   const int stop = layers > 0 ? layers : static_cast<int>(plugin_.layers().size());
   for (int s = 0; s < act_layout_.segments() && act_layout_.segment_begin[static_cast<size_t>(s)] < stop; ++s)

@@ -64,9 +64,11 @@ class LayerRunner {
   std::function<void(int layer, bool backward)> after_layer;
 
   // Forward over all layers, or the first `layers` (an encoder-decoder's encoder) when > 0.
-  // `target` (device, batch × target_numel) may be null (predict).
+  // `target` (device, batch × target_numel) may be null (predict). `lengths`: the positions of
+  // each stream the layers compute (the micro-batch's Plugin::batch_lengths; {0, 0}: all), the
+  // same for the backward that follows.
   dscpp_metrics forward(const void* input, const int32_t* target, int64_t batch, bool training, uint64_t rng_seed,
-                        int layers = 0);
+                        int layers = 0, StreamLengths lengths = {});
   // Layer l's output of the last forward (compute dtype, batch × its output_numel).
   const void* output(int layer) const { return acts_->output(layer); }
   // One decode call of a layer (generation): its parameters from the memory source as a forward
@@ -140,6 +142,7 @@ class LayerRunner {
   const int32_t* target_ = nullptr;
   int64_t batch_ = 0;
   uint64_t rng_seed_ = 0;
+  StreamLengths lengths_{};
   bool training_ = false;
   dscpp_metrics metrics_{};
 };

@@ -7,7 +7,8 @@
 #   2. backward: one SGD step of lr 1, exported with `dscpp export-hf`, is the weights minus
 #      transformers' gradient: on 1 rank (micro-batch 4, the batch's loss) at ZeRO 0, on cuda-sim,
 #      and on 2 ranks at ZeRO 1–3 (each rank's mean, averaged: transformers' gradient of that;
-#      --no_shuffle, so that the pairs each rank gets are torch's DistributedSampler's);
+#      --no_shuffle, so that the pairs each rank gets are torch's DistributedSampler's), where each
+#      rank's micro-batch is computed to its own longest pair, not the data's;
 #   3. AdamW: 3 steps on 2 ranks at ZeRO 3 give transformers' losses and parameters;
 #   4. export round trip: a step-0 checkpoint exported is the HF file again, names, shapes and
 #      values, and config.json;
@@ -77,6 +78,13 @@ for m in t5_v10 t5_v11; do
       out=$("$COMPARE" "$WORK/$tag.hf/model.safetensors" "$DATA/$m/reference.safetensors" --b_prefix "$prefix" \
         --minus_from "$DATA/$m/model.safetensors" --normwise 1 --rtol 1e-5 --complete 1 2>&1); then
       pass "$m gradients, ZeRO $stage on $ranks rank(s), $device: ${out##*compared }"
+      # Two pairs a rank: rank 0's micro-batch is shorter than the data's longest pair, and is
+      # computed so (the gradients above are transformers' for the batch padded to its own longest).
+      if [ "$ranks" = 2 ]; then
+        grep -q "micro-batches are padded to their own longest sample" "$WORK/$tag.log" &&
+          pass "  ... each micro-batch computed to its own longest pair: $(grep -o 'the first computes .*' "$WORK/$tag.log")" ||
+          fail "$m ZeRO $stage on 2 ranks: no micro-batch computed to its own longest pair"
+      fi
     else fail "$m gradients, ZeRO $stage on $ranks rank(s), $device: ${out:-run or export failed}"
       tail -5 "$WORK/$tag.log" "$WORK/$tag.x.log"; fi
     rm -rf "$WORK/$tag.ckpt" "$WORK/$tag.hf"
