@@ -27,12 +27,12 @@
 # of gathered parameters and in total, and the host's parameter partition, against the model's
 # fp32 parameter bytes (the memory plan's parameter count x 4), and whether the outputs equal one
 # rank's.
-# Measured 2026-12-07 on the 2-core AMD EPYC (AVX-512) while other jobs kept its load average at 4-6
-# (so both sides' rates moved by up to 1.7x between rounds), 3 rounds: T5 batch 1 dscpp 26.0 tokens/s
-# vs 16.9 (1.34x), batch 8 140.8 vs 99.9 (1.41x); Llama batch 1 379.0 vs 213.2 (2.01x), 8 prompts
-# 379.0 one after another vs 567.1 batched (0.67x); ids equal on every prompt. ZeRO-Inference: the
-# gathered-parameter peak per rank 1.00x the model's 242,026,496 bytes with the default window,
-# 0.27x (the tied 32128 x 512 embedding, the largest parameter) with the 1,000,000 window.
+# Measured 2026-12-07 on the 2-core AMD EPYC (AVX-512), load average about 1, 3 rounds (medians;
+# per-round ratios in brackets): T5 batch 1 dscpp 111.4 tokens/s vs 49.9 (2.21x; 1.87-2.31), batch
+# 8 467.2 vs 226.3 (2.04x; 1.92-2.37); Llama batch 1 5885 vs 306 (19.3x), batch 8 11636 vs 1636
+# (6.6x; 3.8-7.5); ids equal on every prompt. ZeRO-Inference: the gathered-parameter peak per rank
+# 1.00x the model's 242,026,496 bytes with the default window, 0.27x (the tied 32128 x 512
+# embedding, the largest parameter) with the 1,000,000 window.
 # The PyTorch side runs in the transformers venv that scripts/setup.sh makes (skipped, 77,
 # without it).
 # Usage: bench_generate.sh DSCPP RUNTIME T5_SO LLAMA_SO [SOURCE_ROOT]

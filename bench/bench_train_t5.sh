@@ -23,7 +23,11 @@
 # process comes from /usr/bin/time where it is installed. BENCH_RT=1 (root) runs everything at
 # real-time round-robin priority, as bench_train_gpt.sh. The PyTorch side runs in the transformers
 # venv that scripts/setup.sh makes (skipped, 77, without it).
-# Measured 2026-12-07 on the 2-core AMD EPYC (AVX-512) while other jobs held a load average of 5-9,
+# Measured 2026-12-07 on the 2-core AMD EPYC (AVX-512), load average 1-2, 3 rounds, after the
+# thread pool stopped sleeping between short jobs: (a) 1.68x (dscpp 851 tokens/s, torch 541;
+# per-round 1.49-1.88x), (b) 1.37x against DDP (905 against 661; per-round 1.35-1.54x); a single
+# round on a quieter machine gave 1.42x at both (977 against 688, 1013 against 714), so torch's
+# rate moves by a quarter between runs here. Earlier, while other jobs held a load average of 5-9,
 # 3 runs of 3 rounds, DeepSpeed refused as above so (b) is against DDP: (a) 1.42x / 1.38x / 1.46x
 # (dscpp 249-324 tokens/s, torch 162-211; per-round 1.26-2.23x), (b) 1.31x / 1.64x / 1.05x (dscpp
 # 248-346, torch 190-253; per-round 1.03-1.98x); peak RSS dscpp 1542 MiB against torch 2005 MiB at
