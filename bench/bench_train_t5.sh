@@ -24,10 +24,11 @@
 # real-time round-robin priority, as bench_train_gpt.sh. The PyTorch side runs in the transformers
 # venv that scripts/setup.sh makes (skipped, 77, without it).
 # Measured 2026-12-07 on the 2-core AMD EPYC (AVX-512), load average 1-2, 3 rounds, after the
-# thread pool stopped sleeping between short jobs: (a) 1.68x (dscpp 851 tokens/s, torch 541;
-# per-round 1.49-1.88x), (b) 1.37x against DDP (905 against 661; per-round 1.35-1.54x); a single
-# round on a quieter machine gave 1.42x at both (977 against 688, 1013 against 714), so torch's
-# rate moves by a quarter between runs here. Earlier, while other jobs held a load average of 5-9,
+# thread pool stopped sleeping between short jobs, two runs of 3 rounds: (a) 1.68x (dscpp 851
+# tokens/s, torch 541; per-round 1.49-1.88x) and 1.42x (923 against 649; 1.38-1.54x), (b) against
+# DDP 1.37x (905 against 661; 1.35-1.54x) and 1.28x (928 against 712; 1.27-1.38x): torch's rate
+# moves by a quarter between runs here. At 2 ranks dscpp's step is its GEMMs at 93 GFLOP/s per
+# core (81% of the FMA peak); ZeRO-2's communication is 5 ms of 1.5 s (wall_clock_breakdown). Earlier, while other jobs held a load average of 5-9,
 # 3 runs of 3 rounds, DeepSpeed refused as above so (b) is against DDP: (a) 1.42x / 1.38x / 1.46x
 # (dscpp 249-324 tokens/s, torch 162-211; per-round 1.26-2.23x), (b) 1.31x / 1.64x / 1.05x (dscpp
 # 248-346, torch 190-253; per-round 1.03-1.98x); peak RSS dscpp 1542 MiB against torch 2005 MiB at
