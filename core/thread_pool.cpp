@@ -102,13 +102,9 @@ class Pool {
     wake_.notify_all();
     run_chunk(0);
     auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-    std::unique_lock lock(mutex_, std::defer_lock);
-    if (!spin_until(finished)) {
-      lock.lock();
-      done_.wait(lock, finished);
-    } else {
-      lock.lock();  // error_ is written under the mutex
-    }
+    const bool quick = spin_until(finished);
+    std::unique_lock lock(mutex_);  // error_ is written under it
+    if (!quick) done_.wait(lock, finished);
     body_ = nullptr;
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }

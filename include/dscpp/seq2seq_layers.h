@@ -73,8 +73,8 @@ class BiasedAttention {
   void bias(const Call& c, void* out, int64_t Tq, int64_t Tk, int64_t q0) const;
   BiasedAttentionSpec s_;
   const Env& env_;
-  const Env& keys_;
-  int64_t Tq_, Tk_, inner_;  // the most positions
+  const Env& keys_;  // its context: the most key positions (the cache's in decoding)
+  int64_t inner_;
   std::optional<Linear> q_, k_, v_, out_;
   int table_ = -1;
   int sv_q_, sv_k_, sv_v_, sv_probs_, sv_att_, fw_bias_ = -1;

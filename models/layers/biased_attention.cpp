@@ -7,8 +7,8 @@
 namespace dscpp::layers {
 
 BiasedAttention::BiasedAttention(Layer& owner, const BiasedAttentionSpec& s, const Env& keys)
-    : s_(s), env_(owner.env()), keys_(keys), Tq_(env_.context), Tk_(keys.context), inner_(s.heads * s.head_dim) {
-  const int64_t Tq = Tq_, Tk = Tk_;
+    : s_(s), env_(owner.env()), keys_(keys), inner_(s.heads * s.head_dim) {
+  const int64_t Tq = env_.context, Tk = keys.context;
   if (s.heads <= 0 || s.head_dim <= 0 || s.hidden <= 0)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": an attention needs heads, a head size and a width");
   if (s.cross && (s.causal || s.bias))
@@ -142,12 +142,12 @@ void BiasedAttention::decode(const DecodeCall& d, const void* x, const void* res
   const int64_t n = d.batch(), H = s_.heads, D = s_.head_dim, p = d.ctx.position;
   void* q = d.work(dw_q_);
   q_->forward(c, x, q, n);
-  int64_t len = Tk_;
+  int64_t len = keys_.context;
   KeyLimit keys;
   if (s_.cross) {
-    if (d.ctx.memory == nullptr || d.ctx.memory_len < 1 || d.ctx.memory_len > Tk_)
+    if (d.ctx.memory == nullptr || d.ctx.memory_len < 1 || d.ctx.memory_len > keys_.context)
       fail(DSCPP_E_INVALID_ARGUMENT, "layer " + c.layer.name() + ": decoding needs the encoder's output of 1 to " +
-                                         std::to_string(Tk_) + " positions per sequence");
+                                         std::to_string(keys_.context) + " positions per sequence");
     len = d.ctx.memory_len;
     // The memory's keys and values are the same at every position: made once, at the first.
     if (p == 0)
@@ -158,9 +158,9 @@ void BiasedAttention::decode(const DecodeCall& d, const void* x, const void* res
       }
     keys.len = d.ctx.memory_valid;
   } else {
-    if (p < 0 || p >= Tk_)
+    if (p < 0 || p >= keys_.context)
       fail(DSCPP_E_INVALID_ARGUMENT, "layer " + c.layer.name() + ": position " + std::to_string(p) +
-                                         " is outside its cache of " + std::to_string(Tk_) + " positions");
+                                         " is outside its cache of " + std::to_string(keys_.context) + " positions");
     void* k = d.work(dw_k_);
     void* v = d.work(dw_v_);
     k_->forward(c, x, k, n);

@@ -105,7 +105,7 @@ SearchOptions search_options(const GenerateOptions& o, const Plugin& plugin, con
 
 int64_t gen_batch(const GenerateOptions& o, const Plugin& plugin) {
   if (o.batch_size > 0) return o.batch_size;
-  return plugin.encoder().layers > 0 ? 8 : 1;
+  return plugin.encoder().layers > 0 ? kGenerateBatch : 1;
 }
 
 namespace {

@@ -63,6 +63,8 @@ struct Prompt {
   bool text = false;  // a text (else ids)
 };
 std::vector<Prompt> read_prompts(const GenerateOptions& options, const tok::Tokenizer* tokenizer);
+// Prompts decoded together unless --batch_size says (an encoder-decoder's, and any under ZeRO-Inference).
+inline constexpr int64_t kGenerateBatch = 8;
 // The prompts decoded together: --batch_size, else the family's default.
 int64_t gen_batch(const GenerateOptions& options, const Plugin& plugin);
 // The search the options ask for, within what the decoder holds.

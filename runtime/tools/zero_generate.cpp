@@ -31,7 +31,8 @@ int run_zero_generate(const GenerateOptions& o, const Plugin& plugin, Device& de
   const bool seq2seq = enc.layers > 0;
   // Prompts decoded together: an encoder-decoder's sources also go through the encoder together,
   // which the runner sized for a micro-batch.
-  const int64_t want = o.batch_size > 0 ? o.batch_size : 8, batch = seq2seq ? std::min(want, inf.micro_batch) : want;
+  const int64_t want = o.batch_size > 0 ? o.batch_size : kGenerateBatch,
+                batch = seq2seq ? std::min(want, inf.micro_batch) : want;
   const int64_t beams = std::max(1, o.num_beams);
   Decoder decoder(plugin, device, inf.runner, batch * beams);
   GenerateOptions eos_from_tokenizer = o;

@@ -188,26 +188,10 @@ DSCPP_AVX512 void skinny_dots(const GemmArgs& g, int64_t j0, int64_t j1, float* 
 }  // namespace
 
 void gemm_avx512_skinny_dots(const GemmArgs& g, int64_t j0, int64_t j1, float* acc, int64_t w) {
-  switch (g.M) {
-    case 1:
-      return skinny_dots<1>(g, j0, j1, acc, w);
-    case 2:
-      return skinny_dots<2>(g, j0, j1, acc, w);
-    case 3:
-      return skinny_dots<3>(g, j0, j1, acc, w);
-    case 4:
-      return skinny_dots<4>(g, j0, j1, acc, w);
-    case 5:
-      return skinny_dots<5>(g, j0, j1, acc, w);
-    case 6:
-      return skinny_dots<6>(g, j0, j1, acc, w);
-    case 7:
-      return skinny_dots<7>(g, j0, j1, acc, w);
-    case 8:
-      return skinny_dots<8>(g, j0, j1, acc, w);
-    default:
-      break;
-  }
+  using Dots = void (*)(const GemmArgs&, int64_t, int64_t, float*, int64_t);
+  static constexpr Dots kByRows[] = {skinny_dots<1>, skinny_dots<2>, skinny_dots<3>, skinny_dots<4>,
+                                     skinny_dots<5>, skinny_dots<6>, skinny_dots<7>, skinny_dots<8>};
+  kByRows[g.M - 1](g, j0, j1, acc, w);  // 1 ≤ M ≤ 8: the caller's skinny()
 }
 
 bool gemm_avx512_available() {

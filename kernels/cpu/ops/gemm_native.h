@@ -49,7 +49,7 @@ bool gemm_avx512_available();
 // One thread, any shape with M, N ≥ 1 and K ≥ 1 (callers handle the empty cases).
 void gemm_avx512_serial(const GemmArgs& g);
 int64_t gemm_avx512_depth_block(const GemmArgs& g);
-// A few rows (M ≤ 8) of A against B transposed (a weight stored [out, in]): acc[i·w + j − j0] =
+// A few rows (1 ≤ M ≤ 8) of A against B transposed (a weight stored [out, in]): acc[i·w + j − j0] =
 // A row i · B row j for the columns j0 ≤ j < j1 of C.
 void gemm_avx512_skinny_dots(const GemmArgs& g, int64_t j0, int64_t j1, float* acc, int64_t w);
 
