@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rank_discovery.h"
+#include "launcher/accelerate/launch_mapping.h"
 #include "launcher/env_export.h"
 #include "launcher/gpu_sharing.h"
 #include "launcher/hostfile.h"
@@ -53,6 +54,19 @@ Resolved resolve_resources(const LaunchArgs& args, const Environment& env) {
   bool slots_are_limits = true;
   std::optional<ResourcePool> from_file =
       args.hostfile_given ? std::optional(load_hostfile(args.hostfile)) : load_hostfile_if_present(args.hostfile);
+  if (args.uniform_nodes > 0) {
+    // Machines named by their place: this one runs node args.node_rank, the others run theirs.
+    const bool gpus = args.num_gpus > 0;
+    for (int n = 0; n < args.uniform_nodes; ++n) {
+      HostSlots h{"machine" + std::to_string(n), {}};
+      for (int i = 0; i < (gpus ? args.num_gpus : args.num_procs); ++i) h.slots.push_back(i);
+      pool.push_back(h);
+    }
+    r.plan.devices_are_gpus = gpus;
+    r.plan.hosts = pool;
+    r.pool_source = fmt::format("{} machines started one by one", args.uniform_nodes);
+    return r;
+  }
   if (from_file) {
     pool = *from_file;
     r.from_hostfile = true;
@@ -97,6 +111,7 @@ Resolved resolve_resources(const LaunchArgs& args, const Environment& env) {
 // --launcher, else SLURM's runner inside an allocation, the local runner for this machine
 // alone, and ssh for anything else.
 std::unique_ptr<Runner> pick_runner(const LaunchArgs& args, const Resolved& r) {
+  if (args.node_rank >= 0) return make_runner("local", args);  // this machine's node only
   if (!args.launcher.empty()) return make_runner(args.launcher, args);
   if (r.from_slurm) return make_runner("slurm", args);
   bool single_local = r.plan.hosts.size() == 1 && is_local_host(r.plan.hosts[0].host);
@@ -163,8 +178,10 @@ void print_plan(const std::string& pool_source, const WorldPlan& plan, std::stri
 std::string dry_run_text(const Runner& runner, const Job& job) {
   AttemptCommands c = runner.commands(job, 0);
   std::string out = runner.describe(job, c);
-  out += "environment of each rank (rank 0 shown; RANK/LOCAL_RANK/CROSS_RANK differ per rank):\n";
-  for (const auto& [k, v] : rank_env(job.plan, job.plan.ranks().front(), EnvOptions{c.agent.env, false, 0}))
+  const RankInfo first = job.plan.ranks_on(std::max(job.args.node_rank, 0)).front();  // this machine's first
+  out += fmt::format("environment of each rank (rank {} shown; RANK/LOCAL_RANK/CROSS_RANK differ per rank):\n",
+                     first.rank);
+  for (const auto& [k, v] : rank_env(job.plan, first, EnvOptions{c.agent.env, false, 0}))
     out += "  " + k + "=" + shell_quote(v) + "\n";
   return out;
 }
@@ -211,9 +228,21 @@ int run_rank_shim(const std::vector<std::string>& program, int local_rank_at, bo
   return run_rank_group({rank}, options).exit_code;
 }
 
-int run_launch(const LaunchArgs& args) {
+int run_launch(const LaunchArgs& given) {
   log::init_logging(-1);
   Environment env = environment_from(::environ);
+  if (given.no_ssh != (given.node_rank >= 0))
+    fail("--no_ssh and --node_rank go together: this machine starts node N's ranks of the plan itself");
+  LaunchArgs args = given;
+  std::optional<accelerate::AccelerateLaunch> acc;
+  if (accelerate::uses_accelerate(given)) {
+    acc = accelerate::apply_accelerate(given, env, local_gpu_count());
+    for (const auto& note : acc->notes) std::fprintf(stderr, "dscpp: accelerate: %s\n", note.c_str());
+    args = acc->args;
+  }
+  if (args.node_rank >= 0 && !args.launcher.empty() && args.launcher != "local")
+    fail("--node_rank starts this machine's ranks itself (DeepSpeed's --no_ssh); it takes no --launcher {}",
+         args.launcher);
   if (auto why = launched_task_reason(env))
     fail(
         "refusing to start ranks from inside a launched job: {}. Starting dscpp once per task would multiply the "
@@ -224,7 +253,7 @@ int run_launch(const LaunchArgs& args) {
   Job job{.args = args, .plan = r.plan, .from_hostfile = r.from_hostfile};
   job.dscpp = invoked_executable();
   job.program = resolve_program(args.program, args.no_local_rank, job.dscpp);
-  job.plan.master_port = args.master_port;
+  job.plan.master_port = runner->first_port(args.master_port, args.master_port_given || args.node_rank >= 0);
   job.plan.master_addr = choose_master_addr(args, job.plan, *runner);
   std::error_code ec;
   job.cwd = fs::current_path(ec).string();
@@ -233,12 +262,24 @@ int run_launch(const LaunchArgs& args) {
       build_exported_env(ExportInputs{runner->inherits_environment() ? Environment{} : env, job.cwd, args.env});
 
   if (args.max_restarts < 0) fail("--max_restarts {}: expected 0 or more", args.max_restarts);
+  if (args.node_rank >= job.plan.node_count())
+    fail("--node_rank {}: the plan has {} node{} ({})", args.node_rank, job.plan.node_count(),
+         job.plan.node_count() == 1 ? "" : "s", r.pool_source);
+  if (args.node_rank >= 0 && args.max_restarts > 0)
+    fail("--max_restarts restarts the whole job from one launcher; with --node_rank each machine starts its own ranks");
+  if (args.node_rank >= 0 && job.plan.node_count() > 1 && args.master_addr.empty())
+    fail("--node_rank: every machine must be told rank 0's address; pass --master_addr");
+  if (acc && acc->world_size && *acc->world_size != job.plan.world_size())
+    fail("num_processes {} (Accelerate: ranks over all machines) but the plan has {} ranks from {}", *acc->world_size,
+         job.plan.world_size(), r.pool_source);
 
   const GpuSharing sharing = local_gpu_sharing(args, job.plan, job.exported, env);
   print_plan(r.pool_source, job.plan, runner->name(), runner->inherits_environment() ? EnvList{} : job.exported,
              sharing.plan_line);
   // NCCL itself would refuse only after every rank started and loaded its model.
   if (!sharing.refusal.empty()) fail("{}", sharing.refusal);
+  if (acc)
+    std::fprintf(args.dry_run ? stdout : stderr, "effective deepspeed config: %s\n", acc->deepspeed_json.c_str());
   if (args.dry_run) {
     std::fputs(dry_run_text(*runner, job).c_str(), stdout);
     return 0;

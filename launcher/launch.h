@@ -6,6 +6,7 @@
 
 #include "launcher/launch_plan.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,18 @@ struct LaunchArgs {
   int max_restarts = 0;               // restart the whole job up to this many times after a rank fails
   std::vector<std::string> env;       // --env K=V
   std::vector<std::string> program;   // PROGRAM and its arguments
+  bool master_port_given = false;
+  // DeepSpeed's --no_ssh --node_rank N: this machine starts only node N's ranks of the plan (the
+  // other machines run the same command with their N). -1 = every node, by the runner.
+  int node_rank = -1;
+  bool no_ssh = false;
+  // A plan of this many machines, each with --num_gpus GPUs or --num_procs CPU ranks, without a
+  // hostfile (Accelerate's `standard` multi-machine launch, with node_rank). 0 = none.
+  int uniform_nodes = 0;
+  // Accelerate's config file and `accelerate launch` flags (name -> text), applied to the fields
+  // above by launcher/accelerate/launch_mapping.h.
+  std::string accelerate_config_file;
+  std::map<std::string, std::string> accelerate_flags;
 };
 
 // Returns the exit status for the `dscpp` process.

@@ -2,6 +2,7 @@
 // compile, so no other file includes it).
 #include "configs/fact_flags.h"
 #include "core/error.h"
+#include "launcher/accelerate/settings.h"
 #include "launcher/commands/commands.h"
 #include "launcher/job_commands.h"
 #include "launcher/launch.h"
@@ -9,9 +10,31 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace {
+
+// `accelerate launch`'s flags, each as --name and --na-me as Accelerate spells them, collected
+// by name for launcher/accelerate/ to type and apply.
+void add_accelerate_flags(CLI::App& app, std::map<std::string, std::string>& flags, const char* group,
+                          const std::vector<std::string>& skip) {
+  for (const auto& spec : dscpp::launcher::accelerate::flag_specs()) {
+    const std::string name = spec.name;
+    if (std::ranges::find(skip, name) != skip.end()) continue;
+    std::string dashed = name;
+    std::ranges::replace(dashed, '_', '-');
+    const std::string names = "--" + name + (dashed == name ? "" : ",--" + dashed);
+    if (spec.takes_value)
+      app.add_option_function<std::string>(
+             names, [&flags, name](const std::string& v) { flags[name] = v; }, spec.help)
+          ->group(group);
+    else
+      app.add_flag_callback(
+             names, [&flags, name] { flags[name] = "true"; }, spec.help)
+          ->group(group);
+  }
+}
 
 void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
   const char* res = "Resources (hostfile > SLURM allocation > this machine)";
@@ -35,7 +58,8 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
       ->group(run);
   app.add_option("--master_port", a.master_port, "rank 0's rendezvous port (default 29500; checked to be free)")
       ->check(CLI::Range(1, 65535))
-      ->group(run);
+      ->group(run)
+      ->each([&a](const std::string&) { a.master_port_given = true; });
   // Each --ssh_* flag given overrides user@host and ~/.ssh/config, as ssh's own options do.
   app.add_option("--ssh_port", a.ssh_port, "sshd port on every host (default: Port in the ssh config, else 22)")
       ->check(CLI::Range(1, 65535))
@@ -89,6 +113,18 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
       ->group(run);
   app.add_flag("--dry_run", a.dry_run, "print the plan, the exact commands and each host's environment; start nothing")
       ->group(run);
+  app.add_flag("--no_ssh", a.no_ssh, "start only this machine's ranks (with --node_rank), as DeepSpeed's --no_ssh")
+      ->group(run);
+  app.add_option("--node_rank", a.node_rank, "with --no_ssh: which node of the hostfile this machine is")
+      ->check(CLI::NonNegativeNumber)
+      ->group(run);
+  const char* acc = "Accelerate (a config file from `accelerate config` and `accelerate launch`'s flags)";
+  app.add_option("--config_file", a.accelerate_config_file,
+                 "Accelerate's config file (YAML): launch and DeepSpeed settings; flags below override it. Any flag "
+                 "below without it reads $HF_HOME/accelerate/default_config.yaml when that exists")
+      ->type_name("CFG.yaml")
+      ->group(acc);
+  add_accelerate_flags(app, a.accelerate_flags, acc, {});
 }
 
 }  // namespace
@@ -151,6 +187,7 @@ int main(int argc, char** argv) {
       "      PROGRAM is a model plugin (*.so, run by dscpp-runtime) or any executable;\n"
       "      everything after PROGRAM (or after --) goes to it unchanged.\n"
       "  dscpp config check FILE             validate a DeepSpeed config, resolve \"auto\", print every key\n"
+      "  dscpp config check --config_file CFG.yaml  the DeepSpeed config an Accelerate config file derives\n"
       "  dscpp config keys                   list every config key dscpp knows, with DeepSpeed's default\n"
       "  dscpp report                        what this build and this machine offer\n"
       "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n"
@@ -176,8 +213,13 @@ int main(int argc, char** argv) {
       "Validate FILE as DeepSpeed would (strictly: unknown keys are errors, with the closest valid key), resolve\n"
       "\"auto\" values the way the HF Trainer does, and print the effective config with each value's source.\n"
       "Exit status: 0 valid, 1 invalid.");
-  check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)")
-      ->required();
+  check_cmd->add_option("FILE", check.file, "the JSON config (or its URL-safe base64, as DeepSpeed accepts)");
+  const char* check_acc = "Accelerate (instead of FILE: the DeepSpeed config an Accelerate launch derives)";
+  check_cmd->add_option("--config_file", check.accelerate_config_file, "Accelerate's config file (YAML)")
+      ->type_name("CFG.yaml")
+      ->group(check_acc);
+  // --gradient_accumulation_steps is the run-fact flag below; with --config_file it is Accelerate's.
+  add_accelerate_flags(*check_cmd, check.accelerate_flags, check_acc, {"gradient_accumulation_steps"});
   check_cmd->add_flag("--json", check.json, "print the effective config as JSON instead of a table");
   check_cmd->add_flag("-q,--quiet", check.quiet, "print only problems");
   dscpp::config::add_fact_flags(check_cmd, check.facts, false);

@@ -12,7 +12,7 @@ set -euo pipefail
 build="g++ cmake meson ninja-build pkg-config git
 libopenmpi-dev openmpi-bin libssh2-1-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
 catch2 libgloo-dev liburing-dev libaio-dev libopenblas-dev zlib1g-dev
-libpcre2-dev libicu-dev
+libpcre2-dev libicu-dev libyaml-cpp-dev
 dataset-fashion-mnist fortunes dict-freedict-eng-deu"
 # The launcher's system tests: real sshd hosts in network namespaces, a real SLURM cluster
 # (tests/testbed/netns-hosts.sh, tests/testbed/slurm-local.sh; launch_ssh.sh also uses bc).
@@ -81,6 +81,24 @@ assert google.protobuf.__version__ == '$PROTOBUF_VERSION' and sacrebleu.__versio
   fi
 }
 
+# PyPI's current accelerate, the reference the Accelerate launch test compares dscpp with: pure
+# Python, installed --no-deps into its own folder (the venv keeps 0.33 for the HF Trainer, which
+# needs an accelerate that runs on torch 1.13; the test stands in the two torch 2 names the launch
+# and plugin code import). A failed install only costs that comparison (it says so).
+ACCELERATE_REFERENCE=/opt/dscpp-accelerate
+ACCELERATE_REFERENCE_VERSION=1.16.0
+install_accelerate_reference() {
+  [ -n "$want_pip" ] || return 0
+  grep -qx "Version: $ACCELERATE_REFERENCE_VERSION" \
+    "$ACCELERATE_REFERENCE/accelerate-$ACCELERATE_REFERENCE_VERSION.dist-info/METADATA" 2>/dev/null && return 0
+  [ "$(id -u)" = 0 ] || { echo "setup.sh: $ACCELERATE_REFERENCE is missing and installing it needs root" >&2; return 0; }
+  echo "setup.sh: installing accelerate $ACCELERATE_REFERENCE_VERSION into $ACCELERATE_REFERENCE"
+  rm -rf "$ACCELERATE_REFERENCE"
+  /usr/bin/python3 -m pip install -q --root-user-action=ignore --no-deps --target "$ACCELERATE_REFERENCE" \
+    "accelerate==$ACCELERATE_REFERENCE_VERSION" > /tmp/dscpp-accelerate.log 2>&1 ||
+    echo "setup.sh: warning: could not install accelerate into $ACCELERATE_REFERENCE ($(tail -1 /tmp/dscpp-accelerate.log)): the Accelerate comparison will skip" >&2
+}
+
 # The cuDNN frontend's headers (header-only C++; PyPI's nvidia-cudnn-frontend wheel carries them
 # in include/), for cuDNN's fused attention in a CUDA build: only where the CUDA toolkit and
 # cuDNN are present, unpacked into /usr/local/include/cudnn_frontend/include (Meson's default
@@ -124,7 +142,8 @@ done
 if [ -z "$missing" ]; then
   install_cudnn_frontend
   install_pip
-  install_hf_venv
+  install_hf_venv || exit $?
+  install_accelerate_reference
   exit $?
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -139,4 +158,5 @@ apt-get install -y -qq --no-install-recommends $missing >/dev/null
 install_cudnn_frontend
 install_pip
 install_hf_venv
+install_accelerate_reference
 echo "setup.sh: done"

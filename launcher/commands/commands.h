@@ -5,6 +5,7 @@
 #include "configs/load.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,9 @@ namespace dscpp::launcher {
 
 struct ConfigCheckArgs {
   std::string file;
+  // Accelerate's config file and flags instead of FILE: the DeepSpeed config they derive.
+  std::string accelerate_config_file;
+  std::map<std::string, std::string> accelerate_flags;
   config::RunFacts facts;
   bool json = false;   // print the effective config as JSON instead of the table
   bool quiet = false;  // print only problems

@@ -1,16 +1,37 @@
 // `dscpp config check FILE` and `dscpp config keys`: the loading, validation and "auto"
 // resolution are configs/ (shared with the runtime); this prints the result.
+#include "core/error.h"
+#include "launcher/accelerate/launch_mapping.h"
 #include "launcher/commands/commands.h"
+#include "launcher/env_export.h"
 
 #include <fmt/core.h>
 
 #include <cstdio>
 #include <string>
 
+extern char** environ;
+
 namespace dscpp::launcher {
 
 int run_config_check(const ConfigCheckArgs& args) {
-  config::LoadedConfig loaded = config::load_config_file(args.file, args.facts);
+  config::LoadedConfig loaded;
+  if (!args.accelerate_config_file.empty() || !args.accelerate_flags.empty()) {
+    if (!args.file.empty())
+      throw Error("config check: give FILE (a DeepSpeed config) or --config_file (Accelerate's), not both");
+    std::map<std::string, std::string> flags = args.accelerate_flags;
+    // The one flag both spell alike: a run fact for a DeepSpeed FILE, Accelerate's setting here.
+    if (args.facts.gradient_accumulation_steps)
+      flags["gradient_accumulation_steps"] = std::to_string(*args.facts.gradient_accumulation_steps);
+    accelerate::AccelerateLaunch acc =
+        accelerate::derive_for_check(args.accelerate_config_file, flags, environment_from(::environ));
+    for (const auto& note : acc.notes) std::fprintf(stderr, "dscpp: accelerate: %s\n", note.c_str());
+    std::fprintf(stdout, "effective deepspeed config: %s\n", acc.deepspeed_json.c_str());
+    loaded = config::load_config_text(acc.deepspeed_json, acc.config_source, args.facts);
+  } else {
+    if (args.file.empty()) throw Error("config check: no FILE (a DeepSpeed config) and no --config_file");
+    loaded = config::load_config_file(args.file, args.facts);
+  }
   const std::string& name = loaded.file_name;
   for (const auto& d : loaded.diagnostics.all()) {
     if (d.severity == config::Diagnostic::Severity::warning)

@@ -60,6 +60,10 @@ class Runner {
   // port is normally free again at once; where it is not, a runner waits for it or moves on.
   virtual int port_for_restart(const WorldPlan& plan) const = 0;
 
+  // The rendezvous port of the first attempt: `port`, unless the runner can see it is taken and
+  // the user did not choose it (`chosen`), when it may take a free one instead.
+  virtual int first_port(int port, bool /*chosen*/) const { return port; }
+
   // True when the ranks inherit dscpp's whole environment (they run here): then only the env
   // files and --env are exported, and the plan lists no forwarded set.
   virtual bool inherits_environment() const { return false; }
