@@ -56,7 +56,7 @@ struct Manifest {
   int64_t optimizer_step = 0;                 // step count of every optimizer group
   Storage storage = Storage::by_name;
   std::vector<std::string> files;  // by_name: {model, optimizer}; partitions: one per rank
-  // files.sha256: every file of the tag (`files` and model_16bit.safetensors when saved) →
+  // files.sha256: every file of the tag (`files` and model_16bit/model.safetensors when saved) →
   // its digests (checksums.h). Empty in checkpoints saved before dscpp recorded them.
   std::map<std::string, FileDigests> checksums;
   nlohmann::json doc;              // the whole document, including the engine's own fields

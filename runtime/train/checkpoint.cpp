@@ -203,7 +203,10 @@ void note_batch_change(const ckpt::Manifest& m, const CheckpointView& v, int wor
             m.global_steps, v.train_batch_size);
 }
 
-constexpr const char* kModel16bitFile = "model_16bit.safetensors";
+// A Hugging Face model directory (what save_pretrained writes under ZeRO-3 with the 16-bit
+// gather): the weights as model.safetensors with "format": "pt", and the family's config.json.
+constexpr const char* kModel16bitDir = "model_16bit";
+constexpr const char* kModel16bitFile = "model_16bit/model.safetensors";
 
 // Every rank's `mine`, in rank order (two allgathers: the lengths, then the padded bytes).
 std::vector<std::string> allgather_strings(comm::Communicator& comm, const std::string& mine) {
@@ -372,6 +375,12 @@ void publish_master(const CheckpointView& v) {
 namespace {
 // Every rank takes part in one allgather per group (device memory: one group at a time); rank 0
 // keeps the gathered bytes on the host and writes them by parameter name.
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  if (!out.flush()) fail("checkpoint: cannot write {}: {}", path, std::strerror(errno));
+}
+
 void write_gathered_weights(const std::string& staging, const CheckpointView& v, comm::Communicator& comm,
                             Written& written) {
   const FlatLayout& layout = *v.layout;
@@ -387,6 +396,9 @@ void write_gathered_weights(const std::string& staging, const CheckpointView& v,
     v.device->copy_to_host(host[g].data(), gathered.data(), gathered.bytes());
   }
   if (comm.rank() != 0) return;
+  fs::create_directories(fs::path(staging) / kModel16bitDir);
+  if (!v.export_config.empty())
+    write_text((fs::path(staging) / kModel16bitDir / ckpt::kExportConfigFile).string(), v.export_config);
   std::vector<ckpt::TensorToWrite> tensors;
   for (const ParamSlot& s : layout.params) {
     size_t g = static_cast<size_t>(layout.layer_group[static_cast<size_t>(s.layer)]);
@@ -396,14 +408,7 @@ void write_gathered_weights(const std::string& staging, const CheckpointView& v,
   }
   written[kModel16bitFile] = ckpt::write_safetensors(
       (fs::path(staging) / kModel16bitFile).string(), tensors,
-      {{"format", "dscpp"}, {"content", "consolidated parameters"}, {ckpt::kLayoutKey, ckpt::kHfLayout}});
-}
-// The model's config.json for export-hf, beside the manifest (whose digest of it export-hf checks).
-void write_export_config(const std::string& staging, const std::string& text) {
-  const std::string path = (fs::path(staging) / ckpt::kExportConfigFile).string();
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  if (!out.flush()) fail("checkpoint: cannot write {}: {}", path, std::strerror(errno));
+      {{"format", "pt"}, {"content", "consolidated parameters"}, {ckpt::kLayoutKey, ckpt::kHfLayout}});
 }
 }  // namespace
 
@@ -439,7 +444,9 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
   if (v.gather_16bit_weights) write_gathered_weights(staging, v, comm, written);
   for (const std::string& text : allgather_strings(comm, json(written).dump()))
     for (auto& [file, digests] : json::parse(text).get<Written>()) m.checksums[file] = std::move(digests);
-  if (comm.rank() == 0 && !v.export_config.empty()) write_export_config(staging, v.export_config);
+  // The model's config.json for export-hf, beside the manifest (whose digest of it export-hf checks).
+  if (comm.rank() == 0 && !v.export_config.empty())
+    write_text((fs::path(staging) / ckpt::kExportConfigFile).string(), v.export_config);
   if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
   comm.barrier();
   // Tests of the commit protocol: die with every file written but the checkpoint not yet

@@ -85,8 +85,9 @@ struct CheckpointView {
   bool accept_data_change = false;
   ResumeParts resume;  // load_checkpoint only
   // stage3_gather_16bit_weights_on_model_save: also write the consolidated parameters in their
-  // training dtype as <tag>/model_16bit.safetensors (DeepSpeed's save_16bit_model), gathered
-  // one partition group at a time; rank 0 holds them in host memory to write them.
+  // training dtype as <tag>/model_16bit/model.safetensors (DeepSpeed's save_16bit_model), with
+  // the model's config.json beside it where it has one: a directory transformers' from_pretrained
+  // loads. Gathered one partition group at a time; rank 0 holds them in host memory to write them.
   bool gather_16bit_weights = false;
   // What files with Hugging Face names need beside the weights (checkpoint/hf_layout.h): the
   // model's config.json for export-hf (saved as <tag>/config.json; "" = none), the parameters

@@ -5,7 +5,8 @@
 #   1. tiny GPT-2 (Conv1D weights, lm_head tied to wte) and tied Llama 3, 3 AdamW steps at ZeRO 0
 #      (1 rank) and ZeRO 3 (2 ranks, stage3_gather_16bit_weights_on_model_save): `dscpp
 #      zero-to-fp32`'s output, stage 0's model.safetensors and the 16-bit model file each load
-#      into GPT2LMHeadModel / LlamaForCausalLM with load_state_dict(strict=True), hold both names
+#      into GPT2LMHeadModel / LlamaForCausalLM with load_state_dict(strict=True) (the 16-bit model's
+#      directory, model_16bit/, also with from_pretrained), hold both names
 #      of the tied embedding with equal values, and give the loss dscpp's --eval_only gets from
 #      the checkpoint on the reference batch (1e-5 relative: fp32 on both sides; dscpp prints 6
 #      decimals of a loss near 4.6, ~2e-7 relative);
@@ -73,7 +74,7 @@ for m in gpt2 llama3_tied; do
     else fail "$m $s: --init_from of the zero-to-fp32 output: loss '$again', the checkpoint's $loss"; tail -5 "$WORK/$m.$s.init.log"; fi
     files="$WORK/$m.$s.fp32.safetensors"
     [ $s = s0 ] && files="$files $WORK/$m.s0/global_step3/model.safetensors"
-    [ $s = s3 ] && files="$files $WORK/$m.s3/global_step3/model_16bit.safetensors"
+    [ $s = s3 ] && files="$files $WORK/$m.s3/global_step3/model_16bit/model.safetensors"
     # shellcheck disable=SC2086
     if out=$("$VENV/bin/python" - "$m" "$DATA" "$loss" $files 2> "$WORK/py.err" <<'PY'
 import sys, torch
@@ -101,6 +102,14 @@ for path in files:
     ok = abs(loss - want) <= 1e-5 * want
     bad |= not ok
     print(f"{'' if ok else 'MISMATCH '}{path.split('/')[-1]}: strict load, loss {loss:.7f} vs dscpp {want:.6f}")
+    if path.endswith("model_16bit/model.safetensors"):  # the directory itself, as save_pretrained's
+        saved = cls.from_pretrained(path.rsplit("/", 1)[0], attn_implementation="eager").float().eval()
+        with torch.no_grad():
+            logits = saved(ref["input_ids"].long()).logits
+        loss = float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ref["labels"].long().reshape(-1)))
+        ok = abs(loss - want) <= 1e-5 * want
+        bad |= not ok
+        print(f"{'' if ok else 'MISMATCH '}model_16bit/: from_pretrained, loss {loss:.7f} vs dscpp {want:.6f}")
 sys.exit(bad)
 PY
     ); then pass "$m $s: transformers loads them: $(echo "$out" | tr '\n' ';')"

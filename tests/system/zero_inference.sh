@@ -62,7 +62,7 @@ run() {  # RANKS CONFIG LOG [runtime args]
 losses() { sed -n 's/.*step \([0-9]*\)\/[0-9]* | loss \([0-9.]*\).*/\1 \2/p' "$1"; }
 same() {  # A B: every tensor of every rank file and the 16-bit weights, bit for bit
   local f out
-  for f in zero_pp_rank_0_partitions zero_pp_rank_1_partitions model_16bit; do
+  for f in zero_pp_rank_0_partitions zero_pp_rank_1_partitions model_16bit/model; do
     out=$("$COMPARE" "$1/$f.safetensors" "$2/$f.safetensors" 2>&1) || { echo "$f: $out"; return 1; }
   done
 }

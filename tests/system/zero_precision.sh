@@ -171,12 +171,12 @@ cat > "$WORK/g16.json" <<JSON
  "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}}
 JSON
 run 3 "$WORK/g16.json" 3 "$WORK/g16.log" --save_dir "$WORK/g16" || fail "16-bit gather run: $(tail -2 "$WORK/g16.log")"
-if [ -f "$WORK/g16/global_step3/model_16bit.safetensors" ]; then
+if [ -f "$WORK/g16/global_step3/model_16bit/model.safetensors" ]; then
   "$DSCPP" zero-to-fp32 "$WORK/g16" "$WORK/g16_fp32.safetensors" > /dev/null &&
-    out=$("$COMPARE" "$WORK/g16_fp32.safetensors" "$WORK/g16/global_step3/model_16bit.safetensors" --rtol 0.004 --atol 1e-30 2>&1) &&
-    pass "model_16bit.safetensors = bf16(master): $out" || fail "model_16bit.safetensors: ${out:-zero-to-fp32 failed}"
+    out=$("$COMPARE" "$WORK/g16_fp32.safetensors" "$WORK/g16/global_step3/model_16bit/model.safetensors" --rtol 0.004 --atol 1e-30 2>&1) &&
+    pass "model_16bit/model.safetensors = bf16(master): $out" || fail "model_16bit/model.safetensors: ${out:-zero-to-fp32 failed}"
 else
-  fail "stage3_gather_16bit_weights_on_model_save: no model_16bit.safetensors in $(ls "$WORK/g16/global_step3")"
+  fail "stage3_gather_16bit_weights_on_model_save: no model_16bit/model.safetensors in $(ls "$WORK/g16/global_step3")"
 fi
 
 # ---- 6. stage-3 optimizer sub-groups ------------------------------------------------------
