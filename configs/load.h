@@ -64,6 +64,10 @@ LoadedConfig load_config_text(std::string_view text, std::string_view name, cons
 // (pipeline/tensor parallelism, compression, apex amp, ...), as short human descriptions.
 std::vector<std::string> unsupported_features(const DsConfig& c);
 
+// Monitors the config enables that dscpp does not write (wandb, comet: their vendors' services),
+// one warning each; the run goes on with the others.
+std::vector<std::string> monitors_not_written(const DsConfig& c);
+
 // The effective config: every key with its value and where it came from.
 std::string format_effective_config_table(const LoadedConfig& loaded);
 // The effective config as a DeepSpeed JSON document (every key, defaults filled in).

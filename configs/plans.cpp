@@ -280,6 +280,7 @@ TrainPlan train_plan(const LoadedConfig& loaded, int world_size) {
   p.wall_clock_breakdown = c.wall_clock_breakdown;
   p.flops_profiler = c.flops_profiler;
   p.csv_monitor = c.csv_monitor;
+  p.tensorboard = c.tensorboard;
   p.comms_logger = c.comms_logger;
   DsConfig other = c;
   for (int s = 0; s <= 3; ++s) {

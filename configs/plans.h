@@ -215,6 +215,7 @@ struct TrainPlan {
   bool wall_clock_breakdown = false;
   FlopsProfilerConfig flops_profiler;
   TensorboardConfig csv_monitor;
+  TensorboardConfig tensorboard;
   CommsLoggerConfig comms_logger;
   // For the out-of-memory advice, which plans other settings exactly as a run would: this
   // config's zero_optimization at each stage, and the offload a `{"device": "cpu"}` section gives.

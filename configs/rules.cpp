@@ -277,15 +277,6 @@ void low_precision_master(const DsConfig& c, std::vector<std::string>& out) {
 // records) where dscpp cannot give it; docs/architecture.md has the table of every key
 // accepted without effect and why each is harmless.
 void without_effect(const DsConfig& c, std::vector<std::string>& out) {
-  auto monitor = [&](bool on, const char* key, const char* what) {
-    if (on)
-      out.push_back(fmt::format("{}.enabled: true ({}; dscpp writes nothing of it. Remove the section or set enabled "
-                                "to false; the CSV monitor (csv_monitor) writes the same scalars)",
-                                key, what));
-  };
-  monitor(c.tensorboard.enabled, "tensorboard", "DeepSpeed writes TensorBoard event files");
-  monitor(c.wandb.enabled, "wandb", "DeepSpeed logs to Weights & Biases");
-  monitor(c.comet.enabled, "comet", "DeepSpeed logs to Comet");
   if (c.checkpoint.load_universal)
     out.emplace_back(
         "checkpoint.load_universal: true (DeepSpeed loads a universal checkpoint, converted by ds_to_universal, "
@@ -312,6 +303,21 @@ void without_effect(const DsConfig& c, std::vector<std::string>& out) {
 
 void check_rules(LoadedConfig& c) {
   Rules(c).run();
+}
+
+std::vector<std::string> monitors_not_written(const DsConfig& c) {
+  std::vector<std::string> out;
+  auto monitor = [&](bool on, const char* key, const char* service) {
+    if (on)
+      out.push_back(
+          fmt::format("{}.enabled: true: dscpp writes nothing to {} (it logs to the vendor's service, which "
+                      "a native run does not reach); the same scalars go to TensorBoard event files "
+                      "(\"tensorboard\": {{\"enabled\": true}}) and CSV files (csv_monitor)",
+                      key, service));
+  };
+  monitor(c.wandb.enabled, "wandb", "Weights & Biases");
+  monitor(c.comet.enabled, "comet", "Comet");
+  return out;
 }
 
 std::vector<std::string> unsupported_features(const DsConfig& c) {

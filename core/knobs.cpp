@@ -91,9 +91,10 @@ constexpr std::array kKnobs{
          "first master weight becomes NaN after the update."},
     Knob{"DSCPP_INJECT_DIVERGENCE", "testing", "a step", "no injection",
          "Fault injection: after that step the last rank issues one extra collective (--check_schedule's test)."},
-    Knob{"DSCPP_FAULT_INJECT", "testing", "save_before_commit or fail_slowly", "no injection",
-         "Fault injection: a checkpoint save dies with every file written but not committed, or the last rank "
-         "fails after step 2 and lingers 1 s after closing its connections."},
+    Knob{"DSCPP_FAULT_INJECT", "testing", "save_before_commit, fail_slowly or crash_after_step:N", "no injection",
+         "Fault injection: a checkpoint save dies with every file written but not committed, the last rank "
+         "fails after step 2 and lingers 1 s after closing its connections, or every rank exits at once after "
+         "step N (and its save) as if killed."},
 };
 
 }  // namespace

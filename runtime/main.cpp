@@ -188,6 +188,17 @@ int run(const Args& a) {
     fail("{}: valid for DeepSpeed, but dscpp-runtime does not run: {}", a.config, fmt::join(unsupported, "; "));
   for (const auto& d : loaded.diagnostics.all())
     if (id.rank == 0) log::warn("{}", config::format_diagnostic(d, loaded.file_name));
+  for (const auto& m : config::monitors_not_written(loaded.config))
+    if (id.rank == 0) log::warn("{}: {}", a.config.size() > 200 ? std::string("the config") : a.config, m);
+  // The config's log_level, unless DSCPP_LOG_LEVEL chose one for this run.
+  if (const auto& level = loaded.config.log_level; level && !knob("DSCPP_LOG_LEVEL")) {
+    std::string l = *level;
+    std::ranges::transform(l, l.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    log::set_level(l == "debug"     ? log::Level::debug
+                   : l == "info"    ? log::Level::info
+                   : l == "warning" ? log::Level::warn
+                                    : log::Level::error);  // error, critical
+  }
 
   comm::CommOptions copts = comm::comm_options_from_env();
   if (!a.comm_backend.empty()) copts.backend = comm::parse_backend_choice(a.comm_backend);

@@ -99,6 +99,25 @@ install_accelerate_reference() {
     echo "setup.sh: warning: could not install accelerate into $ACCELERATE_REFERENCE ($(tail -1 /tmp/dscpp-accelerate.log)): the Accelerate comparison will skip" >&2
 }
 
+# PyPI's tensorboard, which the TensorBoard monitor test reads dscpp's event files with (its
+# EventAccumulator), with the protobuf its generated code needs and absl: pure Python, --no-deps
+# into its own folder, run by Debian's python3 (the venv's protobuf is older). A failed install
+# only costs that test (it skips, saying why).
+TENSORBOARD_REFERENCE=/opt/dscpp-tensorboard
+TENSORBOARD_PACKAGES="tensorboard==2.21.0 protobuf==6.31.1 absl-py==2.5.1"
+install_tensorboard_reference() {
+  [ -n "$want_pip" ] || return 0
+  [ -f "$TENSORBOARD_REFERENCE/tensorboard-2.21.0.dist-info/METADATA" ] &&
+    [ -f "$TENSORBOARD_REFERENCE/protobuf-6.31.1.dist-info/METADATA" ] && return 0
+  [ "$(id -u)" = 0 ] || { echo "setup.sh: $TENSORBOARD_REFERENCE is missing and installing it needs root" >&2; return 0; }
+  echo "setup.sh: installing $TENSORBOARD_PACKAGES into $TENSORBOARD_REFERENCE"
+  rm -rf "$TENSORBOARD_REFERENCE"
+  # shellcheck disable=SC2086
+  /usr/bin/python3 -m pip install -q --root-user-action=ignore --no-deps --target "$TENSORBOARD_REFERENCE" \
+    $TENSORBOARD_PACKAGES > /tmp/dscpp-tensorboard.log 2>&1 ||
+    echo "setup.sh: warning: could not install tensorboard into $TENSORBOARD_REFERENCE ($(tail -1 /tmp/dscpp-tensorboard.log)): the TensorBoard test will skip" >&2
+}
+
 # The cuDNN frontend's headers (header-only C++; PyPI's nvidia-cudnn-frontend wheel carries them
 # in include/), for cuDNN's fused attention in a CUDA build: only where the CUDA toolkit and
 # cuDNN are present, unpacked into /usr/local/include/cudnn_frontend/include (Meson's default
@@ -144,6 +163,7 @@ if [ -z "$missing" ]; then
   install_pip
   install_hf_venv || exit $?
   install_accelerate_reference
+  install_tensorboard_reference
   exit $?
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -159,4 +179,5 @@ install_cudnn_frontend
 install_pip
 install_hf_venv
 install_accelerate_reference
+install_tensorboard_reference
 echo "setup.sh: done"

@@ -58,6 +58,8 @@ int run_config_check(const ConfigCheckArgs& args) {
     std::fputs(
         fmt::format("{}: note: valid for DeepSpeed, but dscpp's runtime does not implement {}\n", name, f).c_str(),
         stderr);
+  for (const auto& m : config::monitors_not_written(loaded.config))
+    std::fputs(fmt::format("{}: warning: {}\n", name, m).c_str(), stderr);
   const config::DsConfig& c = loaded.config;
   const long long tbs = c.train_batch_size.value_or(0), mbs = c.train_micro_batch_size_per_gpu.value_or(0),
                   gas = c.gradient_accumulation_steps.value_or(0);

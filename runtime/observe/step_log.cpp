@@ -24,15 +24,18 @@ StepLog::StepLog(const StepLogOptions& options, comm::Communicator& world, Devic
     : options_(options),
       world_(world),
       device_(device),
-      csv_(world.rank() == 0 ? options.csv_monitor : config::TensorboardConfig{}) {
+      monitors_(options.csv_monitor, options.tensorboard, world.rank() == 0) {
   // wall_clock_breakdown times device work, not launches: its timers synchronize the device.
   if (options_.wall_clock_breakdown) timers_.synchronize_with(&device_);
   comms_log_ = comms_logger_for(options_.comms_logger, options_.config_file, world);
 }
 
-void StepLog::begin(int64_t first_step) {
+void StepLog::begin(int64_t first_step, int64_t samples) {
   first_step_ = first_step;
   run_start_ = timed_from_ = window_start_ = Clock::now();
+  if (first_step > 0) monitors_.resumed_at(samples);
+  if (const std::string where = monitors_.where(); !where.empty() && world_.rank() == 0)
+    log::info("monitors (x-axis: samples): {}", where);
 }
 
 void StepLog::after_step(const StepOutcome& s) {
@@ -44,8 +47,8 @@ void StepLog::after_step(const StepOutcome& s) {
     loss /= world_.size();
   }
   if (world_.rank() == 0) {
-    csv_.record("Train/Samples/train_loss", s.global_samples, loss);
-    csv_.record("Train/Samples/lr", s.global_samples, last_lr_);
+    monitors_.write(step_events(s, loss));
+    monitors_.flush();  // as DeepSpeed's monitors: a killed run leaves every step it finished
   }
   if (std::isfinite(loss)) {  // a skipped non-finite step was warned about; it does not poison the mean
     window_loss_ += loss;
@@ -67,6 +70,12 @@ void StepLog::after_step(const StepOutcome& s) {
   r.skipped = s.skipped;
   r.loss_scale = s.loss_scale;
   r.memory = device_.stats();
+  r.elapsed_s = seconds_since(run_start_);
+  // The rate after the warm-up steps where there is one, else the whole run's so far.
+  const bool warmed = s.step - first_step_ > kWarmupSteps;
+  const double per_step = warmed ? seconds_since(timed_from_) / static_cast<double>(s.step - first_step_ - kWarmupSteps)
+                                 : r.elapsed_s / static_cast<double>(std::max<int64_t>(s.step - first_step_, 1));
+  r.remaining_s = per_step * static_cast<double>(s.total_steps - s.step);
   const std::string swap = s.swap ? swap_line(*s.swap, secs) : std::string();
   if (world_.rank() == 0) {
     log::info("{}", format_step_line(r));
@@ -74,6 +83,7 @@ void StepLog::after_step(const StepOutcome& s) {
     if (!s.extra.empty()) log::info("{}", s.extra);
     if (options_.wall_clock_breakdown) log::info("time (ms) | {}", timers_.report_and_reset());
   }
+  timers_at_step_.clear();  // the timers restart from 0 after a print
   window_start_ = Clock::now();
   window_steps_ = 0;
   window_loss_steps_ = 0;
@@ -95,8 +105,37 @@ std::string StepLog::swap_line(const SwapStats& now, double window_s) {
 
 std::string StepLog::comms_summary() const { return comms_log_ ? comms_log_->summary() : std::string(); }
 
+void StepLog::record_eval(const std::vector<MonitorEvent>& events) {
+  if (world_.rank() != 0) return;
+  monitors_.write(events);
+  monitors_.flush();
+}
+
+// DeepSpeed's events of an optimizer step: the loss and lr, the loss scale under fp16, and with
+// wall_clock_breakdown the step's times in ms (backward = its compute + its gradient reduction).
+std::vector<MonitorEvent> StepLog::step_events(const StepOutcome& s, double loss) {
+  std::vector<MonitorEvent> e = {{"Train/Samples/train_loss", loss, s.global_samples},
+                                 {"Train/Samples/lr", last_lr_, s.global_samples}};
+  if (s.loss_scale > 0) e.push_back({"Train/Samples/loss_scale", s.loss_scale, s.global_samples});
+  if (!options_.wall_clock_breakdown) return e;
+  auto ms = [&](const char* timer) {
+    const double total = timers_.total(timer), before = timers_at_step_[timer];
+    timers_at_step_[timer] = total;
+    return (total - before) * 1e3;
+  };
+  const double fwd = ms("fwd"), bwd = ms("bwd"), allreduce = ms("bwd_allreduce"), step = ms("step");
+  for (const auto& [name, value] : {std::pair{"forward", fwd},
+                                    {"backward", bwd + allreduce},
+                                    {"backward_inner", bwd},
+                                    {"backward_allreduce", allreduce},
+                                    {"step", step}})
+    e.push_back({fmt::format("Train/Samples/elapsed_time_ms_{}", name), value, s.global_samples});
+  return e;
+}
+
 void StepLog::end(int64_t last_step) {
   if (world_.rank() != 0) return;
+  monitors_.flush();
   if (const int64_t timed = last_step - first_step_ - kWarmupSteps; timed > 0) {
     const double secs = seconds_since(timed_from_);
     const double samples = static_cast<double>(timed * options_.train_batch) / secs;

@@ -1,8 +1,9 @@
-// What a training run tells its user as it goes: after every optimizer step the csv_monitor
-// records, every steps_per_print steps the progress line (the loss averaged over the ranks and
-// the steps since the last line, throughput over that window, lr, gradient norm, loss scale,
-// memory) with DeepSpeed's wall_clock_breakdown timers and the NVMe swap traffic, and at the
-// end the run's throughput after its warm-up steps and the comms logger's summary.
+// What a training run tells its user as it goes: after every optimizer step the monitors'
+// events (csv_monitor, tensorboard: DeepSpeed's tags, monitors.h), every steps_per_print steps
+// the progress line (the loss averaged over the ranks and the steps since the last line,
+// throughput over that window, lr, gradient norm, loss scale, memory, elapsed and remaining
+// time) with DeepSpeed's wall_clock_breakdown timers and the NVMe swap traffic, and at the end
+// the run's throughput after its warm-up steps and the comms logger's summary.
 #pragma once
 
 #include "collectives/communicator.h"
@@ -10,11 +11,13 @@
 #include "configs/plans.h"
 #include "device/device.h"
 #include "runtime/observe/comms_log.h"
+#include "runtime/observe/monitors.h"
 #include "runtime/observe/train_log.h"
 #include "runtime/offload/optimizer_offload.h"
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,14 +29,15 @@ struct StepLogOptions {
   int64_t steps_per_print = 10;  // ≤ 0: no progress lines
   bool wall_clock_breakdown = false;
   config::TensorboardConfig csv_monitor;
+  config::TensorboardConfig tensorboard;
   config::CommsLoggerConfig comms_logger;
   std::string config_file;        // for the comms logger's messages
   int64_t train_batch = 1;        // samples per optimizer step, all ranks
   int64_t tokens_per_sample = 0;  // 0: the model has no tokens
 
   static StepLogOptions for_plan(const config::TrainPlan& plan, int64_t tokens_per_sample) {
-    return {plan.steps_per_print, plan.wall_clock_breakdown, plan.csv_monitor, plan.comms_logger,
-            plan.file_name,       plan.batch.train_batch,   tokens_per_sample};
+    return {plan.steps_per_print, plan.wall_clock_breakdown, plan.csv_monitor, plan.tensorboard, plan.comms_logger,
+            plan.file_name,       plan.batch.train_batch,    tokens_per_sample};
   }
 };
 
@@ -57,24 +61,29 @@ class StepLog {
   // The named regions of a step (fwd, bwd, ...), synchronized with the device under wall_clock_breakdown.
   Timers& timers() { return timers_; }
 
-  // Before the first step of this process (a resumed run counts from its checkpoint's step).
-  void begin(int64_t first_step);
+  // Before the first step of this process (a resumed run counts from its checkpoint's step and
+  // samples).
+  void begin(int64_t first_step, int64_t samples);
   // Collective: the loss is averaged over the ranks every step. Prints on rank 0.
   void after_step(const StepOutcome& s);
   // "trained N steps in T s; after the first 2: S samples/s, T tokens/s" (rank 0).
   void end(int64_t last_step);
+  // An evaluation's metrics, as monitor events at `samples` (rank 0 writes them).
+  void record_eval(const std::vector<MonitorEvent>& events);
   // The comms logger's summary of the whole run; "" without one.
   std::string comms_summary() const;
 
  private:
   using Clock = std::chrono::steady_clock;
   std::string swap_line(const SwapStats& now, double window_s);
+  std::vector<MonitorEvent> step_events(const StepOutcome& s, double loss);
 
   StepLogOptions options_;
   comm::Communicator& world_;
   Device& device_;
   Timers timers_;
-  CsvMonitor csv_;
+  std::map<std::string, double> timers_at_step_;  // the timers' totals after the last step
+  Monitors monitors_;
   std::shared_ptr<comm::CommsLogger> comms_log_;  // comms_logger.enabled
   double last_lr_ = 0;
   SwapStats swap_at_print_;

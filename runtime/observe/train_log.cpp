@@ -5,7 +5,8 @@
 
 #include <fmt/format.h>
 
-#include <filesystem>
+#include <algorithm>
+#include <cmath>
 
 namespace dscpp::runtime {
 
@@ -21,30 +22,6 @@ std::string Timers::report_and_reset() {
   return out;
 }
 
-CsvMonitor::CsvMonitor(const config::TensorboardConfig& c) : enabled_(c.enabled) {
-  if (!enabled_) return;
-  dir_ = (std::filesystem::path(c.output_path.empty() ? "." : c.output_path) / c.job_name).string();
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) fail("csv_monitor: cannot create {}: {}", dir_, ec.message());
-}
-
-void CsvMonitor::record(const std::string& event, int64_t step, double value) {
-  if (!enabled_) return;
-  auto& f = files_[event];
-  if (!f) {
-    std::string file = event;
-    for (char& ch : file)
-      if (ch == '/') ch = '_';
-    auto path = std::filesystem::path(dir_) / (file + ".csv");
-    f = std::make_unique<std::ofstream>(path);
-    if (!*f) fail("csv_monitor: cannot write {}", path.string());
-    *f << "step," << event << "\n";
-  }
-  *f << step << "," << fmt::format("{:.9g}", value) << "\n";
-  f->flush();
-}
-
 std::string format_step_line(const StepReport& r) {
   std::string line = fmt::format("step {}/{} | loss {:.4f} | lr {:.3e}", r.step, r.total_steps, r.loss, r.lr);
   if (r.grad_norm >= 0) line += fmt::format(" | grad norm {:.3f}", r.grad_norm);
@@ -53,7 +30,19 @@ std::string format_step_line(const StepReport& r) {
   line += fmt::format(" | mem {} (peak {})", format_bytes(r.memory.total_current), format_bytes(r.memory.total_peak));
   if (r.loss_scale > 0) line += fmt::format(" | loss scale {:g}", r.loss_scale);
   if (r.skipped) line += fmt::format(" | skipped {}", r.skipped);
+  if (r.elapsed_s >= 0)
+    line += fmt::format(" | {} elapsed{}", format_duration(r.elapsed_s),
+                        r.remaining_s >= 0 && r.step < r.total_steps
+                            ? fmt::format(", ETA {}", format_duration(r.remaining_s))
+                            : std::string());
   return line;
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}h{:02d}m", s / 3600, s % 3600 / 60);
 }
 
 }  // namespace dscpp::runtime

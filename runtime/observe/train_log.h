@@ -1,5 +1,5 @@
 // What a training run tells its user: the steps_per_print line (step, loss, lr, samples/s,
-// tokens/s, memory), DeepSpeed's wall_clock_breakdown timers, and the csv_monitor files.
+// tokens/s, memory, time), and DeepSpeed's wall_clock_breakdown timers.
 #pragma once
 
 #include "configs/ds_config.h"
@@ -64,21 +64,6 @@ class Timers {
   Device* device_ = nullptr;
 };
 
-// DeepSpeed's csv_monitor: one file per event under <output_path>/<job_name>/, named after the
-// event with '/' replaced by '_', header "step,<event>", one row per record (x = samples).
-class CsvMonitor {
- public:
-  explicit CsvMonitor(const config::TensorboardConfig& c);
-  bool enabled() const { return enabled_; }
-  void record(const std::string& event, int64_t step, double value);
-  std::string directory() const { return dir_; }
-
- private:
-  bool enabled_ = false;
-  std::string dir_;
-  std::map<std::string, std::unique_ptr<std::ofstream>> files_;
-};
-
 struct StepReport {
   int64_t step = 0, total_steps = 0;
   double loss = 0;
@@ -89,8 +74,12 @@ struct StepReport {
   int64_t skipped = 0;
   double loss_scale = 0;  // 0: no loss scaling (fp32/bf16)
   MemoryStats memory;
+  double elapsed_s = -1;    // since this process's first step; < 0: not shown
+  double remaining_s = -1;  // to total_steps at the rate so far
 };
 
 std::string format_step_line(const StepReport& r);
+// "42s", "4m05s", "2h03m".
+std::string format_duration(double seconds);
 
 }  // namespace dscpp::runtime

@@ -186,7 +186,7 @@ void Engine::run() {
         plan_.batch.gas, world_.size(), seconds_since(t0));
 
   const int64_t first_step = counters_.global_steps;
-  log_->begin(first_step);
+  log_->begin(first_step, counters_.global_samples);
   while (counters_.global_steps < total_steps()) {
     try {
       train_step();
@@ -203,16 +203,20 @@ void Engine::run() {
       EvalResult r = evaluate();
       if (world_.rank() == 0)
         log::info("eval at step {}: {}", step, format_eval(r, plugin_.data().tokens_per_sample));
+      log_->record_eval(eval_events(r, counters_.global_samples, plugin_.data().tokens_per_sample));
     }
     if (!options_.save_dir.empty() && options_.save_interval > 0 && step % options_.save_interval == 0 &&
         step < total_steps())
       save(options_.save_dir);
+    // Tests of what a killed run leaves (monitor files, checkpoints): no unwinding, no flushing.
+    inject_fault(FaultPoint::crash, step, world_.rank(), world_.size(), [] { std::_Exit(137); });
   }
   log_->end(counters_.global_steps);
   if (options_.eval && plugin_.data().eval_size > 0) {
     EvalResult r = evaluate();
     if (world_.rank() == 0)
       log::info("final eval: {}", format_eval(r, plugin_.data().tokens_per_sample));
+    log_->record_eval(eval_events(r, counters_.global_samples, plugin_.data().tokens_per_sample));
   }
   if (!options_.save_dir.empty()) save(options_.save_dir);
   report();  // collective at stage 3

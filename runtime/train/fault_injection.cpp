@@ -35,6 +35,7 @@ struct FaultSettings {
   int64_t divergence_step = -1;
   bool die_before_commit = false;
   bool fail_slowly = false;
+  int64_t crash_step = -1;
 };
 
 FaultSettings read_settings() {
@@ -57,8 +58,11 @@ FaultSettings read_settings() {
       f.die_before_commit = true;
     else if (std::string_view(v) == "fail_slowly")
       f.fail_slowly = true;
+    else if (std::string_view(v).rfind("crash_after_step:", 0) == 0 &&
+             parse_step_list(std::string_view(v).substr(17), "DSCPP_FAULT_INJECT").size() == 1)
+      f.crash_step = *parse_step_list(std::string_view(v).substr(17), "DSCPP_FAULT_INJECT").begin();
     else
-      fail("DSCPP_FAULT_INJECT='{}': expected save_before_commit or fail_slowly", v);
+      fail("DSCPP_FAULT_INJECT='{}': expected save_before_commit, fail_slowly or crash_after_step:N", v);
   }
   return f;
 }
@@ -92,6 +96,9 @@ void inject_fault(FaultPoint point, int64_t step, int rank, int world_size, cons
     case FaultPoint::step_end: now = last_rank && step == s.divergence_step; break;
     case FaultPoint::checkpoint_commit: now = s.die_before_commit; break;
     case FaultPoint::rank_failure: now = last_rank && step == 2 && s.fail_slowly; break;
+    case FaultPoint::crash:
+      now = step == s.crash_step;
+      break;
   }
   if (now) fault();
 }

@@ -19,6 +19,7 @@ enum class FaultPoint {
   step_end,           // after a step: DSCPP_INJECT_DIVERGENCE's step, last rank
   checkpoint_commit,  // every file of a save written, not yet committed: DSCPP_FAULT_INJECT=save_before_commit
   rank_failure,       // after step 2: DSCPP_FAULT_INJECT=fail_slowly, last rank
+  crash,              // after a step (and its save): DSCPP_FAULT_INJECT=crash_after_step:N, every rank
 };
 
 // Whether DSCPP_FAULT_INJECT=fail_slowly asked the failing rank to linger 1 s before exiting,

@@ -20,6 +20,15 @@ std::string format_eval(const EvalResult& r, int64_t tokens_per_sample, int loss
                      r.bleu ? fmt::format(", bleu {:.2f}, gen_len {:.2f}", *r.bleu, r.gen_len.value_or(0)) : "");
 }
 
+std::vector<MonitorEvent> eval_events(const EvalResult& r, int64_t samples, int64_t tokens_per_sample) {
+  std::vector<MonitorEvent> e = {{"Eval/Samples/eval_loss", r.loss, samples},
+                                 {"Eval/Samples/eval_accuracy", r.accuracy, samples}};
+  if (tokens_per_sample > 0) e.push_back({"Eval/Samples/eval_perplexity", std::exp(r.loss), samples});
+  if (r.bleu) e.push_back({"Eval/Samples/eval_bleu", *r.bleu, samples});
+  if (r.gen_len) e.push_back({"Eval/Samples/eval_gen_len", *r.gen_len, samples});
+  return e;
+}
+
 EvalResult evaluate(const ForwardPasses& f) {
   const dscpp_data_desc& d = f.plugin.data();
   std::vector<unsigned char> input(static_cast<size_t>(f.micro * d.input_numel * 4));

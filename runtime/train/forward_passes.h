@@ -7,12 +7,14 @@
 #include "collectives/communicator.h"
 #include "device/device.h"
 #include "runtime/model/plugin.h"
+#include "runtime/observe/monitors.h"
 #include "runtime/train/layer_runner.h"
 #include "runtime/zero/param_store.h"
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dscpp::runtime {
 
@@ -41,5 +43,7 @@ EvalResult evaluate(const ForwardPasses& f);
 void run_plugin_report(const ForwardPasses& f);
 // "loss L, accuracy A%[, perplexity P] (N tokens|samples)"; tokens_per_sample 0: not a language model.
 std::string format_eval(const EvalResult& r, int64_t tokens_per_sample, int loss_digits = 4);
+// The same figures as monitor events at `samples` (docs/training.md lists the tags).
+std::vector<MonitorEvent> eval_events(const EvalResult& r, int64_t samples, int64_t tokens_per_sample);
 
 }  // namespace dscpp::runtime
