@@ -1,9 +1,11 @@
 #include "causal_lm.h"
+#include "sft_data.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -221,10 +223,13 @@ std::vector<std::string> with(std::vector<std::string> v, const std::string& s) 
 CausalLM::CausalLM(const std::string& family, const std::vector<std::string>& args, const dscpp_host_info& host,
                    std::vector<std::string> flags)
     : family_(family),
-      args_(family, args,
-            with(with(with(with(with(std::move(flags), "--init_partial"), "--eod_mask_loss"), "--doc_windows"),
-                      "--reset_attention_mask"),
-                 "--reset_position_ids")),
+      args_(
+          family, args,
+          with(with(with(with(with(with(with(std::move(flags), "--init_partial"), "--eod_mask_loss"), "--doc_windows"),
+                              "--reset_attention_mask"),
+                         "--reset_position_ids"),
+                    "--packing"),
+               "--truncation")),
       compute_(host.compute_dtype) {
   this->host = host;
   config_ = model_source(family_, args_, *this);
@@ -248,11 +253,15 @@ layers::Env CausalLM::env(int64_t max_positions, int64_t window) {
   docs_.reset_attention = args_.has("--reset_attention_mask");
   docs_.reset_positions = args_.has("--reset_position_ids");
   docs_.window = window > 0 && window < context_ ? window : 0;
-  return layers::Env{layers::dtype_bytes(compute_), context_, docs_.packed()};
+  packing_ = args_.has("--packing");
+  return layers::Env{layers::dtype_bytes(compute_), context_, docs_.packed() || packing_};
 }
 
 void CausalLM::data_from(int64_t vocab) {
   if (context_ == 0) fail(DSCPP_E_INTERNAL, family_ + ": data before the context is known");
+  if (args_.has("--sft_data") || args_.has("--sft_eval")) return sft_data_from(vocab);
+  if (packing_ || args_.has("--truncation"))
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --packing and --truncation shape fine-tuning examples (--sft_data)");
   const std::string train = args_.text("--data");
   if (train.empty() && args_.has("--eval_data"))
     fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --eval_data goes with --data FILE (the training tokens)");
@@ -278,18 +287,59 @@ void CausalLM::data_from(int64_t vocab) {
   if (!train.empty())
     data_ = std::make_unique<TokenWindows>(family_, train, args_.text("--eval_data"), bytes, vocab, context_, docs_);
   args_.finish();
+  describe_data(data_ ? data_->train_size() : 0, data_ ? data_->eval_size() : 0, data_ ? data_->summary() : "");
+}
+
+// --sft_data / --sft_eval: supervised fine-tuning examples (sft_data.h) instead of token windows.
+void CausalLM::sft_data_from(int64_t vocab) {
+  const std::string train = args_.text("--sft_data"), eval = args_.text("--sft_eval");
+  if (train.empty())
+    fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --sft_eval goes with --sft_data FILE (the training examples)");
+  for (const char* other :
+       {"--data", "--eval_data", "--eod_mask_loss", "--doc_windows", "--reset_attention_mask", "--reset_position_ids"})
+    if (args_.has(other))
+      fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": " + other +
+                                         " is for token files; --sft_data takes examples (with "
+                                         "--packing to put several in a sample)");
+  SftOptions o;
+  o.vocab_size = vocab;
+  o.eos = static_cast<int32_t>(args_.integer("--eos_id", -1, 0));
+  if (o.eos < 0 && config_->has("eos_token_id") && config_->json()["eos_token_id"].is_number_integer())
+    o.eos = static_cast<int32_t>(config_->integer("eos_token_id"));
+  o.threads = static_cast<int>(std::max<int64_t>(1, args_.integer("--tokenize_threads", 4, 1)));
+  std::string tok_dir = args_.text("--tokenizer");
+  if (tok_dir.empty() && !init_from.empty() && std::filesystem::exists(init_from + "/tokenizer.json"))
+    tok_dir = init_from;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  if (!tok_dir.empty()) {
+    try {
+      tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::load(tok_dir));
+    } catch (const std::exception& e) {
+      fail(DSCPP_E_IO, family_ + ": " + e.what());
+    }
+  }
+  auto examples = read_sft(train, o, tokenizer.get());
+  auto eval_examples = eval.empty() ? std::vector<SftExample>{} : read_sft(eval, o, tokenizer.get());
+  sft_ = std::make_unique<SftSamples>(family_, std::move(examples), std::move(eval_examples), context_, packing_,
+                                      args_.has("--truncation"), std::max<int32_t>(o.eos, 0));
+  args_.finish();
+  describe_data(sft_->train_size(), sft_->eval_size(), sft_->summary());
+}
+
+void CausalLM::describe_data(int64_t train_size, int64_t eval_size, const std::string& summary) {
   data = dscpp_data_desc{};
-  data.train_size = data_ ? data_->train_size() : 0;
-  data.eval_size = data_ ? data_->eval_size() : 0;
+  data.train_size = train_size;
+  data.eval_size = eval_size;
   data.input_dtype = DSCPP_I32;
-  data.input_numel = docs_.packed() ? 3 * context_ : context_;  // layers::Env::sample_ints()
+  data.input_numel = docs_.packed() || packing_ ? 3 * context_ : context_;  // layers::Env::sample_ints()
   data.target_dtype = DSCPP_I32;
   data.target_numel = context_;
   data.tokens_per_sample = context_;
-  if (host.rank == 0 && data_) log(family_ + ": " + data_->summary());
+  if (host.rank == 0 && !summary.empty()) log(family_ + ": " + summary);
 }
 
 void CausalLM::load_sample(int32_t split, int64_t index, void* input, int32_t* target) const {
+  if (sft_) return sft_->load(split, index, input, target);
   data_->load(split, index, input, target);
 }
 

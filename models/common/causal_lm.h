@@ -23,11 +23,19 @@
 //                       attends only to tokens of its own document (Megatron's flag of this name)
 //   --reset_position_ids    positions restart at 0 after each end-of-document token (Megatron's);
 //                       with both flags a window computes what its documents would one by one
+//   --sft_data FILE     supervised fine-tuning examples instead of tokens (sft_data.h: prompt and
+//                       completion, or input_ids and labels), the loss on the completion only
+//   --sft_eval FILE     evaluation examples; without it the last tenth of --sft_data's
+//   --packing           several whole examples in a sample, each attending to itself alone
+//   --truncation        an example longer than context+1 tokens is cut (else an error)
+//   --tokenizer DIR     for prompt/completion lines (default: --from_hf's directory);
+//                       --eos_id N ends each completion (default: the config's eos_token_id)
 // Samples are non-overlapping windows of context+1 tokens: window w = tokens[w·(T+1), (w+1)·(T+1)),
 // input its first T tokens, target its last T; every token is checked against the vocabulary.
 #pragma once
 
 #include "dscpp/layers.h"
+#include "sft_data.h"
 #include "token_file.h"
 
 #include <nlohmann/json.hpp>
@@ -142,9 +150,13 @@ class CausalLM : public layers::Model {
   Args args_;
   std::unique_ptr<HfConfig> config_;
   std::unique_ptr<TokenWindows> data_;
+  std::unique_ptr<SftSamples> sft_;
   dscpp_dtype compute_;
   int64_t context_ = 0;
   Documents docs_;
+  bool packing_ = false;
+  void sft_data_from(int64_t vocab);
+  void describe_data(int64_t train_size, int64_t eval_size, const std::string& summary);
 };
 
 }  // namespace dscpp::models
