@@ -56,7 +56,9 @@ void add_launch_flags(CLI::App& app, dscpp::launcher::LaunchArgs& a) {
   app.add_option("--launcher_args", a.launcher_args, "extra arguments for mpirun/srun, split like a shell")->group(run);
   app.add_option("--master_addr", a.master_addr, "rank 0's address (default: the first host's, as this host sees it)")
       ->group(run);
-  app.add_option("--master_port", a.master_port, "rank 0's rendezvous port (default 29500; checked to be free)")
+  app.add_option("--master_port", a.master_port,
+                 "rank 0's rendezvous port (default 29500, or on one host the next free one when "
+                 "another job holds it; a given port must be free)")
       ->check(CLI::Range(1, 65535))
       ->group(run)
       ->each([&a](const std::string&) { a.master_port_given = true; });

@@ -8,9 +8,12 @@
 #include <fmt/core.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -310,6 +313,18 @@ Settings read_config_file(const std::string& path) {
   return FileReader(path).read();
 }
 
+namespace {
+// Accelerate's str_to_bool, which its --zero3_* flags go through.
+std::optional<bool> flag_bool(std::string text) {
+  std::ranges::transform(text, text.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* t : {"y", "yes", "t", "true", "on", "1"})
+    if (text == t) return true;
+  for (const char* f : {"n", "no", "f", "false", "off", "0"})
+    if (text == f) return false;
+  return std::nullopt;
+}
+}  // namespace
+
 Settings settings_from_flags(const std::map<std::string, std::string>& flags) {
   Settings s;
   for (const auto& [flag, flag_text] : flags) {
@@ -323,22 +338,21 @@ Settings settings_from_flags(const std::map<std::string, std::string>& flags) {
     }
     const Key* key = find_key(name);
     if (!key) fail("--{}: not an Accelerate setting", name);
-    // Accelerate's --zero3_init_flag/--zero3_save_16bit_model take true/false as text.
-    Plain plain = classify(text);
-    if (key->kind == Kind::boolean && plain != Plain::boolean) {
-      static const std::regex yes("y|t|1"), no("n|f|0");
-      if (std::regex_match(text, yes)) plain = Plain::boolean;
-      if (std::regex_match(text, no)) plain = Plain::boolean;
+    if (s.values.contains(name)) fail("--{} and {} both set {}", flag, s.values[name].where, name);
+    Value v;
+    if (key->kind == Kind::boolean) {
+      const std::optional<bool> b = flag_bool(text);
+      if (!b) fail("--{} {}: expected true or false", flag, text);
+      v = Value{Value::Type::boolean, *b ? "true" : "false", 0, 0, *b, ""};
+    } else {
+      try {
+        v = typed(name, key->kind, text, classify(text));
+      } catch (const Error& e) {
+        fail("--{}", e.what());
+      }
     }
-    try {
-      Value v = typed(name, key->kind, text, plain);
-      if (key->kind == Kind::boolean) v.boolean = yaml_true(text) || text == "y" || text == "t" || text == "1";
-      v.where = "--" + flag;
-      if (s.values.contains(name)) fail("--{} and {} both set {}", flag, s.values[name].where, name);
-      s.values[name] = v;
-    } catch (const Error& e) {
-      fail("--{}", e.what());
-    }
+    v.where = "--" + flag;
+    s.values[name] = v;
   }
   return s;
 }
