@@ -30,11 +30,15 @@ void CsvMonitor::record(const std::string& event, int64_t step, double value) {
   if (!f) {
     std::string file = event;
     for (char& ch : file)
-      if (ch == '/') ch = '_';
+      if (ch == '/' || ch == ' ') ch = '_';
     auto path = std::filesystem::path(dir_) / (file + ".csv");
-    f = std::make_unique<std::ofstream>(path);
+    // Appended to, as DeepSpeed's monitor does: a resumed run continues the file. The header is
+    // DeepSpeed's (the tag's last part), written once per file.
+    std::error_code ec;
+    const bool fresh = !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0;
+    f = std::make_unique<std::ofstream>(path, std::ios::app);
     if (!*f) fail("csv_monitor: cannot write {}", path.string());
-    *f << "step," << event << "\n";
+    if (fresh) *f << "step," << event.substr(event.rfind('/') + 1) << "\n";
   }
   *f << step << "," << fmt::format("{:.9g}", value) << "\n";
   f->flush();

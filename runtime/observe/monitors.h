@@ -17,8 +17,8 @@
 
 namespace dscpp::runtime {
 
-// One file per event, named after the event with '/' replaced by '_', header "step,<event>",
-// one row per record (x = samples).
+// One file per event, named after the event with '/' and ' ' replaced by '_', header
+// "step,<the event's last part>", one row per record (x = samples), appended to (DeepSpeed's).
 class CsvMonitor {
  public:
   explicit CsvMonitor(const config::TensorboardConfig& c);

@@ -7,7 +7,7 @@
 #      train_loss and lr equal the CSV monitor's values;
 #   2. a run killed after step 8 (checkpoint at 6) leaves a file TensorBoard reads through step 8;
 #      the resumed run continues the series: every step once, 1-6 from the first run, 7-12 from
-#      the second;
+#      the second (the CSV monitor appends, as DeepSpeed's);
 #   3. wandb and comet enabled: one warning each at start, and the run goes on;
 #   4. the progress line says elapsed and remaining time.
 # Usage: tensorboard_monitor.sh DSCPP GPT_PLUGIN
@@ -117,6 +117,10 @@ if train c.log --load_dir ckpt --save_dir ckpt; then
   first6=$(grep "^Train/Samples/train_loss " b.events | head -6)
   [ "$(grep "^Train/Samples/train_loss " c.events | head -6)" = "$first6" ] &&
     pass "steps 1-6 as the first run wrote them" || fail "steps 1-6 changed"
+  # The CSV is appended to, as DeepSpeed's: the killed run's 8 rows, then the resumed run's 6.
+  rows=$(tail -n +2 csv/run/Train_Samples_train_loss.csv | cut -d, -f1 | tr '\n' ' ')
+  [ "$rows" = "8 16 24 32 40 48 56 64 56 64 72 80 88 96 " ] && [ "$(head -1 csv/run/Train_Samples_train_loss.csv)" = \
+    "step,train_loss" ] && pass "the CSV monitor appends: $rows" || fail "CSV after the resume: $rows"
 else
   fail "the resumed run: $(tail -5 c.log)"
 fi
