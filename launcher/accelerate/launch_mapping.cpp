@@ -80,6 +80,7 @@ Settings read_and_merge(const std::string& config_file, const std::map<std::stri
 std::vector<std::string> accelerate_env(const Settings& s, bool deepspeed) {
   std::vector<std::string> env;
   auto set = [&](const char* name, const std::string& value) { env.push_back(fmt::format("{}={}", name, value)); };
+  if (auto threads = s.integer("num_cpu_threads_per_process")) set("OMP_NUM_THREADS", std::to_string(*threads));
   set("ACCELERATE_MIXED_PRECISION", s.string("mixed_precision").value_or("no"));
   if (s.boolean("use_cpu").value_or(false)) set("ACCELERATE_USE_CPU", "true");
   if (!deepspeed) return env;
@@ -107,7 +108,8 @@ std::vector<std::string> accelerate_env(const Settings& s, bool deepspeed) {
 }
 
 // The program's arguments with the DeepSpeed config handed to dscpp-runtime.
-std::vector<std::string> with_config(const std::vector<std::string>& program, const std::string& json, bool cpu) {
+std::vector<std::string> with_config(const std::vector<std::string>& program, const std::string& json, bool cpu,
+                                     std::optional<long long> threads) {
   const auto end = std::ranges::find(program, "--");
   for (auto it = program.begin() + 1; it != end; ++it)
     if (*it == "--deepspeed_config" || it->starts_with("--deepspeed_config="))
@@ -118,6 +120,7 @@ std::vector<std::string> with_config(const std::vector<std::string>& program, co
           *it);
   std::vector<std::string> out = {program.front(), "--deepspeed_config", base64url_encode(json)};
   if (cpu) out.insert(out.end(), {"--device", "cpu"});
+  if (threads) out.insert(out.end(), {"--threads", std::to_string(*threads)});
   out.insert(out.end(), program.begin() + 1, program.end());
   return out;
 }
@@ -127,6 +130,8 @@ void map_resources(const Settings& s, LaunchArgs& a, int local_gpus, std::vector
   a.no_local_rank = true;  // torchrun and `deepspeed --no_local_rank`: Accelerate's programs read LOCAL_RANK
   const bool use_cpu = s.boolean("use_cpu").value_or(false);
   const bool gpus = local_gpus > 0 && !use_cpu;
+  if (auto threads = s.integer("num_cpu_threads_per_process"); threads && *threads < 1)
+    fail("{}: expected 1 or more", s.describe("num_cpu_threads_per_process"));
   const std::string type = s.string("distributed_type").value_or("NO");
   const long long machines = s.integer("num_machines").value_or(1);
   std::optional<long long> processes = s.integer("num_processes");
@@ -259,7 +264,8 @@ AccelerateLaunch apply_accelerate(const LaunchArgs& args, const Environment& env
   const bool deepspeed = s.string("distributed_type").value_or("NO") == "DEEPSPEED";
   for (std::string& kv : accelerate_env(s, deepspeed)) out.args.env.push_back(std::move(kv));
   if (runs_dscpp_runtime(args.program))
-    out.args.program = with_config(args.program, d.json, s.boolean("use_cpu").value_or(false));
+    out.args.program = with_config(args.program, d.json, s.boolean("use_cpu").value_or(false),
+                                   s.integer("num_cpu_threads_per_process"));
   return out;
 }
 

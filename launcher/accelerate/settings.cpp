@@ -44,7 +44,8 @@ constexpr Key kTopKeys[] = {
     {"same_network", Kind::boolean},
     {"enable_cpu_affinity", Kind::boolean},
     {"deepspeed_config", Kind::section},
-    {"fp16", Kind::boolean},  // the old spelling of mixed_precision: fp16
+    {"num_cpu_threads_per_process", Kind::integer},  // in Accelerate a launch flag only
+    {"fp16", Kind::boolean},                         // the old spelling of mixed_precision: fp16
     {"debug", Kind::unused},
     {"main_training_function", Kind::unused},
     {"downcast_bf16", Kind::unused},
@@ -390,6 +391,8 @@ const std::vector<FlagSpec>& flag_specs() {
       {"cpu", "CPU ranks, even where GPUs are present (use_cpu)", false},
       {"multi_gpu", "data parallelism without ZeRO (distributed_type MULTI_GPU)", false},
       {"gpu_ids", "the GPUs of this machine to use: all, or ids like 0,1"},
+      {"num_cpu_threads_per_process", "CPU threads of each rank (OMP_NUM_THREADS, dscpp-runtime's --threads)"},
+      {"rdzv_backend", "static or c10d (accepted: dscpp's ranks meet at rank 0's store)"},
       {"same_network", "machines share a network (accepted; dscpp's rendezvous is always rank 0's address)", false},
       {"zero_stage", "ZeRO stage 0-3 (zero_optimization.stage; Accelerate's default 2)"},
       {"offload_optimizer_device", "none, cpu or nvme (zero_optimization.offload_optimizer.device)"},
