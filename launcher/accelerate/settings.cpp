@@ -232,7 +232,7 @@ class FileReader {
         fail("{}: duplicate key '{}' (first at line {})", where, key, first->second);
       const Key* spec = nullptr;
       for (const Key& k : keys)
-        if (k.name == key) spec = &k;
+        if (k.name == key && k.name != "num_cpu_threads_per_process") spec = &k;  // that one is a flag only
       if (!spec) {
         std::string close = config::closest_match(key, names_of(keys));
         fail("{}: unknown Accelerate setting '{}'{}{}", where, key,
