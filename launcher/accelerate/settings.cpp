@@ -234,6 +234,11 @@ class FileReader {
       for (const Key& k : keys)
         if (k.name == key && k.name != "num_cpu_threads_per_process") spec = &k;  // that one is a flag only
       if (!spec) {
+        if (key == "num_cpu_threads_per_process")
+          fail(
+              "{}: num_cpu_threads_per_process is a launch flag only (--num_cpu_threads_per_process), as in "
+              "Accelerate",
+              where);
         std::string close = config::closest_match(key, names_of(keys));
         fail("{}: unknown Accelerate setting '{}'{}{}", where, key,
              section.empty() ? "" : fmt::format(" in {}", section),
