@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace dscpp::models {
 
@@ -306,7 +307,7 @@ void CausalLM::sft_data_from(int64_t vocab) {
   o.eos = static_cast<int32_t>(args_.integer("--eos_id", -1, 0));
   if (o.eos < 0 && config_->has("eos_token_id") && config_->json()["eos_token_id"].is_number_integer())
     o.eos = static_cast<int32_t>(config_->integer("eos_token_id"));
-  o.threads = static_cast<int>(std::max<int64_t>(1, args_.integer("--tokenize_threads", 4, 1)));
+  o.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));  // tokenizing text lines
   std::string tok_dir = args_.text("--tokenizer");
   if (tok_dir.empty() && !init_from.empty() && std::filesystem::exists(init_from + "/tokenizer.json"))
     tok_dir = init_from;
