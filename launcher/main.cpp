@@ -188,6 +188,8 @@ int main(int argc, char** argv) {
       "  dscpp [options] PROGRAM [ARGS...]   start PROGRAM once per rank, like `deepspeed`\n"
       "      PROGRAM is a model plugin (*.so, run by dscpp-runtime) or any executable;\n"
       "      everything after PROGRAM (or after --) goes to it unchanged.\n"
+      "  dscpp --config_file CFG.yaml [accelerate launch flags] PROGRAM [ARGS...]\n"
+      "      the same from Accelerate's config file and flags (docs/accelerate.md)\n"
       "  dscpp config check FILE             validate a DeepSpeed config, resolve \"auto\", print every key\n"
       "  dscpp config check --config_file CFG.yaml  the DeepSpeed config an Accelerate config file derives\n"
       "  dscpp config keys                   list every config key dscpp knows, with DeepSpeed's default\n"
