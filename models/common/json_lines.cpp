@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 namespace dscpp::models {
 
@@ -48,6 +49,31 @@ std::string keys_of(const json& object) {
 std::string a_type(const json& v) {
   const std::string t = v.type_name();
   return t == "null" ? "null" : (t == "array" || t == "object" ? "an " : "a ") + t;
+}
+
+void check_token_id(int64_t id, const std::string& where, int64_t vocab) {
+  if (id < 0 || id > std::numeric_limits<int32_t>::max())
+    throw BadLine{where + " is " + std::to_string(id) + ", not a token id"};
+  if (vocab > 0 && id >= vocab)
+    throw BadLine{where + " is " + std::to_string(id) + ", outside the vocabulary of " + std::to_string(vocab)};
+}
+
+std::vector<int32_t> token_ids(const json& line, const char* key, int64_t vocab) {
+  const json& list = line[key];
+  if (!list.is_array()) throw BadLine{std::string(key) + " is " + a_type(list) + ", expected an array of token ids"};
+  if (list.empty()) throw BadLine{std::string(key) + " is empty"};
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = std::string(key) + "[" + std::to_string(i) + "]";
+    if (!list[i].is_number_integer()) throw BadLine{where + " is " + list[i].dump() + ", expected an integer token id"};
+    if (list[i].is_number_unsigned() && list[i].get<uint64_t>() > uint64_t{INT32_MAX})
+      throw BadLine{where + " is " + list[i].dump() + ", not a token id"};
+    const int64_t id = list[i].get<int64_t>();
+    if (!(id == -100 && std::strcmp(key, "labels") == 0)) check_token_id(id, where, vocab);
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
 }
 
 std::vector<JsonLine> read_json_lines(const std::string& path) {

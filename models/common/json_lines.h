@@ -25,6 +25,11 @@ struct BadLine {
 std::string keys_of(const nlohmann::json& object);
 std::string a_type(const nlohmann::json& v);
 
+// Throws a BadLine unless `id` is a token id, and below `vocab` when vocab > 0.
+void check_token_id(int64_t id, const std::string& where, int64_t vocab);
+// line[key] as token ids (checked as above); in "labels" also -100, transformers' "no loss".
+std::vector<int32_t> token_ids(const nlohmann::json& line, const char* key, int64_t vocab);
+
 struct JsonLine {
   int64_t number;  // 1-based, counting blank lines
   std::string text;

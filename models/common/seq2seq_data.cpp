@@ -7,9 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <exception>
-#include <limits>
 #include <optional>
 #include <utility>
 
@@ -20,36 +18,10 @@ using nlohmann::json;
 
 namespace {
 
-void check_id(int64_t id, const std::string& where, const Seq2SeqOptions& opt) {
-  if (id < 0 || id > std::numeric_limits<int32_t>::max())
-    throw BadLine{where + " is " + std::to_string(id) + ", not a token id"};
-  if (opt.vocab_size > 0 && id >= opt.vocab_size)
-    throw BadLine{where + " is " + std::to_string(id) + ", outside the vocabulary of " +
-                  std::to_string(opt.vocab_size)};
-}
-
-std::vector<int32_t> ids_at(const json& line, const char* key, const Seq2SeqOptions& opt) {
-  if (!line.contains(key))
-    throw BadLine{std::string("no \"") + key + "\" beside \"input_ids\" (the line's keys: " + keys_of(line) + ")"};
-  const json& list = line[key];
-  if (!list.is_array()) throw BadLine{std::string(key) + " is " + a_type(list) + ", expected an array of token ids"};
-  if (list.empty()) throw BadLine{std::string(key) + " is empty"};
-  std::vector<int32_t> ids;
-  ids.reserve(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string where = std::string(key) + "[" + std::to_string(i) + "]";
-    if (!list[i].is_number_integer()) throw BadLine{where + " is " + list[i].dump() + ", expected an integer token id"};
-    if (list[i].is_number_unsigned() && list[i].get<uint64_t>() > uint64_t{INT32_MAX})
-      throw BadLine{where + " is " + list[i].dump() + ", not a token id"};
-    const int64_t id = list[i].get<int64_t>();
-    if (!(id == -100 && std::strcmp(key, "labels") == 0)) check_id(id, where, opt);
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  return ids;
-}
-
 Seq2SeqExample pre_tokenized(const json& line, const Seq2SeqOptions& opt) {
-  Seq2SeqExample ex{ids_at(line, "input_ids", opt), ids_at(line, "labels", opt)};
+  if (!line.contains("labels"))
+    throw BadLine{"no \"labels\" beside \"input_ids\" (the line's keys: " + keys_of(line) + ")"};
+  Seq2SeqExample ex{token_ids(line, "input_ids", opt.vocab_size), token_ids(line, "labels", opt.vocab_size)};
   if (line.contains("attention_mask")) {
     const json& mask = line["attention_mask"];
     if (!mask.is_array() || mask.size() != ex.input_ids.size())
@@ -102,7 +74,8 @@ std::vector<int32_t> encode(const tok::Tokenizer& t, const std::string& text, co
   ids.insert(ids.end(), content.begin(), content.end());
   ids.insert(ids.end(), suffix.begin(), suffix.end());
   if (ids.empty()) throw BadLine{std::string(side) + " has no tokens"};
-  for (size_t i = 0; i < ids.size(); ++i) check_id(ids[i], std::string(side) + " token " + std::to_string(i), opt);
+  for (size_t i = 0; i < ids.size(); ++i)
+    check_token_id(ids[i], std::string(side) + " token " + std::to_string(i), opt.vocab_size);
   return ids;
 }
 

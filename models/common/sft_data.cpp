@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 
 namespace dscpp::models {
@@ -16,32 +15,11 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<int32_t> id_list(const json& line, const char* key, const SftOptions& opt) {
-  const json& list = line[key];
-  if (!list.is_array()) throw BadLine{std::string(key) + " is " + a_type(list) + ", expected an array of token ids"};
-  if (list.empty()) throw BadLine{std::string(key) + " is empty"};
-  std::vector<int32_t> ids;
-  ids.reserve(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string where = std::string(key) + "[" + std::to_string(i) + "]";
-    if (!list[i].is_number_integer()) throw BadLine{where + " is " + list[i].dump() + ", expected an integer token id"};
-    const int64_t id = list[i].is_number_unsigned() && list[i].get<uint64_t>() > uint64_t{INT32_MAX}
-                           ? std::numeric_limits<int64_t>::max()
-                           : list[i].get<int64_t>();
-    const bool ignored = id == -100 && std::string(key) == "labels";
-    if (!ignored && (id < 0 || id >= opt.vocab_size))
-      throw BadLine{where + " is " + list[i].dump() + ", outside the vocabulary of " + std::to_string(opt.vocab_size) +
-                    (std::string(key) == "labels" ? " (-100: no loss)" : "")};
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  return ids;
-}
-
 SftExample pre_tokenized(const json& line, const SftOptions& opt) {
   if (!line.contains("labels"))
     throw BadLine{"no \"labels\" beside \"input_ids\" (the line's keys: " + keys_of(line) +
                   "); -100 marks the tokens without loss"};
-  SftExample ex{id_list(line, "input_ids", opt), id_list(line, "labels", opt)};
+  SftExample ex{token_ids(line, "input_ids", opt.vocab_size), token_ids(line, "labels", opt.vocab_size)};
   if (ex.labels.size() != ex.ids.size())
     throw BadLine{"labels has " + std::to_string(ex.labels.size()) + " entries and input_ids " +
                   std::to_string(ex.ids.size()) + ": they must be as long (labels[i] is the token predicted at i)"};
@@ -70,10 +48,7 @@ SftExample from_text(const json& line, const SftOptions& opt, const tok::Tokeniz
   } catch (const std::exception& e) {
     throw BadLine{std::string("cannot tokenize it: ") + e.what()};
   }
-  for (size_t i = 0; i < ex.ids.size(); ++i)
-    if (ex.ids[i] < 0 || ex.ids[i] >= opt.vocab_size)
-      throw BadLine{"token " + std::to_string(i) + " is " + std::to_string(ex.ids[i]) +
-                    ", outside the model's vocabulary of " + std::to_string(opt.vocab_size)};
+  for (size_t i = 0; i < ex.ids.size(); ++i) check_token_id(ex.ids[i], "token " + std::to_string(i), opt.vocab_size);
   return ex;
 }
 
