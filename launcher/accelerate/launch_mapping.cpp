@@ -10,31 +10,12 @@
 #include "launcher/gpu_sharing.h"
 
 #include <fmt/core.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 
 namespace dscpp::launcher::accelerate {
 namespace {
-
-// A port nothing listens on now (Accelerate's main_process_port: 0).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  if (fd >= 0) close(fd);
-  if (port == 0) fail("main_process_port 0: could not find a free port on this machine");
-  return port;
-}
 
 // A dscpp flag the user gave and the Accelerate setting that says the same must agree.
 template <typename T>
@@ -143,12 +124,14 @@ void map_resources(const Settings& s, LaunchArgs& a, int local_gpus, std::vector
          s.describe("num_processes"), s.describe("num_machines"));
   const std::optional<int> per_machine =
       processes ? std::optional<int>(static_cast<int>(*processes / machines)) : std::nullopt;
-  if (auto port = s.integer("main_process_port")) {
-    const int p = *port == 0 && machines == 1 ? free_port() : static_cast<int>(*port);
-    if (p < 1 || p > 65535) fail("{}: expected a port 1-65535 (or 0: any free one)", s.describe("main_process_port"));
+  // 0 on one machine: any free port, which is what an unchosen port already gets there (the
+  // local runner moves off a taken one, as Accelerate does); across machines a port must be named.
+  if (auto port = s.integer("main_process_port"); port && !(*port == 0 && machines == 1)) {
+    const int p = static_cast<int>(*port);
+    if (p < 1 || p > 65535)
+      fail("{}: expected a port 1-65535 (or 0 on one machine: any free one)", s.describe("main_process_port"));
     agree("--master_port", a.master_port_given, a.master_port, s, "main_process_port", p);
     a.master_port = p;
-    // On one machine Accelerate moves to a free port when this one is taken; across machines it cannot.
     if (machines > 1) a.master_port_given = true;
   }
   if (auto cpu_affinity = s.boolean("enable_cpu_affinity"); cpu_affinity && *cpu_affinity) a.bind_cores_to_rank = true;

@@ -390,7 +390,7 @@ const std::vector<FlagSpec>& flag_specs() {
       {"num_machines", "machines the job spans"},
       {"machine_rank", "this machine's index (the `standard` multi-node launcher: each machine starts its own ranks)"},
       {"main_process_ip", "rank 0's address (--master_addr)"},
-      {"main_process_port", "rank 0's port (--master_port; 0 = a free one)"},
+      {"main_process_port", "rank 0's port (--master_port; 0 on one machine = any free one)"},
       {"mixed_precision", "no, fp16 or bf16: fills fp16/bf16 in the DeepSpeed config"},
       {"use_deepspeed", "run with DeepSpeed (distributed_type DEEPSPEED)", false},
       {"cpu", "CPU ranks, even where GPUs are present (use_cpu)", false},
