@@ -86,6 +86,14 @@ ref = load_file(f"{data}/{name}/reference.safetensors")
 config = AutoConfig.from_pretrained(f"{data}/{name}", attn_implementation="eager")
 cls = GPT2LMHeadModel if name == "gpt2" else LlamaForCausalLM
 bad = 0
+def check(model, what):  # the reference batch's loss against dscpp's
+    global bad
+    with torch.no_grad():
+        logits = model(ref["input_ids"].long()).logits
+    loss = float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ref["labels"].long().reshape(-1)))
+    ok = abs(loss - want) <= 1e-5 * want
+    bad |= not ok
+    print(f"{'' if ok else 'MISMATCH '}{what}, loss {loss:.7f} vs dscpp {want:.6f}")
 for path in files:
     sd = load_file(path)
     emb = "transformer.wte.weight" if name == "gpt2" else "model.embed_tokens.weight"
@@ -96,20 +104,10 @@ for path in files:
         model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
     except RuntimeError as e:
         print(f"{path}: load_state_dict(strict=True): {e}"); bad = 1; continue
-    with torch.no_grad():
-        logits = model(ref["input_ids"].long()).logits
-    loss = float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ref["labels"].long().reshape(-1)))
-    ok = abs(loss - want) <= 1e-5 * want
-    bad |= not ok
-    print(f"{'' if ok else 'MISMATCH '}{path.split('/')[-1]}: strict load, loss {loss:.7f} vs dscpp {want:.6f}")
+    check(model, f"{path.split('/')[-1]}: strict load")
     if path.endswith("model_16bit/model.safetensors"):  # the directory itself, as save_pretrained's
-        saved = cls.from_pretrained(path.rsplit("/", 1)[0], attn_implementation="eager").float().eval()
-        with torch.no_grad():
-            logits = saved(ref["input_ids"].long()).logits
-        loss = float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ref["labels"].long().reshape(-1)))
-        ok = abs(loss - want) <= 1e-5 * want
-        bad |= not ok
-        print(f"{'' if ok else 'MISMATCH '}model_16bit/: from_pretrained, loss {loss:.7f} vs dscpp {want:.6f}")
+        check(cls.from_pretrained(path.rsplit("/", 1)[0], attn_implementation="eager").float().eval(),
+              "model_16bit/: from_pretrained")
 sys.exit(bad)
 PY
     ); then pass "$m $s: transformers loads them: $(echo "$out" | tr '\n' ';')"
