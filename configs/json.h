@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dscpp::config {
@@ -39,6 +40,7 @@ class JsonValue {
   bool is_number() const { return kind == Kind::integer || kind == Kind::number; }
   bool is_string(std::string_view s) const { return kind == Kind::string && text == s; }
   const JsonValue* find(std::string_view key) const;
+  JsonValue* find(std::string_view key) { return const_cast<JsonValue*>(std::as_const(*this).find(key)); }
   // Short rendering for messages: scalars as written, containers summarised.
   std::string describe() const;
 };

@@ -62,12 +62,6 @@ JsonValue object(std::vector<JsonMember> members) {
   return v;
 }
 
-JsonValue* member(JsonValue& obj, std::string_view key) {
-  for (auto& m : obj.members)
-    if (m.key == key) return &m.value;
-  return nullptr;
-}
-
 // Accelerate's find_config_node: the value at a dotted path, or null when a level is missing.
 JsonValue* at(JsonValue& root, std::string_view path) {
   JsonValue* node = &root;
@@ -75,7 +69,7 @@ JsonValue* at(JsonValue& root, std::string_view path) {
   while (node) {
     size_t dot = path.find('.', start);
     if (node->kind != JsonValue::Kind::object) return nullptr;
-    node = member(*node, path.substr(start, dot == std::string_view::npos ? dot : dot - start));
+    node = node->find(path.substr(start, dot == std::string_view::npos ? dot : dot - start));
     if (dot == std::string_view::npos) return node;
     start = dot + 1;
   }
@@ -170,9 +164,9 @@ JsonValue from_json_file(const Settings& s) {
   const std::string path = *s.string("deepspeed_config_file");
   JsonValue root = read_json_file(path);
   if (root.kind != JsonValue::Kind::object) fail("{}: expected a JSON object", path);
-  if (!member(root, "gradient_accumulation_steps"))
+  if (!root.find("gradient_accumulation_steps"))
     root.members.push_back(entry("gradient_accumulation_steps", integer_value(1)));
-  if (!member(root, "zero_optimization"))
+  if (!root.find("zero_optimization"))
     fail("{}: no zero_optimization section (Accelerate requires one in a deepspeed_config_file)", path);
   const PluginValues p = plugin_values(s);
   const std::pair<const char*, const JsonValue*> fills[] = {
@@ -219,10 +213,10 @@ void apply_mixed_precision(JsonValue& root, const Settings& s) {
         "matmuls)",
         s.describe("mixed_precision"));
   if (mp != "no" && mp != "fp16" && mp != "bf16") fail("{}: expected no, fp16 or bf16", s.describe("mixed_precision"));
-  if (mp == "fp16" && !member(root, "fp16"))
+  if (mp == "fp16" && !root.find("fp16"))
     root.members.push_back(
         entry("fp16", object({entry("enabled", bool_value(true)), entry("auto_cast", bool_value(true))})));
-  if (mp == "bf16" && !member(root, "bf16"))
+  if (mp == "bf16" && !root.find("bf16"))
     root.members.push_back(entry("bf16", object({entry("enabled", bool_value(true))})));
   if (mp != "no") {
     const char* other = mp == "fp16" ? "bf16" : "fp16";
@@ -233,7 +227,7 @@ void apply_mixed_precision(JsonValue& root, const Settings& s) {
            s.describe("mixed_precision"), other, other, mp);
   }
   for (const char* dtype : {"fp16", "bf16"}) {
-    if (!member(root, dtype)) root.members.push_back(entry(dtype, object({entry("enabled", bool_value(false))})));
+    if (!root.find(dtype)) root.members.push_back(entry(dtype, object({entry("enabled", bool_value(false))})));
     if (JsonValue* enabled = at(root, fmt::format("{}.enabled", dtype)); is_auto(enabled))
       *enabled = bool_value(mp == dtype);
   }
