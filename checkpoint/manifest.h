@@ -33,6 +33,11 @@ inline constexpr int kFormatVersion = 2;
 inline constexpr const char* kManifestFile = "manifest.json";
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+// The frozen parameters (no master, no optimizer state), by name in the run's parameter dtype and
+// Hugging Face's layout; the manifest's "frozen" says so and lists them, its digests cover it.
+inline constexpr const char* kFrozenFile = "frozen.safetensors";
+// PEFT's adapter_config.json of the adapter parameters (the manifest's "adapter_params").
+inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
 // The `what` of the fp32 master weights (the other `what`s are optimizer state names).
 inline constexpr const char* kMasterWeights = "fp32";
 // The manifest's own SHA-256: of its compact JSON dump without this key (keys sorted, as

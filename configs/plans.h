@@ -122,6 +122,9 @@ struct ParamOffloadPlan {
   int64_t max_in_cpu = 1000000000;  // elements of swappable slices kept in host memory
   bool pin_memory = true;
   offload::AioOptions aio;  // the swap minimum is max(1 MiB, aio.block_size)
+  // Appended to the job id of the swap directory: a rank's second parameter store (the frozen
+  // parameters) swaps beside the first, not into it.
+  std::string swap_suffix;
 };
 ParamOffloadPlan param_offload_plan(const DsConfig& c);
 

@@ -33,4 +33,9 @@ inline bool relative_bias_args_ok(int64_t heads, int64_t Tq, int64_t Tk, int32_t
   return heads >= 0 && Tq >= 0 && Tk >= 0 && num_buckets >= 2 && exact >= 1 && max_distance > exact;
 }
 
+// A dropout probability (model.h ABI 10) in [0, 1): p = 1 would scale by 1/0, and NaN fails too.
+inline bool dropout_p_ok(float p) {
+  return p >= 0.0f && p < 1.0f;
+}
+
 }  // namespace dscpp::kernels

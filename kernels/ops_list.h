@@ -20,7 +20,7 @@
   X(flash_attention_forward) X(flash_attention_backward) X(mul) X(silu_forward) X(silu_backward) X(swiglu_forward)    \
   X(swiglu_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(rope_forward) X(rope_backward) X(copy_2d)  \
   X(flash_attention_masked_forward) X(flash_attention_masked_backward) X(relative_bias_forward)                     \
-  X(relative_bias_backward) X(masked_softmax_forward)
+  X(relative_bias_backward) X(masked_softmax_forward) X(dropout)
 
 // Declarations of the op functions, each of its field's function type (inside namespace op).
 #define DSCPP_DECLARE_OP_(name) std::remove_pointer_t<decltype(dscpp_ops::name)> name;

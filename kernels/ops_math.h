@@ -1,6 +1,7 @@
 // Element math of the model ops table shared by the CPU loops (kernels/cpu/ops) and the CUDA
 // kernels (kernels/cuda/ops.cu): exp, GELU and its derivative, the layer-norm, softmax and
-// cross-entropy element formulas, SiLU, RMSNorm, and the embedding row address.
+// cross-entropy element formulas, SiLU, RMSNorm, the embedding row address, T5's position buckets
+// and dropout's counter-based mask.
 //
 // Each function is one element (or one row scalar) in fp32 with a fixed operation order, so a
 // vectorised CPU lane, the scalar CPU tail and a CUDA thread evaluate the same expression. The
@@ -181,6 +182,38 @@ DSCPP_HD inline int32_t relative_bucket(int64_t n, bool bidirectional, int32_t n
   const float v = static_cast<float>(::log(static_cast<double>(ratio))) / scale * static_cast<float>(buckets - exact);
   const int64_t large = exact + static_cast<int64_t>(v);
   return base + static_cast<int32_t>(large < buckets - 1 ? large : buckets - 1);
+}
+
+// ---- dropout (model.h's dropout: a counter-based mask, nothing stored) ------------------------
+
+// SplitMix64's step and output function in one (Steele, Lea & Flood, 2014): a bijection of 64 bits
+// whose outputs at consecutive states pass BigCrush. Integer operations only, so a CPU lane and a
+// CUDA thread give the same bits.
+constexpr uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ull;
+DSCPP_HD constexpr uint64_t splitmix64(uint64_t z) {
+  z += kSplitMixGamma;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// One call's draw: the seed is hashed once into the generator's starting state, so nearby seeds
+// (one per layer and micro-step) start streams ~2⁶⁴ apart, and element i takes output i.
+struct DropoutDraw {
+  uint64_t key;        // splitmix64(seed)
+  uint32_t threshold;  // ⌊p·2³²⌋: an element is kept when the high 32 bits of its output reach it
+  float scale;         // 1/(1 − p) in fp32, the one rounding every table applies
+};
+// p in [0, 1) (kernels/ops_args.h's dropout_p_ok), so ⌊p·2³²⌋ < 2³² (in double: exact).
+inline DropoutDraw dropout_draw(float p, uint64_t seed) {
+  return {splitmix64(seed), static_cast<uint32_t>(static_cast<double>(p) * 4294967296.0), 1.0f / (1.0f - p)};
+}
+DSCPP_HD inline bool dropout_keep(uint64_t key, int64_t i, uint32_t threshold) {
+  return (splitmix64(key + static_cast<uint64_t>(i) * kSplitMixGamma) >> 32) >= threshold;
+}
+// x·s or x·0 (not a select), as torch multiplies by its mask: a dropped NaN stays NaN.
+DSCPP_HD inline float dropout(float x, const DropoutDraw& d, int64_t i) {
+  return x * (dropout_keep(d.key, i, d.threshold) ? d.scale : 0.0f);
 }
 
 }  // namespace dscpp::hd

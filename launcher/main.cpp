@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
       "  dscpp estimate --stage 2|3 ...      DeepSpeed's ZeRO memory estimates for a model\n"
       "  dscpp zero-to-fp32 CKPT OUT         a checkpoint of any ZeRO stage → one fp32 safetensors file\n"
       "  dscpp export-hf CKPT OUT_DIR        a checkpoint → a Hugging Face model directory (config + safetensors)\n"
+      "      --merge folds its LoRA adapter into the weights; --adapter writes PEFT's adapter directory alone\n"
       "  dscpp tokenize --tokenizer DIR ...  encode/decode with a Hugging Face tokenizer.json, as transformers does\n"
       "  dscpp bleu REF... [-i HYP]          corpus BLEU (and chrF) of hypotheses, one a line, as sacrebleu scores it\n"
       "  dscpp gradcheck PLUGIN.so [-- ARGS] a plugin's backward against finite differences, with a verdict\n"
@@ -244,6 +245,10 @@ int main(int argc, char** argv) {
   estimate_cmd->add_option("--additional_buffer_factor", estimate.additional_buffer_factor,
                            "CPU-side safety factor (default 1.5)");
   estimate_cmd->add_option("--model", estimate.model, "a model plugin (.so): read both counts from it");
+  estimate_cmd->add_option("--freeze", estimate.freeze, "with --model: parameters frozen as dscpp-runtime's --freeze")
+      ->allow_extra_args(false);
+  estimate_cmd->add_option("--train_only", estimate.train_only, "with --model: as dscpp-runtime's --train_only")
+      ->allow_extra_args(false);
   estimate_cmd->add_option("plugin_args", estimate.plugin_args, "the plugin's arguments (after --)");
   estimate_cmd->positionals_at_end();
 
@@ -251,13 +256,15 @@ int main(int argc, char** argv) {
   CLI::App* z2f_cmd = app.add_subcommand(
       "zero-to-fp32",
       "Write the fp32 weights of a dscpp checkpoint (any ZeRO stage, any number of ranks) into one safetensors\n"
-      "file by parameter name, as DeepSpeed's zero_to_fp32.py does; streams tensor by tensor (about 16 MB of\n"
-      "memory whatever the model size). No GPU and no runtime needed.");
+      "file by parameter name, as DeepSpeed's zero_to_fp32.py does, frozen parameters (requires_grad=False)\n"
+      "included, widened to fp32; streams tensor by tensor (about 16 MB of memory whatever the model size). No GPU\n"
+      "and no runtime needed.");
   z2f_cmd->add_option("CKPT", z2f.checkpoint, "a save directory (follows its `latest`) or a tag directory")->required();
   z2f_cmd->add_option("OUT", z2f.out, "the .safetensors file to write (via OUT.partial, renamed when complete)")
       ->required();
   z2f_cmd->add_option("--state", z2f.state,
-                      "write this optimizer state (exp_avg, exp_avg_sq, ...) by parameter name instead of the weights");
+                      "write this optimizer state (exp_avg, exp_avg_sq, ...) by parameter name instead of the weights "
+                      "(frozen parameters have none and are left out)");
   z2f_cmd->add_option("--progress_interval", z2f.progress_interval, "seconds between progress lines (default 2)");
   z2f_cmd->add_flag("-q,--quiet", z2f.quiet, "no progress lines");
 
@@ -267,12 +274,26 @@ int main(int argc, char** argv) {
       "Write a dscpp checkpoint (any ZeRO stage, any number of ranks) as a Hugging Face model directory that\n"
       "transformers loads: config.json (saved with the checkpoint by the model families of models/) and\n"
       "model.safetensors, sharded with model.safetensors.index.json above --max_shard_size; parameters in\n"
-      "Hugging Face's names and layouts. Streams tensor by tensor. No GPU and no runtime needed.");
+      "Hugging Face's names and layouts, frozen ones included. Streams tensor by tensor. No GPU and no runtime\n"
+      "needed. A checkpoint trained with a LoRA adapter exports merged into the model (--merge: W += s · B·A,\n"
+      "s = lora_alpha/r, or lora_alpha/√r with use_rslora, from its adapter_config.json, as PEFT's\n"
+      "merge_and_unload) or as PEFT's adapter directory alone (--adapter); without either, its adapter matrices\n"
+      "are written under their own names.");
   ehf_cmd->add_option("CKPT", ehf.checkpoint, "a save directory (follows its `latest`) or a tag directory")->required();
   ehf_cmd->add_option("OUT_DIR", ehf.out_dir, "the directory to write (created if needed)")->required();
   ehf_cmd->add_option("--dtype", ehf.dtype, "fp32 (default), bf16 or fp16");
   ehf_cmd->add_option("--max_shard_size", ehf.max_shard_size, "largest shard, e.g. 5GB (default), 500MB");
-  ehf_cmd->add_option("--config", ehf.config, "a config.json to write instead of the one saved with the checkpoint");
+  CLI::Option* ehf_config = ehf_cmd->add_option("--config", ehf.config,
+                                                "a config.json to write instead of the one saved with the checkpoint");
+  CLI::Option* ehf_merge = ehf_cmd->add_flag(
+      "--merge", ehf.merge, "fold each LoRA pair into its base weight, in fp32; no adapter matrices written");
+  CLI::Option* ehf_adapter = ehf_cmd->add_flag(
+      "--adapter", ehf.adapter,
+      "only PEFT's adapter directory: adapter_config.json, adapter_model.safetensors (base_model.model.<name>)");
+  ehf_adapter->excludes(ehf_merge)->excludes(ehf_config);
+  ehf_cmd->add_option("--base", ehf.base, "with --adapter: the base_model_name_or_path to write in adapter_config.json")
+      ->type_name("NAME")
+      ->needs(ehf_adapter);
   ehf_cmd->add_option("--progress_interval", ehf.progress_interval, "seconds between progress lines (default 2)");
   ehf_cmd->add_flag("-q,--quiet", ehf.quiet, "no progress lines");
 

@@ -12,6 +12,7 @@
 #include "core/rank_discovery.h"
 #include "device/device_select.h"
 #include "kernels/cpu/ops/cpu_ops.h"
+#include "runtime/model/frozen_params.h"
 #include "runtime/model/plugin.h"
 #include "runtime/rank_device.h"
 #include "runtime/tools/describe_model.h"
@@ -52,6 +53,7 @@ struct Args {
   bool no_shuffle = false, no_eval = false, deepspeed = false, describe_model = false, eval_only = false;
   bool accept_data_change = false, gradcheck = false, generate = false, check_decode = false;
   std::string prompt, prompt_ids, prompts, tokenizer;
+  runtime::FreezeOptions freeze;
   int64_t max_new_tokens = 32, top_k = 0, gen_batch_size = 0;
   int num_beams = 1;
   double length_penalty = 1.0;
@@ -166,6 +168,7 @@ int run(const Args& a) {
   host_info.device_name = device_name.c_str();
   host_info.log = plugin_log;
   plugin.create(a.plugin_args, host_info);
+  runtime::apply_freeze(plugin, a.freeze);
 
   // The step count, computed here once: the Engine trains to it (TrainOptions::steps).
   if (!steps && loaded.ok()) {
@@ -360,6 +363,15 @@ int main(int argc, char** argv) {
       ->excludes(no_eval);
   app.add_option("--seed", a.seed, "seed of parameter init and data shuffling (default 42)");
   app.add_option("--init_from", a.init_from, "start from the weights in this safetensors file");
+  app.add_option("--freeze", a.freeze.freeze,
+                 "do not train the parameters whose full names match this glob (`*` crosses dots, e.g. "
+                 "'model.embed_tokens.*'; repeatable): no gradient, optimizer state or gradient traffic, still "
+                 "partitioned and gathered at ZeRO stage 3, saved in checkpoints")
+      ->allow_extra_args(false);
+  app.add_option("--train_only", a.freeze.train_only,
+                 "train only the parameters whose full names match this glob (repeatable); every other one is "
+                 "frozen as --freeze freezes it")
+      ->allow_extra_args(false);
   app.add_flag("--no_shuffle", a.no_shuffle, "take training samples in order (every epoch)");
   app.add_option("--comm_backend", a.comm_backend,
                  "shm|gloo|mpi|nccl|hierarchical (default: chosen per job, nccl on GPUs; also DSCPP_COMM_BACKEND). "
@@ -392,7 +404,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (a.describe_model) return runtime::run_describe_model(a.model, a.plugin_args);
+    if (a.describe_model) return runtime::run_describe_model(a.model, a.plugin_args, a.freeze);
     // The single-rank tools: what they share from the command line (auto device: the CPU).
     auto tool = [&](auto& g) {
       log::init_logging(-1);

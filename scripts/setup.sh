@@ -53,31 +53,39 @@ install_pip() {
 # the tests build the HF Trainer's own optimizer and schedule. sentencepiece trains the SentencePiece
 # models of the tokenizer parity check and, with protobuf, lets transformers convert them to
 # tokenizer.json (T5 and Llama 2 style). sacrebleu is the reference `dscpp bleu` is checked
-# against. A failed install only costs those tests (they skip, saying why).
+# against. PEFT makes the LoRA reference data (tests/data/hf/make_lora.py): --no-deps, as its
+# metadata asks for torch>=1.13.0, which Debian's 1.13.0a0 does not satisfy (it runs on it); its
+# imports are all here but jinja2, which its save_pretrained needs for the model card it writes.
+# A failed install only costs those tests (they skip, saying why).
 HF_VENV=/opt/dscpp-hf-venv
 DEEPSPEED_VERSION=0.19.8
 ACCELERATE_VERSION=0.33.0
 SENTENCEPIECE_VERSION=0.2.0
 PROTOBUF_VERSION=4.25.9
 SACREBLEU_VERSION=2.6.0
+PEFT_VERSION=0.12.0
+JINJA2_VERSION=3.1.6
 install_hf_venv() {
   [ -n "$want_pip" ] || return 0
-  "$HF_VENV/bin/python" -c "import transformers, safetensors, deepspeed, accelerate, sentencepiece, google.protobuf, sacrebleu
+  "$HF_VENV/bin/python" -c "import transformers, safetensors, deepspeed, accelerate, sentencepiece, google.protobuf, sacrebleu, peft, jinja2
 assert transformers.__version__ == '4.44.2' and deepspeed.__version__ == '$DEEPSPEED_VERSION'
 assert accelerate.__version__ == '$ACCELERATE_VERSION' and sentencepiece.__version__ == '$SENTENCEPIECE_VERSION'
-assert google.protobuf.__version__ == '$PROTOBUF_VERSION' and sacrebleu.__version__ == '$SACREBLEU_VERSION'" 2>/dev/null &&
+assert google.protobuf.__version__ == '$PROTOBUF_VERSION' and sacrebleu.__version__ == '$SACREBLEU_VERSION'
+assert peft.__version__ == '$PEFT_VERSION' and jinja2.__version__ == '$JINJA2_VERSION'" 2>/dev/null &&
     return 0
-  [ "$(id -u)" = 0 ] || { echo "setup.sh: $HF_VENV (transformers, DeepSpeed) is incomplete and making it needs root" >&2; return 0; }
-  echo "setup.sh: making $HF_VENV (transformers 4.44.2 and DeepSpeed $DEEPSPEED_VERSION's Python classes on Debian's torch)"
+  [ "$(id -u)" = 0 ] || { echo "setup.sh: $HF_VENV (transformers, PEFT, DeepSpeed) is incomplete and making it needs root" >&2; return 0; }
+  echo "setup.sh: making $HF_VENV (transformers 4.44.2, PEFT $PEFT_VERSION and DeepSpeed $DEEPSPEED_VERSION's Python classes on Debian's torch)"
   if ! { { [ -x "$HF_VENV/bin/pip" ] || /usr/bin/python3 -m venv --system-site-packages "$HF_VENV"; } &&
          "$HF_VENV/bin/pip" install -q transformers==4.44.2 safetensors &&
          "$HF_VENV/bin/pip" install -q pydantic hjson py-cpuinfo psutil msgpack ninja einops &&
          DS_BUILD_OPS=0 "$HF_VENV/bin/pip" install -q --no-deps --no-build-isolation "deepspeed==$DEEPSPEED_VERSION" &&
          "$HF_VENV/bin/pip" install -q --no-deps "accelerate==$ACCELERATE_VERSION" &&
+         "$HF_VENV/bin/pip" install -q --no-deps "peft==$PEFT_VERSION" &&
+         "$HF_VENV/bin/pip" install -q "jinja2==$JINJA2_VERSION" &&
          "$HF_VENV/bin/pip" install -q "sentencepiece==$SENTENCEPIECE_VERSION" "protobuf==$PROTOBUF_VERSION" &&
          "$HF_VENV/bin/pip" install -q "sacrebleu==$SACREBLEU_VERSION"; } \
        > /tmp/dscpp-hf-venv.log 2>&1; then
-    echo "setup.sh: warning: could not complete $HF_VENV ($(tail -1 /tmp/dscpp-hf-venv.log)): the transformers and DeepSpeed checks will skip" >&2
+    echo "setup.sh: warning: could not complete $HF_VENV ($(tail -1 /tmp/dscpp-hf-venv.log)): the transformers, PEFT and DeepSpeed checks will skip" >&2
   fi
 }
 

@@ -231,9 +231,9 @@ Mlp* create_model(int argc, const char* const* argv, const dscpp_host_info* host
     // torch.nn.Linear's default: U(−1/√fan_in, 1/√fan_in) for the weight; biases start at zero.
     L.params[0] = dscpp_param_desc{"weight", 2, {L.out, L.in, 0, 0}, DSCPP_INIT_UNIFORM,
                                    1.0f / std::sqrt(static_cast<float>(L.in)), nullptr, nullptr, 0,
-                                   DSCPP_ROLE_WEIGHT};
+                                   DSCPP_ROLE_WEIGHT, 0, 0};
     L.params[1] = dscpp_param_desc{"bias", 1, {L.out, 0, 0, 0}, DSCPP_INIT_ZEROS, 0.0f, nullptr, nullptr, 0,
-                                   DSCPP_ROLE_BIAS};
+                                   DSCPP_ROLE_BIAS, 0, 0};
     in = L.out;
   }
   if (m->host.log != nullptr && m->host.rank == 0) {

@@ -6,7 +6,9 @@
  * error messages) and every forward and backward through the ops table, so the plugin holds no
  * backward math and never touches device memory. Each layer states its parameters (with their
  * names in Hugging Face files where they have one), and the saved and workspace bytes it needs
- * per sample, from the parts it is made of (Linear, Norm, Attention, Mlp).
+ * per sample, from the parts it is made of (Linear, Norm, Attention, Mlp). Every part skips the
+ * gradient of a frozen parameter (a null grads pointer), and a Linear carries Hugging Face PEFT's
+ * LoRA adapter when the model's Lora targets it (Env::lora, which also freezes everything else).
  *
  * Link: the static library dscpp_layers (meson: dscpp_layers_dep); C++20.
  *
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,16 +54,65 @@ size_t dtype_bytes(dscpp_dtype d);
 class Buffers {
  public:
   int add(int64_t bytes_per_sample);  // returns the tensor's slot
+  // The plan's one shared slot, as large as the largest ask (the slots after it move up when it
+  // grows): scratch a part uses only inside one of its own calls, so the parts of a layer take
+  // turns in it rather than each holding its own (LoRA's dropped-out input, in · rows elements).
+  int add_shared(int64_t bytes_per_sample);
   int64_t bytes() const { return total_; }  // per sample
   void* at(void* base, int slot, int64_t batch) const;
 
  private:
   std::vector<int64_t> offset_;  // per sample, before the slot
   int64_t total_ = 0;
+  int shared_ = -1;
 };
 
 // The per-token int32 arrays of a sample of a language model's data input (each `context` long).
 enum class TokenPart { ids = 0, positions = 1, first_key = 2 };
+
+// ---- LoRA ---------------------------------------------------------------------------------------
+// Hugging Face PEFT 0.12's LoRA: a targeted Linear computes y = x·Wᵀ + b + scale·(drop(x)·Aᵀ)·Bᵀ
+// with A [r, in] and B [out, r] its only trained parameters (drop: lora_dropout in training, the
+// ops table's dropout, a mask per adapted Linear; identity in evaluation and decoding); every other
+// parameter of the model is frozen (PEFT's bias "none"). The targets are PEFT's target_modules: a
+// list, where a module (a weight's full name without ".weight") matches an entry it equals or ends
+// with "." + entry, or a regular expression that must match the whole module name.
+struct LoraSpec {
+  int64_t r = 8;
+  double alpha = 8;     // lora_alpha
+  double dropout = 0;   // lora_dropout, in [0, 1)
+  bool rslora = false;  // use_rslora: scale = alpha/√r instead of alpha/r
+  std::vector<std::string> targets;
+  bool regex = false;        // target_regex holds the targets instead of the list
+  std::string target_regex;  // ECMAScript syntax, matched as Python's re.fullmatch
+  float scale() const;
+};
+
+// The model's LoRA while its layers are made: each Linear asks whether it is a target, a target
+// that names some other module is refused on the spot, and check() then fails for a target that
+// named no Linear. Layers see it through Env::lora; the model owns it (Model::lora).
+class Lora {
+ public:
+  explicit Lora(LoraSpec spec);
+  const LoraSpec& spec() const { return spec_; }
+  bool matches(const std::string& module) const;
+  // Whether the Linear `module` gets an adapter; fails when a target names a tied one.
+  bool linear(const std::string& module, bool tied, bool file_transposed);
+  // A module that is not a Linear (`what`: "an embedding", "a norm", …): fails when a target names it.
+  void other(const std::string& module, const std::string& what) const;
+  // Fails for a target entry (or the regular expression) that matched no Linear, listing the model's.
+  void check() const;
+  // Whether the adapted modules' weight files hold them [in, out] (GPT-2's Conv1D): PEFT's fan_in_fan_out.
+  bool fan_in_fan_out() const { return transposed_; }
+  const std::vector<std::string>& adapted() const { return adapted_; }
+
+ private:
+  std::string target_of(const std::string& module) const;
+  LoraSpec spec_;
+  std::regex regex_;
+  std::vector<std::string> linears_, adapted_;
+  bool transposed_ = false;
+};
 
 // What every layer of a model shares: the compute dtype's element size, tokens per sample, and
 // the layout of the data input every layer sees (dscpp_layer_ctx::data_input).
@@ -72,6 +124,7 @@ struct Env {
   // does not look. Otherwise a sample is its ids, positions are 0 … context−1 and attention causal.
   bool documents = false;
   int stream = 0;  // which of dscpp_layer_ctx::stream_len is this env's (an encoder-decoder's decoder: 1)
+  Lora* lora = nullptr;  // the model's LoRA (Model::lora); null: none
   int64_t sample_ints() const { return documents ? 3 * context : context; }
 };
 
@@ -102,6 +155,10 @@ struct ParamSpec {
   std::string tied_to;  // a full name of an earlier layer's parameter; "" = its own
   bool file_transposed = false;
   dscpp_param_role role = DSCPP_ROLE_WEIGHT;
+  // Not trained (requires_grad=False): backward gets a null gradient for it. With Env::lora every
+  // parameter but the adapters is frozen whatever this says.
+  bool frozen = false;
+  bool adapter = false;  // a LoRA matrix: its initial values come from the model's adapter_from
 };
 
 class Layer;
@@ -125,10 +182,11 @@ struct DecodeCall {
 struct Call {
   const dscpp_layer_ctx& ctx;
   const Layer& layer;
+  const DecodeCall* decode = nullptr;  // a decode call's view: its scratch is decode_work's, nothing is saved
   const dscpp_ops* ops() const { return ctx.ops; }
   int64_t batch() const { return ctx.batch; }
   const void* param(int i) const { return ctx.params[i]; }
-  void* grad(int i) const { return ctx.grads[i]; }
+  void* grad(int i) const { return ctx.grads[i]; }  // null for a frozen parameter
   void* saved(int slot) const;
   void* fwd_work(int slot) const;
   void* bwd_work(int slot) const;
@@ -190,22 +248,43 @@ class Layer {
 
 // ---- parts: pieces of a layer that declare their parameters and buffers on it -------------------
 
-// y = x·Wᵀ (+ b), W [out, in].
+// y = x·Wᵀ (+ b), W [out, in]; with a LoRA adapter (Env::lora targets it) + scale·(drop(x)·Aᵀ)·Bᵀ.
+// drop is the ops table's dropout over x's rows × in elements with seed ctx.rng_seed ^ FNV-1a(the
+// module's full name, "model.layers.0.self_attn.q_proj"), in training calls when lora_dropout > 0.
 class Linear {
  public:
+  // `rows`: the rows per sample of its input, and per sequence in decoding (0: the owner's
+  // context per sample, one per sequence; a cross-attention's keys: the memory's).
   Linear(Layer& owner, const Name& weight, int64_t in, int64_t out, Init init, const Name& bias = {},
-         bool file_transposed = false, const std::string& tied_to = "");
-  // y[rows × out] = x·Wᵀ + b (+ residual, which may be y itself).
-  void forward(const Call& c, const void* x, void* y, int64_t rows, const void* residual = nullptr) const;
+         bool file_transposed = false, const std::string& tied_to = "", int64_t rows = 0);
+  // y[rows × out] = x·Wᵀ + b (+ residual, which may be y itself); gelu_out = gelu(y) when given.
+  void forward(const Call& c, const void* x, void* y, int64_t rows, const void* residual = nullptr,
+               void* gelu_out = nullptr) const;
   // Into the first `out` columns of y, whose row stride is ld; a bias goes in through `ones`
   // (rows ones of the compute dtype, filled by the caller).
   void forward_strided(const Call& c, const void* x, void* y, int64_t ld, int64_t rows, const void* ones) const;
   // dW += dyᵀ·x, db += Σ_rows dy, and dx = dy·W (or dx += dy·W with accumulate; dx null skips);
   // dy has row stride ld (out: contiguous); `ones` as above when ld ≠ out and there is a bias.
+  // With gelu_pre (not with accumulate), x was gelu(gelu_pre) and dx is taken through that GELU.
+  // A frozen weight or bias (null gradient) gets none; the adapter's gradients accumulate likewise.
   void backward(const Call& c, const void* dy, int64_t ld, const void* x, void* dx, bool accumulate, int64_t rows,
-                const void* ones = nullptr) const;
+                const void* ones = nullptr, const void* gelu_pre = nullptr) const;
+  bool adapted() const { return lora_a >= 0; }
   int64_t in, out;
   int weight = -1, bias = -1;
+  int lora_a = -1, lora_b = -1;  // the adapter's A [r, in] and B [out, r]
+
+ private:
+  void lora_forward(const Call& c, const void* x, void* y, int64_t ld, int64_t rows) const;
+  void lora_backward(const Call& c, const void* dy, int64_t ld, const void* x, void* dx, int64_t rows) const;
+  // The LoRA dropout's seed in this call, or nothing to drop (p = 0, evaluation, decoding).
+  std::optional<uint64_t> dropout_seed(const Call& c) const;
+  int64_t rank_ = 0;
+  float scale_ = 0;
+  float dropout_ = 0;
+  uint64_t dropout_salt_ = 0;  // the module's name hashed: each adapted Linear draws its own mask
+  int sv_ax_ = -1, bw_dyb_ = -1, dw_ax_ = -1;
+  int fw_drop_ = -1, bw_drop_ = -1;  // the layer's shared scratch for drop(x) (and the input's gradient term)
 };
 
 enum class NormKind { rms, layer };
@@ -227,6 +306,9 @@ class Norm {
   int64_t dim;
   float eps;
   int weight = -1, bias = -1;
+
+ private:
+  int bw_frozen_ = -1;  // where the gradients of a frozen weight or bias go (the kernels always make both)
 };
 
 // The backward of a pre-norm residual sublayer y = x + f(norm(x)), every block's unit: the norm's
@@ -422,7 +504,9 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers;
   dscpp_data_desc data{};
   dscpp_host_info host{};
-  std::string init_from, export_config;  // model.h's dscpp_model_desc fields ("" = none)
+  // model.h's dscpp_model_desc fields ("" = none).
+  std::string init_from, export_config, adapter_from, adapter_config;
+  std::unique_ptr<Lora> lora;  // the layers' LoRA (their Env::lora); null: none
   bool init_partial = false;
   // An encoder-decoder's (model.h's dscpp_model_desc): 0 encoder layers for a decoder only.
   int32_t encoder_layers = 0;

@@ -22,7 +22,8 @@
  *    (layer-norm mean/rstd, attention's lse). Token ids and class labels are int32.
  *    Matrices are row-major.
  *  - Gradients of parameters ACCUMULATE: backward adds into `grads[i]` (the runtime zeroes
- *    them when it needs to). `grad_input` is OVERWRITTEN.
+ *    them when it needs to); `grads[i]` is NULL for a frozen parameter (ABI 10), whose gradient
+ *    backward skips while the input's still flows. `grad_input` is OVERWRITTEN.
  *
  * Errors: every call returns a `dscpp_status`; on failure the plugin writes a message into
  * `err` (NUL-terminated, truncated to DSCPP_ERROR_CAP) and the runtime prints it with the
@@ -39,16 +40,17 @@ extern "C" {
 #endif
 
 /* Bump on any change to a struct below or to the meaning of a call. */
-#define DSCPP_MODEL_ABI_VERSION                                              \
-  9u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit \
-      compute dtypes reach layers, layer 0's float input included; 5: the    \
-      ops of Llama-style models (RMSNorm, RoPE, SiLU/SwiGLU, multiply,       \
-      strided copies); 6: masked flash attention (documents packed in        \
-      a window), every layer sees the data input; 7: parameter               \
-      roles; 8: encoder-decoder models (T5's relative position bias,         \
-      masked softmax with a bias, an encoder's output in decode calls,       \
-      several sequences per decode call); 9: micro-batches padded to         \
-      their own longest sample (batch_lengths, stream_len) */
+#define DSCPP_MODEL_ABI_VERSION                                               \
+  10u /* 2: causal attention and linear layers; 3: flash attention; 4: 16-bit \
+      compute dtypes reach layers, layer 0's float input included; 5: the     \
+      ops of Llama-style models (RMSNorm, RoPE, SiLU/SwiGLU, multiply,        \
+      strided copies); 6: masked flash attention (documents packed in         \
+      a window), every layer sees the data input; 7: parameter                \
+      roles; 8: encoder-decoder models (T5's relative position bias,          \
+      masked softmax with a bias, an encoder's output in decode calls,        \
+      several sequences per decode call); 9: micro-batches padded to          \
+      their own longest sample (batch_lengths, stream_len); 10: frozen        \
+      and adapter parameters, NULL gradients of frozen ones, dropout */
 #define DSCPP_MAX_DIMS 4
 #define DSCPP_ERROR_CAP 512
 
@@ -283,6 +285,20 @@ struct dscpp_ops {
   int (*masked_softmax_forward)(const dscpp_ops*, const void* scores, const void* bias, const int32_t* key_len,
                                 int64_t key_len_ld, void* probs, int64_t batch, int64_t heads, int64_t Tq, int64_t Tk,
                                 int32_t causal);
+
+  /* ---- ABI 10 ---- */
+  /* Dropout with a mask drawn from (seed, element index) alone, so nothing is stored: y[i] =
+   * x[i]·(keep(i) ? s : 0), s = 1/(1 − p) rounded to fp32 (torch.nn.Dropout in training; a dropped
+   * NaN stays NaN). keep(i) is a counter-based draw, output i (from 0) of a SplitMix64 generator
+   * whose state starts at splitmix64(seed), in 64-bit wrapping arithmetic, γ = 0x9E3779B97F4A7C15:
+   *   splitmix64(z): z += γ; z = (z ^ z >> 30)·0xBF58476D1CE4E5B9; z = (z ^ z >> 27)·0x94D049BB133111EB;
+   *                  return z ^ z >> 31
+   *   bits(i) = splitmix64(splitmix64(seed) + i·γ)
+   *   keep(i) = (bits(i) >> 32) ≥ ⌊p·2³²⌋   (probability 1 − p, to 2⁻³²)
+   * Every table draws the same mask (kernels/ops_math.h's dropout functions). The backward is the
+   * same call on the gradient with the same seed (the derivative is the same mask). y may alias x;
+   * p = 0 copies; p outside [0, 1) fails. */
+  int (*dropout)(const dscpp_ops*, const void* x, void* y, int64_t n, float p, uint64_t seed);
 };
 
 /* ---- what a model declares ---------------------------------------------------------- */
@@ -330,6 +346,15 @@ typedef struct dscpp_param_desc {
   int32_t file_transposed;
   /* ---- ABI 7 ---- */
   int32_t role; /* a dscpp_param_role */
+  /* ---- ABI 10 ---- */
+  /* Nonzero: the model asks that this parameter not be trained (PyTorch's requires_grad=False;
+   * the runtime's --freeze / --train_only patterns freeze others as well). A frozen parameter
+   * has no gradient, optimizer state or gradient traffic, and backward gets grads[i] = NULL for
+   * it: the layer skips that weight gradient (its input gradient still flows). */
+  int32_t frozen;
+  /* Nonzero: an adapter parameter (a LoRA matrix, PEFT's): not in the base weights init_from
+   * names, read from adapter_from instead, and written by `dscpp export-hf --adapter`. */
+  int32_t adapter;
 } dscpp_param_desc;
 
 typedef struct dscpp_layer_desc {
@@ -393,6 +418,14 @@ typedef struct dscpp_model_desc {
    * with a NULL alias (T5's encoder.embed_tokens.weight for shared.weight); reading weights treats
    * them as a shared parameter's names. NULL: none. */
   const char* const* weight_aliases;
+  /* ---- ABI 10 ---- */
+  /* The adapter parameters' initial values (dscpp_param_desc::adapter): a .safetensors file in
+   * PEFT's naming, "base_model.model." + full name (PEFT's adapter_model.safetensors). NULL: they
+   * keep their init rule. */
+  const char* adapter_from;
+  /* A JSON object saved beside every checkpoint as adapter_config.json (PEFT's), so that
+   * `dscpp export-hf --adapter` writes a directory PeftModel.from_pretrained loads. NULL: none. */
+  const char* adapter_config;
 } dscpp_model_desc;
 
 /* What the runtime tells the plugin at creation. */

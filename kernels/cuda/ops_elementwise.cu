@@ -92,6 +92,14 @@ struct Rope {
     eb = b;
   }
 };
+// One thread an element: the mask needs the index, which map.h's value maps do not pass. Each
+// element is read before it is written, so y may be x.
+struct Dropout {
+  Src x;
+  Dst y;
+  hd::DropoutDraw d;
+  DSCPP_HD void operator()(int64_t i) const { y[i] = hd::dropout(x[i], d, i); }
+};
 struct CheckPositions {
   const int32_t* positions;
   int32_t* bad;
@@ -172,6 +180,9 @@ Status copy_2d(Src src, int64_t src_ld, Dst dst, int64_t dst_ld, int64_t rows, i
                Stream s) {
   if (rows == 0 || cols == 0) return kOk;
   return launch_elementwise(rows * cols, s, Copy2d{src, dst, src_ld, dst_ld, cols, accumulate});
+}
+Status dropout(Src x, Dst y, int64_t n, const hd::DropoutDraw& d, Stream s) {
+  return launch_elementwise(n, s, Dropout{x, y, d});
 }
 Status check_positions(const int32_t* positions, int64_t n, int32_t* bad, Stream s) {
   return launch_elementwise(n, s, CheckPositions{positions, bad});

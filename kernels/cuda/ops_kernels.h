@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/elems.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/ops_math.h"
 #include "kernels/rope_math.h"
 
 #include <cstddef>
@@ -37,6 +38,8 @@ Status swiglu_backward(Src gate, Src up, Src dy, Dst dgate, Dst dup, int64_t n, 
 // dst[r·dst_ld + c] = (or +=) src[r·src_ld + c] for a rows × cols block.
 Status copy_2d(Src src, int64_t src_ld, Dst dst, int64_t dst_ld, int64_t rows, int64_t cols, bool accumulate,
                Stream s);
+// y[i] = x[i]·keep(i)·scale with the draw's counter-based mask (ops_math.h); y may be x.
+Status dropout(Src x, Dst y, int64_t n, const hd::DropoutDraw& d, Stream s);
 // *bad = 1 when a position is negative (never cleared here).
 Status check_positions(const int32_t* positions, int64_t n, int32_t* bad, Stream s);
 // The rotary embedding of model.h's rope_forward (backward: the opposite angle), in place.

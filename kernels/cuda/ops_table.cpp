@@ -210,6 +210,13 @@ int copy_2d(const dscpp_ops* o, const void* src, int64_t src_ld, void* dst, int6
   return status(ops::copy_2d(rd(o, src), src_ld, wr(o, dst), dst_ld, rows, cols, accumulate != 0, ctx(o).stream));
 }
 
+int dropout(const dscpp_ops* o, const void* x, void* y, int64_t n, float p, uint64_t seed) {
+  if (int s = check_ops(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n) || !kernels::dropout_p_ok(p)) return DSCPP_E_INVALID_ARGUMENT;
+  if (p == 0.0f) return copy(o, x, y, n);
+  return status(ops::dropout(rd(o, x), wr(o, y), n, hd::dropout_draw(p, seed), ctx(o).stream));
+}
+
 // ---- row ops -----------------------------------------------------------------------------------
 
 int layernorm_forward(const dscpp_ops* o, const void* x, const void* gamma, const void* beta, void* y, float* mean,

@@ -36,6 +36,7 @@ struct EstimateArgs {
   double additional_buffer_factor = 1.5;
   std::string model;                            // a plugin .so instead of P and Lp
   std::vector<std::string> plugin_args;         // for the plugin (after --)
+  std::vector<std::string> freeze, train_only;  // dscpp-runtime's --freeze / --train_only, with --model
 };
 // Prints the table (stdout); throws dscpp::Error for bad inputs. Returns the exit status.
 int run_estimate(const EstimateArgs& args);
@@ -59,6 +60,9 @@ struct ExportHfArgs {
   std::string dtype = "fp32";      // fp32, bf16 or fp16
   std::string max_shard_size = "5GB";
   std::string config;              // instead of the checkpoint's config.json
+  bool adapter = false;            // PEFT's adapter directory only
+  bool merge = false;              // the LoRA pairs folded into their base weights
+  std::string base;                // --adapter: base_model_name_or_path to write
   double progress_interval = 2.0;
   bool quiet = false;
 };

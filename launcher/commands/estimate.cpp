@@ -8,6 +8,7 @@
 #include "launcher/env_export.h"
 #include "launcher/job_commands.h"
 
+#include <fmt/format.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -59,9 +60,11 @@ const config::JsonValue& member(const config::JsonValue& v, std::string_view key
 struct DescribedModel {
   std::string name;
   ModelParamCounts counts;
+  int64_t frozen = 0;  // of counts.total: parameters that do not train
 };
 
-DescribedModel describe_model(const std::string& model, const std::vector<std::string>& plugin_args) {
+DescribedModel describe_model(const std::string& model, const EstimateArgs& a) {
+  const std::vector<std::string>& plugin_args = a.plugin_args;
   if (!fs::is_regular_file(model)) fail("--model {}: no such file", model);
   std::string runtime = runtime_executable(self_executable());
   if (!fs::exists(runtime))
@@ -70,6 +73,8 @@ DescribedModel describe_model(const std::string& model, const std::vector<std::s
          runtime);
   std::string cmd =
       shell_quote(runtime) + " --model " + shell_quote(fs::absolute(model).string()) + " --describe_model";
+  for (const auto& f : a.freeze) cmd += " --freeze " + shell_quote(f);
+  for (const auto& t : a.train_only) cmd += " --train_only " + shell_quote(t);
   if (!plugin_args.empty()) {
     cmd += " --";
     for (const auto& a : plugin_args) cmd += " " + shell_quote(a);
@@ -98,6 +103,7 @@ DescribedModel describe_model(const std::string& model, const std::vector<std::s
     layers.push_back(
         {member(layer, "name", Kind::string, model).text, member(layer, "params", Kind::integer, model).integer});
   d.counts = count_model_params(std::move(layers));
+  if (const config::JsonValue* f = v.find("frozen_params"); f && f->kind == Kind::integer) d.frozen = f->integer;
   // A mismatch means dscpp and dscpp-runtime disagree on the format (different builds).
   int64_t total = member(v, "total_params", Kind::integer, model).integer;
   int64_t largest = member(v, "largest_layer_params", Kind::integer, model).integer;
@@ -106,6 +112,21 @@ DescribedModel describe_model(const std::string& model, const std::vector<std::s
          "are dscpp and dscpp-runtime from the same build?",
          model, total, largest, d.counts.total, d.counts.largest_layer);
   return d;
+}
+
+// DeepSpeed's estimators count every parameter as trained. Frozen ones (requires_grad=False)
+// keep only their 16-bit copy, partitioned at stage 3: the no-offload rows with the gradient and
+// optimizer terms (DeepSpeed's 18 bytes per parameter spread over the GPUs, of which the 16-bit
+// copy is 2) taken over the trained parameters only.
+std::string frozen_note(const EstimateArgs& a, double total, double largest, double frozen) {
+  const double gpus = static_cast<double>(a.num_gpus_per_node * a.num_nodes), trained = total - frozen;
+  const double gpu = a.stage == 2 ? 2 * total + std::trunc(18 * trained / gpus)
+                                  : 4 * largest + std::trunc((18 * trained + 2 * frozen) / gpus);
+  return fmt::format(
+      "Frozen: {:.0f} of the {:.0f} parameters do not train ({:.2f}% train); without offload, with gradients and "
+      "optimizer state for the trained ones only: {:.2f}GB per GPU (the table above counts every parameter as "
+      "trained, as DeepSpeed's estimator does)\n",
+      frozen, total, 100 * trained / total, gpu / 1073741824.0);
 }
 
 }  // namespace
@@ -122,14 +143,17 @@ int run_estimate(const EstimateArgs& a) {
   if (a.stage == 2 && a.largest_layer_params)
     fail("--largest_layer_params is used by --stage 3 only (ZeRO-2 keeps whole parameters on every GPU)");
 
-  double total = 0, largest = 0;
+  if (a.model.empty() && (!a.freeze.empty() || !a.train_only.empty()))
+    fail("--freeze and --train_only choose parameters of a --model");
+  double total = 0, largest = 0, frozen = 0;
   if (!a.model.empty()) {
     if (a.total_params || a.largest_layer_params)
       fail("give either --model (which supplies both counts) or --total_params/--largest_layer_params, "
            "not both");
-    DescribedModel d = describe_model(a.model, a.plugin_args);
+    DescribedModel d = describe_model(a.model, a);
     total = static_cast<double>(d.counts.total);
     largest = static_cast<double>(d.counts.largest_layer);
+    frozen = static_cast<double>(d.frozen);
     std::printf("Model %s (%s): %lld total params in %zu layers; largest layer %s with %lld params.\n", d.name.c_str(),
                 a.model.c_str(), static_cast<long long>(d.counts.total), d.counts.layers.size(),
                 d.counts.largest_layer_name.c_str(), static_cast<long long>(d.counts.largest_layer));
@@ -154,6 +178,7 @@ int run_estimate(const EstimateArgs& a) {
                                    : format_zero3_estimates(total, largest, a.num_gpus_per_node, a.num_nodes,
                                                             a.additional_buffer_factor);
   std::fputs(table.c_str(), stdout);
+  if (frozen > 0) std::fputs(frozen_note(a, total, largest, frozen).c_str(), stdout);
   return 0;
 }
 

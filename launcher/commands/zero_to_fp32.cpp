@@ -23,6 +23,15 @@ std::string gigabytes(int64_t bytes) {
   return fmt::format("{:.2f} GB", static_cast<double>(bytes) / 1e9);
 }
 
+// " (N frozen)" when some tensors came from frozen.safetensors.
+std::string frozen_count(const ckpt::ConsolidateResult& r) {
+  return r.frozen ? fmt::format(" ({} frozen)", r.frozen) : "";
+}
+
+const char* verdict(const ckpt::ConsolidateResult& r) {
+  return r.verified ? "its files match their SHA-256 digests" : "no digests recorded: its files were not verified";
+}
+
 using Clock = std::chrono::steady_clock;
 
 // A progress line on stderr at most every `interval` seconds (none when quiet).
@@ -50,12 +59,10 @@ int run_zero_to_fp32(const ZeroToFp32Args& args) {
   ckpt::ConsolidateResult r = ckpt::zero_to_fp32(
       args.checkpoint, args.out, progress_lines("zero-to-fp32", args.progress_interval, args.quiet), args.state);
   const std::string what = args.state == "fp32" ? "master weights" : "optimizer state " + args.state;
-  std::printf("%s", fmt::format("wrote {}: {}, {} tensors, {} fp32 values ({}), from {} (ZeRO stage {}, {} rank{}, "
+  std::printf("%s", fmt::format("wrote {}: {}, {} tensors{}, {} fp32 values ({}), from {} (ZeRO stage {}, {} rank{}, "
                                 "step {}; {}) in {:.2f} s\n",
-                                args.out, what, r.tensors, r.numel, gigabytes(r.numel * 4), r.tag_dir, r.zero_stage,
-                                r.world_size, r.world_size == 1 ? "" : "s", r.global_steps,
-                                r.verified ? "its files match their SHA-256 digests"
-                                           : "no digests recorded: its files were not verified",
+                                args.out, what, r.tensors, frozen_count(r), r.numel, gigabytes(r.numel * 4), r.tag_dir,
+                                r.zero_stage, r.world_size, r.world_size == 1 ? "" : "s", r.global_steps, verdict(r),
                                 std::chrono::duration<double>(Clock::now() - start).count())
                         .c_str());
   return 0;
@@ -70,17 +77,26 @@ int run_export_hf(const ExportHfArgs& args) {
   o.dtype = *dtype;
   o.max_shard_bytes = parse_bytes(args.max_shard_size, "export-hf --max_shard_size");
   o.config = args.config;
+  o.kind = args.adapter ? ckpt::ExportKind::adapter : args.merge ? ckpt::ExportKind::merged : ckpt::ExportKind::model;
+  o.base_model = args.base;
   ckpt::ExportResult r = ckpt::export_hf(args.checkpoint, args.out_dir, o,
                                          progress_lines("export-hf", args.progress_interval, args.quiet));
-  std::printf("%s", fmt::format("wrote {}: {} ({} tensors, {} {} values, {}), from {} (ZeRO stage {}, {} rank{}, step "
-                                "{}; {}) in {:.2f} s\n",
-                                args.out_dir, fmt::join(r.files, ", "), r.read.tensors, r.read.numel,
-                                dtype_name(o.dtype), gigabytes(r.bytes), r.read.tag_dir, r.read.zero_stage,
-                                r.read.world_size, r.read.world_size == 1 ? "" : "s", r.read.global_steps,
-                                r.read.verified ? "its files match their SHA-256 digests"
-                                                : "no digests recorded: its files were not verified",
-                                std::chrono::duration<double>(Clock::now() - start).count())
-                        .c_str());
+  std::string adapter;
+  if (o.kind == ckpt::ExportKind::merged) adapter = fmt::format("; {} LoRA pairs merged", r.merged);
+  // Written as they are, the adapter matrices are tensors transformers does not use.
+  if (o.kind == ckpt::ExportKind::model && r.adapters > 0)
+    adapter = fmt::format(
+        "; {} LoRA adapter matrices under their own names: --merge folds them in, --adapter "
+        "writes PEFT's adapter directory",
+        r.adapters);
+  std::printf("%s",
+              fmt::format("wrote {}: {} ({} tensors{}, {} {} values, {}), from {} (ZeRO stage {}, {} rank{}, "
+                          "step {}; {}{}) in {:.2f} s\n",
+                          args.out_dir, fmt::join(r.files, ", "), r.read.tensors, frozen_count(r.read), r.read.numel,
+                          dtype_name(o.dtype), gigabytes(r.bytes), r.read.tag_dir, r.read.zero_stage, r.read.world_size,
+                          r.read.world_size == 1 ? "" : "s", r.read.global_steps, verdict(r.read), adapter,
+                          std::chrono::duration<double>(Clock::now() - start).count())
+                  .c_str());
   return 0;
 }
 

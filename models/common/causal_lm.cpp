@@ -1,4 +1,5 @@
 #include "causal_lm.h"
+#include "lora_config.h"
 #include "sft_data.h"
 
 #include <algorithm>
@@ -246,6 +247,7 @@ std::unique_ptr<HfConfig> model_source(const std::string& family, Args& args, la
   m.init_partial = args.has("--init_partial");
   if (m.init_partial && dir.empty()) fail(DSCPP_E_INVALID_ARGUMENT, family + ": --init_partial goes with --from_hf");
   m.export_config = config->text();
+  lora_source(family, args, *config, m);
   return config;
 }
 
@@ -255,11 +257,14 @@ layers::Env CausalLM::env(int64_t max_positions, int64_t window) {
   docs_.reset_positions = args_.has("--reset_position_ids");
   docs_.window = window > 0 && window < context_ ? window : 0;
   packing_ = args_.has("--packing");
-  return layers::Env{layers::dtype_bytes(compute_), context_, docs_.packed() || packing_};
+  layers::Env e{layers::dtype_bytes(compute_), context_, docs_.packed() || packing_};
+  e.lora = lora.get();
+  return e;
 }
 
 void CausalLM::data_from(int64_t vocab) {
   if (context_ == 0) fail(DSCPP_E_INTERNAL, family_ + ": data before the context is known");
+  lora_finish(family_, *this, "CAUSAL_LM");
   if (args_.has("--sft_data") || args_.has("--sft_eval")) return sft_data_from(vocab);
   if (packing_ || args_.has("--truncation"))
     fail(DSCPP_E_INVALID_ARGUMENT, family_ + ": --packing and --truncation shape fine-tuning examples (--sft_data)");

@@ -30,6 +30,10 @@
 //   --truncation        an example longer than context+1 tokens is cut (else an error)
 //   --tokenizer DIR     for prompt/completion lines (default: --from_hf's directory);
 //                       --eos_id N ends each completion (default: the config's eos_token_id)
+//   --lora SPEC         train a LoRA adapter (PEFT's) instead of the model, e.g.
+//                       r=16,alpha=32,target=q_proj,v_proj (lora_config.h has every key)
+//   --lora_from DIR     the same from PEFT's adapter directory (adapter_config.json and
+//                       adapter_model.safetensors), to go on training it
 // Samples are non-overlapping windows of context+1 tokens: window w = tokens[w·(T+1), (w+1)·(T+1)),
 // input its first T tokens, target its last T; every token is checked against the vocabulary.
 #pragma once
@@ -85,7 +89,8 @@ class HfConfig {
 };
 
 // --from_hf DIR / --config FILE / --init_partial (the flag must be among the Args' flags): the
-// model's config.json, and the weights and export config `m` declares.
+// model's config.json, and the weights and export config `m` declares; and --lora / --lora_from
+// (lora_config.h: m.lora, whose layers' Env must point at it, and lora_finish once they are made).
 std::unique_ptr<HfConfig> model_source(const std::string& family, Args& args, layers::Model& m);
 
 // How document boundaries (an end-of-document token, which belongs to the document it ends) shape
@@ -140,8 +145,9 @@ class CausalLM : public layers::Model {
   const HfConfig& config() const { return *config_; }
   Args& args() { return args_; }
   // The layers' environment for a context of at most max_positions (default 1024) and the
-  // attention's sliding window (0: none).
+  // attention's sliding window (0: none), with the model's LoRA.
   layers::Env env(int64_t max_positions, int64_t window = 0);
+  // The data, once the layers are made (it also finishes their LoRA: lora_config.h's lora_finish).
   void data_from(int64_t vocab);
   void load_sample(int32_t split, int64_t index, void* input, int32_t* target) const override;
 

@@ -16,13 +16,20 @@ BiasedAttention::BiasedAttention(Layer& owner, const BiasedAttentionSpec& s, con
   if (s.causal && Tq > Tk)
     fail(DSCPP_E_INVALID_ARGUMENT, "layer " + owner.name() + ": causal attention with more queries than keys");
   q_.emplace(owner, s.q, s.hidden, inner_, s.q_init);
-  k_.emplace(owner, s.k, s.hidden, inner_, s.kv_init);
-  v_.emplace(owner, s.v, s.hidden, inner_, s.kv_init);
+  // A cross-attention's keys and values are the memory's rows, per sample and per decoded sequence.
+  const int64_t kv_rows = s.cross ? Tk : 0;
+  k_.emplace(owner, s.k, s.hidden, inner_, s.kv_init, Name{}, false, "", kv_rows);
+  v_.emplace(owner, s.v, s.hidden, inner_, s.kv_init, Name{}, false, "", kv_rows);
   out_.emplace(owner, s.out, inner_, s.hidden, s.out_init);
   // transformers' Trainer exempts it from weight decay by its name ("bias" is in it).
-  if (s.bias)
+  if (s.bias) {
     table_ = owner.add_param(
         {s.bias->table, {s.bias->num_buckets, s.heads}, s.bias->init, s.bias->tied_to, false, DSCPP_ROLE_BIAS});
+    if (Lora* lora = env_.lora) {
+      const std::string full = owner.full_name(table_);
+      lora->other(full.substr(0, full.rfind('.')), "an embedding (T5's relative position bias)");
+    }
+  }
   const int64_t e = static_cast<int64_t>(env_.elem), H = s.heads;
   sv_q_ = owner.saved.add(Tq * inner_ * e);
   sv_k_ = owner.saved.add(Tk * inner_ * e);
@@ -111,7 +118,7 @@ void BiasedAttention::backward(const Call& c, const void* dy, const void* x, con
   }
   // Masked entries have probability 0, so their score gradient is 0 too.
   DSCPP_CALL(c.ops(), softmax_backward, probs, ds, ds, B * H * Tq, Tk);
-  if (table_ >= 0) {
+  if (table_ >= 0 && c.grad(table_) != nullptr) {
     void* dbias = c.bwd_work(bw_dbias_);
     DSCPP_CALL(c.ops(), fill, dbias, 0.0f, P);
     DSCPP_CALL(c.ops(), bias_grad, ds, dbias, B, P);

@@ -58,17 +58,19 @@ void TokenEmbedding::decode(const DecodeCall& d) {
 void TokenEmbedding::backward(const Call& c) {
   const int64_t B = c.batch(), T = env().context, S = env().sample_ints();
   const int32_t* ids = c.tokens(TokenPart::ids);
+  void* dtable = c.grad(table);  // null when frozen, as the positions' may be
+  void* dpositions = positions >= 0 ? c.grad(positions) : nullptr;
   if (!env().documents) {
-    DSCPP_CALL(c.ops(), embedding_backward, ids, c.ctx.grad_output, c.grad(table), B * T, vocab, hidden);
-    if (positions >= 0) DSCPP_CALL(c.ops(), bias_grad, c.ctx.grad_output, c.grad(positions), B, T * hidden);
+    if (dtable != nullptr)
+      DSCPP_CALL(c.ops(), embedding_backward, ids, c.ctx.grad_output, dtable, B * T, vocab, hidden);
+    if (dpositions != nullptr) DSCPP_CALL(c.ops(), bias_grad, c.ctx.grad_output, dpositions, B, T * hidden);
     return;
   }
-  const int32_t* pos = positions >= 0 ? c.tokens(TokenPart::positions) : nullptr;
+  const int32_t* pos = dpositions != nullptr ? c.tokens(TokenPart::positions) : nullptr;
   for (int64_t b = 0; b < B; ++b) {
     const void* dy = at(c.ctx.grad_output, b * T * hidden, env());
-    DSCPP_CALL(c.ops(), embedding_backward, ids + b * S, dy, c.grad(table), T, vocab, hidden);
-    if (pos != nullptr)
-      DSCPP_CALL(c.ops(), embedding_backward, pos + b * S, dy, c.grad(positions), T, max_positions, hidden);
+    if (dtable != nullptr) DSCPP_CALL(c.ops(), embedding_backward, ids + b * S, dy, dtable, T, vocab, hidden);
+    if (pos != nullptr) DSCPP_CALL(c.ops(), embedding_backward, pos + b * S, dy, dpositions, T, max_positions, hidden);
   }
 }
 

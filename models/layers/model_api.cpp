@@ -26,6 +26,18 @@ int Buffers::add(int64_t bytes_per_sample) {
   return static_cast<int>(offset_.size()) - 1;
 }
 
+int Buffers::add_shared(int64_t bytes_per_sample) {
+  if (shared_ < 0) return shared_ = add(bytes_per_sample);
+  if (bytes_per_sample < 0) fail(DSCPP_E_INVALID_ARGUMENT, "a layer buffer of negative size");
+  const auto slot = static_cast<size_t>(shared_);
+  const int64_t size = (slot + 1 < offset_.size() ? offset_[slot + 1] : total_) - offset_[slot];
+  const int64_t grow = (bytes_per_sample + 63) / 64 * 64 - size;
+  if (grow <= 0) return shared_;
+  for (size_t i = slot + 1; i < offset_.size(); ++i) offset_[i] += grow;
+  total_ += grow;
+  return shared_;
+}
+
 void* Buffers::at(void* base, int slot, int64_t batch) const {
   return static_cast<char*>(base) + offset_.at(static_cast<size_t>(slot)) * batch;
 }
@@ -46,7 +58,9 @@ DecodeCall::DecodeCall(const dscpp_decode_ctx& c, const Layer& l) : ctx(c), laye
   as_layer.batch = c.batch > 0 ? c.batch : 1;
   as_layer.params = c.params;
 }
-Call DecodeCall::call() const { return Call{as_layer, layer}; }
+Call DecodeCall::call() const {
+  return Call{as_layer, layer, this};
+}
 void* DecodeCall::cache(int slot, int64_t i) const {
   return layer.decode_cache.at(static_cast<char*>(ctx.cache) + i * layer.decode_cache.bytes(), slot, 1);
 }
@@ -60,6 +74,8 @@ void Model::describe(dscpp_model_desc* out) {
   out->init_from = init_from.empty() ? nullptr : init_from.c_str();
   out->init_partial = init_partial ? 1 : 0;
   out->export_config = export_config.empty() ? nullptr : export_config.c_str();
+  out->adapter_from = adapter_from.empty() ? nullptr : adapter_from.c_str();
+  out->adapter_config = adapter_config.empty() ? nullptr : adapter_config.c_str();
   out->encoder_layers = encoder_layers;
   out->encoder_len = encoder_len;
   out->encoder_width = encoder_width;
@@ -86,8 +102,18 @@ int Layer::add_param(ParamSpec p) {
   if (p.shape.empty() || p.shape.size() > DSCPP_MAX_DIMS)
     fail(DSCPP_E_INTERNAL, "layer " + name_ + ": parameter " + p.name.local + " has " + std::to_string(p.shape.size()) +
                                " dimensions");
+  // PEFT's bias "none": with LoRA only the adapters train.
+  if (env_.lora != nullptr && !p.adapter) p.frozen = true;
   params_.push_back(std::move(p));
-  return static_cast<int>(params_.size()) - 1;
+  const int index = static_cast<int>(params_.size()) - 1;
+  // Embeddings and norms are no Linear: a LoRA target that names one is refused (their module is
+  // the full name without its last part).
+  const dscpp_param_role role = params_.back().role;
+  if (env_.lora != nullptr && (role == DSCPP_ROLE_EMBEDDING || role == DSCPP_ROLE_NORM)) {
+    const std::string full = full_name(index);
+    env_.lora->other(full.substr(0, full.rfind('.')), role == DSCPP_ROLE_NORM ? "a norm" : "an embedding");
+  }
+  return index;
 }
 
 std::string Layer::full_name(int i) const {
@@ -116,6 +142,8 @@ void Layer::describe(dscpp_layer_desc* out) {
       d.init_a = p.init.a;
       d.file_transposed = p.file_transposed ? 1 : 0;
       d.role = p.role;
+      d.frozen = p.frozen ? 1 : 0;
+      d.adapter = p.adapter ? 1 : 0;
       descs_.push_back(d);
     }
   }

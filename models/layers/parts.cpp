@@ -1,5 +1,6 @@
-// The parts layers are made of (dscpp/layers.h): linear maps, norms, attention and MLPs, each
-// declaring its parameters and buffers on its layer and computing only through the ops table.
+// The parts layers are made of (dscpp/layers.h): norms, attention and MLPs (the linear maps are
+// linear.cpp's), each declaring its parameters and buffers on its layer and computing only through
+// the ops table.
 #include "dscpp/layers.h"
 
 #include <algorithm>
@@ -14,48 +15,6 @@ int64_t rows_of(const Call& c, const Env& env) {
 
 }  // namespace
 
-// ---- Linear -----------------------------------------------------------------------------------
-
-Linear::Linear(Layer& owner, const Name& w, int64_t in_, int64_t out_, Init init, const Name& b, bool file_transposed,
-               const std::string& tied_to)
-    : in(in_), out(out_) {
-  weight = owner.add_param({w, {out, in}, init, tied_to, file_transposed, DSCPP_ROLE_WEIGHT});
-  if (!b.empty()) bias = owner.add_param({b, {out}, zeros(), "", false, DSCPP_ROLE_BIAS});
-}
-
-void Linear::forward(const Call& c, const void* x, void* y, int64_t rows, const void* residual) const {
-  DSCPP_CALL(c.ops(), linear_forward, x, c.param(weight), bias >= 0 ? c.param(bias) : nullptr, residual, y, nullptr,
-             rows, in, out);
-}
-
-void Linear::forward_strided(const Call& c, const void* x, void* y, int64_t ld, int64_t rows, const void* ones) const {
-  if (ld == out) return forward(c, x, y, rows);
-  DSCPP_CALL(c.ops(), gemm, DSCPP_NO_TRANS, DSCPP_TRANS, rows, out, in, 1.0f, x, in, c.param(weight), in, 0.0f, y, ld);
-  // The bias as a rank-1 product: y += ones[rows × 1]·b[1 × out].
-  if (bias >= 0)
-    DSCPP_CALL(c.ops(), gemm, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, out, int64_t{1}, 1.0f, ones, int64_t{1},
-               c.param(bias), out, 1.0f, y, ld);
-}
-
-void Linear::backward(const Call& c, const void* dy, int64_t ld, const void* x, void* dx, bool accumulate, int64_t rows,
-                      const void* ones) const {
-  if (ld == out && !accumulate) {
-    DSCPP_CALL(c.ops(), linear_backward, dy, x, c.param(weight), c.grad(weight), bias >= 0 ? c.grad(bias) : nullptr, dx,
-               nullptr, rows, in, out);
-    return;
-  }
-  DSCPP_CALL(c.ops(), gemm, DSCPP_TRANS, DSCPP_NO_TRANS, out, in, rows, 1.0f, dy, ld, x, in, 1.0f, c.grad(weight), in);
-  if (bias >= 0) {
-    if (ld == out) DSCPP_CALL(c.ops(), bias_grad, dy, c.grad(bias), rows, out);
-    else
-      DSCPP_CALL(c.ops(), gemm, DSCPP_TRANS, DSCPP_NO_TRANS, int64_t{1}, out, rows, 1.0f, ones, int64_t{1}, dy, ld,
-                 1.0f, c.grad(bias), out);
-  }
-  if (dx != nullptr)
-    DSCPP_CALL(c.ops(), gemm, DSCPP_NO_TRANS, DSCPP_NO_TRANS, rows, in, out, 1.0f, dy, ld, c.param(weight), in,
-               accumulate ? 1.0f : 0.0f, dx, in);
-}
-
 // ---- Norm -------------------------------------------------------------------------------------
 
 Norm::Norm(Layer& owner, NormKind k, const Name& w, const Name& b, int64_t d, float e, Init weight_init)
@@ -65,6 +24,7 @@ Norm::Norm(Layer& owner, NormKind k, const Name& w, const Name& b, int64_t d, fl
     if (b.empty()) fail(DSCPP_E_INTERNAL, "layer " + owner.name() + ": a LayerNorm needs a bias name");
     bias = owner.add_param({b, {dim}, zeros(), "", false, DSCPP_ROLE_NORM});
   }
+  bw_frozen_ = owner.bwd_work.add((bias >= 0 ? 2 : 1) * dim * static_cast<int64_t>(owner.env().elem));
 }
 
 void Norm::forward(const Call& c, const void* x, void* y, float* stats, int64_t rows) const {
@@ -75,11 +35,20 @@ void Norm::forward(const Call& c, const void* x, void* y, float* stats, int64_t 
 }
 
 void Norm::backward(const Call& c, const void* dy, const void* x, const float* stats, void* dx, int64_t rows) const {
+  void* dgamma = c.grad(weight);
+  void* dbeta = bias >= 0 ? c.grad(bias) : nullptr;
+  // The kernels make the weight (and bias) gradient with dx and take no null: a frozen one's goes
+  // to scratch, zeroed so that what is added there stays finite.
+  if (dgamma == nullptr || (bias >= 0 && dbeta == nullptr)) {
+    void* scratch = c.bwd_work(bw_frozen_);
+    DSCPP_CALL(c.ops(), fill, scratch, 0.0f, (bias >= 0 ? 2 : 1) * dim);
+    if (dgamma == nullptr) dgamma = scratch;
+    if (bias >= 0 && dbeta == nullptr) dbeta = at(scratch, dim, c.layer.env());
+  }
   if (kind == NormKind::rms)
-    DSCPP_CALL(c.ops(), rmsnorm_backward, dy, x, c.param(weight), stats, dx, c.grad(weight), rows, dim);
+    DSCPP_CALL(c.ops(), rmsnorm_backward, dy, x, c.param(weight), stats, dx, dgamma, rows, dim);
   else
-    DSCPP_CALL(c.ops(), layernorm_backward, dy, x, c.param(weight), stats, stats + rows, dx, c.grad(weight),
-               c.grad(bias), rows, dim);
+    DSCPP_CALL(c.ops(), layernorm_backward, dy, x, c.param(weight), stats, stats + rows, dx, dgamma, dbeta, rows, dim);
 }
 
 // ---- Attention --------------------------------------------------------------------------------
@@ -319,8 +288,7 @@ void Mlp::decode(const DecodeCall& d, const void* x, const void* residual, void*
     gate_->forward(c, x, a, rows);
     up_->forward(c, x, d.work(dw_b_), rows);
   } else {
-    DSCPP_CALL(c.ops(), linear_forward, x, c.param(fc_->weight), fc_->bias >= 0 ? c.param(fc_->bias) : nullptr, nullptr,
-               a, s_.act == Activation::gelu_tanh ? act : nullptr, rows, s_.hidden, s_.inner);
+    fc_->forward(c, x, a, rows, nullptr, s_.act == Activation::gelu_tanh ? act : nullptr);
   }
   activate(c, a, d.work(dw_b_), act, rows);
   down_->forward(c, act, y, rows, residual);
@@ -333,8 +301,7 @@ void Mlp::forward(const Call& c, const void* x, const void* residual, void* y) c
     gate_->forward(c, x, c.saved(sv_a_), rows);
     up_->forward(c, x, c.saved(sv_b_), rows);
   } else {
-    DSCPP_CALL(c.ops(), linear_forward, x, c.param(fc_->weight), fc_->bias >= 0 ? c.param(fc_->bias) : nullptr, nullptr,
-               c.saved(sv_a_), s_.act == Activation::gelu_tanh ? act : nullptr, rows, s_.hidden, s_.inner);
+    fc_->forward(c, x, c.saved(sv_a_), rows, nullptr, s_.act == Activation::gelu_tanh ? act : nullptr);
   }
   activate(c, c.saved(sv_a_), s_.gated ? c.saved(sv_b_) : nullptr, act, rows);
   down_->forward(c, act, y, rows, residual);
@@ -371,9 +338,8 @@ void Mlp::backward(const Call& c, const void* dy, const void* x, void* dx) const
   } else {
     const void* pre = c.saved(sv_a_);
     DSCPP_CALL(c.ops(), gelu_forward, pre, act, n);
-    // dact is the gradient of the GELU's input (linear_backward takes it through the GELU).
-    DSCPP_CALL(c.ops(), linear_backward, dy, act, c.param(down_->weight), c.grad(down_->weight),
-               down_->bias >= 0 ? c.grad(down_->bias) : nullptr, dact, pre, rows, s_.inner, s_.hidden);
+    // dact is the gradient of the GELU's input (the backward takes it through the GELU).
+    down_->backward(c, dy, s_.hidden, act, dact, false, rows, nullptr, pre);
     fc_->backward(c, dact, s_.inner, x, dx, false, rows);
   }
 }

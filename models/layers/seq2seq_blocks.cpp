@@ -36,6 +36,7 @@ void SourceEmbedding::forward(const Call& c) {
 
 void SourceEmbedding::backward(const Call& c) {
   const int64_t S = shape_.source_len(c);
+  if (c.grad(table_) == nullptr) return;  // frozen
   for (int64_t b = 0; b < c.batch(); ++b)
     DSCPP_CALL(c.ops(), embedding_backward, data_ints(c) + b * shape_.sample_ints(),
                at(c.ctx.grad_output, b * S * hidden_, env()), c.grad(table_), S, vocab_, hidden_);
@@ -127,6 +128,7 @@ void DecoderEmbedding::forward(const Call& c) {
 void DecoderEmbedding::backward(const Call& c) {
   const int64_t B = c.batch(), S = shape_.source_len(c), T = shape_.target_len(c);
   DSCPP_CALL(c.ops(), copy, c.ctx.grad_output, c.ctx.grad_input, B * S * hidden_);
+  if (c.grad(table_) == nullptr) return;                        // frozen
   const int32_t* ids = data_ints(c) + shape_.source_len() + 1;  // the data keeps the longest source
   for (int64_t b = 0; b < B; ++b)
     DSCPP_CALL(c.ops(), embedding_backward, ids + b * shape_.sample_ints(),

@@ -3,6 +3,7 @@
 // d_model^−0.5·x) and v1.1 (flan-t5, T0, mT5: gated GELU, an untied lm_head). This file holds no
 // backward math. Plugin arguments (after `--`):
 //   --from_hf DIR | --config FILE [--init_partial]   as the other families (models/common/causal_lm.h)
+//   --lora SPEC | --lora_from DIR   a LoRA adapter (PEFT's), as the other families (models/common/lora_config.h)
 //   --data FILE, --eval_data FILE   JSON lines (models/common/seq2seq_data.h): translation pairs,
 //                                   text/summary pairs, or token ids
 //   --tokenizer DIR                 for text lines (default: --from_hf's directory)
@@ -16,6 +17,7 @@
 // and padded labels take no loss.
 #include "causal_lm.h"
 #include "dscpp/seq2seq_layers.h"
+#include "lora_config.h"
 #include "seq2seq_data.h"
 
 #include <algorithm>
@@ -63,6 +65,7 @@ class T5 final : public Model {
     read_data();
     args_.finish();
     build();
+    dscpp::models::lora_finish("t5", *this, "SEQ_2_SEQ_LM");
   }
 
   void load_sample(int32_t split, int64_t index, void* input, int32_t* target) const override {
@@ -142,6 +145,7 @@ class T5 final : public Model {
                                          std::to_string(o.max_target_length));
     Env e;
     e.elem = dtype_bytes(host.compute_dtype);
+    e.lora = lora.get();
     shape_.encoder = shape_.decoder = e;
     shape_.encoder.context = S;
     shape_.decoder.stream = 1;

@@ -4,12 +4,17 @@
 
 namespace dscpp::runtime {
 
+bool in_set(const ParamDecl& p, ParamSet set) {
+  return set == ParamSet::all || p.frozen == (set == ParamSet::frozen);
+}
+
 namespace {
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-int64_t layer_elements(const LayerDecl& l) {
+int64_t layer_elements(const LayerDecl& l, ParamSet set) {
   int64_t n = 0;
-  for (const ParamDecl& p : l.params) n += round_up(p.numel, kFlatAlign);
+  for (const ParamDecl& p : l.params)
+    if (in_set(p, set)) n += round_up(p.numel, kFlatAlign);
   return n;
 }
 }  // namespace
@@ -26,13 +31,13 @@ Grouping grouping_for(const ZeroPlan& zero, int world_size) {
   return g;
 }
 
-FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping& grouping) {
+FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping& grouping, ParamSet set) {
   FlatLayout layout;
   layout.parts = std::max(1, grouping.parts);
   int64_t max_group = grouping.max_group_elements;
   if (grouping.model_fraction > 0) {
     int64_t model = 0;
-    for (const LayerDecl& l : layers) model += layer_elements(l);
+    for (const LayerDecl& l : layers) model += layer_elements(l, set);
     max_group = std::min(max_group, (model + grouping.model_fraction - 1) / grouping.model_fraction);
   }
   const int64_t quantum = kFlatAlign * layout.parts;
@@ -51,7 +56,7 @@ FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping
     have_open = false;
   };
   for (size_t l = 0; l < layers.size(); ++l) {
-    int64_t size = layer_elements(layers[l]);
+    int64_t size = layer_elements(layers[l], set);
     if (have_open && (grouping.layer_per_group || offset - open.begin + size > max_group)) close();
     if (!have_open) {
       open = PartitionGroup{};
@@ -64,8 +69,9 @@ FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping
     int64_t begin = offset;
     for (size_t p = 0; p < layers[l].params.size(); ++p) {
       const ParamDecl& d = layers[l].params[p];
-      layout.params.push_back(
-          ParamSlot{d.name, d.shape, d.numel, static_cast<int>(l), d.slot, offset, d.init, d.init_a, d.role});
+      if (!in_set(d, set)) continue;
+      layout.params.push_back(ParamSlot{d.name, d.shape, d.numel, static_cast<int>(l), d.slot, offset, d.init, d.init_a,
+                                        d.role, d.adapter});
       offset += round_up(d.numel, kFlatAlign);
       layout.numel += d.numel;
     }

@@ -40,6 +40,7 @@ struct ParamSlot {
   dscpp_init_kind init = DSCPP_INIT_ZEROS;
   float init_a = 0;
   dscpp_param_role role = DSCPP_ROLE_WEIGHT;
+  bool adapter = false;  // ParamDecl::adapter
 };
 
 struct PartitionGroup {
@@ -86,6 +87,13 @@ struct FlatLayout {
   int64_t max_layer_numel = 0;  // padded, for per-layer scratch buffers
 };
 
-FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping& grouping = {});
+// Which parameters a layout holds: all of them, or the trainable or the frozen ones
+// (runtime/model/frozen_params.h): a run with frozen parameters has one layout of each, with the
+// same layers and grouping rule, so a stage-3 layer is gathered from both.
+enum class ParamSet { all, trainable, frozen };
+bool in_set(const ParamDecl& p, ParamSet set);
+
+FlatLayout make_flat_layout(const std::vector<LayerDecl>& layers, const Grouping& grouping = {},
+                            ParamSet set = ParamSet::all);
 
 }  // namespace dscpp::runtime

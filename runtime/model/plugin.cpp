@@ -154,6 +154,8 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
   if (desc.init_from != nullptr) init_from_ = desc.init_from;
   init_partial_ = desc.init_partial != 0;
   if (desc.export_config != nullptr) export_config_ = desc.export_config;
+  if (desc.adapter_from != nullptr) adapter_from_ = desc.adapter_from;
+  if (desc.adapter_config != nullptr) adapter_config_ = desc.adapter_config;
   for (const char* const* a = desc.weight_aliases; a != nullptr && a[0] != nullptr; a += 2) {
     if (a[1] == nullptr) fail("model plugin {}: weight alias '{}' names no parameter", name(), a[0]);
     aliases_[a[0]] = a[1];
@@ -221,6 +223,8 @@ void Plugin::create(const std::vector<std::string>& args, const dscpp_host_info&
              pd.role, static_cast<int>(DSCPP_ROLE_EMBEDDING));
       param.role =
           pd.role == DSCPP_ROLE_UNSPECIFIED ? role_from_name(param.name) : static_cast<dscpp_param_role>(pd.role);
+      param.frozen = pd.frozen != 0;
+      param.adapter = pd.adapter != 0;
       if (!param_names.insert(param.name).second)
         fail("model plugin {}: two parameters are named '{}'", name(), param.name);
       if (pd.tied_to != nullptr) {

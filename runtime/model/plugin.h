@@ -30,6 +30,8 @@ struct ParamDecl {
   int slot = 0;                  // its index in the plugin's parameter list of the layer (ctx.params[slot])
   bool file_transposed = false;  // weight files hold it as [shape[1], shape[0]]
   dscpp_param_role role = DSCPP_ROLE_WEIGHT;  // never UNSPECIFIED: the loader classifies by name
+  bool frozen = false;   // not trained (the model's requires_grad=False, or --freeze / --train_only)
+  bool adapter = false;  // an adapter parameter (LoRA): read from adapter_from, not init_from
 };
 
 // A role from the parameter's full name, as transformers tells biases and norms apart: "bias"
@@ -87,6 +89,14 @@ class Plugin {
   const std::string& init_from() const { return init_from_; }
   bool init_partial() const { return init_partial_; }
   const std::string& export_config() const { return export_config_; }
+  // The adapter parameters' initial weights (PEFT's adapter_model.safetensors; "" = their init)
+  // and the adapter_config.json to save beside checkpoints ("" = none).
+  const std::string& adapter_from() const { return adapter_from_; }
+  const std::string& adapter_config() const { return adapter_config_; }
+  // Freezes more parameters by name (runtime/model/frozen_params.h applies --freeze / --train_only).
+  void set_frozen(int layer, int param, bool frozen) {
+    layers_[static_cast<size_t>(layer)].params[static_cast<size_t>(param)].frozen = frozen;
+  }
   const EncoderDecl& encoder() const { return encoder_; }
   // The parameters weight files hold transposed (ParamDecl::file_transposed), by full name.
   const std::set<std::string>& file_transposed() const { return file_transposed_; }
@@ -115,7 +125,7 @@ class Plugin {
   void* model_ = nullptr;
   std::vector<LayerDecl> layers_;
   dscpp_data_desc data_{};
-  std::string init_from_, export_config_;
+  std::string init_from_, export_config_, adapter_from_, adapter_config_;
   std::set<std::string> file_transposed_;
   bool init_partial_ = false;
   EncoderDecl encoder_;

@@ -15,7 +15,7 @@ ParamSwap::ParamSwap(const ParamOffloadPlan& o, int rank, int64_t slot_bytes, in
          "{}, found {}",
          o.nvme_path, o.buffer_count);
   try {
-    dir_ = std::make_unique<offload::SwapDir>(o.nvme_path, offload::swap_job_id_from_env(), rank);
+    dir_ = std::make_unique<offload::SwapDir>(o.nvme_path, offload::swap_job_id_from_env() + o.swap_suffix, rank);
     io_ = std::make_unique<offload::AsyncIo>(o.aio);
     file_ = std::make_unique<offload::TensorSwapper>(*io_, *dir_, "params", slot_bytes, slots);
   } catch (const Error& e) {

@@ -34,7 +34,8 @@ std::string model_counts_json(const std::string& model_name, const ModelParamCou
       config::json_quote(model_name), c.total, c.largest_layer, config::json_quote(c.largest_layer_name), layers);
 }
 
-int run_describe_model(const std::string& model_path, const std::vector<std::string>& plugin_args) {
+int run_describe_model(const std::string& model_path, const std::vector<std::string>& plugin_args,
+                       const FreezeOptions& freeze) {
   log::init_logging(-1);  // logs go to stderr; stdout carries only the JSON line
   Plugin plugin(model_path);
   dscpp_host_info host{};
@@ -47,15 +48,18 @@ int run_describe_model(const std::string& model_path, const std::vector<std::str
   host.device_name = "cpu";
   host.log = log_to_stderr;
   plugin.create(plugin_args, host);
+  apply_freeze(plugin, freeze);
   std::string line = model_counts_json(plugin.name(), model_param_counts(plugin));
   // Each parameter with its role (what weight-decay choices act on), after the counts.
   std::string params;
   for (const LayerDecl& layer : plugin.layers())
     for (const ParamDecl& p : layer.params)
-      params += fmt::format("{}{{\"name\": {}, \"numel\": {}, \"role\": \"{}\"}}", params.empty() ? "" : ", ",
-                            config::json_quote(p.name), p.numel, role_name(p.role));
+      params +=
+          fmt::format("{}{{\"name\": {}, \"numel\": {}, \"role\": \"{}\"{}}}", params.empty() ? "" : ", ",
+                      config::json_quote(p.name), p.numel, role_name(p.role), p.frozen ? ", \"frozen\": true" : "");
   line.pop_back();  // the closing brace
-  line += fmt::format(", \"parameters\": [{}]}}\n", params);
+  line += fmt::format(", \"frozen_params\": {}, \"parameters\": [{}]}}\n", count_frozen(plugin.layers()).frozen_numel,
+                      params);
   std::fputs(line.c_str(), stdout);
   return std::fflush(stdout) == 0 ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/zero_estimate.h"
+#include "runtime/model/frozen_params.h"
 #include "runtime/model/plugin.h"
 
 #include <string>
@@ -21,6 +22,7 @@ ModelParamCounts model_param_counts(const Plugin& plugin);
 std::string model_counts_json(const std::string& model_name, const ModelParamCounts& counts);
 
 // Creates the plugin as a single rank, prints the line; returns the exit status.
-int run_describe_model(const std::string& model_path, const std::vector<std::string>& plugin_args);
+int run_describe_model(const std::string& model_path, const std::vector<std::string>& plugin_args,
+                       const FreezeOptions& freeze = {});
 
 }  // namespace dscpp::runtime

@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "device/device_select.h"
 #include "runtime/model/flat_layout.h"
+#include "runtime/model/frozen_params.h"
 #include "runtime/model/init.h"
 #include "runtime/model/plugin.h"
 #include "runtime/rank_device.h"
@@ -33,13 +34,24 @@ int run_gradcheck(const GradcheckOptions& o) {
   const dscpp_data_desc& data = plugin.data();
   const int64_t batch = std::max<int64_t>(1, std::min(o.batch, data.train_size));
 
-  const FlatLayout layout = make_flat_layout(plugin.layers());
+  // Frozen parameters (the model's, e.g. a LoRA model's base weights) have no gradient to check:
+  // they live in a layout of their own, and the layers get null gradient pointers for them.
+  const bool frozen = count_frozen(plugin.layers()).frozen_params > 0;
+  const FlatLayout layout = make_flat_layout(plugin.layers(), {}, frozen ? ParamSet::trainable : ParamSet::all);
+  const FlatLayout frozen_layout = frozen ? make_flat_layout(plugin.layers(), {}, ParamSet::frozen) : FlatLayout{};
   std::vector<float> params = model_weights(plugin, layout, o.seed);
   const size_t bytes = static_cast<size_t>(layout.total) * sizeof(float);
   DeviceBuffer params_d(device, bytes, MemCategory::params), grads_d(device, bytes, MemCategory::grads, true);
   device.copy_from_host(params_d.data(), params.data(), bytes);
-  LayerRunner runner(plugin, device, rd.ops, layout, batch);
-  runner.bind(params_d.data(), grads_d.data());
+  const size_t frozen_bytes = static_cast<size_t>(frozen_layout.total) * sizeof(float);
+  DeviceBuffer frozen_d(device, std::max<size_t>(frozen_bytes, 4), MemCategory::params);
+  if (frozen) {
+    const std::vector<float> values = model_weights(plugin, frozen_layout, o.seed);
+    device.copy_from_host(frozen_d.data(), values.data(), frozen_bytes);
+  }
+  LayerRunner runner(plugin, device, rd.ops, layout, batch, DType::f32, DType::f32, {}, nullptr,
+                     frozen ? &frozen_layout : nullptr);
+  runner.bind(params_d.data(), grads_d.data(), frozen ? frozen_d.data() : nullptr);
 
   // One micro-batch of the train split, on the device.
   std::vector<char> input(static_cast<size_t>(batch * data.input_numel) * 4);
@@ -66,6 +78,10 @@ int run_gradcheck(const GradcheckOptions& o) {
                                 plugin.name(), plugin.layers().size(), layout.params.size(), layout.numel, batch,
                                 device_name, l0)
                         .c_str());
+  if (frozen)
+    std::printf("%s", fmt::format("  {} frozen parameters ({} values) have no gradient and are not checked\n",
+                                  frozen_layout.params.size(), frozen_layout.numel)
+                          .c_str());
 
   int failed = 0;
   double worst = 0;
@@ -108,10 +124,12 @@ int run_gradcheck(const GradcheckOptions& o) {
                           .c_str());
   }
   for (const LayerDecl& l : plugin.layers())
-    for (const TiedParam& t : l.tied)
-      std::printf("%s", fmt::format("  {:<48} shared with {} (checked there, both uses summed)\n", t.name,
-                                    plugin.layers()[size_t(t.owner_layer)].params[size_t(t.owner_param)].name)
+    for (const TiedParam& t : l.tied) {
+      const ParamDecl& owner = plugin.layers()[size_t(t.owner_layer)].params[size_t(t.owner_param)];
+      std::printf("%s", fmt::format("  {:<48} shared with {} ({})\n", t.name, owner.name,
+                                    owner.frozen ? "frozen" : "checked there, both uses summed")
                             .c_str());
+    }
   if (failed)
     std::printf("%s", fmt::format("gradcheck: FAILED: {} of {} parameters disagree with finite differences by more "
                                   "than 1% of their largest gradient\n",

@@ -1,5 +1,6 @@
 #include "runtime/tools/model_weights.h"
 
+#include "checkpoint/lora.h"
 #include "checkpoint/weight_files.h"
 #include "checkpoint/zero_to_fp32.h"
 #include "core/error.h"
@@ -9,28 +10,45 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <map>
 
 namespace dscpp::runtime {
 namespace {
 
 void plugin_log(void*, const char* message) { log::info("{}", message); }
 
-// The checkpoint's fp32 master weights by parameter name, every parameter of the model required.
+// Reads every parameter of `layout` that `files` holds with its shape into `p`; returns how many it lacks.
+int64_t read_named(ckpt::WeightFiles& files, const FlatLayout& layout, std::vector<bool>& found,
+                   std::vector<float>& p) {
+  int64_t missing = 0;
+  for (size_t k = 0; k < layout.params.size(); ++k) {
+    const ParamSlot& s = layout.params[k];
+    if (found[k]) continue;
+    const int64_t i = files.find(s.name);
+    if (i < 0 || files.params()[size_t(i)].shape != s.shape) {
+      ++missing;
+      continue;
+    }
+    files.read(size_t(i), ckpt::kMasterWeights, 0, s.numel, &p[size_t(s.offset)]);
+    found[k] = true;
+  }
+  return missing;
+}
+
+// The checkpoint's fp32 master weights by parameter name, and its frozen parameters, every
+// parameter of the model required.
 void from_checkpoint(const std::string& load_dir, const FlatLayout& layout, std::vector<float>& p) {
   ckpt::CheckpointReader reader(load_dir, ckpt::kMasterWeights);
   const ckpt::Manifest& m = reader.manifest();
   std::vector<bool> found(layout.params.size(), false);
-  for (size_t i = 0; i < m.layout.params.size(); ++i) {
-    const ckpt::ParamDesc& d = m.layout.params[i];
-    for (size_t k = 0; k < layout.params.size(); ++k) {
-      const ParamSlot& s = layout.params[k];
-      if (s.name != d.name) continue;
-      if (s.shape != d.shape)
-        fail("checkpoint {}: parameter '{}' has another shape than the model's", load_dir, s.name);
-      ckpt::TensorToWrite t = reader.tensor(i, d.name, DType::f32, false);
-      if (s.numel > 0) t.fill(0, s.numel, &p[size_t(s.offset)]);
-      found[k] = true;
-    }
+  for (size_t k = 0; k < layout.params.size(); ++k) {
+    const ParamSlot& s = layout.params[k];
+    const int64_t i = reader.find(s.name);
+    if (i < 0) continue;
+    if (reader.params()[size_t(i)].shape != s.shape)
+      fail("checkpoint {}: parameter '{}' has another shape than the model's", load_dir, s.name);
+    if (s.numel > 0) reader.read(size_t(i), 0, s.numel, &p[size_t(s.offset)]);
+    found[k] = true;
   }
   for (size_t k = 0; k < layout.params.size(); ++k)
     if (!found[k])
@@ -54,16 +72,17 @@ std::vector<float> model_weights(const Plugin& plugin, const FlatLayout& layout,
   }
   // A file may name a shared parameter by any of its names (only lm_head.weight, say).
   ckpt::WeightFiles files(plugin.init_from(), plugin.file_transposed(), plugin.tied_names());
-  int64_t missing = 0;
-  for (const ParamSlot& s : layout.params) {
-    const int64_t i = files.find(s.name);
-    if (i < 0 || files.params()[size_t(i)].shape != s.shape) {
-      ++missing;
-      continue;
-    }
-    files.read(size_t(i), ckpt::kMasterWeights, 0, s.numel, &p[size_t(s.offset)]);
+  std::vector<bool> found(layout.params.size(), false);
+  int64_t missing = read_named(files, layout, found, p);
+  if (!plugin.adapter_from().empty()) {  // PEFT's names: "base_model.model." + the parameter's
+    std::map<std::string, std::string> peft;
+    for (const ParamSlot& s : layout.params)
+      if (s.adapter) peft[ckpt::kPeftPrefix + s.name] = s.name;
+    ckpt::WeightFiles adapter(plugin.adapter_from(), {}, peft);
+    missing = read_named(adapter, layout, found, p);
   }
-  std::printf("%s", fmt::format("weights from {}{}\n", plugin.init_from(),
+  std::printf("%s", fmt::format("weights from {}{}{}\n", plugin.init_from(),
+                                plugin.adapter_from().empty() ? "" : " and the adapter " + plugin.adapter_from(),
                                 missing ? fmt::format(" ({} parameters not there keep their init rule)", missing) : "")
                         .c_str());
   return p;

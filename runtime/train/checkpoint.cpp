@@ -5,6 +5,7 @@
 #include "checkpoint/checksums.h"
 #include "checkpoint/export_hf.h"
 #include "checkpoint/hf_layout.h"
+#include "checkpoint/lora.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/tensor_source.h"
@@ -143,6 +144,19 @@ ckpt::Manifest manifest_of(const CheckpointView& v, int world_size, const LocalP
     m.doc["export_config_sha256"] = ckpt::sha256_hex(v.export_config);
   }
   if (!v.file_transposed.empty()) m.doc["file_transposed"] = v.file_transposed;
+  if (v.frozen) {
+    std::vector<std::string> names;
+    for (const ParamSlot& s : v.frozen_layout->params) names.push_back(s.name);
+    m.doc["frozen"] = {{"file", ckpt::kFrozenFile}, {"dtype", dtype_name(v.params_dtype)}, {"params", names}};
+  }
+  std::vector<std::string> adapter;
+  for (const ParamSlot& s : v.layout->params)
+    if (s.adapter) adapter.push_back(s.name);
+  if (!adapter.empty()) m.doc["adapter_params"] = adapter;
+  if (!v.adapter_config.empty()) {
+    m.doc["adapter_config"] = ckpt::kAdapterConfigFile;
+    m.doc["adapter_config_sha256"] = ckpt::sha256_hex(v.adapter_config);
+  }
   if (!v.tied.empty()) m.doc["tied"] = v.tied;
   try {
     m.doc["ds_config"] = json::parse(v.config_json);
@@ -167,10 +181,14 @@ std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointVie
                                    fmt::join(local.states(), ", ")));
   std::map<std::string, std::vector<int64_t>> saved;
   for (const ckpt::ParamDesc& p : m.layout.params) saved[p.name] = p.shape;
+  std::set<std::string> saved_frozen;
+  if (m.has("frozen")) saved_frozen = m.get<std::set<std::string>>("frozen.params");
   for (const ParamSlot& s : v.layout->params) {
     auto it = saved.find(s.name);
     if (it == saved.end()) {
-      problems.push_back(fmt::format("parameter '{}' {} is not in it", s.name, shape_text(s.shape)));
+      problems.push_back(saved_frozen.erase(s.name) > 0
+                             ? fmt::format("parameter '{}' is frozen in it and trains in this run", s.name)
+                             : fmt::format("parameter '{}' {} is not in it", s.name, shape_text(s.shape)));
       continue;
     }
     if (it->second != s.shape)
@@ -178,9 +196,18 @@ std::vector<std::string> mismatches(const ckpt::Manifest& m, const CheckpointVie
                                      shape_text(it->second), shape_text(s.shape)));
     saved.erase(it);
   }
+  if (v.frozen_layout != nullptr)
+    for (const ParamSlot& s : v.frozen_layout->params) {
+      if (saved_frozen.erase(s.name) > 0) continue;  // its shape is checked as it is read
+      problems.push_back(saved.erase(s.name) > 0
+                             ? fmt::format("parameter '{}' trains in it and is frozen in this run", s.name)
+                             : fmt::format("parameter '{}' {} is not in it", s.name, shape_text(s.shape)));
+    }
   for (const auto& [name, shape] : saved)
     problems.push_back(
         fmt::format("it has parameter '{}' {} that the model does not declare", name, shape_text(shape)));
+  for (const std::string& name : saved_frozen)
+    problems.push_back(fmt::format("it has frozen parameter '{}' that the model does not declare", name));
   return problems;
 }
 
@@ -381,34 +408,74 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out.flush()) fail("checkpoint: cannot write {}: {}", path, std::strerror(errno));
 }
 
+// A store's parameters whole on rank 0's host, group by group (at stage 3 every rank takes part
+// in each group's allgather; device memory holds one group at a time). Empty on the other ranks.
+class Gathered {
+ public:
+  Gathered(const FlatLayout& layout, ParamStore& store, const CheckpointView& v, comm::Communicator& comm)
+      : layout_(layout), elem_(dtype_size(v.params_dtype)), host_(layout.groups.size()) {
+    for (size_t g = 0; g < layout.groups.size(); ++g) {
+      const PartitionGroup& group = layout.groups[g];
+      if (group.numel == 0) continue;
+      const auto bytes = static_cast<size_t>(group.numel) * elem_;
+      if (!store.partitioned()) {  // below stage 3 every rank holds the whole array
+        if (comm.rank() != 0) continue;
+        host_[g].resize(bytes);
+        v.device->copy_to_host(host_[g].data(), static_cast<const char*>(store.full()) + group.begin * elem_, bytes);
+        continue;
+      }
+      DeviceBuffer gathered(*v.device, bytes, MemCategory::buffers);
+      store.gather_to(static_cast<int>(g), gathered.data());
+      if (comm.rank() != 0) continue;
+      host_[g].resize(bytes);
+      v.device->copy_to_host(host_[g].data(), gathered.data(), bytes);
+    }
+  }
+  // Every parameter under each of its names (names_of), in the files' layout.
+  std::vector<ckpt::TensorToWrite> tensors(const CheckpointView& v) const {
+    std::vector<ckpt::TensorToWrite> out;
+    for (const ParamSlot& s : layout_.params) {
+      const auto g = static_cast<size_t>(layout_.layer_group[static_cast<size_t>(s.layer)]);
+      const unsigned char* data = host_[g].data() + (s.offset - layout_.groups[g].begin) * static_cast<int64_t>(elem_);
+      for (const std::string& name : names_of(s.name, v))
+        out.push_back(for_file({name, v.params_dtype, s.shape, data, {}}, s.name, v));
+    }
+    return out;
+  }
+
+ private:
+  const FlatLayout& layout_;
+  size_t elem_;
+  std::vector<std::vector<unsigned char>> host_;
+};
+
 void write_gathered_weights(const std::string& staging, const CheckpointView& v, comm::Communicator& comm,
                             Written& written) {
-  const FlatLayout& layout = *v.layout;
-  const size_t elem = dtype_size(v.params_dtype);
-  std::vector<std::vector<unsigned char>> host(layout.groups.size());
-  for (size_t g = 0; g < layout.groups.size(); ++g) {
-    const PartitionGroup& group = layout.groups[g];
-    if (group.numel == 0) continue;
-    DeviceBuffer gathered(*v.device, static_cast<size_t>(group.numel) * elem, MemCategory::buffers);
-    v.params->gather_to(static_cast<int>(g), gathered.data());
-    if (comm.rank() != 0) continue;
-    host[g].resize(gathered.bytes());
-    v.device->copy_to_host(host[g].data(), gathered.data(), gathered.bytes());
-  }
+  const Gathered trained(*v.layout, *v.params, v, comm);
+  std::optional<Gathered> frozen;
+  if (v.frozen) frozen.emplace(*v.frozen_layout, *v.frozen, v, comm);
   if (comm.rank() != 0) return;
   fs::create_directories(fs::path(staging) / kModel16bitDir);
   if (!v.export_config.empty())
     write_text((fs::path(staging) / kModel16bitDir / ckpt::kExportConfigFile).string(), v.export_config);
-  std::vector<ckpt::TensorToWrite> tensors;
-  for (const ParamSlot& s : layout.params) {
-    size_t g = static_cast<size_t>(layout.layer_group[static_cast<size_t>(s.layer)]);
-    const unsigned char* data = host[g].data() + (s.offset - layout.groups[g].begin) * static_cast<int64_t>(elem);
-    for (const std::string& name : names_of(s.name, v))
-      tensors.push_back(for_file({name, v.params_dtype, s.shape, data, {}}, s.name, v));
+  std::vector<ckpt::TensorToWrite> tensors = trained.tensors(v);
+  if (frozen) {
+    std::vector<ckpt::TensorToWrite> more = frozen->tensors(v);
+    tensors.insert(tensors.end(), more.begin(), more.end());
   }
   written[kModel16bitFile] = ckpt::write_safetensors(
       (fs::path(staging) / kModel16bitFile).string(), tensors,
       {{"format", "pt"}, {"content", "consolidated parameters"}, {ckpt::kLayoutKey, ckpt::kHfLayout}});
+}
+
+// The frozen parameters as they are (they never change and never had an fp32 master): rank 0
+// writes them by name in their storage dtype.
+void write_frozen(const std::string& staging, const CheckpointView& v, comm::Communicator& comm, Written& written) {
+  const Gathered frozen(*v.frozen_layout, *v.frozen, v, comm);
+  if (comm.rank() != 0) return;
+  written[ckpt::kFrozenFile] = ckpt::write_safetensors(
+      (fs::path(staging) / ckpt::kFrozenFile).string(), frozen.tensors(v),
+      {{"format", "dscpp"}, {"content", "frozen parameters"}, {ckpt::kLayoutKey, ckpt::kHfLayout}});
 }
 }  // namespace
 
@@ -441,12 +508,15 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
          "holds some names the first); {} is unchanged",
          tag, nonfinite, previous ? fmt::format("latest ({})", *previous) : std::string("the save directory"));
   }
+  if (v.frozen) write_frozen(staging, v, comm, written);
   if (v.gather_16bit_weights) write_gathered_weights(staging, v, comm, written);
   for (const std::string& text : allgather_strings(comm, json(written).dump()))
     for (auto& [file, digests] : json::parse(text).get<Written>()) m.checksums[file] = std::move(digests);
   // The model's config.json for export-hf, beside the manifest (whose digest of it export-hf checks).
   if (comm.rank() == 0 && !v.export_config.empty())
     write_text((fs::path(staging) / ckpt::kExportConfigFile).string(), v.export_config);
+  if (comm.rank() == 0 && !v.adapter_config.empty())
+    write_text((fs::path(staging) / ckpt::kAdapterConfigFile).string(), v.adapter_config);
   if (comm.rank() == 0) write_manifest((fs::path(staging) / ckpt::kManifestFile).string(), m);
   comm.barrier();
   // Tests of the commit protocol: die with every file written but the checkpoint not yet
@@ -459,6 +529,36 @@ std::string save_checkpoint(const std::string& save_dir, const std::string& tag,
   comm.barrier();
   return (fs::path(save_dir) / tag).string();
 }
+
+namespace {
+// The frozen parameters from <tag>/frozen.safetensors, checked against its recorded digest (by
+// rank 0, every rank failing with its verdict) and its shapes, each rank reading what it owns.
+void load_frozen(const ckpt::Manifest& m, const CheckpointView& v, comm::Communicator& comm) {
+  const std::string path = (fs::path(m.tag_dir) / ckpt::kFrozenFile).string();
+  std::string problem;
+  if (comm.rank() == 0) {
+    try {
+      problem = ckpt::verify_file(m, ckpt::kFrozenFile);
+    } catch (const Error& e) {
+      problem = fmt::format("checkpoint {} is damaged: {}", m.tag_dir, e.what());
+    }
+  }
+  for (const std::string& p : allgather_strings(comm, problem))
+    if (!p.empty()) fail("{}", p);
+  ckpt::WeightFiles source(path, {v.file_transposed.begin(), v.file_transposed.end()}, v.tied);
+  for (const ParamSlot& s : v.frozen_layout->params) {
+    const int64_t i = source.find(s.name);
+    if (i < 0) fail("{}: frozen parameter '{}' is not in it", path, s.name);
+    if (source.params()[static_cast<size_t>(i)].shape != s.shape)
+      fail("{}: frozen parameter '{}' has shape {} in it, the model declares {}", path, s.name,
+           shape_text(source.params()[static_cast<size_t>(i)].shape), shape_text(s.shape));
+  }
+  LocalPartitions local(*v.frozen_layout, comm.rank(), nullptr, nullptr, v.frozen);
+  v.frozen->settle();
+  local.load_owned(source, {ckpt::kMasterWeights});
+  v.frozen->publish();
+}
+}  // namespace
 
 void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const CheckpointView& v) {
   ckpt::Manifest m = ckpt::read_manifest(tag_dir);
@@ -485,6 +585,7 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
   if (optimizer_states) whats.insert(whats.end(), local.states().begin(), local.states().end());
   v.params->settle();
   local.load_owned(*source, whats);
+  if (v.frozen) load_frozen(m, v, comm);
   if (!v.master) {  // weights only (--eval_only): the fp32 master went into the parameters
     publish_master(v);
     comm.barrier();
@@ -522,27 +623,36 @@ void load_checkpoint(const std::string& tag_dir, comm::Communicator& comm, const
   comm.barrier();
 }
 
-void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, const CheckpointView& v) {
-  ckpt::WeightFiles source(w.path, w.transposed, w.tied);
-  std::vector<std::string> problems, missing, unused, names, swapped, square;
+namespace {
+using ckpt::kPeftPrefix;
+
+// What a weight source lacks and holds beyond `slots`, and every misshapen parameter (fails).
+struct Fit {
+  std::vector<std::string> missing, unused;
+};
+Fit check_fit(ckpt::TensorSource& source, const std::string& path, const std::vector<const ParamSlot*>& slots,
+              const std::set<std::string>& transposed, const std::map<std::string, std::string>& tied,
+              const std::string& kind) {
+  std::vector<std::string> problems, names, swapped, square;
   std::set<std::string> wanted;
-  for (const ParamSlot& s : v.layout->params) {
-    wanted.insert(s.name);
-    names.push_back(s.name);
-    const int64_t i = source.find(s.name);
-    const bool transposed = w.transposed.count(s.name) > 0;
-    if (transposed && s.shape.size() == 2 && s.shape[0] == s.shape[1]) square.push_back(s.name);
+  Fit fit;
+  for (const ParamSlot* s : slots) {
+    wanted.insert(s->name);
+    names.push_back(s->name);
+    const int64_t i = source.find(s->name);
+    const bool is_transposed = transposed.count(s->name) > 0;
+    if (is_transposed && s->shape.size() == 2 && s->shape[0] == s->shape[1]) square.push_back(s->name);
     if (i < 0) {
-      missing.push_back(fmt::format("'{}' {}", s.name, shape_text(s.shape)));
+      fit.missing.push_back(fmt::format("'{}' {}", s->name, shape_text(s->shape)));
       continue;
     }
     const std::vector<int64_t>& shape = source.params()[static_cast<size_t>(i)].shape;
-    if (shape == s.shape) continue;
-    if (transposed && shape.size() == 2 && shape[0] == s.shape[1] && shape[1] == s.shape[0])
-      swapped.push_back(fmt::format("'{}' {}", s.name, shape_text({shape[1], shape[0]})));
+    if (shape == s->shape) continue;
+    if (is_transposed && shape.size() == 2 && shape[0] == s->shape[1] && shape[1] == s->shape[0])
+      swapped.push_back(fmt::format("'{}' {}", s->name, shape_text({shape[1], shape[0]})));
     else
-      problems.push_back(fmt::format("parameter '{}' has shape {} in the file{} but the model declares {}", s.name,
-                                     shape_text(shape), transposed ? " (transposed)" : "", shape_text(s.shape)));
+      problems.push_back(fmt::format("{} '{}' has shape {} in the file{} but the model declares {}", kind, s->name,
+                                     shape_text(shape), is_transposed ? " (transposed)" : "", shape_text(s->shape)));
   }
   // A file holds one layout: weights that appear in dscpp's [out, in] order mean its square ones
   // are transposed too, which no shape shows.
@@ -556,31 +666,72 @@ void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, con
                     fmt::join(swapped, ", "),
                     square.empty() ? "" : fmt::format(" ({} of them, such as '{}')", square.size(), square[0])));
   for (const ckpt::ParamDesc& t : source.params())
-    if (!wanted.count(t.name) && !w.tied.count(t.name)) {
+    if (!wanted.count(t.name) && !tied.count(t.name)) {
       const std::string near = config::closest_match(t.name, names);
-      unused.push_back(fmt::format("'{}' {}{}", t.name, shape_text(t.shape),
-                                   near.empty() ? "" : fmt::format(" (closest parameter: '{}')", near)));
+      fit.unused.push_back(fmt::format("'{}' {}{}", t.name, shape_text(t.shape),
+                                       near.empty() ? "" : fmt::format(" (closest {}: '{}')", kind, near)));
     }
-  if (!problems.empty()) fail("{} does not fit the model: {}", w.path, fmt::join(problems, "; "));
-  auto listed = [](const std::vector<std::string>& v) {
-    constexpr size_t kShown = 8;
-    std::vector<std::string> head(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), kShown)));
-    return fmt::format("{}{}", fmt::join(head, ", "),
-                       v.size() > kShown ? fmt::format(" and {} more", v.size() - kShown) : "");
-  };
-  if (!w.partial && (!missing.empty() || !unused.empty()))
+  if (!problems.empty()) fail("{} does not fit the model: {}", path, fmt::join(problems, "; "));
+  return fit;
+}
+
+std::string listed(const std::vector<std::string>& v) {
+  constexpr size_t kShown = 8;
+  std::vector<std::string> head(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), kShown)));
+  return fmt::format("{}{}", fmt::join(head, ", "),
+                     v.size() > kShown ? fmt::format(" and {} more", v.size() - kShown) : "");
+}
+}  // namespace
+
+void load_initial_weights(const InitialWeights& w, comm::Communicator& comm, const CheckpointView& v) {
+  // The base weights are every parameter but the adapter's, trained or frozen.
+  std::vector<const ParamSlot*> base, adapter;
+  for (const FlatLayout* layout : {v.layout, v.frozen_layout})
+    if (layout != nullptr)
+      for (const ParamSlot& s : layout->params) (s.adapter ? adapter : base).push_back(&s);
+  ckpt::WeightFiles source(w.path, w.transposed, w.tied);
+  const Fit fit = check_fit(source, w.path, base, w.transposed, w.tied, "parameter");
+  if (!w.partial && (!fit.missing.empty() || !fit.unused.empty()))
     fail("{} does not fit the model:{}{} (a model that starts from part of a file says so: init_partial)", w.path,
-         missing.empty() ? "" : fmt::format(" {} parameter(s) missing: {};", missing.size(), listed(missing)),
-         unused.empty() ? "" : fmt::format(" {} tensor(s) the model does not use: {}", unused.size(), listed(unused)));
+         fit.missing.empty() ? ""
+                             : fmt::format(" {} parameter(s) missing: {};", fit.missing.size(), listed(fit.missing)),
+         fit.unused.empty()
+             ? ""
+             : fmt::format(" {} tensor(s) the model does not use: {}", fit.unused.size(), listed(fit.unused)));
   if (comm.rank() == 0) {
-    if (!missing.empty())
-      log::warn("{}: {} parameter(s) not in the file keep their initial values: {}", w.path, missing.size(),
-                listed(missing));
-    if (!unused.empty()) log::warn("{}: {} tensor(s) not used: {}", w.path, unused.size(), listed(unused));
+    if (!fit.missing.empty())
+      log::warn("{}: {} parameter(s) not in the file keep their initial values: {}", w.path, fit.missing.size(),
+                listed(fit.missing));
+    if (!fit.unused.empty()) log::warn("{}: {} tensor(s) not used: {}", w.path, fit.unused.size(), listed(fit.unused));
+  }
+  // An adapter (PEFT's file): exactly the adapter parameters, under PEFT's names.
+  std::optional<ckpt::WeightFiles> adapter_source;
+  if (!w.adapter_from.empty()) {
+    std::map<std::string, std::string> peft_names;
+    for (const ParamSlot* s : adapter) peft_names[kPeftPrefix + s->name] = s->name;
+    adapter_source.emplace(w.adapter_from, std::set<std::string>{}, peft_names);
+    const Fit a = check_fit(*adapter_source, w.adapter_from, adapter, {}, peft_names, "adapter parameter");
+    if (!a.missing.empty() || !a.unused.empty())
+      fail("{} is not an adapter of this model:{}{} (adapter tensors are named '{}' + the parameter's name)",
+           w.adapter_from,
+           a.missing.empty()
+               ? ""
+               : fmt::format(" {} adapter parameter(s) missing: {};", a.missing.size(), listed(a.missing)),
+           a.unused.empty() ? ""
+                            : fmt::format(" {} tensor(s) the model has no adapter parameter for: {}", a.unused.size(),
+                                          listed(a.unused)),
+           kPeftPrefix);
   }
   LocalPartitions local = local_partitions(v, comm);
   v.params->settle();
   local.load_owned(source, {ckpt::kMasterWeights}, /*skip_missing=*/true);
+  if (adapter_source) local.load_owned(*adapter_source, {ckpt::kMasterWeights}, /*skip_missing=*/true);
+  if (v.frozen) {
+    LocalPartitions frozen(*v.frozen_layout, comm.rank(), nullptr, nullptr, v.frozen);
+    v.frozen->settle();
+    frozen.load_owned(source, {ckpt::kMasterWeights}, /*skip_missing=*/true);
+    v.frozen->publish();
+  }
   publish_master(v);
 }
 

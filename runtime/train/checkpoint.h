@@ -67,6 +67,10 @@ struct CheckpointView {
   const FlatLayout* layout = nullptr;
   MasterWeights* master = nullptr;
   ParamStore* params = nullptr;
+  // The frozen parameters (runtime/model/frozen_params.h), null when none is: saved by name in
+  // their storage dtype as <tag>/frozen.safetensors (they never had an fp32 master), loaded from it.
+  const FlatLayout* frozen_layout = nullptr;
+  ParamStore* frozen = nullptr;
   Optimizer* optimizer = nullptr;
   LrSchedule* schedule = nullptr;
   LossScaler* scaler = nullptr;  // fp16 runs; nullptr when there is none
@@ -95,6 +99,9 @@ struct CheckpointView {
   std::string export_config;
   std::vector<std::string> file_transposed;
   std::map<std::string, std::string> tied;
+  // PEFT's adapter_config.json for the adapter parameters (ParamSlot::adapter), saved beside the
+  // manifest so that export-hf --adapter writes what PeftModel.from_pretrained loads; "" = none.
+  std::string adapter_config;
 };
 
 std::string step_tag(int64_t global_steps);  // "global_step<N>"
@@ -112,6 +119,9 @@ struct InitialWeights {
   bool partial = false;              // missing parameters keep their init; unused tensors are listed
   std::set<std::string> transposed;  // parameters the files hold as [cols, rows]
   std::map<std::string, std::string> tied;  // a shared parameter's other names → its owner's
+  // The adapter parameters' weights (a PEFT adapter_model.safetensors, names "base_model.model." +
+  // full name); "" = they keep their init. The base weights (`path`) never hold them.
+  std::string adapter_from;
 };
 
 // The fp32 master weights from `w` by parameter name (any float dtype), each rank reading only

@@ -7,6 +7,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/amp/amp_cpu.h"  // store_from_f32 on the host
 #include "kernels/device_math.h"
+#include "runtime/model/frozen_params.h"
 #include "runtime/model/init.h"
 #include "runtime/train/fault_injection.h"
 #include "runtime/zero/local_partitions.h"
@@ -50,7 +51,15 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
                                       plan_.batch.micro, plan_.batch.gas, plan_.batch.drop_last);
   if (*options_.steps < 0) fail("--steps must be ≥ 0 (got {})", *options_.steps);
 
-  zero_.layout = make_flat_layout(plugin.layers(), grouping_for(plan_.zero, world.size()));
+  // With frozen parameters, two layouts of one grouping rule: the trained parameters (gradients,
+  // master weights, optimizer) and the frozen ones (a parameter store of their own).
+  const Grouping grouping = grouping_for(plan_.zero, world.size());
+  const bool frozen = count_frozen(plugin.layers()).frozen_params > 0;
+  zero_.layout = make_flat_layout(plugin.layers(), grouping, frozen ? ParamSet::trainable : ParamSet::all);
+  if (frozen) {
+    zero_.frozen_layout = make_flat_layout(plugin.layers(), grouping, ParamSet::frozen);
+    if (world.rank() == 0) log::info("{}", describe_frozen(plugin.layers()));
+  }
   if (!options_.eval_only) {
     if (!plan_.optimizer) fail("the config has no optimizer section");
     if (plugin.data().train_size == 0)
@@ -74,7 +83,8 @@ Engine::Engine(Plugin& plugin, config::TrainPlan plan, comm::Communicator& world
     if (std::string zpp = describe_zeropp(plan_.zero, plan_.stage3, world.size(), nodes); !zpp.empty())
       log::info("{}", zpp);
   memory_ = std::make_unique<RunMemory>(plugin.layers(), plan_, memory_facts(ops));
-  memory_plan_ = memory_->plan(zero_.layout, world.size());
+  memory_plan_ =
+      memory_->plan(zero_.layout, world.size(), zero_.frozen_layout.params.empty() ? nullptr : &zero_.frozen_layout);
   if (world.rank() == 0)
     log::info("ZeRO stage {} over {} rank{}, {} parameters, {} gradients{}; memory plan:\n{}", plan_.zero.stage,
               world.size(), world.size() == 1 ? "" : "s", dtype_name(plan_.precision.params),
@@ -102,22 +112,33 @@ void Engine::allocate(const dscpp_ops& ops) {
   zero_.params = std::make_unique<ParamStore>(zero_.layout, world, device, plan_.precision.params,
                                          plan_.zero.parameters_partitioned, plan_.stage3, host_, offload);
   if (world.rank() == 0 && offload.device != OffloadDevice::none) log::info("{}", zero_.params->home().describe());
+  if (!zero_.frozen_layout.params.empty()) {
+    ParamOffloadPlan frozen_offload = offload;
+    frozen_offload.swap_suffix = "-frozen";
+    zero_.frozen = std::make_unique<ParamStore>(zero_.frozen_layout, world, device, plan_.precision.params,
+                                                plan_.zero.parameters_partitioned, plan_.stage3, host_, frozen_offload);
+    if (world.rank() == 0 && offload.device != OffloadDevice::none)
+      log::info("frozen parameters: {}", zero_.frozen->home().describe());
+  }
   if (plan_.flops_profiler.enabled) {
     std::vector<std::string> names;
     std::vector<int64_t> params;
     for (size_t l = 0; l < plugin.layers().size(); ++l) {
       names.push_back(plugin.layers()[l].name);
-      params.push_back(zero_.layout.layer_range[l].second - zero_.layout.layer_range[l].first);
+      int64_t n = zero_.layout.layer_range[l].second - zero_.layout.layer_range[l].first;
+      if (zero_.frozen) n += zero_.frozen_layout.layer_range[l].second - zero_.frozen_layout.layer_range[l].first;
+      params.push_back(n);
     }
     profiler_ = std::make_unique<FlopsProfiler>(ops, std::move(names), std::move(params), plan_.flops_profiler);
   }
-  runner_ = std::make_unique<LayerRunner>(plugin, device, profiler_ ? profiler_->ops() : ops, zero_.layout,
-                                          plan_.batch.micro, plan_.precision.params, plan_.precision.grads,
-                                          memory_->facts().checkpointing, host_);
+  runner_ = std::make_unique<LayerRunner>(
+      plugin, device, profiler_ ? profiler_->ops() : ops, zero_.layout, plan_.batch.micro, plan_.precision.params,
+      plan_.precision.grads, memory_->facts().checkpointing, host_, zero_.frozen ? &zero_.frozen_layout : nullptr);
   runner_->set_source([this](int layer, LayerPass pass) {  // a recompute: parameters only, no prefetch
-    LayerRunner::LayerMemory m{
-        zero_.params->layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute),
-        pass == LayerPass::backward ? zero_.grads->layer_grads(layer) : nullptr};
+    const ModelParams::Layer p =
+        zero_.model().layer_params(layer, pass != LayerPass::forward, pass != LayerPass::recompute);
+    LayerRunner::LayerMemory m{p.trained, pass == LayerPass::backward ? zero_.grads->layer_grads(layer) : nullptr,
+                               p.frozen};
     // After the gather: the layer's own time. A recompute belongs to backward (DeepSpeed profiles
     // the forward pass; recompute_fwd_factor accounts for recomputation).
     if (profiler_) profiler_->enter(layer, pass != LayerPass::forward);
@@ -125,7 +146,7 @@ void Engine::allocate(const dscpp_ops& ops) {
   });
   runner_->after_layer = [this](int layer, bool backward) {
     if (profiler_) profiler_->leave();
-    zero_.params->layer_done(layer, backward);
+    zero_.model().layer_done(layer, backward);
     if (backward) zero_.grads->layer_done(layer);
   };
   if (options_.eval_only) return;  // ZeRO-Inference: no gradients, optimizer state or training data
@@ -179,9 +200,11 @@ void Engine::run() {
 
   if (world_.rank() == 0)
     log::info(
-        "model {}: {} layers, {} parameters ({} fp32); {} train / {} eval samples; training to step {} "
+        "model {}: {} layers, {} parameters ({} fp32){}; {} train / {} eval samples; training to step {} "
         "(train_batch_size {} = micro {} × accumulation {} × {} ranks); init {:.2f} s",
-        plugin_.name(), plugin_.layers().size(), zero_.layout.numel, format_bytes(zero_.layout.numel * 4),
+        plugin_.name(), plugin_.layers().size(), zero_.layout.numel + zero_.frozen_layout.numel,
+        format_bytes((zero_.layout.numel + zero_.frozen_layout.numel) * 4),
+        zero_.frozen ? fmt::format(", {} of them trained", zero_.layout.numel) : std::string(),
         plugin_.data().train_size, plugin_.data().eval_size, total_steps(), plan_.batch.train_batch, plan_.batch.micro,
         plan_.batch.gas, world_.size(), seconds_since(t0));
 
@@ -270,7 +293,7 @@ void Engine::train_step() {
     dscpp_metrics m;
     {
       Timers::Scope t(log_->timers(), "fwd");
-      zero_.params->begin_pass(false, true);
+      zero_.model().begin_pass(false, true);
       m = runner_->forward(mb.input, mb.target, mb.size, true, static_cast<uint64_t>(counters_.micro_steps), 0,
                            mb.lengths);
     }
@@ -279,7 +302,7 @@ void Engine::train_step() {
                  [&] { loss_sum = std::numeric_limits<double>::quiet_NaN(); });
     {
       Timers::Scope t(log_->timers(), "bwd");
-      zero_.params->begin_pass(true, true);
+      zero_.model().begin_pass(true, true);
       zero_.grads->begin_micro(j == 0, j == plan_.batch.gas - 1);
       runner_->backward(loss_grad);
     }

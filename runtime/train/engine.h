@@ -86,7 +86,7 @@ class Engine {
   // gathered layers and prints the memory peaks.
   struct Inference {
     LayerRunner& runner;
-    ParamStore& params;
+    ModelParams params;
     comm::Communicator& world;
     int64_t micro_batch;
   };
@@ -112,6 +112,7 @@ class Engine {
   [[noreturn]] void eval_out_of_memory(const OutOfDeviceMemory& e);  // engine_eval.cpp
   int64_t deepspeed_estimate() const;
   void initialise_params();
+  void initialise(const FlatLayout& layout, ParamStore& store);  // one store's owned elements
   // The gradient guard's verdict on this rank's reduced gradients; `local_loss`: this rank's loss
   // for the step.
   GradVerdict check_gradients(double local_loss);

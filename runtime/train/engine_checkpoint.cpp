@@ -19,6 +19,11 @@ CheckpointView Engine::checkpoint_view() {
   v.layout = &zero_.layout;
   v.master = zero_.master.get();
   v.params = zero_.params.get();
+  if (zero_.frozen) {
+    v.frozen_layout = &zero_.frozen_layout;
+    v.frozen = zero_.frozen.get();
+  }
+  v.adapter_config = plugin_.adapter_config();
   v.device = &device_;
   v.params_dtype = plan_.precision.params;
   v.scaler = guard_->scaler().checks_overflow() ? &guard_->scaler() : nullptr;
@@ -42,18 +47,25 @@ CheckpointView Engine::checkpoint_view() {
 }
 
 void Engine::initialise_params() {
+  initialise(zero_.layout, *zero_.params);
+  if (zero_.frozen) initialise(zero_.frozen_layout, *zero_.frozen);
+  if (zero_.master) zero_.master->refresh_from_params();
+  zero_.model().publish();
+}
+
+void Engine::initialise(const FlatLayout& layout, ParamStore& store) {
   // Only the elements this rank owns (zero.Init: at stage 3 no rank ever holds the whole
   // model), each from (seed, name, index) whatever the layout; below stage 3 every rank holds
   // everything and owns it all for this purpose. Through the parameters' home, wherever the
   // slices live (device, host, NVMe).
   const int owner = plan_.zero.parameters_partitioned ? world_.rank() : 0;
-  ParamHome& home = zero_.params->home();
+  ParamHome& home = store.home();
   std::vector<float> host;
-  for (size_t gi = 0; gi < zero_.layout.groups.size(); ++gi) {
-    const PartitionGroup& g = zero_.layout.groups[gi];
+  for (size_t gi = 0; gi < layout.groups.size(); ++gi) {
+    const PartitionGroup& g = layout.groups[gi];
     const int64_t own_begin = plan_.zero.parameters_partitioned ? g.owned_begin(owner) : g.begin;
     const int64_t own_end = own_begin + (plan_.zero.parameters_partitioned ? g.part : g.numel);
-    for (const ParamSlot& s : zero_.layout.params) {
+    for (const ParamSlot& s : layout.params) {
       if (s.layer < g.first_layer || s.layer >= g.end_layer) continue;  // another group's
       int64_t lo = std::max(own_begin, s.offset), hi = std::min(own_end, s.offset + s.numel);
       if (hi <= lo) continue;
@@ -65,13 +77,11 @@ void Engine::initialise_params() {
         std::vector<unsigned char> converted(host.size() * dtype_size(plan_.precision.params));
         convert(host.data(), DType::f32, converted.data(), plan_.precision.params, host.size());
         device_.copy_from_host(
-            static_cast<char*>(zero_.params->full()) + lo * static_cast<int64_t>(dtype_size(plan_.precision.params)),
+            static_cast<char*>(store.full()) + lo * static_cast<int64_t>(dtype_size(plan_.precision.params)),
             converted.data(), converted.size());
       }
     }
   }
-  if (zero_.master) zero_.master->refresh_from_params();
-  zero_.params->publish();
 }
 
 InitialWeights Engine::initial_weights() const {
@@ -83,6 +93,7 @@ InitialWeights Engine::initial_weights() const {
   w.partial = options_.init_from.empty() && plugin_.init_partial();
   w.transposed = plugin_.file_transposed();
   w.tied = plugin_.tied_names();
+  w.adapter_from = plugin_.adapter_from();
   return w;
 }
 

@@ -37,13 +37,13 @@ Engine::Inference Engine::prepare_inference() {
   const std::string from = load_inference_weights();
   if (world_.rank() == 0) log::info("generating with ZeRO stage {} on {} rank(s), weights from {}", plan_.zero.stage,
                                     world_.size(), from);
-  zero_.params->begin_pass(false, false);
-  return Inference{*runner_, *zero_.params, world_, plan_.batch.micro};
+  zero_.model().begin_pass(false, false);
+  return Inference{*runner_, zero_.model(), world_, plan_.batch.micro};
 }
 
 void Engine::finish_inference() {
-  zero_.params->release_all();
-  zero_.params->home().flush();
+  zero_.model().release_all();
+  zero_.model().flush();
   log_memory_peaks();
 }
 
@@ -61,7 +61,7 @@ void Engine::run_eval_only() {
   if (world_.rank() == 0)
     log::info("eval only: {} in {:.2f} s, weights from {}", format_eval(r, plugin_.data().tokens_per_sample, 6), secs,
               from);
-  zero_.params->home().flush();
+  zero_.model().flush();
   log_memory_peaks();
 }
 
@@ -91,7 +91,7 @@ EvalResult Engine::evaluate() {
 void Engine::report() { run_plugin_report(forward_passes()); }
 
 ForwardPasses Engine::forward_passes() {
-  return {plugin_, *zero_.params, *runner_, world_, device_, plan_.batch.micro, plan_.zero.parameters_partitioned};
+  return {plugin_, zero_.model(), *runner_, world_, device_, plan_.batch.micro, plan_.zero.parameters_partitioned};
 }
 
 }  // namespace dscpp::runtime

@@ -31,7 +31,7 @@ RunMemoryFacts Engine::memory_facts(const dscpp_ops& ops) const {
 }
 
 int64_t Engine::deepspeed_estimate() const {
-  return memory_->deepspeed_estimate(zero_.layout.numel, memory_->setting(world_.size()));
+  return memory_->deepspeed_estimate(zero_.layout.numel + zero_.frozen_layout.numel, memory_->setting(world_.size()));
 }
 
 void Engine::out_of_memory(const OutOfDeviceMemory& e) {

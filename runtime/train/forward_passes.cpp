@@ -72,7 +72,7 @@ EvalResult evaluate(const ForwardPasses& f) {
 
 namespace {
 struct InferContext {
-  ParamStore* params;
+  const ModelParams* params;
   LayerRunner* runner;
   Device* device;
   const Plugin* plugin;

@@ -9,7 +9,7 @@
 #include "runtime/model/plugin.h"
 #include "runtime/observe/monitors.h"
 #include "runtime/train/layer_runner.h"
-#include "runtime/zero/param_store.h"
+#include "runtime/zero/model_params.h"
 
 #include <cstdint>
 #include <optional>
@@ -28,7 +28,7 @@ struct EvalResult {
 // What a forward pass runs through.
 struct ForwardPasses {
   const Plugin& plugin;
-  ParamStore& params;
+  ModelParams params;
   LayerRunner& runner;
   comm::Communicator& world;
   Device& device;

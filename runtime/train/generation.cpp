@@ -43,7 +43,7 @@ int64_t decoding(comm::Communicator& world, bool mine) {
 
 }  // namespace
 
-SyncedGeneration generate_synced(Decoder& decoder, const Plugin& plugin, ParamStore& params,
+SyncedGeneration generate_synced(Decoder& decoder, const Plugin& plugin, const ModelParams& params,
                                  comm::Communicator& world, const std::vector<std::vector<int32_t>>& prompts,
                                  int64_t batch, const SearchOptions& options) {
   const EncoderDecl& enc = plugin.encoder();

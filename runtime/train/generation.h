@@ -11,7 +11,7 @@
 #include "runtime/train/decoder.h"
 #include "runtime/train/forward_passes.h"
 #include "runtime/train/search.h"
-#include "runtime/zero/param_store.h"
+#include "runtime/zero/model_params.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cstdint>
@@ -34,7 +34,7 @@ struct SyncedGeneration {
 
 // Collective: continues this rank's `prompts`, `batch` at a time, every rank running as many
 // batches as the rank with the most.
-SyncedGeneration generate_synced(Decoder& decoder, const Plugin& plugin, ParamStore& params,
+SyncedGeneration generate_synced(Decoder& decoder, const Plugin& plugin, const ModelParams& params,
                                  comm::Communicator& world, const std::vector<std::vector<int32_t>>& prompts,
                                  int64_t batch, const SearchOptions& options);
 

@@ -12,11 +12,12 @@ namespace dscpp::runtime {
 
 LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
                          int64_t max_batch, DType param_dtype, DType grad_dtype,
-                         const CheckpointingOptions& checkpointing, Device* host)
+                         const CheckpointingOptions& checkpointing, Device* host, const FlatLayout* frozen)
     : plugin_(plugin),
       device_(device),
       ops_(ops),
       layout_(layout),
+      frozen_(frozen),
       max_batch_(max_batch),
       param_dtype_(param_dtype),
       grad_dtype_(grad_dtype),
@@ -44,15 +45,22 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
   grad_a_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
   grad_b_ = DeviceBuffer(device, static_cast<size_t>(act_layout_.grad_bytes / 2), MemCategory::activations);
   if (param_dtype_ != compute_)
-    param32_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel) * 4, MemCategory::buffers);
+    param32_ =
+        DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel + (frozen ? frozen->max_layer_numel : 0)) * 4,
+                     MemCategory::buffers);
   if (grad_dtype_ != compute_)
     grad_stage_ = DeviceBuffer(device, static_cast<size_t>(layout.max_layer_numel * ce), MemCategory::buffers);
   if (compute_ != DType::f32 && plugin.data().input_dtype == DSCPP_F32)
     input_cast_ = DeviceBuffer(device, static_cast<size_t>(max_batch * plugin.data().input_numel * ce),
                                MemCategory::buffers);
-  layer_slots_.assign(layers.size() + 1, 0);
-  for (const ParamSlot& s : layout.params) ++layer_slots_[static_cast<size_t>(s.layer) + 1];
-  for (size_t l = 0; l < layers.size(); ++l) layer_slots_[l + 1] += layer_slots_[l];
+  auto slots_of = [&](const FlatLayout& lay) {
+    std::vector<size_t> first(layers.size() + 1, 0);
+    for (const ParamSlot& s : lay.params) ++first[static_cast<size_t>(s.layer) + 1];
+    for (size_t l = 0; l < layers.size(); ++l) first[l + 1] += first[l];
+    return first;
+  };
+  layer_slots_ = slots_of(layout);
+  if (frozen) frozen_slots_ = slots_of(*frozen);
   param_ptrs_.resize(layers.size());
   grad_ptrs_.resize(layers.size());
   owned_ties_.resize(layers.size());
@@ -64,10 +72,10 @@ LayerRunner::LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& 
     for (const TiedParam& t : layers[l].tied) {
       const size_t bytes = static_cast<size_t>(t.numel * ce);
       owned_ties_[static_cast<size_t>(t.owner_layer)].push_back(ties_.size());
-      ties_.push_back(Tie{static_cast<int>(l), t.slot,
-                          layers[static_cast<size_t>(t.owner_layer)].params[static_cast<size_t>(t.owner_param)].slot,
-                          t.numel, DeviceBuffer(device, bytes, MemCategory::buffers),
-                          DeviceBuffer(device, bytes, MemCategory::buffers)});
+      const ParamDecl& owner = layers[static_cast<size_t>(t.owner_layer)].params[static_cast<size_t>(t.owner_param)];
+      ties_.push_back(Tie{static_cast<int>(l), t.slot, owner.slot, owner.frozen, t.numel,
+                          DeviceBuffer(device, bytes, MemCategory::buffers),
+                          owner.frozen ? DeviceBuffer() : DeviceBuffer(device, bytes, MemCategory::buffers)});
     }
   }
 }
@@ -133,49 +141,61 @@ void LayerRunner::point_ties(int layer, bool backward, bool decoding) {
     // Generation decodes token after token with the same parameters: one copy serves them all.
     if (!backward && !(decoding && tie_fresh_[k]))
       check_op("copy", ops_.copy(&ops_, param_ptrs_[l][slot], t.value.data(), t.numel));
-    else if (backward)
+    else if (backward && !t.frozen)
       check_op("axpy", ops_.axpy(&ops_, 1.0f, t.grad.data(), grad_ptrs_[l][slot], t.numel));
     tie_fresh_[k] = decoding;
   }
   for (Tie& t : ties_) {
     if (t.layer != layer) continue;
     param_ptrs_[l][static_cast<size_t>(t.slot)] = t.value.data();
-    grad_ptrs_[l][static_cast<size_t>(t.slot)] = backward ? t.grad.data() : nullptr;
-    if (backward) check_op("fill", ops_.fill(&ops_, t.grad.data(), 0.0f, t.numel));
+    grad_ptrs_[l][static_cast<size_t>(t.slot)] = backward && !t.frozen ? t.grad.data() : nullptr;
+    if (backward && !t.frozen) check_op("fill", ops_.fill(&ops_, t.grad.data(), 0.0f, t.numel));
   }
 }
 
-void LayerRunner::bind(void* params, void* grads) {
+void LayerRunner::bind(void* params, void* grads, const void* frozen) {
   const int64_t pe = static_cast<int64_t>(dtype_size(param_dtype_)), ge = static_cast<int64_t>(dtype_size(grad_dtype_));
-  source_ = [this, params, grads, pe, ge](int layer, LayerPass) {
-    int64_t first = layout_.layer_range[static_cast<size_t>(layer)].first;
+  DSCPP_CHECK((frozen_ == nullptr) == (frozen == nullptr));
+  source_ = [this, params, grads, frozen, pe, ge](int layer, LayerPass) {
+    const auto l = static_cast<size_t>(layer);
+    int64_t first = layout_.layer_range[l].first;
     return LayerMemory{static_cast<const char*>(params) + first * pe,
-                       grads ? static_cast<char*>(grads) + first * ge : nullptr};
+                       grads ? static_cast<char*>(grads) + first * ge : nullptr,
+                       frozen ? static_cast<const char*>(frozen) + frozen_->layer_range[l].first * pe : nullptr};
   };
 }
 
 void LayerRunner::point_at(int layer, const LayerMemory& m, bool backward, bool decoding) {
-  auto [first, end] = layout_.layer_range[static_cast<size_t>(layer)];
-  const void* params = m.params;
-  void* grads = m.grads;
-  // Views in the compute dtype where storage has another: widened 16-bit parameters, and zeroed
-  // gradients that are added into gradient storage after the call.
-  if (param_dtype_ != compute_) {
-    kernels::math_of(device_).load_to_f32(m.params, param_dtype_, param32_.as<float>(), 1.0f, end - first);
-    params = param32_.data();
-  }
+  const auto l = static_cast<size_t>(layer);
   const auto ce = static_cast<int64_t>(dtype_size(compute_));
+  int64_t widened = 0;  // elements of param32_ in use
+  // Views in the compute dtype where storage has another: widened 16-bit parameters (the trained
+  // ones, then the frozen ones), and zeroed gradients that are added into gradient storage after
+  // the call.
+  auto point = [&](const FlatLayout& lay, const std::vector<size_t>& slots, const void* params, void* grads) {
+    auto [first, end] = lay.layer_range[l];
+    if (first == end) return;
+    if (param_dtype_ != compute_) {
+      float* wide = param32_.as<float>() + widened;
+      kernels::math_of(device_).load_to_f32(params, param_dtype_, wide, 1.0f, end - first);
+      params = wide;
+      widened += end - first;
+    }
+    for (size_t i = slots[l]; i < slots[l + 1]; ++i) {
+      const ParamSlot& s = lay.params[i];
+      param_ptrs_[l][static_cast<size_t>(s.index)] = static_cast<const char*>(params) + (s.offset - first) * ce;
+      grad_ptrs_[l][static_cast<size_t>(s.index)] =
+          grads != nullptr ? static_cast<char*>(grads) + (s.offset - first) * ce : nullptr;
+    }
+  };
+  void* grads = backward ? m.grads : nullptr;
   if (backward && grad_dtype_ != compute_) {
+    auto [first, end] = layout_.layer_range[l];
     device_.zero(grad_stage_.data(), static_cast<size_t>((end - first) * ce));
     grads = grad_stage_.data();
   }
-  for (size_t i = layer_slots_[static_cast<size_t>(layer)]; i < layer_slots_[static_cast<size_t>(layer) + 1]; ++i) {
-    const ParamSlot& s = layout_.params[i];
-    param_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
-        static_cast<const char*>(params) + (s.offset - first) * ce;
-    grad_ptrs_[static_cast<size_t>(layer)][static_cast<size_t>(s.index)] =
-        backward ? static_cast<char*>(grads) + (s.offset - first) * ce : nullptr;
-  }
+  point(layout_, layer_slots_, m.params, grads);
+  if (frozen_ != nullptr) point(*frozen_, frozen_slots_, m.frozen, nullptr);
   if (!ties_.empty()) point_ties(layer, backward, decoding);
 }
 

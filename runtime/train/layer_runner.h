@@ -43,21 +43,26 @@ enum class LayerPass { forward, recompute, backward };
 class LayerRunner {
  public:
   // `checkpointing` from the config; `host` holds the checkpoints with cpu_checkpointing.
-  LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout,
-              int64_t max_batch, DType param_dtype = DType::f32, DType grad_dtype = DType::f32,
-              const CheckpointingOptions& checkpointing = {}, Device* host = nullptr);
+  // `layout` holds the trained parameters; `frozen` (when some are frozen) the others, whose
+  // gradient pointers the layers get as NULL.
+  LayerRunner(const Plugin& plugin, Device& device, const dscpp_ops& ops, const FlatLayout& layout, int64_t max_batch,
+              DType param_dtype = DType::f32, DType grad_dtype = DType::f32,
+              const CheckpointingOptions& checkpointing = {}, Device* host = nullptr,
+              const FlatLayout* frozen = nullptr);
 
   // A layer's memory for one call: pointers to the element at the layer's first flat offset
-  // (layout.layer_range[layer].first) in the parameter / gradient dtype; grads are asked for in
-  // backward only (never for a recompute).
+  // (layout.layer_range[layer].first) in the parameter / gradient dtype, and to the frozen
+  // layout's (frozen: null without one); grads are asked for in backward only (never for a
+  // recompute).
   struct LayerMemory {
     const void* params = nullptr;
     void* grads = nullptr;
+    const void* frozen = nullptr;
   };
   using MemorySource = std::function<LayerMemory(int layer, LayerPass pass)>;
   void set_source(MemorySource source) { source_ = std::move(source); }
-  // Whole flat arrays of layout.total elements.
-  void bind(void* params, void* grads);
+  // Whole flat arrays of layout.total elements, and of the frozen layout's total (with one).
+  void bind(void* params, void* grads, const void* frozen = nullptr);
 
   // Runs after each layer call (ZeRO-3 releases there); may be empty. A recompute counts as a
   // forward (backward = false), except for a segment's last layer, whose backward comes next.
@@ -99,6 +104,7 @@ class LayerRunner {
   Device& device_;
   dscpp_ops ops_;
   const FlatLayout& layout_;
+  const FlatLayout* frozen_;
   int64_t max_batch_;
   DType param_dtype_, grad_dtype_, compute_;
   CheckpointingOptions ckpt_;
@@ -111,11 +117,13 @@ class LayerRunner {
   // One layer's parameters widened to fp32 (fp32 compute over 16-bit storage), its gradients in
   // the compute dtype when storage has another, and the data input in the compute dtype.
   DeviceBuffer param32_, grad_stage_, input_cast_;
-  std::vector<size_t> layer_slots_;  // layout.params[layer_slots_[l], layer_slots_[l+1]) are layer l's
+  // layout.params[layer_slots_[l], layer_slots_[l+1]) are layer l's; frozen_slots_ the same in *frozen_.
+  std::vector<size_t> layer_slots_, frozen_slots_;
   // Shared parameters (plugin.h's TiedParam): the using layer's view of the owner's values and
   // its gradient contribution, both in the compute dtype.
   struct Tie {
     int layer, slot, owner_slot;
+    bool frozen;  // the owner is: no gradient
     int64_t numel;
     DeviceBuffer value, grad;
   };

@@ -2,6 +2,7 @@
 
 #include "core/zero_estimate.h"
 #include "offload/aligned_buffer.h"
+#include "runtime/model/frozen_params.h"
 #include "runtime/observe/train_log.h"
 #include "runtime/offload/optimizer_offload.h"
 #include "runtime/offload/param_home.h"
@@ -28,22 +29,57 @@ MemorySetting RunMemory::setting(int world) const {
           plan_.param_offload.device != OffloadDevice::none, world};
 }
 
-MemoryPlan RunMemory::plan(const FlatLayout& layout, int world) const {
-  return plan_with(layout, plan_.zero, optimizer_offload(), plan_.param_offload, world);
+MemoryPlan RunMemory::plan(const FlatLayout& layout, int world, const FlatLayout* frozen) const {
+  return plan_with(layout, plan_.zero, optimizer_offload(), plan_.param_offload, world, frozen);
 }
 
 MemoryPlan RunMemory::plan_for(const MemorySetting& s) const {
   const ZeroPlan& zero = plan_.zero_at_stage[static_cast<size_t>(s.stage)];
   const OptimizerOffloadPlan own = optimizer_offload();
-  return plan_with(make_flat_layout(layers_, grouping_for(zero, s.ranks)), zero,
-                   !s.offload_optimizer                 ? OptimizerOffloadPlan{}
+  const Grouping grouping = grouping_for(zero, s.ranks);
+  const bool split = count_frozen(layers_).frozen_params > 0;
+  const FlatLayout frozen = split ? make_flat_layout(layers_, grouping, ParamSet::frozen) : FlatLayout{};
+  return plan_with(make_flat_layout(layers_, grouping, split ? ParamSet::trainable : ParamSet::all), zero,
+                   !s.offload_optimizer               ? OptimizerOffloadPlan{}
                    : own.device == OffloadDevice::cpu ? own
-                                                        : plan_.cpu_optimizer_offload,
-                   s.offload_param ? plan_.cpu_param_offload : ParamOffloadPlan{}, s.ranks);
+                                                      : plan_.cpu_optimizer_offload,
+                   s.offload_param ? plan_.cpu_param_offload : ParamOffloadPlan{}, s.ranks, split ? &frozen : nullptr);
 }
 
+namespace {
+// The frozen parameters: a second parameter store of the same kind (model_params.h), placed,
+// gathered and offloaded as the first; no gradients or optimizer state.
+void add_frozen(MemoryPlan& p, const FlatLayout& frozen, const ZeroPlan& zero, const ParamOffloadPlan& offload,
+                const Stage3Plan& s3, DType dtype, DType compute) {
+  const int64_t e = static_cast<int64_t>(dtype_size(dtype));
+  const auto params = static_cast<size_t>(MemCategory::params);
+  const bool off = zero.parameters_partitioned && offload.device != OffloadDevice::none;
+  int64_t device = zero.parameters_partitioned ? (off ? 0 : frozen.part_total) : frozen.total;
+  if (zero.parameters_partitioned) {
+    const int64_t live = ParamStore::gathered_bound(frozen, s3) + ParamStore::hpz_secondary_bound(frozen, s3);
+    device += live;
+    p.items.push_back({MemCategory::params, live * e,
+                       "frozen parameters gathered: " + ParamStore::gathered_reason(frozen, s3, dtype_size(dtype))});
+  }
+  p.bytes[params] += device * e;
+  if (off) {
+    const ParamHome::Placement placed = ParamHome::place(frozen, dtype, offload);
+    p.host[params] += placed.host_elements * e;
+    p.nvme[params] += placed.nvme_elements * e;
+    if (placed.slots > 0)
+      p.host[static_cast<size_t>(MemCategory::buffers)] +=
+          offload.buffer_count * offload::round_up(placed.largest_swapped * e, offload::kDirectIoAlignment);
+  }
+  if (dtype != compute) {
+    p.bytes[static_cast<size_t>(MemCategory::buffers)] += frozen.max_layer_numel * 4;
+    p.items.push_back({MemCategory::buffers, frozen.max_layer_numel * 4,
+                       "fp32 compute over 16-bit parameters: the largest layer's frozen parameters in fp32"});
+  }
+}
+}  // namespace
+
 MemoryPlan RunMemory::plan_with(const FlatLayout& layout, const ZeroPlan& zero, const OptimizerOffloadPlan& opt_off,
-                                const ParamOffloadPlan& offload, int world) const {
+                                const ParamOffloadPlan& offload, int world, const FlatLayout* frozen) const {
   const Stage3Plan& s3 = plan_.stage3;
   MemoryPlanInputs mp;
   mp.zero = zero;
@@ -91,7 +127,9 @@ MemoryPlan RunMemory::plan_with(const FlatLayout& layout, const ZeroPlan& zero, 
       mp.param_swap_buffer_bytes =
           offload.buffer_count * offload::round_up(placed.largest_swapped * e, offload::kDirectIoAlignment);
   }
-  return plan_memory(layers_, layout, mp);
+  MemoryPlan p = plan_memory(layers_, layout, mp);
+  if (frozen != nullptr) add_frozen(p, *frozen, zero, offload, s3, plan_.precision.params, facts_.compute_dtype);
+  return p;
 }
 
 int64_t RunMemory::deepspeed_estimate(int64_t numel, const MemorySetting& s) const {

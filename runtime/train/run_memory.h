@@ -50,8 +50,9 @@ class RunMemory {
   MemorySetting setting(int world) const;
   // The optimizer offload the run applies (the plan's when training, none otherwise).
   OptimizerOffloadPlan optimizer_offload() const;
-  // The plan for the run's own setting, over the layout it trains with.
-  MemoryPlan plan(const FlatLayout& layout, int world) const;
+  // The plan for the run's own setting, over the layout it trains with and, when parameters are
+  // frozen, the layout of the frozen ones (their own store: parameters only).
+  MemoryPlan plan(const FlatLayout& layout, int world, const FlatLayout* frozen = nullptr) const;
   // As a run with that setting would plan: the same zero_optimization at another stage, CPU
   // offload as {"device": "cpu"} gives it (the run's own optimizer offload where it is on the CPU).
   MemoryPlan plan_for(const MemorySetting& s) const;
@@ -63,7 +64,7 @@ class RunMemory {
 
  private:
   MemoryPlan plan_with(const FlatLayout& layout, const ZeroPlan& zero, const OptimizerOffloadPlan& optimizer_offload,
-                       const ParamOffloadPlan& param_offload, int world) const;
+                       const ParamOffloadPlan& param_offload, int world, const FlatLayout* frozen) const;
 
   const std::vector<LayerDecl>& layers_;
   const TrainPlan& plan_;

@@ -67,6 +67,8 @@ class ParamStore {
 
   DType dtype() const { return dtype_; }
   bool partitioned() const { return partitioned_; }
+  const FlatLayout& layout() const { return layout_; }
+  int layer_count() const { return static_cast<int>(layout_.layer_range.size()); }
 
   // This rank's slice of group g (g.part elements; stage 0: the whole group) when it lives on the
   // device; nullptr when offloaded (then only through home()).

@@ -9,6 +9,7 @@
 #include "runtime/optim/optimizer.h"
 #include "runtime/zero/grad_reducer.h"
 #include "runtime/zero/master_weights.h"
+#include "runtime/zero/model_params.h"
 #include "runtime/zero/param_store.h"
 
 #include <memory>
@@ -16,11 +17,15 @@
 namespace dscpp::runtime {
 
 struct ZeroState {
-  FlatLayout layout;
+  FlatLayout layout;         // the trained parameters (all of them when none is frozen)
+  FlatLayout frozen_layout;  // the frozen ones (runtime/model/frozen_params.h); empty when none is
   std::unique_ptr<ParamStore> params;
+  std::unique_ptr<ParamStore> frozen;        // null when nothing is frozen
   std::unique_ptr<GradReducer> grads;        // none with --eval_only
   std::unique_ptr<Optimizer> optimizer;      // likewise
   std::unique_ptr<MasterWeights> master;     // likewise
+
+  ModelParams model() const { return ModelParams(*params, frozen.get()); }
 };
 
 }  // namespace dscpp::runtime

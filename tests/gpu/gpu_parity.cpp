@@ -234,6 +234,17 @@ TEST_CASE("the CUDA ops table matches the CPU table", "[gpu]") {
   REQUIRE(g.softmax_forward(&g, dx.p(), dy.p(), rows, cols) == DSCPP_OK);
   REQUIRE(c.softmax_forward(&c, x.data(), y.data(), rows, cols) == DSCPP_OK);
   require_close(dy.get(), y, 1e-6f);
+  {  // dropout: the same mask as the CPU table's, the documented one, over 4M elements and in place
+    const auto big = randoms(int64_t{1} << 22, 67);
+    On<float> dbig(big), dd(zeros(int64_t(big.size())));
+    std::vector<float> cd(big.size());
+    REQUIRE(g.dropout(&g, dbig.p(), dd.p(), int64_t(big.size()), 0.3f, 0xABCDEFull) == DSCPP_OK);
+    REQUIRE(c.dropout(&c, big.data(), cd.data(), int64_t(big.size()), 0.3f, 0xABCDEFull) == DSCPP_OK);
+    CHECK(same_bits(dd.get(), cd));
+    CHECK(same_bits(cd, ops_check::dropout_ref(big, 0.3f, 0xABCDEFull)));
+    REQUIRE(g.dropout(&g, dbig.p(), dbig.p(), int64_t(big.size()), 0.3f, 0xABCDEFull) == DSCPP_OK);
+    CHECK(same_bits(dbig.get(), cd));
+  }
 
   // GEMM C = A·Bᵀ and a linear layer with bias, residual in place and GELU.
   const int64_t M = 33, N = 65, K = 300;
@@ -533,6 +544,15 @@ TEST_CASE("the bf16 and fp16 ops tables match the CPU table's fp32 ops to their 
     ctx.gemm_math = bf16 ? kernels::GemmMath::bf16 : kernels::GemmMath::fp16;
     const dscpp_ops g = cuda::cuda_ops(bf16 ? DSCPP_BF16 : DSCPP_F16, &ctx);
     auto on = [](const Half& v) { return On<uint16_t>(v.h); };
+    {  // dropout: the same mask, and the fp32 result rounded once (exactly)
+      const int64_t n = int64_t{1} << 20;
+      const Half x(randoms(n, 109), bf16);
+      On<uint16_t> gx = on(x), gy(zeros16(n));
+      std::vector<float> cy(static_cast<size_t>(n));
+      REQUIRE(g.dropout(&g, gx.p(), gy.p(), n, 0.1f, 5) == DSCPP_OK);
+      REQUIRE(c.dropout(&c, x.f.data(), cy.data(), n, 0.1f, 5) == DSCPP_OK);
+      CHECK(widen(gy.get(), bf16) == Half(cy, bf16).f);
+    }
     {  // linear forward and backward at a GPT-2 MLP's shape
       const int64_t rows = 512, in = 768, out = 3072;
       const Half x(randoms(rows * in, 110), bf16), W(randoms(out * in, 111, -0.05f, 0.05f), bf16),

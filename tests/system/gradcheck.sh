@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `dscpp gradcheck` passes on every shipped model family (also with packed documents) and on the
-# hand-written gpt example, and catches a plugin whose backward is wrong
+# `dscpp gradcheck` passes on every shipped model family (also with packed documents, and LoRA with
+# dropout) and on the hand-written gpt example, and catches a plugin whose backward is wrong
 # (tests/data/plugins/wrong_grad.cpp: one bias gradient counted twice), naming the parameter.
 # Usage: gradcheck.sh DSCPP LLAMA_SO GPT2_SO GPT_SO WRONG_SO SOURCE_ROOT T5_SO
 set -u
@@ -35,6 +35,14 @@ check llama_documents 0 "gradcheck: all 21 parameters" "$LLAMA" --from_hf "$DATA
   --data "$DATA/llama_gqa/tokens.bin" --context 16 --reset_attention_mask --reset_position_ids --eos_id 12
 check mistral_swa 0 "gradcheck: all 21 parameters" "$LLAMA" --from_hf "$DATA/mistral_swa" \
   --data "$DATA/mistral_swa/tokens.bin" --context 16
+# LoRA with lora_dropout 0.3 on every Linear, from PEFT's adapter with random A and B (so A's gradients
+# are not 0): gradcheck's calls share one rng_seed, so the mask is fixed and the loss stays a smooth
+# function of the adapters, the mask applied to drop(x) and to the input's gradient alike.
+mkdir "$WORK/adapter" && cp "$DATA/lora/llama_all/adapter/"* "$WORK/adapter/"
+sed -i 's/"lora_dropout": 0.0/"lora_dropout": 0.3/' "$WORK/adapter/adapter_config.json"
+grep -q '"lora_dropout": 0.3' "$WORK/adapter/adapter_config.json" || { echo "FAIL: no dropout in the adapter"; FAILED=1; }
+check llama_lora_dropout 0 "gradcheck: all 28 parameters" "$LLAMA" --from_hf "$DATA/llama_gqa" \
+  --data "$DATA/llama_gqa/tokens.bin" --context 16 --lora_from "$WORK/adapter"
 check gpt_example 0 "gradcheck: all .* agree" "$GPT" --tokens "$DATA/gpt2/tokens.bin" --vocab_size 96 --context 16 \
   --layers 1 --d_model 32 --heads 2 --sample_chars 0
 check wrong_grad 1 "shift.bias .*FAIL" "$WRONG" --config "$DATA/llama_gqa/config.json" --data "$DATA/llama_gqa/tokens.bin" --context 16

@@ -1,7 +1,8 @@
 // Shared pieces of the ops tests (test_ops.cpp, test_gemm.cpp, test_attention.cpp, the CUDA
 // table's host-stub tests, gpu_parity): the fp32 ops table, random inputs, tolerance checks
-// against fp64 references and central finite differences, and the normwise comparison of sums
-// added in different orders. The tolerance conventions are explained at the top of test_ops.cpp.
+// against fp64 references and central finite differences, the normwise comparison of sums
+// added in different orders, and the dropout mask from its documented formula. The tolerance
+// conventions are explained at the top of test_ops.cpp.
 #pragma once
 
 #include "core/thread_pool.h"
@@ -146,6 +147,27 @@ inline double dot(const DVec& w, const DVec& y) {
   double s = 0;
   for (size_t i = 0; i < y.size(); ++i) s += w[i] * y[i];
   return s;
+}
+
+// The dropout op's mask as model.h documents it (ABI 10), written out here rather than taken from
+// kernels/ops_math.h, so that every table is held to the documented draw: element i of a call with
+// `seed` is kept when the high 32 bits of splitmix64(splitmix64(seed) + i·γ) reach ⌊p·2³²⌋.
+inline uint64_t splitmix64_ref(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline bool dropout_keep_ref(uint64_t seed, int64_t i, float p) {
+  const uint64_t bits = splitmix64_ref(splitmix64_ref(seed) + uint64_t(i) * 0x9E3779B97F4A7C15ull);
+  return (bits >> 32) >= uint64_t(std::floor(double(p) * 4294967296.0));
+}
+// y = x·(keep ? 1/(1 − p) : 0), the scale rounded to fp32 once.
+inline Vec dropout_ref(const Vec& x, float p, uint64_t seed) {
+  const float s = 1.0f / (1.0f - p);
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * (dropout_keep_ref(seed, int64_t(i), p) ? s : 0.0f);
+  return y;
 }
 
 }  // namespace ops_check

@@ -121,6 +121,11 @@ TEST_CASE("16-bit CUDA table: GEMMs and elementwise ops round once", "[cuda_ops_
     REQUIRE(t.half.relu_backward(t.H(), a.h.data(), b.h.data(), y.h.data(), n) == DSCPP_OK);
     REQUIRE(t.C()->relu_backward(t.C(), a.f.data(), b.f.data(), y.f.data(), n) == DSCPP_OK);
     CHECK(y.widened() == y.f);  // a selection: exact
+    // Dropout: the same mask, and x·(1/(1 − p)) rounded once: exactly the fp32 result rounded.
+    REQUIRE(t.half.dropout(t.H(), a.h.data(), y.h.data(), n, 0.3f, 12) == DSCPP_OK);
+    REQUIRE(t.C()->dropout(t.C(), a.f.data(), y.f.data(), n, 0.3f, 12) == DSCPP_OK);
+    for (float& v : y.f) v = round16(v, bf16);
+    CHECK(y.widened() == y.f);
     Pair c = t.nans(size_t(n));
     REQUIRE(t.half.copy(t.H(), a.h.data(), c.h.data(), n) == DSCPP_OK);
     CHECK(c.h == a.h);

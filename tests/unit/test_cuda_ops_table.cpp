@@ -10,9 +10,10 @@
 //    and the table's row-major→column-major operand swap and the stub's swap back give the
 //    very same call, so any difference is a layout mistake.
 //  - Elementwise ops evaluate the same shared element functions (kernels/ops_math.h) and are
-//    bitwise equal, except where the CPU loops contract a·b + c into one FMA (axpy, GELU):
-//    there the error is relative to the terms, not to a result that may cancel to ~0 (which
-//    makes ulps of the result meaningless: axpy measured 127 ulps, 2u of its terms).
+//    bitwise equal (dropout's mask too: the same integer hash), except where the CPU loops
+//    contract a·b + c into one FMA (axpy, GELU): there the error is relative to the terms, not to
+//    a result that may cancel to ~0 (which makes ulps of the result meaningless: axpy measured
+//    127 ulps, 2u of its terms).
 //  - Reductions (layernorm, softmax, biases, cross-entropy, attention, linear layers) add in
 //    other orders (a tree of doubles or a GEMM against SIMD lanes and fused kernels): normwise,
 //    max|a − b| ≤ tol·max|b|, with tol from sum_tol(K) (cuda_table_check.h).
@@ -227,6 +228,17 @@ TEST_CASE("CUDA table (host stub) elementwise ops equal the CPU table's", "[cuda
     REQUIRE(g.relu_backward(&g, a.data(), b.data(), x.data(), n) == DSCPP_OK);
     REQUIRE(c.relu_backward(&c, a.data(), b.data(), y.data(), n) == DSCPP_OK);
     CHECK(bitwise(x, y));
+    // Dropout: one mask on every table (the shared hash of (seed, index)), the documented one.
+    REQUIRE(g.dropout(&g, a.data(), x.data(), n, 0.3f, 99) == DSCPP_OK);
+    REQUIRE(c.dropout(&c, a.data(), y.data(), n, 0.3f, 99) == DSCPP_OK);
+    CHECK(bitwise(x, y));
+    CHECK(bitwise(x, ops_check::dropout_ref(a, 0.3f, 99)));
+    x = a;
+    REQUIRE(g.dropout(&g, x.data(), x.data(), n, 0.3f, 99) == DSCPP_OK);  // in place
+    CHECK(bitwise(x, y));
+    REQUIRE(g.dropout(&g, a.data(), x.data(), n, 0.0f, 99) == DSCPP_OK);  // p = 0 copies
+    CHECK(bitwise(x, a));
+    CHECK(g.dropout(&g, a.data(), x.data(), n, 1.0f, 99) == DSCPP_E_INVALID_ARGUMENT);
   }
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{9, 1}, {9, 5}, {9, 300}, {200, 5}, {200, 300}}) {
     CAPTURE(rows, cols);  // 200 rows: chunked sums through the table's scratch

@@ -142,6 +142,7 @@ TEST_CASE("ops table: every entry set; other dtypes answer UNSUPPORTED", "[ops]"
     CHECK(u.linear_backward(o, a.data(), a.data(), b.data(), c.data(), nullptr, nullptr, nullptr, 2, 2, 2) == U);
     CHECK(u.flash_attention_forward(o, a.data(), m, c.data(), 1, 2, 1, 1, 1) == U);
     CHECK(u.flash_attention_backward(o, a.data(), b.data(), m, a.data(), b.data(), r, 1, 2, 1, 1, 1) == U);
+    CHECK(u.dropout(o, a.data(), b.data(), 4, 0.5f, 1) == U);
   }
 }
 
@@ -500,6 +501,53 @@ TEST_CASE("cross-entropy: loss, counts, ignored rows, backward against finite di
           DSCPP_E_INVALID_ARGUMENT);
     CHECK(ops().cross_entropy_backward(O(), p.data(), bad.data(), d.data(), rows, cols, 1) == DSCPP_E_INVALID_ARGUMENT);
   }
+}
+
+// Dropout's mask is a function of (seed, index) only: the CPU table must draw exactly the documented
+// one (ops_check::dropout_ref), whatever the chunking across threads, in place or not.
+TEST_CASE("dropout: the documented counter-based mask, in place, p = 0, any thread count", "[ops][dropout]") {
+  Restore restore;
+  for (int64_t n : {1, 7, 33, 1000, 100003})
+    for (float p : {0.1f, 0.3f, 0.9f}) {
+      CAPTURE(n, p);
+      const uint64_t seed = 0xDEADBEEF12345ull + uint64_t(n);
+      Vec x = rnd(size_t(n), 95);
+      const Vec want = dropout_ref(x, p, seed);
+      for (int threads : {1, 3}) {
+        dscpp::kernels::set_cpu_threads(threads);
+        Vec y(size_t(n), kNaN);
+        REQUIRE(ops().dropout(O(), x.data(), y.data(), n, p, seed) == DSCPP_OK);
+        CHECK(bitwise(y, want));
+      }
+      Vec z = x;
+      REQUIRE(ops().dropout(O(), z.data(), z.data(), n, p, seed) == DSCPP_OK);  // y aliasing x
+      CHECK(bitwise(z, want));
+      // The backward is the same call on the gradient: dropping the result again with the same seed
+      // zeroes nothing new (the same mask) and scales the kept elements once more.
+      REQUIRE(ops().dropout(O(), z.data(), z.data(), n, p, seed) == DSCPP_OK);
+      CHECK(bitwise(z, dropout_ref(want, p, seed)));
+    }
+  const Vec x = rnd(64, 96);
+  Vec y(64, kNaN);
+  REQUIRE(ops().dropout(O(), x.data(), y.data(), 64, 0.0f, 7) == DSCPP_OK);  // p = 0: a copy
+  CHECK(bitwise(y, x));
+  Vec nan(64, kNaN), yn(64, 0.0f);
+  REQUIRE(ops().dropout(O(), nan.data(), yn.data(), 64, 0.5f, 7) == DSCPP_OK);  // x·0, as torch: NaN stays NaN
+  CHECK(bitwise(yn, nan));
+  const int E = DSCPP_E_INVALID_ARGUMENT;
+  for (float p : {1.0f, -0.1f, 1.5f, kNaN}) CHECK(ops().dropout(O(), x.data(), y.data(), 64, p, 7) == E);
+  CHECK(ops().dropout(O(), x.data(), nullptr, 4, 0.5f, 7) == E);
+  CHECK(ops().dropout(O(), x.data(), y.data(), -1, 0.5f, 7) == E);
+  CHECK(ops().dropout(O(), nullptr, nullptr, 0, 0.5f, 7) == DSCPP_OK);
+  // Seeds one apart (as layers' are) give unrelated masks: they agree on p² + (1 − p)² of the elements.
+  const int64_t n = 1 << 20;
+  const Vec ones(size_t(n), 1.0f);
+  Vec a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  REQUIRE(ops().dropout(O(), ones.data(), a.data(), n, 0.5f, 41) == DSCPP_OK);
+  REQUIRE(ops().dropout(O(), ones.data(), b.data(), n, 0.5f, 42) == DSCPP_OK);
+  int64_t agree = 0;
+  for (int64_t i = 0; i < n; ++i) agree += a[size_t(i)] == b[size_t(i)];
+  CHECK(std::fabs(double(agree) / double(n) - 0.5) < 0.005);
 }
 
 TEST_CASE("results do not depend on the thread count", "[ops][threads]") {

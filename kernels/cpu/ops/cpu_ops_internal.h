@@ -51,7 +51,7 @@ void gelu_rows(const float* x, float* y, int64_t n);
 void gelu_backward_rows(const float* x, const float* dy, float* dx, int64_t n);
 
 // The table's entries (kernels/ops_list.h), defined over the files: gemm.cpp (GEMMs), cpu_ops.cpp
-// (copies to and from the host), elementwise.cpp (fill … relu, bias, SiLU, SwiGLU, copy_2d),
+// (copies to and from the host), elementwise.cpp (fill … relu, bias, SiLU, SwiGLU, copy_2d, dropout),
 // norm_rope.cpp (RMSNorm, rotary embeddings), row_ops.cpp (layer norm,
 // softmaxes, embedding, cross-entropy), attention.cpp (fused causal attention), linear.cpp
 // (linear layers with fused epilogues), biased_attention.cpp (relative position bias, masked softmax). Each checks

@@ -1,4 +1,4 @@
-// Elementwise ops, bias, activations (GELU, ReLU, SiLU, SwiGLU) and strided copies of the CPU
+// Elementwise ops, bias, activations (GELU, ReLU, SiLU, SwiGLU), strided copies and dropout of the CPU
 // ops table. Each kernel is a DSCPP_SIMD function over one contiguous chunk; parallel_for hands
 // chunks of at least kGrainElements to the pool's threads, aligned to 16 floats so no two
 // threads write one cache line.
@@ -94,6 +94,13 @@ DSCPP_SIMD void swiglu_bwd_k(const float* gate, const float* up, const float* dy
     dgate[i] = d * u * hd::silu_grad(g);
     dup[i] = d * hd::silu(g);
   }
+}
+
+// Elements first … first + n − 1 of the call's mask: the index is the element's in the whole
+// tensor, so the mask does not depend on how the pool splits it. The hash is 64-bit integer work
+// (two multiplies an element); the x86-64-v4 clone does it in AVX-512 lanes (vpmullq).
+DSCPP_SIMD void dropout_k(const float* x, float* y, int64_t n, int64_t first, hd::DropoutDraw d) {
+  for (int64_t i = 0; i < n; ++i) y[i] = hd::dropout(x[i], d, first + i);
 }
 
 DSCPP_SIMD void add_into_k(const float* x, float* y, int64_t n) {
@@ -280,6 +287,17 @@ int copy_2d(const dscpp_ops* o, const void* src, int64_t src_ld, void* dst, int6
       else std::memcpy(pd + r * dst_ld, ps + r * src_ld, static_cast<size_t>(cols) * sizeof(float));
     }
   });
+  return DSCPP_OK;
+}
+
+int dropout(const dscpp_ops* o, const void* x, void* y, int64_t n, float p, uint64_t seed) {
+  if (int s = check_table(o)) return s;
+  if (n < 0 || bad_ptr(x, n) || bad_ptr(y, n) || !dropout_p_ok(p)) return DSCPP_E_INVALID_ARGUMENT;
+  if (p == 0.0f) return copy(o, x, y, n);
+  const hd::DropoutDraw d = hd::dropout_draw(p, seed);
+  const auto* px = static_cast<const float*>(x);
+  auto* py = static_cast<float*>(y);
+  chunked(n, kGeluGrain, [&](int64_t b, int64_t e) { dropout_k(px + b, py + b, e - b, b, d); });
   return DSCPP_OK;
 }
 

@@ -9,14 +9,21 @@
 # holding transformers' logits, loss, gradients and the parameters after 3
 # AdamW steps.  These are committed so that CI can check dscpp's model
 # loading, forward, backward and optimizer against transformers without
-# needing Python, torch or transformers.
+# needing Python, torch or transformers.  make_lora.py then puts PEFT LoRA
+# adapters on three of these models and writes lora/<case>/ (PEFT's adapter
+# files, the loss, the adapter gradients, one SGD step and merge_and_unload's
+# weights; README.md, "LoRA").
 #
 # Usage: tests/data/hf/make.sh [--check] [VENV_DIR]
 #        tests/data/hf/make.sh --load-export MODEL_NAME EXPORT_DIR
 #                              [--expect initial|after3] [VENV_DIR]
 #   VENV_DIR defaults to ${TMPDIR:-/tmp}/dscpp-hf-venv.  It is created with
 #   Debian's python3 and its system site packages (python3-torch 1.13), plus
-#   transformers==4.44.2 and safetensors from PyPI.
+#   transformers==4.44.2 and safetensors from PyPI, and peft==0.12.0 with
+#   --no-deps (its metadata wants torch>=1.13.0, which Debian's 1.13.0a0 is not)
+#   plus what it imports that is missing (accelerate==0.33.0 --no-deps, psutil,
+#   jinja2 for the model card save_pretrained writes), and sacrebleu==2.6.0
+#   (make_t5.py).
 #   Without --check: rewrite the data under tests/data/hf/.
 #   With --check: generate into a temporary directory and compare every file
 #   byte for byte with the committed ones; a reference.safetensors that differs
@@ -32,6 +39,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 models=(llama_gqa llama3_tied gpt2 qwen2 mistral_swa)
 seq2seq_models=(t5_v10 t5_v11)  # made by make_t5.py
+# lora/<case>/ (LoRA adapters on the models above) is made by make_lora.py
 
 check=0
 venv=""
@@ -53,7 +61,7 @@ while [[ $# -gt 0 ]]; do
       if [[ $# -lt 1 ]]; then echo "make.sh: --expect needs initial or after3" >&2; exit 2; fi
       expect="$1"; shift
       case "$expect" in initial|after3) ;; *) echo "make.sh: --expect $expect: use initial or after3" >&2; exit 2 ;; esac ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     -*) echo "make.sh: unknown option $arg" >&2; exit 2 ;;
     *)
       if [[ -n "$venv" ]]; then echo "make.sh: more than one VENV_DIR" >&2; exit 2; fi
@@ -76,6 +84,17 @@ if ! "$venv/bin/python" -c 'import transformers, safetensors, sys; sys.exit(tran
   echo "make.sh: installing transformers==4.44.2 safetensors into $venv"
   "$venv/bin/pip" install -q transformers==4.44.2 safetensors
 fi
+if ! "$venv/bin/python" -c 'import sacrebleu' 2>/dev/null; then  # make_t5.py scores its outputs with it
+  echo "make.sh: installing sacrebleu==2.6.0 into $venv"
+  "$venv/bin/pip" install -q sacrebleu==2.6.0
+fi
+if ! "$venv/bin/python" -c 'import peft, sys; sys.exit(peft.__version__ != "0.12.0")' 2>/dev/null; then
+  echo "make.sh: installing peft==0.12.0 (--no-deps) into $venv"
+  "$venv/bin/python" -c 'import accelerate' 2>/dev/null || "$venv/bin/pip" install -q --no-deps accelerate==0.33.0
+  "$venv/bin/python" -c 'import psutil' 2>/dev/null || "$venv/bin/pip" install -q psutil
+  "$venv/bin/python" -c 'import jinja2' 2>/dev/null || "$venv/bin/pip" install -q jinja2
+  "$venv/bin/pip" install -q --no-deps peft==0.12.0
+fi
 
 # Keep the run single-threaded and quiet.
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES=""
@@ -89,12 +108,14 @@ fi
 if [[ "$check" == 0 ]]; then
   "$venv/bin/python" "$here/make_parity.py" "$here"
   "$venv/bin/python" "$here/make_t5.py" "$here"
+  "$venv/bin/python" "$here/make_lora.py" "$here"
   exit 0
 fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/dscpp-hf-check.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-{ "$venv/bin/python" "$here/make_parity.py" "$tmp" && "$venv/bin/python" "$here/make_t5.py" "$tmp"; } >"$tmp.log" 2>&1 || {
+{ "$venv/bin/python" "$here/make_parity.py" "$tmp" && "$venv/bin/python" "$here/make_t5.py" "$tmp" &&
+  "$venv/bin/python" "$here/make_lora.py" "$tmp"; } >"$tmp.log" 2>&1 || {
   cat "$tmp.log" >&2; rm -f "$tmp.log"; exit 1; }
 rm -f "$tmp.log"
 
@@ -102,7 +123,7 @@ status=0
 nfiles=0
 rounded=0
 out=""
-for m in "${models[@]}" "${seq2seq_models[@]}"; do
+for m in "${models[@]}" "${seq2seq_models[@]}" lora; do
   # Files generated now: each must exist in the committed tree and be identical.
   while IFS= read -r -d '' f; do
     rel="${f#"$tmp"/}"

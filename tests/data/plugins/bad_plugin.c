@@ -11,7 +11,7 @@
 #if BAD_VARIANT != 1
 
 static dscpp_param_desc params[1] = {
-    {"weight", 2, {4, 2, 0, 0}, DSCPP_INIT_NORMAL, 0.1f, NULL, NULL, 0, DSCPP_ROLE_WEIGHT}};
+    {"weight", 2, {4, 2, 0, 0}, DSCPP_INIT_NORMAL, 0.1f, NULL, NULL, 0, DSCPP_ROLE_WEIGHT, 0, 0}};
 
 static int create(int argc, const char* const* argv, const dscpp_host_info* host, void** model, dscpp_error* err) {
   (void)argc; (void)argv; (void)host; (void)err;
