@@ -2,6 +2,7 @@
 // against the pool, and the small parsers that feed them.
 #include "launcher/resources.h"
 
+#include "core/edit_distance.h"
 #include "core/error.h"
 #include "launcher/hostfile.h"
 
@@ -34,21 +35,6 @@ int parse_id(std::string_view s) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || value < 0) return -1;
   return value;
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
 }
 
 const HostSlots& find_host(const ResourcePool& pool, const NodeSpec& spec, std::string_view flag,

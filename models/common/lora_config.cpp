@@ -1,3 +1,4 @@
+#include "core/edit_distance.h"
 #include "lora_config.h"
 
 #include <nlohmann/json.hpp>
@@ -31,21 +32,6 @@ const std::map<std::string, std::string> kKeys = {
     {"rslora", "rslora"},
     {"use_rslora", "rslora"},
 };
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
 
 std::string closest_key(const std::string& word) {
   std::string best;
