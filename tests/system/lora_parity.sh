@@ -8,8 +8,10 @@
 #      and 2 ranks, and the base weights come out bit for bit as they went in;
 #   3. merge: `dscpp export-hf --merge` of the adapter equals merge_and_unload's weights;
 #   4. a fresh adapter (--lora SPEC: B = 0) starts at the base model's loss;
-#   5. PEFT loads the adapter dscpp trained and gives dscpp's eval loss for it (Python, when the
+#   5. a fresh adapter trained on instruction data at ZeRO 3 on 2 ranks through the launcher,
+#      exported with --adapter, loads in PEFT and gives dscpp's eval loss for it (Python, when the
 #      reference environment is installed);
+#   and cuda-sim's gradients, an exact resume, bf16 with offloaded parameters and optimizer;
 #   6. bad input is refused by name: r 0, a target that matches nothing, an adapter of another
 #      base, an unknown key — and nothing is saved.
 # Tolerances as hf_parity's (measured there on the same models): losses |Δ| ≤ 2e-6; gradients
@@ -49,6 +51,7 @@ config() {  # config FILE STAGE MICRO
  "zero_allow_untested_optimizer": true}
 JSON
 }
+base_loss=$("$COMPARE" --print "$HF/llama_gqa/reference.safetensors" loss)
 eval_loss() { sed -n 's/.*eval only: loss \([0-9.]*\),.*/\1/p' "$1"; }
 
 for c in llama_qv llama_all gpt2_attn qwen2_regex; do
@@ -59,7 +62,7 @@ for c in llama_qv llama_all gpt2_attn qwen2_regex; do
   if run "$c" 1 "$WORK/eval.json" "$WORK/$c.eval.log" --eval_only -- --lora_from "$adapter" &&
     got=$(eval_loss "$WORK/$c.eval.log") && close "$got" "$want" 2e-6; then
     pass "$c forward: loss $got, PEFT $want"
-  else fail "$c forward: loss '${got:-}', PEFT $want"; tail -5 "$WORK/$c.eval.log"; fi
+  else fail "$c forward: loss '${got:-}', PEFT $want"; tail -n 5 "$WORK/$c.eval.log"; fi
 
   # 2. backward
   cases="0:1 1:1 2:1 3:1 0:2 1:2 2:2 3:2"
@@ -70,14 +73,13 @@ for c in llama_qv llama_all gpt2_attn qwen2_regex; do
     if ! run "$c" "$ranks" "$WORK/$tag.json" "$WORK/$tag.log" --steps 1 --no_eval --save_dir "$WORK/$tag.ckpt" \
       -- --lora_from "$adapter" ||
       ! "$DSCPP" export-hf -q --adapter "$WORK/$tag.ckpt" "$WORK/$tag.adapter" > "$WORK/$tag.export.log" 2>&1; then
-      fail "$tag: run or export"; tail -20 "$WORK/$tag.log" "$WORK/$tag.export.log"; continue
+      fail "$tag: run or export"; tail -n 20 "$WORK/$tag.log" "$WORK/$tag.export.log"; continue
     fi
     if out=$("$COMPARE" "$WORK/$tag.adapter/adapter_model.safetensors" "$HF/lora/$c/reference.safetensors" \
       --b_prefix grad. --minus_from "$adapter/adapter_model.safetensors" --normwise 1 --rtol 1e-5 --complete 1 2>&1) &&
       out2=$("$COMPARE" "$base/model.safetensors" "$WORK/$tag.ckpt/global_step1/frozen.safetensors" 2>&1); then
       pass "$c gradients, ZeRO $stage on $ranks rank(s): ${out##*compared }; base bit for bit: ${out2##*compared }"
     else fail "$c gradients, ZeRO $stage on $ranks rank(s): ${out:-} ${out2:-}"; fi
-    [ "$tag" = "$c.s0.r1" ] && cp -r "$WORK/$tag.adapter" "$WORK/$c.trained"
     rm -rf "$WORK/$tag.ckpt" "$WORK/$tag.adapter"
   done
 
@@ -89,30 +91,87 @@ for c in llama_qv llama_all gpt2_attn qwen2_regex; do
     out=$("$COMPARE" "$WORK/$c.merged/model.safetensors" "$HF/lora/$c/reference.safetensors" --b_prefix merged. \
       --atol 1e-6 --complete 1 2>&1); then
     pass "$c merge = merge_and_unload: ${out##*compared }"
-  else fail "$c merge: ${out:-run or export failed}"; tail -5 "$WORK/$c.merge.log" "$WORK/$c.merge.export.log"; fi
+  else fail "$c merge: ${out:-run or export failed}"; tail -n 5 "$WORK/$c.merge.log" "$WORK/$c.merge.export.log"; fi
   rm -rf "$WORK/$c.m.ckpt" "$WORK/$c.merged"
 done
 
+# The CUDA code path (cuda-sim: the CUDA table's kernels on the CPU): gradients as on the CPU table.
+config "$WORK/sim.json" 0 4
+tag=sim
+if run llama_all 1 "$WORK/sim.json" "$WORK/$tag.log" --device cuda-sim --steps 1 --no_eval --save_dir "$WORK/$tag.ckpt" \
+  -- --lora_from "$HF/lora/llama_all/adapter" &&
+  "$DSCPP" export-hf -q --adapter "$WORK/$tag.ckpt" "$WORK/$tag.adapter" > /dev/null 2>&1 &&
+  out=$("$COMPARE" "$WORK/$tag.adapter/adapter_model.safetensors" "$HF/lora/llama_all/reference.safetensors" \
+    --b_prefix grad. --minus_from "$HF/lora/llama_all/adapter/adapter_model.safetensors" --normwise 1 --rtol 1e-5 \
+    --complete 1 2>&1); then
+  pass "llama_all on cuda-sim: gradients ${out##*compared }"
+else fail "llama_all on cuda-sim: ${out:-run or export failed}"; tail -n 5 "$WORK/$tag.log"; fi
+
+# Exact resume: 2 AdamW steps, then 2 more from the checkpoint = 4 at once, bit for bit (ZeRO 3, 2 ranks).
+adamw() {  # adamw FILE [zero_optimization extras] [top-level extras]
+  cat > "$1" <<JSON
+{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage": 3 ${2:-}}, ${3:-}
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}}
+JSON
+}
+adamw "$WORK/adamw.json"
+A=(-- --lora_from "$HF/lora/llama_qv/adapter")
+if run llama_qv 2 "$WORK/adamw.json" "$WORK/r.a.log" --steps 4 --no_eval --save_dir "$WORK/r.a" "${A[@]}" &&
+  run llama_qv 2 "$WORK/adamw.json" "$WORK/r.b.log" --steps 2 --no_eval --save_dir "$WORK/r.b" "${A[@]}" &&
+  run llama_qv 2 "$WORK/adamw.json" "$WORK/r.c.log" --steps 4 --no_eval --load_dir "$WORK/r.b" --save_dir "$WORK/r.b" \
+    "${A[@]}" &&
+  "$DSCPP" export-hf -q --adapter "$WORK/r.a" "$WORK/r.a.adapter" > /dev/null 2>&1 &&
+  "$DSCPP" export-hf -q --adapter "$WORK/r.b" "$WORK/r.b.adapter" > /dev/null 2>&1 &&
+  out=$("$COMPARE" "$WORK/r.b.adapter/adapter_model.safetensors" "$WORK/r.a.adapter/adapter_model.safetensors" \
+    --complete 1 2>&1); then
+  pass "resumed at step 2 = uninterrupted, bit for bit: ${out##*compared }"
+else fail "LoRA resume: ${out:-run failed}"; tail -n 5 "$WORK"/r.*.log; fi
+
+# bf16 with the parameters and the optimizer offloaded: the adapter trains, the base is bf16's rounding.
+adamw "$WORK/bf16.json" ', "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}' \
+  '"bf16": {"enabled": true},'
+if run llama_qv 2 "$WORK/bf16.json" "$WORK/bf16.log" --steps 3 --no_eval --save_dir "$WORK/bf16.ckpt" \
+  -- --lora "r=4,alpha=8,target=q_proj,v_proj" &&
+  out=$("$COMPARE" "$HF/llama_gqa/model.safetensors" "$WORK/bf16.ckpt/global_step3/frozen.safetensors" --rtol 4e-3 \
+    --atol 1e-30 2>&1) &&
+  l=$(sed -n 's/.*step 3\/3 | loss \([0-9.]*\).*/\1/p' "$WORK/bf16.log") && [ -n "$l" ] &&
+  awk -v a="$l" -v b="$base_loss" 'BEGIN { exit !(a < b) }'; then
+  pass "bf16 + offload at stage 3: loss $l after 3 steps (base $base_loss); base weights bf16's rounding: ${out##*compared }"
+else fail "bf16 + offload: ${out:-run failed} loss '${l:-}'"; tail -n 5 "$WORK/bf16.log"; fi
+
 # 4. a fresh adapter starts where the base model is (B = 0), and trains
 config "$WORK/fresh.json" 3 2
-base_loss=$("$COMPARE" --print "$HF/llama_gqa/reference.safetensors" loss)
 if run llama_qv 2 "$WORK/fresh.json" "$WORK/fresh.log" --steps 2 --eval_interval 1 --save_dir "$WORK/fresh.ckpt" \
   -- --lora "r=8,alpha=16,target=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"; then
   first=$(sed -n 's/.*step 1\/2 | loss \([0-9.]*\).*/\1/p' "$WORK/fresh.log")
   close "$first" "$base_loss" 1e-4 && pass "fresh --lora: step 1 loss $first = the base model's $base_loss" ||
     fail "fresh --lora: step 1 loss '$first', base $base_loss"
-else fail "fresh --lora run"; tail -10 "$WORK/fresh.log"; fi
+else fail "fresh --lora run"; tail -n 10 "$WORK/fresh.log"; fi
 
-# 5. PEFT loads what dscpp trained and gives dscpp's loss for it
+# 5. The fine-tuning a user runs: 2 ranks at ZeRO 3 through the launcher, a fresh adapter on
+#    instruction data (ids and labels, loss on the answers), exported for PEFT; PEFT loads it and
+#    gives dscpp's loss on the reference batch.
 PY=${DSCPP_HF_PYTHON:-/opt/dscpp-hf-venv/bin/python}
-if [ -x "$PY" ] && "$PY" -c "import peft" 2> /dev/null && [ -d "$WORK/llama_qv.trained" ]; then
-  config "$WORK/eval.json" 0 4
-  run llama_qv 1 "$WORK/eval.json" "$WORK/trained.eval.log" --eval_only -- --lora_from "$WORK/llama_qv.trained"
-  ours=$(eval_loss "$WORK/trained.eval.log")
-  theirs=$("$PY" "$SRC/tests/tools/peft_loss.py" "$HF/llama_gqa" "$WORK/llama_qv.trained" "$HF/lora/llama_qv/reference.safetensors" 2>&1 | tail -1)
-  close "$ours" "$theirs" 2e-6 && pass "PEFT loads dscpp's trained adapter: loss $theirs, dscpp $ours" ||
-    fail "PEFT on dscpp's adapter: PEFT '$theirs', dscpp '$ours'"
-else echo "skip: PEFT check (no $PY with peft)"; fi
+awk 'BEGIN { srand(7); for (n = 0; n < 24; ++n) { ids = ""; labels = ""; len = 6 + n % 9;
+  for (i = 0; i < len; ++i) { t = int(rand() * 96); ids = ids (i ? ", " : "") t; labels = labels (i ? ", " : "") (i < 3 ? -100 : t) }
+  printf "{\"input_ids\": [%s], \"labels\": [%s]}\n", ids, labels } }' > "$WORK/sft.jsonl"
+adamw "$WORK/zero3.json"
+if "$DSCPP" --num_procs 2 --master_port "$(port)" "$LLAMA" --deepspeed_config "$WORK/zero3.json" --steps 4 --no_eval \
+  --save_dir "$WORK/story" -- --from_hf "$HF/llama_gqa" --lora "r=16,alpha=32,target=q_proj,v_proj" \
+  --sft_data "$WORK/sft.jsonl" --packing --context 16 > "$WORK/story.log" 2>&1 &&
+  "$DSCPP" export-hf -q --adapter "$WORK/story" "$WORK/story.adapter" > "$WORK/story.export.log" 2>&1 &&
+  config "$WORK/eval.json" 0 4 &&
+  run llama_qv 1 "$WORK/eval.json" "$WORK/story.eval.log" --eval_only -- --lora_from "$WORK/story.adapter"; then
+  ours=$(eval_loss "$WORK/story.eval.log")
+  if [ -x "$PY" ] && "$PY" -c "import peft" 2> /dev/null; then
+    theirs=$("$PY" "$SRC/tests/tools/peft_loss.py" "$HF/llama_gqa" "$WORK/story.adapter" \
+      "$HF/lora/llama_qv/reference.safetensors" 2>&1 | tail -n 1)
+    close "$ours" "$theirs" 2e-6 &&
+      pass "an adapter trained on instruction data at ZeRO 3 on 2 ranks loads in PEFT: loss $theirs, dscpp $ours" ||
+      fail "PEFT on dscpp's adapter: PEFT '$theirs', dscpp '$ours'"
+  else echo "skip: PEFT check (no $PY with peft); dscpp's eval loss of the adapter: $ours"; fi
+else fail "fine-tuning run, export or eval"; tail -n 5 "$WORK/story.log" "$WORK/story.export.log" "$WORK/story.eval.log"; fi
 
 # 6. refusals
 expect_error() {  # expect_error WHAT PATTERN CASE [run args...]
@@ -120,7 +179,7 @@ expect_error() {  # expect_error WHAT PATTERN CASE [run args...]
   shift 2
   if run "$@" > /dev/null; then fail "$what: accepted"; return; fi
   if grep -q -- "$pattern" "$WORK/err.log"; then pass "$what: $(grep -m1 -o -- "$pattern.*" "$WORK/err.log" | cut -c1-160)"
-  else fail "$what: expected '$pattern'"; tail -3 "$WORK/err.log"; fi
+  else fail "$what: expected '$pattern'"; tail -n 3 "$WORK/err.log"; fi
 }
 config "$WORK/err.json" 0 4
 expect_error "r 0" "r must be" llama_qv 1 "$WORK/err.json" "$WORK/err.log" --steps 1 --save_dir "$WORK/none" \
