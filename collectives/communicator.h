@@ -208,6 +208,13 @@ struct CommOptions {
   Millis timeout{std::chrono::minutes(30)};
   Millis connect_timeout{std::chrono::seconds(300)};
   bool check_schedule = false;   // compare every operation across ranks (schedule_check.h)
+  // The rendezvous store's security (docs/security.md), read only for worlds of several ranks:
+  // the job's secret (DSCPP_JOB_SECRET or DSCPP_JOB_SECRET_FILE), without which create_world
+  // refuses to host or join the store unless insecure_store (DSCPP_INSECURE_STORE=1); and the
+  // address rank 0 listens on ("" = MASTER_ADDR's; DSCPP_STORE_BIND).
+  std::string job_secret;
+  bool insecure_store = false;
+  std::string store_bind;
 };
 
 // The world of a job plus its node-local and cross-node groups, and the store that made them.

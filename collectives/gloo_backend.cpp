@@ -585,6 +585,9 @@ std::unique_ptr<Backend> make_gloo_backend(const GroupContext& context) {
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;
+    // The address this rank reaches the master from (loopback when the job is on one host): gloo's
+    // pairs take the first connection that arrives and carry data in the clear, and the gloo this
+    // builds against has no TLS transport, so no wider than that (docs/security.md).
     attr.hostname = context.address;
     device = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {

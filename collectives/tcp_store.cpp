@@ -1,10 +1,12 @@
-// TcpStore's client: a pool of connections to the server rank 0 runs (tcp_store_server.cpp);
-// the wire format is in tcp_store_wire.h.
+// TcpStore's client: a pool of connections to the server rank 0 runs (tcp_store_server.cpp),
+// each authenticated when opened (store_auth.h); the wire format is in tcp_store_wire.h.
 #include "collectives/tcp_store.h"
 
 #include "collectives/tcp_store_wire.h"
+#include "core/job_secret.h"
 #include "core/log.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
@@ -39,8 +41,20 @@ struct TcpStore::Impl {
   std::string gone;  // set once the host is known to have closed on us; later calls fail fast
   std::atomic<bool> connected_once{false};
 
+  std::string key;  // what both sides prove: the secret, or the public insecure key
+
   explicit Impl(const TcpStoreOptions& o) : options(o) {
-    if (o.host_server) server = StoreServer::start(o.port);
+    if (o.secret.empty() && !o.insecure) fail("rendezvous store: {}", no_job_secret_message());
+    key = o.secret.empty() ? std::string(store_auth::kInsecureKey) : o.secret;
+    if (o.host_server) {
+      ServerOptions so;
+      so.port = o.port;
+      so.bind_addr = listen_address(o.addr, o.bind_addr);
+      so.key = key;
+      so.handshake_timeout = o.handshake_timeout;
+      so.max_unauthenticated = o.max_unauthenticated;
+      server = StoreServer::start(so);
+    }
     port = server ? server->port() : o.port;
     where = o.addr.find(':') == std::string::npos ? fmt::format("{}:{}", o.addr, port)
                                                   : fmt::format("[{}]:{}", o.addr, port);
@@ -52,12 +66,40 @@ struct TcpStore::Impl {
     server.reset();
   }
 
+  // Where the server listens (TcpStoreOptions::bind_addr): "" for every interface.
+  static std::string listen_address(const std::string& addr, const std::string& bind) {
+    if (bind == "0.0.0.0" || bind == "::" || bind == "*") return "";
+    if (!bind.empty()) return bind;
+    unsigned char raw[sizeof(in6_addr)];
+    bool literal = ::inet_pton(AF_INET, addr.c_str(), raw) == 1 || ::inet_pton(AF_INET6, addr.c_str(), raw) == 1;
+    if (literal || addr == "localhost") return addr;
+    // Debian-style hosts map their own name to 127.0.1.1, while other hosts resolve it to an
+    // address they can reach: listening on loopback would lock them out.
+    addrinfo hints{}, *found = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    if (::getaddrinfo(addr.c_str(), nullptr, &hints, &found) != 0 || !found) return addr;  // the bind names it
+    bool loopback = false;
+    if (found->ai_family == AF_INET)
+      loopback = (ntohl(reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (found->ai_family == AF_INET6)
+      loopback = IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr);
+    ::freeaddrinfo(found);
+    if (!loopback) return addr;
+    log::warn(
+        "rendezvous store: MASTER_ADDR={} resolves to a loopback address on this host, which other hosts "
+        "cannot reach, so the store listens on every interface; give an IP address (--master_addr) or set "
+        "DSCPP_STORE_BIND to choose",
+        addr);
+    return "";
+  }
+
   int open_connection() {
     auto start = Clock::now();
     auto deadline = start + options.connect_timeout;
     thread_local std::minstd_rand jitter(std::random_device{}());
     std::string last_error = "no attempt made";
     int last_errno = 0;
+    int drops = 0;  // handshakes the server cut short: back off further after each
     for (;;) {
       {
         std::lock_guard lock(mutex);
@@ -65,18 +107,85 @@ struct TcpStore::Impl {
       }
       int fd = try_connect(deadline, last_error, last_errno);
       if (fd >= 0) {
-        connected_once = true;
-        return fd;
+        std::string lost = handshake(fd);
+        if (lost.empty()) {
+          connected_once = true;
+          return fd;
+        }
+        ::close(fd);
+        last_error = lost;
+        last_errno = 0;
+        ++drops;
       }
       if (connected_once && last_errno == ECONNREFUSED)
         throw declare_gone(fmt::format("it served this process earlier, now connecting says: {}", last_error));
       if (Clock::now() >= deadline)
         fail("rendezvous store at {} (hosted by rank 0) not reachable after {:.1f} s: {}", where, seconds_since(start),
              last_error);
-      // Jittered so thousands of ranks waiting for a late host do not retry in lockstep.
-      auto pause = Millis(50 + jitter() % 50);
+      // Jittered so thousands of ranks waiting for a late host do not retry in lockstep; longer
+      // after each dropped handshake (the server is shedding a flood of connections).
+      auto base = Millis(50) * (1 << std::min(drops, 4));
+      auto pause = base + Millis(jitter() % base.count());
       std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
     }
+  }
+
+  // Proves the secret on a fresh connection and checks the server's proof. "" when both hold;
+  // else why the connection was lost (the caller retries). Throws when the store refused this
+  // client or is not this job's store: retrying would get the same answer.
+  std::string handshake(int fd) {
+    auto deadline = Clock::now() + options.handshake_timeout;
+    store_auth::ClientHandshake hs(options.name);
+    try {
+      std::string banner, challenge, reply;
+      if (std::string lost = read_handshake_frame(fd, banner, deadline); !lost.empty()) return lost;
+      if (std::string lost = read_handshake_frame(fd, challenge, deadline); !lost.empty()) return lost;
+      std::string hello = hs.answer(key, banner, challenge);
+      for (std::string_view out = hello; !out.empty();) {
+        ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+        if (n > 0) out.remove_prefix(static_cast<size_t>(n));
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+          return fmt::format("the handshake could not be sent: {}", std::strerror(errno));
+        if (n < 0 && errno != EINTR && poll_until(fd, POLLOUT, deadline) == 0) return "the handshake could not be sent";
+      }
+      if (std::string lost = read_handshake_frame(fd, reply, deadline); !lost.empty()) return lost;
+      hs.check_reply(key, reply);
+      return "";
+    } catch (const Error& e) {
+      ::close(fd);
+      fail("rendezvous store at {} (hosted by rank 0): the handshake of {} failed: {}", where, options.name, e.what());
+    }
+  }
+
+  // One handshake frame's body into `out`; "" or why the connection was lost.
+  std::string read_handshake_frame(int fd, std::string& out, Clock::time_point deadline) {
+    char header[4];
+    auto read_exactly = [&](char* buf, size_t n) -> std::string {
+      for (size_t got = 0; got < n;) {
+        if (poll_until(fd, POLLIN, deadline) == 0)
+          return fmt::format(
+              "no handshake from the store within {:g} s (an older dscpp build, wire version 1, "
+              "listening there?)",
+              seconds(options.handshake_timeout));
+        ssize_t r = ::recv(fd, buf + got, n - got, 0);
+        if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
+          return fmt::format(
+              "the store closed the connection during the handshake ({}; it drops connections that "
+              "are slow to prove themselves when many are waiting); retrying",
+              r == 0 ? "end of stream" : std::strerror(errno));
+        got += static_cast<size_t>(std::max<ssize_t>(r, 0));
+      }
+      return "";
+    };
+    if (std::string lost = read_exactly(header, 4); !lost.empty()) return lost;
+    uint32_t len = load<uint32_t>(header);
+    if (len == 0 || len > store_auth::kMaxHandshakeFrame)
+      fail(
+          "expected a handshake frame of 1-{} bytes, found a length of {} (is something other than a dscpp store "
+          "listening there?)",
+          store_auth::kMaxHandshakeFrame, len);
+    out.resize(len);
+    return read_exactly(out.data(), len);
   }
 
   int try_connect(Clock::time_point deadline, std::string& error, int& code) {

@@ -6,10 +6,12 @@
 // are little-endian i64. A connection carries one request at a time, except that a client
 // whose get/wait deadline passed sends CANCEL; the server then answers the parked request with
 // the keys still missing, or ignores the cancel if the answer already left, so either way
-// exactly one reply follows.
+// exactly one reply follows. Before any request, a connection goes through the handshake of
+// store_auth.h (wire version 2), which proves on both sides that the peer holds the job's secret.
 #pragma once
 
 #include "collectives/store.h"
+#include "collectives/store_auth.h"
 
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -39,7 +41,7 @@ constexpr size_t kMaxFrame = kMaxValue + 2 * kMaxKey + 64;
 constexpr auto kReplyTimeout = std::chrono::seconds(300);
 constexpr size_t kIdleConnections = 8;
 
-enum Op : uint8_t { kSet = 1, kGet, kAdd, kWait, kCheck, kErase, kCancel };
+enum Op : uint8_t { kSet = 1, kGet, kAdd, kWait, kCheck, kErase, kCancel, kHello, kChallenge };
 // kFailed: the request was wrong (bad counter); kBroken: the stream was, and the server hangs up.
 enum Status : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2, kBroken = 3 };
 
@@ -138,10 +140,18 @@ inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+struct ServerOptions {
+  int port = 0;           // 0: any free port
+  std::string bind_addr;  // an address of this host, or "" for every interface
+  std::string key;        // what every client must prove (store_auth.h)
+  Millis handshake_timeout{store_auth::kHandshakeTimeout};
+  size_t max_unauthenticated = store_auth::kMaxUnauthenticated;
+};
+
 // The server side: rank 0 runs one on its own thread for the life of its TcpStore.
 class StoreServer {
  public:
-  static std::unique_ptr<StoreServer> start(int port);  // port 0: any free port
+  static std::unique_ptr<StoreServer> start(const ServerOptions& options);
   virtual ~StoreServer() = default;
   virtual int port() const = 0;
 };

@@ -2,6 +2,7 @@
 #include "build_config.h"
 #include "collectives/communicator.h"
 #include "collectives/tcp_store.h"
+#include "core/job_secret.h"
 #include "core/knobs.h"
 #include "core/log.h"
 #include "core/rank_discovery.h"
@@ -150,12 +151,22 @@ World create_world(const CommOptions& o) {
     fail("rank {} is not within a world of {} ranks", o.rank, o.world_size);
   World w;
   if (o.world_size == 1) {
-    w.store = std::make_shared<MemoryStore>();
+    w.store = std::make_shared<MemoryStore>();  // no socket: nothing to secure
   } else {
+    if (o.job_secret.empty() && !o.insecure_store) fail("rank {}: {}", o.rank, no_job_secret_message());
+    if (o.job_secret.empty())
+      log::warn(
+          "rank {}: {}=1: the rendezvous store at {}:{} runs WITHOUT a job secret; anyone who can reach it can "
+          "join this job, read and change what the ranks exchange, or stop it (docs/security.md)",
+          o.rank, kInsecureStoreVar, o.master_addr, o.master_port);
     TcpStoreOptions so;
     so.addr = o.master_addr;
     so.port = o.master_port;
     so.host_server = o.rank == 0;
+    so.bind_addr = o.store_bind;
+    so.secret = o.job_secret;
+    so.insecure = o.job_secret.empty();
+    so.name = fmt::format("rank {} (pid {} on {})", o.rank, ::getpid(), host_name());
     so.connect_timeout = o.connect_timeout;
     so.reply_timeout = store_reply_timeout(o.timeout);
     w.store = std::make_shared<TcpStore>(so);
@@ -310,6 +321,12 @@ CommOptions comm_options_from_env() {
       fail("DSCPP_CHECK_SCHEDULE='{}': expected 1 (check every collective across ranks) or 0", *v);
   }
   o.started_by_mpi = env("OMPI_COMM_WORLD_SIZE").has_value() || env("PMIX_RANK").has_value();
+  // A rank alone keeps its store in memory: it needs no secret, and a stray one is not read.
+  if (o.world_size > 1) {
+    if (auto secret = job_secret_from_env()) o.job_secret = secret->value;
+    o.insecure_store = insecure_store_from_env();
+    if (auto v = env("DSCPP_STORE_BIND")) o.store_bind = *v;
+  }
   return o;
 }
 

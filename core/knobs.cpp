@@ -34,6 +34,20 @@ constexpr std::array kKnobs{
          "small buffers."},
     Knob{"DSCPP_SHM_SLOT_KB", "communication", "KiB, 4 to 65536", "512",
          "The size of each rank's slot in the shared-memory backend's segment (other values are ignored)."},
+    Knob{"DSCPP_JOB_SECRET", "communication", "at least 32 characters, e.g. `openssl rand -hex 32`",
+         "set by dscpp for the ranks it starts; otherwise DSCPP_JOB_SECRET_FILE",
+         "The job's secret: every connection to the rendezvous store proves it, and the store proves it back "
+         "(docs/security.md). Never printed.",
+         true},
+    Knob{"DSCPP_JOB_SECRET_FILE", "communication", "a path to a file of mode 600 holding the secret",
+         "DSCPP_JOB_SECRET, else no secret (the store refuses to start)",
+         "Where ranks not started by dscpp (srun, mpirun, scripts) read the job's secret; a file its group or "
+         "others can read is refused."},
+    Knob{"DSCPP_INSECURE_STORE", "communication", "1 or 0", "0: a rank without a secret refuses to start",
+         "1 lets ranks without a job secret host and join the rendezvous store unauthenticated (a warning on every "
+         "rank): anyone who can reach MASTER_ADDR:MASTER_PORT can then read and write it."},
+    Knob{"DSCPP_STORE_BIND", "communication", "an address of rank 0's host, or 0.0.0.0 (::, *) for every interface",
+         "the address MASTER_ADDR resolves to", "The address rank 0's rendezvous store listens on."},
     // ---- compute ----
     Knob{"DSCPP_NUM_THREADS", "compute", "a positive number", "OMP_NUM_THREADS, else every core",
          "Threads of dscpp's CPU pool where a program does not set them (benchmarks, tests); dscpp-runtime "
@@ -122,7 +136,10 @@ std::string format_knobs() {
   for (const Knob& k : kKnobs) {
     const char* v = std::getenv(std::string(k.name).c_str());
     out += fmt::format("{} ({}){}\n  {}\n  values: {}; unset: {}\n", k.name, k.area,
-                       v ? fmt::format(" (set: {})", v) : std::string(), k.what, k.values, k.unset);
+                       !v         ? std::string()
+                       : k.secret ? std::string(" (set)")
+                                  : fmt::format(" (set: {})", v),
+                       k.what, k.values, k.unset);
   }
   return out;
 }

@@ -20,6 +20,7 @@ struct Knob {
   std::string_view values;  // what it takes
   std::string_view unset;   // what happens when it is not set
   std::string_view what;    // what it does, in a sentence
+  bool secret = false;      // its value is never printed (`dscpp report` shows that it is set)
 };
 
 std::span<const Knob> knobs();
@@ -33,7 +34,7 @@ const char* knob(std::string_view name);
 std::optional<int64_t> knob_int(std::string_view name, int64_t min, std::string_view what);
 
 // The table as text, one knob per paragraph, with "(set: VALUE)" where the variable is set in
-// this process's environment: what `dscpp report` prints.
+// this process's environment ("(set)" for a secret one): what `dscpp report` prints.
 std::string format_knobs();
 
 }  // namespace dscpp

@@ -2,6 +2,7 @@
 #include "launcher/env_export.h"
 
 #include "core/error.h"
+#include "core/job_secret.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -85,7 +86,18 @@ std::string parse_value(std::string_view line, size_t pos, std::string_view wher
   return value;
 }
 
+// Secrets the launcher holds for itself or hands over on its own channel: forwarding would put
+// them on the remote command line (/proc/PID/cmdline), where every user of a host can read them.
+bool is_secret_name(std::string_view name) {
+  return name == kJobSecretVar || name == "DSCPP_SSH_PASSPHRASE";
+}
+
 void check_not_rank_variable(std::string_view name, std::string_view where) {
+  if (name == kJobSecretVar)
+    fail(
+        "{}: {} cannot be exported this way (it would travel on a command line); set it in dscpp's own "
+        "environment or name a file with {}, and dscpp hands it to every rank itself",
+        where, name, kJobSecretFileVar);
   if (!is_rank_variable(name)) return;
   fail("{}: {} is set by dscpp for every rank and cannot be exported; {}", where, name,
        name.starts_with("MASTER_") ? "use --master_addr/--master_port" : "remove it");
@@ -113,7 +125,7 @@ bool is_forwarded_name(std::string_view name, const Environment& environment) {
 EnvList forwarded_environment(const Environment& environment) {
   EnvList out;
   for (const auto& [name, value] : environment)
-    if (is_env_name(name) && !is_rank_variable(name) && is_forwarded_name(name, environment))
+    if (is_env_name(name) && !is_rank_variable(name) && !is_secret_name(name) && is_forwarded_name(name, environment))
       out.emplace_back(name, value);
   return out;
 }

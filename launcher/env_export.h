@@ -35,8 +35,10 @@ std::span<const ExportRule> export_rules();
 // is consulted for DeepSpeed's AISC_JOB_NAME rule: then NCCL_IB_HCA and UCX_NET_DEVICES are not).
 bool is_forwarded_name(std::string_view name, const Environment& environment);
 
-// Source 1: the allowlisted part of `environment`, sorted by name. Rank variables and names
-// that are not shell identifiers are never forwarded.
+// Source 1: the allowlisted part of `environment`, sorted by name. Rank variables, names that
+// are not shell identifiers and secrets (DSCPP_JOB_SECRET, which dscpp hands over itself, and
+// DSCPP_SSH_PASSPHRASE) are never forwarded; an env file or --env naming DSCPP_JOB_SECRET is an
+// error.
 EnvList forwarded_environment(const Environment& environment);
 
 // An env file's assignments in file order. `file_name` is used in messages.

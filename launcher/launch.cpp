@@ -5,6 +5,7 @@
 
 #include "build_config.h"
 #include "core/error.h"
+#include "core/job_secret.h"
 #include "core/log.h"
 #include "core/rank_discovery.h"
 #include "launcher/accelerate/launch_mapping.h"
@@ -174,8 +175,9 @@ void print_plan(const std::string& pool_source, const WorldPlan& plan, std::stri
   std::fputs(out.c_str(), stderr);
 }
 
-// --dry_run: attempt 0's commands and rank 0's environment, exactly as they would run.
-std::string dry_run_text(const Runner& runner, const Job& job) {
+// --dry_run: attempt 0's commands and rank 0's environment, exactly as they would run (the job's
+// secret named, never shown).
+std::string dry_run_text(const Runner& runner, const Job& job, const std::string& secret_source) {
   AttemptCommands c = runner.commands(job, 0);
   std::string out = runner.describe(job, c);
   const RankInfo first = job.plan.ranks_on(std::max(job.args.node_rank, 0)).front();  // this machine's first
@@ -183,7 +185,20 @@ std::string dry_run_text(const Runner& runner, const Job& job) {
                      first.rank);
   for (const auto& [k, v] : rank_env(job.plan, first, EnvOptions{c.agent.env, false, 0}))
     out += "  " + k + "=" + shell_quote(v) + "\n";
+  out += fmt::format("  {}=(not shown: {})\n", kJobSecretVar, secret_source);
   return out;
+}
+
+// The job's secret and where it came from: the one dscpp was given (every machine of a
+// --node_rank job must share it), else a fresh one for this launch.
+std::pair<std::string, std::string> launch_secret(const LaunchArgs& args, const WorldPlan& plan) {
+  if (auto given = job_secret_from_env()) return {given->value, "from " + given->source};
+  if (args.node_rank >= 0 && plan.node_count() > 1)
+    fail(
+        "--node_rank: each machine starts its own ranks, so they must share the job's secret: set {} (or {}, a "
+        "file of mode 600) to the same value on every machine, e.g. from `openssl rand -hex 32`",
+        kJobSecretVar, kJobSecretFileVar);
+  return {make_job_secret(), "made for this launch"};
 }
 
 }  // namespace
@@ -273,6 +288,8 @@ int run_launch(const LaunchArgs& given) {
     fail("num_processes {} (Accelerate: ranks over all machines) but the plan has {} ranks from {}", *acc->world_size,
          job.plan.world_size(), r.pool_source);
 
+  auto [secret, secret_source] = launch_secret(args, job.plan);
+  job.secret = std::move(secret);
   const GpuSharing sharing = local_gpu_sharing(args, job.plan, job.exported, env);
   print_plan(r.pool_source, job.plan, runner->name(), runner->inherits_environment() ? EnvList{} : job.exported,
              sharing.plan_line);
@@ -281,7 +298,7 @@ int run_launch(const LaunchArgs& given) {
   if (acc)
     std::fprintf(args.dry_run ? stdout : stderr, "effective deepspeed config: %s\n", acc->deepspeed_json.c_str());
   if (args.dry_run) {
-    std::fputs(dry_run_text(*runner, job).c_str(), stdout);
+    std::fputs(dry_run_text(*runner, job, secret_source).c_str(), stdout);
     return 0;
   }
 

@@ -2,6 +2,7 @@
 #include "launcher/runners/runner.h"
 
 #include "core/error.h"
+#include "core/job_secret.h"
 #include "core/log.h"
 #include "launcher/env_export.h"
 #include "launcher/runners/runner_internal.h"
@@ -83,8 +84,11 @@ AttemptCommands common_commands(const Job& job, int restart) {
   agent.bind_cores_to_rank = job.args.bind_cores_to_rank;
   agent.bind_core_list = job.args.bind_core_list;
   agent.each_rank_log_dir = job.args.each_rank_log_dir;
+  agent.job_secret = job.secret;
   c.backend_env = {{"MASTER_ADDR", job.plan.master_addr}, {"MASTER_PORT", std::to_string(job.plan.master_port)}};
   c.backend_env.insert(c.backend_env.end(), env.begin(), env.end());
+  // In mpirun's and srun's environment, which they hand to every task (`-x NAME`, --export=ALL).
+  if (!job.secret.empty()) c.backend_env.emplace_back(kJobSecretVar, job.secret);
   return c;
 }
 

@@ -34,6 +34,10 @@ struct Job {
   ProgramSpec program{};
   std::string cwd{};   // the launch directory; remote ranks start in the same path
   EnvList exported{};  // what every rank gets on top of the plan's variables
+  // The job's secret (core/job_secret.h), which each runner hands to every rank on a channel of
+  // its own, never on a command line: the local runner in the rank's environment, ssh on the
+  // channel's stdin, openmpi and slurm in mpirun's/srun's environment.
+  std::string secret{};
 };
 
 // The exact commands of one attempt. Attempts differ only in the restart variables and,
@@ -42,6 +46,7 @@ struct AttemptCommands {
   NodeAgentArgs agent;                // every rank's program and environment; local: run here
   std::vector<RemoteCommand> remote;  // ssh: the agent on each host
   EnvList backend_env;                // openmpi, slurm: set on mpirun/srun, forwarded to the ranks
+                                      // (the job's secret included: never print it)
   std::vector<std::string> backend;   // openmpi, slurm: the mpirun/srun command line
 };
 

@@ -3,6 +3,7 @@
 // only through ssh, so rank 0's address and the rendezvous port of a restart are asked of them
 // with short remote commands, and the pre-flight check runs in the agents' own sessions.
 #include "core/error.h"
+#include "core/job_secret.h"
 #include "core/log.h"
 #include "launcher/file_identity.h"
 #include "launcher/hostfile.h"  // host_name_of: "user@host" entries
@@ -187,7 +188,8 @@ class SshRunner final : public Runner {
   std::string describe(const Job& /*job*/, const AttemptCommands& c) const override {
     std::string out;
     for (const auto& rc : c.remote)
-      out += fmt::format("command on {}: {}{}\n", rc.host, rc.check.empty() ? "" : gate_prefix(rc.check), rc.command);
+      out += fmt::format("command on {}: {}{}{}\n", rc.host, stdin_env_prefix(rc.stdin_env),
+                         rc.check.empty() ? "" : gate_prefix(rc.check), rc.command);
     return out;
   }
 
@@ -226,6 +228,8 @@ class SshRunner final : public Runner {
       c.remote.push_back({job.plan.hosts[n].host, agent_command(job.cwd, job.dscpp, node_agent_argv(agent)), {}, true,
                           static_cast<int>(job.plan.ranks_on(n).size())});
       if (check) c.remote.back().check = check->command(n);
+      // On the channel's stdin: the agent inherits it and hands it to its ranks.
+      if (!job.secret.empty()) c.remote.back().stdin_env = {{kJobSecretVar, job.secret}};
     }
     return c;
   }

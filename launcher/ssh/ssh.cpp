@@ -180,7 +180,7 @@ std::string RemoteExit::describe() const {
 
 namespace {
 std::string watchdog_line(const std::string& command, const EnvList& env, double grace_seconds, bool watches_stdin,
-                          const std::string& check) {
+                          const std::string& check, const EnvList& stdin_env) {
   std::string inner;
   for (const auto& [name, value] : env) {
     bool ok = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
@@ -198,8 +198,9 @@ std::string watchdog_line(const std::string& command, const EnvList& env, double
   // It is forked twice so that it is not a child of the command (a node agent that reaps and
   // waits for all its descendants would otherwise wait for it); it stays in the group.
   int ticks = std::max(1, static_cast<int>(std::lround(grace_seconds * 10)));
-  // A check runs before the watchdog forks: the watchdog's `cat` would race it for `go`.
-  std::string wrapper = check.empty() ? "" : gate_prefix(check);
+  // The stdin variables and a check come before the watchdog forks: its `cat` would race them
+  // for their lines.
+  std::string wrapper = stdin_env_prefix(stdin_env) + (check.empty() ? "" : gate_prefix(check));
   wrapper += fmt::format(
       "exec 3<&0; ( (trap '' TERM; w() {{ n=0; while [ $n -lt {} ] && read -r s </proc/$$/stat; do "
       "case ${{s##*) }} in Z*) return;; esac; sleep 0.1; n=$((n+1)); done; }}; cat <&3; {}kill -TERM 0; w; "
@@ -210,8 +211,18 @@ std::string watchdog_line(const std::string& command, const EnvList& env, double
 }  // namespace
 
 std::string remote_command_line(const std::string& command, const EnvList& env, bool watches_stdin,
-                                const std::string& check) {
-  return watchdog_line(command, env, RemoteRunOptions{}.grace_seconds, watches_stdin, check);
+                                const std::string& check, const EnvList& stdin_env) {
+  return watchdog_line(command, env, RemoteRunOptions{}.grace_seconds, watches_stdin, check, stdin_env);
+}
+
+std::string stdin_env_prefix(const EnvList& stdin_env) {
+  std::string out;
+  for (const auto& [name, value] : stdin_env) {
+    if (!is_env_name(name)) fail("cannot pass \"{}\" to a remote shell: not a variable name", name);
+    // Like `go`, read one byte at a time, so what follows stays on stdin for the next reader.
+    out += fmt::format("IFS= read -r {} || exit 0; export {}; ", name, name);
+  }
+  return out;
 }
 
 std::string gate_prefix(const std::string& check) {
@@ -228,7 +239,8 @@ RemoteRunResult run_remote(const std::vector<RemoteCommand>& commands, const Ssh
   std::vector<std::unique_ptr<HostSession>> hosts;
   for (const RemoteCommand& c : commands) {
     hosts.push_back(std::make_unique<HostSession>(
-        c, watchdog_line(c.command, c.env, options.grace_seconds, c.watches_stdin, c.check), login, &options, nullptr));
+        c, watchdog_line(c.command, c.env, options.grace_seconds, c.watches_stdin, c.check, c.stdin_env), login,
+        &options, nullptr));
     if (!c.check.empty()) hosts.back()->expect_check();
   }
   // the remote watchdog KILLs at grace (watches_stdin: 2 x grace) after EOF
@@ -244,8 +256,9 @@ std::vector<RemoteCapture> ssh_capture_all(const std::vector<RemoteCommand>& com
   std::vector<std::unique_ptr<HostSession>> hosts;
   for (size_t i = 0; i < commands.size(); ++i) {
     const RemoteCommand& c = commands[i];
-    hosts.push_back(std::make_unique<HostSession>(c, watchdog_line(c.command, c.env, options.grace_seconds, false, ""),
-                                                  login, &options, &results[i]));
+    hosts.push_back(
+        std::make_unique<HostSession>(c, watchdog_line(c.command, c.env, options.grace_seconds, false, "", c.stdin_env),
+                                      login, &options, &results[i]));
   }
   RemoteRunResult r = drive(hosts, options, options.grace_seconds + kReportMargin, true);
   for (size_t i = 0; i < commands.size(); ++i) results[i].exit = r.exits[i];

@@ -49,6 +49,11 @@ struct RemoteCommand {
   // stdout and stderr (up to a marker line, gate_prefix) go to RemoteRunOptions::gate instead of
   // being relayed, and `command` starts only when the gate has let every host go. "" = none.
   std::string check{};
+  // Variables whose values must not appear on the remote command line, where every user of the
+  // host can read them (/proc/PID/cmdline): each value is written as one line on the channel's
+  // stdin, read into the variable and exported by the remote shell before anything else runs
+  // (stdin_env_prefix). Values must be one line.
+  EnvList stdin_env{};
 };
 
 struct RemoteExit {
@@ -126,7 +131,11 @@ std::vector<RemoteCapture> ssh_capture_all(const std::vector<RemoteCommand>& com
 // The exact line sent to sshd for `command` with `env`: the watchdog wrapper around
 // `export K='v'; ...; command`, run by /bin/sh whatever the login shell is (for --dry-run).
 std::string remote_command_line(const std::string& command, const EnvList& env, bool watches_stdin = false,
-                                const std::string& check = "");
+                                const std::string& check = "", const EnvList& stdin_env = {});
+
+// What the remote shell runs first for RemoteCommand::stdin_env: `IFS= read -r NAME || exit 0;
+// export NAME; ` per variable (a stop before the values arrive starts nothing).
+std::string stdin_env_prefix(const EnvList& stdin_env);
 
 // What runs before the command when it has a `check` (and before the watchdog starts, which
 // would otherwise race the command for the `go` line on stdin): the check in a subshell, the

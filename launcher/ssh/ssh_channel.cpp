@@ -120,11 +120,12 @@ bool HostSession::step_running() {
   bool progress = false;
   int next = 0;
   if (libssh2_keepalive_send(session_, &next) != 0) return lost(LIBSSH2_ERROR_SOCKET_SEND);
-  // A stop before the whole `go` is out sends EOF instead: the command then never starts.
-  if (go_left_ > 0 && !stop_wanted_) {
-    ssize_t n = libssh2_channel_write(channel_, kGo.data() + (kGo.size() - go_left_), go_left_);
+  // A stop before the whole `go` (or a stdin variable) is out sends EOF instead: the command
+  // then never starts.
+  if (stdin_sent_ < stdin_.size() && !stop_wanted_) {
+    ssize_t n = libssh2_channel_write(channel_, stdin_.data() + stdin_sent_, stdin_.size() - stdin_sent_);
     if (n > 0)
-      go_left_ -= static_cast<size_t>(n), progress = true;
+      stdin_sent_ += static_cast<size_t>(n), progress = true;
     else if (n != LIBSSH2_ERROR_EAGAIN)
       return lost(n);
   }

@@ -124,7 +124,7 @@ class HostSession {
   const RemoteCapture& check_output() const { return check_; }
   // Sends `go` to a host waiting at the gate, which starts its command.
   void let_go() {
-    if (phase_ == Phase::kRunning) go_left_ = kGo.size();
+    if (phase_ == Phase::kRunning) stdin_ += kGo;
   }
 
   // Stop: a running command gets EOF on its stdin (the watchdog TERMs its group); a host that
@@ -218,7 +218,10 @@ class HostSession {
   static constexpr std::string_view kGo = "go\n";
   bool gated_ = false, checking_[2] = {false, false};  // checking_: per stream, before the marker
   RemoteCapture check_;
-  size_t go_left_ = 0;  // bytes of kGo still to write
+  // What the command's stdin gets before EOF: the stdin_env values, then `go` once let go;
+  // `stdin_sent_` bytes of it are out.
+  std::string stdin_;
+  size_t stdin_sent_ = 0;
   std::string partial_[2];
   int reported_ranks_ = 0, reports_seen_ = 0;
   std::vector<RankExit> reports_;

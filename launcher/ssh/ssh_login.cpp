@@ -78,6 +78,10 @@ HostSession::HostSession(const RemoteCommand& command, std::string wire, const L
     : wire_(std::move(wire)), login_(login), relay_(relay), capture_(capture) {
   exit_.host = command.host;
   reported_ranks_ = command.reported_ranks;
+  for (const auto& [name, value] : command.stdin_env) {
+    if (value.find('\n') != std::string::npos) fail("{}: a stdin variable's value must be one line", name);
+    stdin_ += value + "\n";
+  }
   try {
     target_ = resolve_ssh_target(command.host, login.o, login.config, login.local);
   } catch (const Error& e) {

@@ -1,6 +1,7 @@
 #include "launcher/supervisor/node_agent.h"
 
 #include "core/error.h"
+#include "core/job_secret.h"
 #include "launcher/job_commands.h"
 #include "launcher/resources.h"
 #include "launcher/supervisor/supervisor.h"
@@ -138,6 +139,7 @@ GroupResult run_node_agent_group(const NodeAgentArgs& args) {
     launch.label = multi_node ? fmt::format("[rank {} {}]", info.rank, host) : fmt::format("[rank {}]", info.rank);
     launch.argv = rank_argv(program, info.local_rank);
     launch.env = rank_env(plan, info, env_options);
+    if (!args.job_secret.empty()) launch.env.emplace_back(kJobSecretVar, args.job_secret);
     if (!log_prefix.empty()) launch.log_file = log_prefix + std::to_string(info.rank) + ".log";
     if (!cores.empty()) launch.cpus = cores[k];
     launches.push_back(std::move(launch));

@@ -28,6 +28,9 @@ struct NodeAgentArgs {
   double grace_seconds = 5.0;          // SIGTERM -> SIGKILL when stopping ranks
   bool stop_on_stdin_eof = true;       // stdin readable/EOF stops the ranks (false for the local runner)
   bool report_exits = true;            // each rank exit as a report line on stderr (false for the local runner)
+  // The job's secret, given to every rank as DSCPP_JOB_SECRET. Never an argument: node_agent_argv
+  // leaves it out, and an agent started over ssh has it in its environment already (ssh.h).
+  std::string job_secret{};
 };
 
 // Starts this host's ranks (labels "[rank R]", or "[rank R HOST]" when the job spans hosts;

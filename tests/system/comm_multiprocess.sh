@@ -19,6 +19,9 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 fail() { echo "FAIL: $*"; FAILED=1; }
 . "$(dirname "$0")/free_port.sh"  # port
+# Ranks started without dscpp (mpirun, by hand) get the job's secret as a user's script gives it
+# (docs/security.md): exported, and named to mpirun with -x. dscpp's launches use it as well.
+DSCPP_JOB_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export DSCPP_JOB_SECRET
 
 matrix() {  # name nprocs size [VAR=value...] -- launches through dscpp; size "small" or "" (+ tens of MB)
   local name=$1 n=$2 size=$3 log="$WORK/$1.log" passed
@@ -75,16 +78,16 @@ if command -v mpirun >/dev/null; then
 
   log="$WORK/mpi.log"
   if MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_COMM_BACKEND=mpi timeout 300 \
-      mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_COMM_BACKEND \
-      "$CHECK" matrix $SIZE >"$log" 2>&1 && [ "$(grep -c 'checks passed' "$log")" = 3 ]; then
+      mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_JOB_SECRET \
+      -x DSCPP_COMM_BACKEND "$CHECK" matrix $SIZE >"$log" 2>&1 && [ "$(grep -c 'checks passed' "$log")" = 3 ]; then
     echo "ok  mpi-3: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
   else
     fail "mpi-3 under mpirun"; tail -20 "$log"
   fi
   log="$WORK/mpi-hier.log"
   if MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_RANKS_PER_NODE=2 timeout 300 \
-      mpirun --allow-run-as-root --oversubscribe -np 4 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_RANKS_PER_NODE \
-      "$CHECK" matrix $SIZE >"$log" 2>&1 && [ "$(grep -c 'checks passed' "$log")" = 4 ]; then
+      mpirun --allow-run-as-root --oversubscribe -np 4 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_JOB_SECRET \
+      -x DSCPP_RANKS_PER_NODE "$CHECK" matrix $SIZE >"$log" 2>&1 && [ "$(grep -c 'checks passed' "$log")" = 4 ]; then
     echo "ok  mpi-hierarchical-4: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
   else
     fail "hierarchical shm+mpi under mpirun"; tail -20 "$log"
@@ -94,7 +97,7 @@ if command -v mpirun >/dev/null; then
     echo "skip mpi-device-2 in the sanitizer build (test_comm_device covers the staging code)"
   elif MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_COMM_BACKEND=mpi DSCPP_TEST_DEVICE=cuda-sim \
       DSCPP_COMM_STAGING_BYTES=4096 timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR \
-      -x MASTER_PORT -x DSCPP_COMM_BACKEND -x DSCPP_TEST_DEVICE -x DSCPP_COMM_STAGING_BYTES \
+      -x MASTER_PORT -x DSCPP_JOB_SECRET -x DSCPP_COMM_BACKEND -x DSCPP_TEST_DEVICE -x DSCPP_COMM_STAGING_BYTES \
       "$CHECK" matrix small >"$log" 2>&1 && [ "$(grep -c 'checks passed' "$log")" = 2 ]; then
     echo "ok  mpi-device-2: $(grep -m1 'checks passed' "$log" | sed 's/.*checks passed on //')"
   else
@@ -102,8 +105,8 @@ if command -v mpirun >/dev/null; then
   fi
   log="$WORK/diverge-mpi.log"
   if MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) DSCPP_COMM_BACKEND=mpi DSCPP_CHECK_SCHEDULE=1 timeout 120 \
-      mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_COMM_BACKEND \
-      -x DSCPP_CHECK_SCHEDULE "$CHECK" diverge >"$log" 2>&1; then
+      mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_ADDR -x MASTER_PORT -x DSCPP_JOB_SECRET \
+      -x DSCPP_COMM_BACKEND -x DSCPP_CHECK_SCHEDULE "$CHECK" diverge >"$log" 2>&1; then
     diverged mpi-3 3 "$log"
   else
     fail "diverge mpi-3 under mpirun exited non-zero"; tail -20 "$log"

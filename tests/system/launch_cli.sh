@@ -21,8 +21,10 @@ printf '# comments and quoting are allowed here, unlike DeepSpeed\nexport NCCL_D
 expect err '^dscpp plan: 6 ranks on 2 hosts from hostfile hf; runner ssh; master 10.1.2.3:29500$' "plan header"
 expect err '^  worker-0 +4 ranks \(0-3\) +on slots 0-3$' "worker-0 row"
 expect err '^  worker-1 +2 ranks \(4-5\) +on slots 1,3$' "worker-1 row (the documented --include semantics)"
-# the pre-flight check, the wait for the launcher's go, then the agent
-expect out "^command on worker-1: \(f=$dscpp; .*; IFS= read -r go && .*; cd .* && exec $dscpp node-agent .*--node_rank=1 .*-- /bin/echo hi$" "agent command"
+# the job's secret read from the channel's stdin, the pre-flight check, the wait for the
+# launcher's go, then the agent
+expect out "^command on worker-1: IFS= read -r DSCPP_JOB_SECRET \|\| exit 0; export DSCPP_JOB_SECRET; \(f=$dscpp; .*; IFS= read -r go && .*; cd .* && exec $dscpp node-agent .*--node_rank=1 .*-- /bin/echo hi$" "agent command"
+expect out "^  DSCPP_JOB_SECRET=\(not shown: made for this launch\)$" "the secret, named but not shown"
 expect out "^  NCCL_DEBUG=INFO$" "env file forwarded"
 expect out "^  WANDB_PROJECT='my run'$" "quoted env file value"
 expect out "^  EXTRA=1$" "--env forwarded"

@@ -191,12 +191,14 @@ for i in 2 3; do
   on_node $i sh -c 'mount -t tmpfs none "$1/s" && ln -s "$1/B" "$1/s/link" && mount -t tmpfs none "$1/A"' sh "$W" ||
     bad "could not set up node$i's symlink"
 done
-# --dry_run shows each host's whole command: the check, the wait for `go`, then the agent.
+SECRET_READ="IFS= read -r DSCPP_JOB_SECRET || exit 0; export DSCPP_JOB_SECRET; "
+# --dry_run shows each host's whole command: the job's secret read from the channel's stdin,
+# the check, the wait for `go`, then the agent.
 out=$("$T" exec node1 env HOME="$H" "$W/s/link/dscpp" --hostfile "$TESTBED_HOSTFILE" --dry_run -- true 2>&1)
-grep -q "^command on node2: (f=$W/s/link/dscpp; .*); echo dscpp-check-done; .*read -r go .* || exit 0; cd .* && exec $W/s/link/dscpp node-agent" <<<"$out" &&
+grep -q "^command on node2: $SECRET_READ(f=$W/s/link/dscpp; .*); echo dscpp-check-done; .*read -r go .* || exit 0; cd .* && exec $W/s/link/dscpp node-agent" <<<"$out" &&
   ok "the check and the agent command use dscpp's path as typed ($W/s/link/dscpp)" || { bad "agent path"; echo "$out"; }
 out=$("$T" exec node1 env HOME="$H" "$W/s/link/dscpp" --hostfile "$TESTBED_HOSTFILE" --dry_run --no_ssh_check -- true 2>&1)
-grep -q "^command on node2: cd .* && exec $W/s/link/dscpp node-agent" <<<"$out" &&
+grep -q "^command on node2: ${SECRET_READ}cd .* && exec $W/s/link/dscpp node-agent" <<<"$out" &&
   ok "with --no_ssh_check the command is the agent alone" || { bad "--dry_run --no_ssh_check"; echo "$out"; }
 out=$("$T" exec node1 env HOME="$H" "$W/s/link/dscpp" --hostfile "$TESTBED_HOSTFILE" -- /bin/sh -c 'echo "up on $(hostname)"' 2>&1)
 rc=$?

@@ -141,6 +141,7 @@ TEST_CASE("nccl: ranks of one host on the same GPU are refused before NCCL sees 
       o.backend = BackendChoice::nccl;
       o.device_identity = "00000000:3B:00.0";
       o.connect_timeout = std::chrono::seconds(20);
+      o.job_secret = "test_comm_device's job secret, 32 chars+";
       try {
         create_world(o);
       } catch (const std::exception& e) {

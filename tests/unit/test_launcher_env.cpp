@@ -1,6 +1,8 @@
 // The launch plan's pure rules, part two: exported environment, rank numbering and rank
 // environment, world-info encoding (test_launcher_plan.cpp: hostfile, include/exclude, SLURM).
 #include "launcher/launch_plan.h"
+#include "launcher/ssh/ssh.h"
+#include "launcher/supervisor/node_agent.h"
 #include "tests/unit/launcher_fixture.h"
 
 #include <string>
@@ -95,6 +97,30 @@ TEST_CASE("exported env: environment < ~ file < ./ file < --env", "[env]") {
   CHECK_THAT(cli_err({"NOPE"}), Catch::Contains("--env NOPE: NOPE is not set in the launcher's environment"));
   CHECK_THAT(cli_err({"=1"}), Catch::Contains("--env =1: found the name \"\""));
   CHECK_THAT(cli_err({"WORLD_SIZE=2"}), Catch::Contains("WORLD_SIZE is set by dscpp for every rank"));
+}
+
+TEST_CASE("the job's secret never travels as a forwarded variable or an argument", "[env]") {
+  const std::string secret = "0123456789abcdef0123456789abcdef";
+  Environment launcher = {{"DSCPP_JOB_SECRET", secret}, {"DSCPP_SSH_PASSPHRASE", "pw"}, {"DSCPP_LOG", "info"}};
+  CHECK(show(forwarded_environment(launcher)) == "DSCPP_LOG=info");
+  CHECK_THAT(error_of([&] {
+               build_exported_env({.environment = launcher, .cwd = "/nonexistent", .cli_env = {"DSCPP_JOB_SECRET"}});
+             }),
+             Catch::Contains("cannot be exported this way") && Catch::Contains("DSCPP_JOB_SECRET_FILE"));
+  CHECK_THAT(error_of([&] { parse_env_file("DSCPP_JOB_SECRET=" + secret + "\n", "f"); }),
+             Catch::Contains("f:1: DSCPP_JOB_SECRET cannot be exported this way") && !Catch::Contains(secret));
+  NodeAgentArgs agent;
+  agent.world_info = "e30=";
+  agent.program = {"true"};
+  agent.job_secret = secret;
+  for (const std::string& arg : node_agent_argv(agent)) CHECK(arg.find(secret) == std::string::npos);
+  // Over ssh it is read from the channel's stdin, byte by byte, leaving the rest for the command.
+  auto [out, ok] = run("printf '%s\\ngo\\n' " + secret + " | sh -c " +
+                       shell_quote(stdin_env_prefix({{"DSCPP_JOB_SECRET", secret}}) +
+                                   "read -r next; printf '%s %s' \"$DSCPP_JOB_SECRET\" \"$next\""));
+  CHECK(ok);
+  CHECK(out == secret + " go");
+  CHECK(remote_command_line("true", {}, false, "", {{"DSCPP_JOB_SECRET", secret}}).find(secret) == std::string::npos);
 }
 
 TEST_CASE("shell quoting survives a real shell", "[env]") {

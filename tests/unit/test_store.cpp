@@ -1,7 +1,9 @@
 // Stores: MemoryStore and PrefixStore semantics, and TcpStore over real sockets (threads and
-// forked processes as clients, a server that starts late, dies, or never existed).
+// forked processes as clients, a server that starts late, dies, or never existed). The
+// handshake itself is tests/unit/test_store_auth.cpp's.
 #include "collectives/store.h"
 #include "collectives/tcp_store.h"
+#include "tests/collectives/raw_store_client.h"
 
 #include <catch2/catch.hpp>
 #include <netinet/in.h>
@@ -38,11 +40,14 @@ double seconds_in(const std::string& message, const std::string& before) {
   return std::stod(m[1]);
 }
 
+const std::string kSecret = "test_store's job secret, 32 chars or more";
+
 TcpStoreOptions host_options() {
   TcpStoreOptions o;
   o.port = 0;
   o.host_server = true;
   o.connect_timeout = 5s;
+  o.secret = kSecret;
   return o;
 }
 
@@ -50,6 +55,7 @@ TcpStoreOptions client_options(int port) {
   TcpStoreOptions o;
   o.port = port;
   o.connect_timeout = 5s;
+  o.secret = kSecret;
   return o;
 }
 
@@ -70,13 +76,12 @@ struct UnservedPort {
   ~UnservedPort() { ::close(fd); }
 };
 
+// A connection that has proven the secret, for hand-built requests.
 int connect_raw(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  int fd = dscpp::test::connect_tcp("127.0.0.1", port);
+  REQUIRE(fd >= 0);
+  std::optional<std::string> reply;
+  dscpp::test::handshake(fd, kSecret, reply);
   return fd;
 }
 
@@ -376,7 +381,7 @@ TEST_CASE("TcpStore: oversized keys and values, bad counters and foreign servers
   CHECK_THROWS_WITH(host.add("max", 1), Catch::Contains("overflow"));
   CHECK(host.add("fine", 5) == 5);  // the store still serves after refusing a request
 
-  // Something else on the port (here: an HTTP-ish reply) is reported, not misparsed.
+  // Something else on the port (here: an HTTP-ish greeting) is reported, not misparsed.
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -385,13 +390,16 @@ TEST_CASE("TcpStore: oversized keys and values, bad counters and foreign servers
   REQUIRE(::listen(fd, 4) == 0);
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  TcpStore foreign_client(client_options(ntohs(a.sin_port)));
-  int conn = ::accept(fd, nullptr, nullptr);
-  REQUIRE(conn >= 0);
-  const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
-  REQUIRE(::write(conn, reply, sizeof reply - 1) > 0);
-  CHECK_THROWS_WITH(foreign_client.check("x"), Catch::Contains("malformed reply") && Catch::Contains("expected"));
-  ::close(conn);
+  std::thread foreign([fd] {
+    int conn = ::accept(fd, nullptr, nullptr);
+    const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    if (conn >= 0 && ::write(conn, reply, sizeof reply - 1) > 0) std::this_thread::sleep_for(500ms);
+    if (conn >= 0) ::close(conn);
+  });
+  CHECK_THROWS_WITH(
+      TcpStore(client_options(ntohs(a.sin_port))),
+      Catch::Contains("the handshake of a rank failed") && Catch::Contains("something other than a dscpp store"));
+  foreign.join();
   ::close(fd);
 }
 
