@@ -67,16 +67,7 @@ JSON
 }
 config "$WORK/zero0.json" 0
 config "$WORK/zero2.json" 2
-TIME=()
-[ -x /usr/bin/time ] && TIME=(/usr/bin/time -f %M -o)
-timed() {  # RSS_FILE COMMAND...: the command, its largest process's peak RSS (KiB) in RSS_FILE
-  local out=$1
-  shift
-  if [ ${#TIME[@]} -gt 0 ]; then "${TIME[@]}" "$out" "$@"; else echo 0 > "$out"; "$@"; fi
-}
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-step_rates() { grep -o '| [0-9.]* tokens/s' "$1" | awk '{print $2}' | tail -n "$STEPS"; }
-dscpp_rate() { step_rates "$1" | median; }
+. "$SRC/bench/bench_common.sh"  # timed, median, step_rates, dscpp_rate
 torch_rate() { sed -n 's/^torch: median \([0-9]*\) .*/\1/p' "$1"; }
 # KEY from dscpp's last line "memory peak per rank (bytes): params=..., ..., planned model states=..."
 dscpp_mem() { grep 'memory peak per rank (bytes):' "$1" | tail -1 | sed 's/.*(bytes): //' | tr ',;' '\n' |

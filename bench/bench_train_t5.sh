@@ -82,16 +82,7 @@ with open(path, "w") as f:
         labels = [r.randrange(2, 32128) for _ in range(t - 1)] + [1]
         f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
 PY
-TIME=()
-[ -x /usr/bin/time ] && TIME=(/usr/bin/time -f %M -o)
-timed() {  # RSS_FILE COMMAND...: the command, its largest process's peak RSS (KiB) in RSS_FILE
-  local out=$1
-  shift
-  if [ ${#TIME[@]} -gt 0 ]; then "${TIME[@]}" "$out" "$@"; else echo 0 > "$out"; "$@"; fi
-}
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-step_rates() { grep -o '| [0-9.]* tokens/s' "$1" | awk '{print $2}' | tail -n "$STEPS"; }
-dscpp_rate() { step_rates "$1" | median; }
+. "$SRC/bench/bench_common.sh"  # timed, median, step_rates, dscpp_rate
 dscpp_best() { step_rates "$1" | sort -g | tail -1; }
 torch_rate() { sed -n 's/^torch: median \([0-9]*\) .*/\1/p' "$1"; }
 torch_best() { sed -n 's/^torch: .*(best \([0-9]*\);.*/\1/p' "$1"; }

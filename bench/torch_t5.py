@@ -23,18 +23,9 @@ import statistics
 import sys
 import time
 
+import torch_common  # before torch: OpenBLAS reads its thread count when loaded
 
-def _blas_threads_from_argv(argv):
-    """OpenBLAS reads its thread count when it is loaded (with torch): one per process with --ddp
-    or --probe_deepspeed, else --threads."""
-    threads = "1" if "--ddp" in argv or "--probe_deepspeed" in argv else "2"
-    if "--threads" in argv and "--ddp" not in argv:
-        threads = argv[argv.index("--threads") + 1]
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        os.environ.setdefault(var, threads)
-
-
-_blas_threads_from_argv(sys.argv)
+torch_common.set_blas_threads(sys.argv, ("--ddp", "--probe_deepspeed"))
 
 import torch  # noqa: E402
 from transformers import T5Config, T5ForConditionalGeneration  # noqa: E402
