@@ -193,6 +193,10 @@ std::string dry_run_text(const Runner& runner, const Job& job, const std::string
 // --node_rank job must share it), else a fresh one for this launch.
 std::pair<std::string, std::string> launch_secret(const LaunchArgs& args, const WorldPlan& plan) {
   if (auto given = job_secret_from_env()) return {given->value, "from " + given->source};
+  // A dry run starts nothing: it says what the real launch will need instead of refusing.
+  if (args.node_rank >= 0 && plan.node_count() > 1 && args.dry_run)
+    return {"", fmt::format("none yet: every machine of this --node_rank job must be given the same {} or {}",
+                            kJobSecretVar, kJobSecretFileVar)};
   if (args.node_rank >= 0 && plan.node_count() > 1)
     fail(
         "--node_rank: each machine starts its own ranks, so they must share the job's secret: set {} (or {}, a "
