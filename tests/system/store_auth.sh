@@ -45,7 +45,9 @@ cat > "$WORK/c.json" <<JSON
 {"train_micro_batch_size_per_gpu": 8, "steps_per_print": 100, "zero_optimization": {"stage": 2},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}
 JSON
-STEPS=2000  # ~12 s on an idle 2-core machine: long enough to attack it while it trains
+# ~12 s on an idle 2-core machine (the sanitizer build, several times slower, runs fewer): the
+# attacked run below is scaled to last long enough to be attacked while it trains.
+STEPS=${DSCPP_STORE_AUTH_STEPS:-2000}
 MODEL=(-- --tokens "$WORK/seq.bin" --vocab_size 64 --layers 2 --d_model 64 --heads 2 --context 32)
 # The losses by step, without the run's total (the attacked run is longer; a constant LR makes
 # its first steps the reference's).
