@@ -58,16 +58,9 @@ fi
 export OPENBLAS_CORETYPE=${BENCH_CORETYPE:-SkylakeX} OMP_WAIT_POLICY=PASSIVE
 WORK=$(mktemp -d /tmp/dscpp_bench_lora.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-config() {  # FILE STAGE
-  cat > "$1" <<JSON
-{"train_micro_batch_size_per_gpu": $MICRO, "gradient_accumulation_steps": 1, "steps_per_print": 1,
- "gradient_clipping": 0, "zero_optimization": {"stage": $2},
- "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}}}
-JSON
-}
+. "$SRC/bench/bench_common.sh"  # config, timed, median, step_rates, dscpp_rate
 config "$WORK/zero0.json" 0
 config "$WORK/zero2.json" 2
-. "$SRC/bench/bench_common.sh"  # timed, median, step_rates, dscpp_rate
 torch_rate() { sed -n 's/^torch: median \([0-9]*\) .*/\1/p' "$1"; }
 # KEY from dscpp's last line "memory peak per rank (bytes): params=..., ..., planned model states=..."
 dscpp_mem() { grep 'memory peak per rank (bytes):' "$1" | tail -1 | sed 's/.*(bytes): //' | tr ',;' '\n' |

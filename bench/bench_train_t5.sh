@@ -62,13 +62,7 @@ cat > "$WORK/config.json" <<'JSON'
  "feed_forward_proj": "relu", "tie_word_embeddings": true, "dropout_rate": 0.0, "layer_norm_epsilon": 1e-6,
  "initializer_factor": 1.0, "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}
 JSON
-config() {  # FILE STAGE
-  cat > "$1" <<JSON
-{"train_micro_batch_size_per_gpu": $MICRO, "gradient_accumulation_steps": 1, "steps_per_print": 1,
- "gradient_clipping": 0, "zero_optimization": {"stage": $2},
- "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}}}
-JSON
-}
+. "$SRC/bench/bench_common.sh"  # config, timed, median, step_rates, dscpp_rate
 config "$WORK/zero0.json" 0
 config "$WORK/zero2.json" 2
 # Enough samples that no run wraps around: 2 ranks x micro-batch x every step.
@@ -82,7 +76,6 @@ with open(path, "w") as f:
         labels = [r.randrange(2, 32128) for _ in range(t - 1)] + [1]
         f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
 PY
-. "$SRC/bench/bench_common.sh"  # timed, median, step_rates, dscpp_rate
 dscpp_best() { step_rates "$1" | sort -g | tail -1; }
 torch_rate() { sed -n 's/^torch: median \([0-9]*\) .*/\1/p' "$1"; }
 torch_best() { sed -n 's/^torch: .*(best \([0-9]*\);.*/\1/p' "$1"; }
